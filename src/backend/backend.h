@@ -1,0 +1,182 @@
+// The kernel interface every backend implements. Model, loss and optimizer code call only these
+// functions, so they never branch on the backend. Pointers are device pointers of the backend;
+// every floating buffer has the dtype passed as `dt` (the CPU backend runs f32 and f64; f64 exists
+// for gradient checks). Shapes are given in the comment beside each argument, row-major.
+//
+// Conventions: "+=" in a comment means the kernel accumulates into that buffer (gradients
+// accumulate over micro-batches and residual branches); otherwise the output is overwritten.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace lmt {
+
+enum class Activation : uint8_t { silu, gelu_tanh };
+
+// Arguments of attention. Query token i of a sequence sits at position q_offset + i in the key
+// sequence; it attends to keys j with j <= q_offset + i (causal) and, when window > 0,
+// q_offset + i - j < window. Pointers address element [b=0, t=0, h=0, d=0]; a token's row of heads
+// is `*_row_stride` elements after the previous token's, a sequence `*_batch_stride` after the
+// previous sequence's, and head h of a row starts at h * head_dim.
+struct AttentionArgs {
+  int64_t batch = 1, q_len = 1, kv_len = 1;
+  int num_heads = 1, num_kv_heads = 1, head_dim = 64;
+  int64_t q_offset = 0;
+  int64_t q_row_stride = 0, q_batch_stride = 0;    // q, dq, out, dout
+  int64_t kv_row_stride = 0, kv_batch_stride = 0;  // k, v, dk, dv
+  int64_t out_row_stride = 0, out_batch_stride = 0;
+  double scale = 0.125;     // multiplies q.k before the softmax
+  double softcap = 0.0;     // > 0: scores become softcap * tanh(scores / softcap)
+  int64_t window = 0;       // > 0: sliding window size in keys (the query's own key included)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled
+  virtual void free(void* p) = 0;
+  virtual void to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void zero(void* p, size_t bytes) = 0;
+  virtual void synchronize() {}
+  // Seconds spent inside gemm() since the last reset (for the benchmark's GEMM share).
+  virtual double gemm_seconds() const { return 0.0; }
+  virtual void reset_gemm_seconds() {}
+
+  // ---- dense algebra ----
+  // C[M,N] = alpha * op(A) * op(B) + beta * C; op(A) is [M,K] (A stored [K,M] when trans_a),
+  // op(B) is [K,N] (B stored [N,K] when trans_b); lda/ldb/ldc are row strides of the stored
+  // matrices. With beta == 0, C is not read.
+  virtual void gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                    double alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                    double beta, void* C, int64_t ldc) = 0;
+  // out[N,O] += bias[O] broadcast over rows.
+  virtual void add_bias(DType dt, void* out, const void* bias, int64_t N, int64_t O) = 0;
+  // dbias[O] += sum over rows of dout[N,O].
+  virtual void bias_backward(DType dt, void* dbias, const void* dout, int64_t N, int64_t O) = 0;
+
+  // ---- elementwise ----
+  virtual void add(DType dt, void* out, const void* a, const void* b, int64_t n) = 0;  // out = a+b
+  virtual void accumulate(DType dt, void* y, const void* x, int64_t n) = 0;            // y += x
+  virtual void scale(DType dt, void* x, double s, int64_t n) = 0;                      // x *= s
+  // Sum of squares of x[n], accumulated in double; returned on the host.
+  virtual double sum_squares(DType dt, const void* x, int64_t n) = 0;
+  // Converts n elements between floating dtypes (f32, f64, bf16, f16).
+  virtual void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) = 0;
+
+  // ---- embedding ----
+  // out[N,C] = table[ids[n], :]. ids are i32 in [0, V).
+  virtual void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table,
+                                 int64_t N, int64_t C) = 0;
+  // dtable[V,C] += scatter of dout[N,C] by ids[N]. Deterministic.
+  virtual void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids,
+                                  int64_t N, int64_t C, int64_t V) = 0;
+
+  // ---- normalisation ----
+  // out[N,C] = x * rstd * (w_offset + w); rstd[N] (f32, or f64 when dt is f64) saved for backward.
+  virtual void rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
+                               int64_t N, int64_t C, double eps, double w_offset) = 0;
+  // dx[N,C] += d/dx; dw[C] += d/dw. dout[N,C], x[N,C], w[C], rstd[N] from the forward.
+  virtual void rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
+                                const void* w, const void* rstd, int64_t N, int64_t C,
+                                double w_offset) = 0;
+  // out[N,C] = (x - mean) * rstd * w + b; mean[N], rstd[N] saved (dtype as rstd above).
+  virtual void layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x,
+                                 const void* w, const void* b, int64_t N, int64_t C,
+                                 double eps) = 0;
+  // dx[N,C] +=, dw[C] +=, db[C] +=.
+  virtual void layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout,
+                                  const void* x, const void* w, const void* mean,
+                                  const void* rstd, int64_t N, int64_t C) = 0;
+
+  // ---- rotary position embedding (Hugging Face "rotate_half" layout) ----
+  // In place on x: N token rows, `row_stride` elements apart, each holding `heads` heads of
+  // head_dim at offsets h * head_dim. The first rotary_dim dims of each head rotate:
+  // pairs (d, d + rotary_dim/2), angle = pos[n] * inv_freq[d] (inv_freq f32 [rotary_dim/2]),
+  // cos and sin multiplied by attn_factor. inverse = true applies the transpose (backward).
+  virtual void rope(DType dt, void* x, const int32_t* pos, const float* inv_freq, int64_t N,
+                    int64_t row_stride, int heads, int head_dim, int rotary_dim,
+                    double attn_factor, bool inverse) = 0;
+
+  // ---- attention (blockwise, online softmax: O(T) memory, never a T x T matrix) ----
+  // out = softmax(mask(scale * q k^T)) v per head; query head h reads kv head
+  // h / (num_heads / num_kv_heads). lse[B, Hq, Tq] (f32, or f64 when dt is f64) saved for backward.
+  virtual void attention_forward(DType dt, const AttentionArgs& a, void* out, void* lse,
+                                 const void* q, const void* k, const void* v) = 0;
+  // dq, dk, dv are overwritten (same strides as q, k, v). out and lse come from the forward.
+  virtual void attention_backward(DType dt, const AttentionArgs& a, void* dq, void* dk, void* dv,
+                                  const void* dout, const void* q, const void* k, const void* v,
+                                  const void* out, const void* lse) = 0;
+
+  // ---- gated MLP activation ----
+  // gate_up[N, 2F] holds [gate | up] per row; out[N,F] = act(gate) * up.
+  virtual void glu_forward(DType dt, Activation act, void* out, const void* gate_up, int64_t N,
+                           int64_t F) = 0;
+  // dgate_up[N,2F] overwritten from dout[N,F].
+  virtual void glu_backward(DType dt, Activation act, void* dgate_up, const void* dout,
+                            const void* gate_up, int64_t N, int64_t F) = 0;
+  // Plain activation (GPT-2 MLP): out[n] = act(x[n]); backward: dx[n] = dout[n] * act'(x[n]).
+  virtual void act_forward(DType dt, Activation act, void* out, const void* x, int64_t n) = 0;
+  virtual void act_backward(DType dt, Activation act, void* dx, const void* dout, const void* x,
+                            int64_t n) = 0;
+
+  // ---- cross-entropy on one chunk of logits ----
+  // logits[N,V]; labels[N] (i32; == ignore_index means no loss). Writes losses[N] (f32, or f64 when
+  // dt is f64; 0 for ignored rows). If grad_scale != 0, overwrites logits with
+  // d(grad_scale * sum of losses)/dlogits (ignored rows become 0). softcap > 0 applies
+  // softcap * tanh(logits / softcap) first (and its derivative).
+  virtual void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels,
+                             int64_t N, int64_t V, int32_t ignore_index, double grad_scale,
+                             double softcap) = 0;
+
+  // ---- optimizer ----
+  // One AdamW step over n elements, all f32 (master weights, moments). grads are multiplied by
+  // grad_scale first (clipping). p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p),
+  // with bias corrections 1 - beta^step.
+  virtual void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
+                          double beta1, double beta2, double eps, double weight_decay, int64_t step,
+                          double grad_scale) = 0;
+};
+
+// Makes a backend by name: "cpu", "cuda" or "auto" (cuda when built with it and a GPU is present).
+// Throws UserError naming the backend when it is not available.
+std::unique_ptr<Backend> make_backend(const std::string& name);
+
+// Owns one allocation of a backend.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* be, size_t bytes) : be_(be), bytes_(bytes), p_(bytes ? be->alloc(bytes) : nullptr) {}
+  ~Buffer() { release(); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept : be_(o.be_), bytes_(o.bytes_), p_(o.p_) { o.p_ = nullptr; o.bytes_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      be_ = o.be_; bytes_ = o.bytes_; p_ = o.p_;
+      o.p_ = nullptr; o.bytes_ = 0;
+    }
+    return *this;
+  }
+  void* data() const { return p_; }
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release() { if (p_) be_->free(p_); p_ = nullptr; }
+  Backend* be_ = nullptr;
+  size_t bytes_ = 0;
+  void* p_ = nullptr;
+};
+
+}  // namespace lmt

@@ -1,0 +1,82 @@
+// The CPU backend: the reference implementation and the default. GEMMs go to OpenBLAS; everything
+// else is plain loops parallelised with OpenMP. Each kernel is a template over the element type
+// (float for training, double for gradient checks) and dispatches on the runtime dtype.
+// Reductions use a fixed partition of the work, so results are bit-identical run to run for a
+// given thread count.
+#pragma once
+
+#include "backend/backend.h"
+
+namespace lmt {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  void* alloc(size_t bytes) override;
+  void free(void* p) override;
+  void to_host(void* host_dst, const void* src, size_t bytes) override;
+  void from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void zero(void* p, size_t bytes) override;
+  double gemm_seconds() const override { return gemm_seconds_; }
+  void reset_gemm_seconds() override { gemm_seconds_ = 0; }
+
+  void gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+            const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C,
+            int64_t ldc) override;
+  void add_bias(DType dt, void* out, const void* bias, int64_t N, int64_t O) override;
+  void bias_backward(DType dt, void* dbias, const void* dout, int64_t N, int64_t O) override;
+
+  void add(DType dt, void* out, const void* a, const void* b, int64_t n) override;
+  void accumulate(DType dt, void* y, const void* x, int64_t n) override;
+  void scale(DType dt, void* x, double s, int64_t n) override;
+  double sum_squares(DType dt, const void* x, int64_t n) override;
+  void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override;
+
+  void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
+                         int64_t C) override;
+  void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
+                          int64_t C, int64_t V) override;
+
+  void rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w, int64_t N,
+                       int64_t C, double eps, double w_offset) override;
+  void rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
+                        const void* w, const void* rstd, int64_t N, int64_t C,
+                        double w_offset) override;
+  void layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x, const void* w,
+                         const void* b, int64_t N, int64_t C, double eps) override;
+  void layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout, const void* x,
+                          const void* w, const void* mean, const void* rstd, int64_t N,
+                          int64_t C) override;
+
+  void rope(DType dt, void* x, const int32_t* pos, const float* inv_freq, int64_t N,
+            int64_t row_stride, int heads, int head_dim, int rotary_dim, double attn_factor,
+            bool inverse) override;
+
+  void attention_forward(DType dt, const AttentionArgs& a, void* out, void* lse, const void* q,
+                         const void* k, const void* v) override;
+  void attention_backward(DType dt, const AttentionArgs& a, void* dq, void* dk, void* dv,
+                          const void* dout, const void* q, const void* k, const void* v,
+                          const void* out, const void* lse) override;
+
+  void glu_forward(DType dt, Activation act, void* out, const void* gate_up, int64_t N,
+                   int64_t F) override;
+  void glu_backward(DType dt, Activation act, void* dgate_up, const void* dout,
+                    const void* gate_up, int64_t N, int64_t F) override;
+  void act_forward(DType dt, Activation act, void* out, const void* x, int64_t n) override;
+  void act_backward(DType dt, Activation act, void* dx, const void* dout, const void* x,
+                    int64_t n) override;
+
+  void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
+                     int64_t V, int32_t ignore_index, double grad_scale, double softcap) override;
+
+  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, int64_t step,
+                  double grad_scale) override;
+
+ private:
+  double gemm_seconds_ = 0;
+};
+
+}  // namespace lmt

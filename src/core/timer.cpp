@@ -1,0 +1,17 @@
+#include "core/timer.h"
+
+#include <fstream>
+#include <string>
+
+namespace lmt {
+
+int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+}  // namespace lmt

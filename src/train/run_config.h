@@ -1,0 +1,152 @@
+// Everything one run needs, one struct per YAML section. Each field is declared once in visit()
+// (name, default, help); loading, --set overrides, printing and saving follow from that list.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace lmt {
+
+struct SourceConfig {
+  std::string path;
+  std::string format = "text";
+  std::string split = "delimiter";  // text: file | line | delimiter
+  std::string delimiter = "%";
+  double weight = 1.0;
+
+  template <class V> void visit(V& v) {
+    v("path", path, "a file or a directory of files");
+    v("format", format, "text");
+    v("split", split, "how a text file splits into documents: file, line or delimiter");
+    v("delimiter", delimiter, "the line that separates documents when split = delimiter");
+    v("weight", weight, "relative sampling weight of this source");
+  }
+};
+
+struct DataConfig {
+  std::vector<SourceConfig> sources;
+  std::string tokenizer = "bytes";
+  int64_t seq_len = 256;
+  double val_fraction = 0.05;
+
+  template <class V> void visit(V& v) {
+    v("sources", sources, "list of data sources");
+    v("tokenizer", tokenizer, "bytes: 256 byte ids + end-of-text (id 256)");
+    v("seq_len", seq_len, "tokens per training sample");
+    v("val_fraction", val_fraction, "share of documents held out for evaluation");
+  }
+};
+
+struct TrainConfig {
+  std::string backend = "cpu";
+  std::string precision = "f32";
+  int64_t micro_batch_size = 8;
+  int64_t grad_accum_steps = 1;
+  int64_t max_steps = 1000;
+  double lr = 3e-4;
+  double min_lr = 3e-5;
+  int64_t warmup_steps = 100;
+  std::string schedule = "cosine";
+  double decay_fraction = 0.2;
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;
+  int64_t seed = 1234;
+  int64_t eval_every = 100;
+  int64_t eval_steps = 10;
+  int64_t save_every = 500;
+  int64_t keep_last = 3;
+  int64_t log_every = 10;
+  std::string out_dir = "runs/default";
+  bool activation_checkpointing = false;
+  int64_t loss_chunk_tokens = 1024;
+  int64_t threads = 0;
+  std::string sample_prompt;
+  int64_t sample_tokens = 0;
+
+  template <class V> void visit(V& v) {
+    v("backend", backend, "cpu, cuda or auto");
+    v("precision", precision, "f32 (CPU)");
+    v("micro_batch_size", micro_batch_size, "sequences per forward/backward pass");
+    v("grad_accum_steps", grad_accum_steps, "micro-batches per optimizer step");
+    v("max_steps", max_steps, "optimizer steps in the run");
+    v("lr", lr, "peak learning rate");
+    v("min_lr", min_lr, "learning rate at the end of the decay");
+    v("warmup_steps", warmup_steps, "steps of linear warmup from 0");
+    v("schedule", schedule, "constant, cosine, linear or wsd");
+    v("decay_fraction", decay_fraction, "wsd: share of max_steps spent decaying at the end");
+    v("weight_decay", weight_decay, "decoupled weight decay");
+    v("grad_clip", grad_clip, "clip the global gradient norm to this; 0 = off");
+    v("seed", seed, "seed of initialisation and data order");
+    v("eval_every", eval_every, "steps between evaluations; 0 = never");
+    v("eval_steps", eval_steps, "micro-batches per evaluation");
+    v("save_every", save_every, "steps between checkpoints; 0 = only at the end");
+    v("keep_last", keep_last, "checkpoints to keep; 0 = all");
+    v("log_every", log_every, "steps between progress lines");
+    v("out_dir", out_dir, "run directory");
+    v("activation_checkpointing", activation_checkpointing, "recompute each layer in backward");
+    v("loss_chunk_tokens", loss_chunk_tokens, "tokens per cross-entropy chunk");
+    v("threads", threads, "CPU threads; 0 = all cores");
+    v("sample_prompt", sample_prompt, "text to continue at the end of the run");
+    v("sample_tokens", sample_tokens, "tokens to generate at the end of the run; 0 = none");
+  }
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  bool decay_embeddings = false;
+  bool decay_norms_and_biases = false;
+
+  template <class V> void visit(V& v) {
+    v("name", name, "adamw");
+    v("beta1", beta1, "first-moment decay");
+    v("beta2", beta2, "second-moment decay");
+    v("eps", eps, "denominator epsilon");
+    v("decay_embeddings", decay_embeddings, "apply weight decay to embeddings too");
+    v("decay_norms_and_biases", decay_norms_and_biases, "apply weight decay to norms and biases");
+  }
+};
+
+struct LoggingConfig {
+  bool console = true;
+  bool jsonl = true;
+
+  template <class V> void visit(V& v) {
+    v("console", console, "print a progress line every log_every steps");
+    v("jsonl", jsonl, "write metrics.jsonl in the run directory");
+  }
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  LoggingConfig logging;
+
+  template <class V> void visit(V& v) {
+    v("model", model, "model shape");
+    v("data", data, "data sources and sampling");
+    v("train", train, "training loop");
+    v("optimizer", optimizer, "optimizer");
+    v("logging", logging, "metric sinks");
+  }
+
+  // Throws UserError naming the key of the first inconsistent or out-of-range value.
+  void validate() const;
+};
+
+// Loads a YAML file, applies "section.key=value" overrides in order, fills a RunConfig and
+// validates it. Every problem is a UserError naming the file, the key or the override.
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+// The resolved config as YAML text (every field, defaults included).
+std::string run_config_to_yaml(RunConfig& cfg);
+// A stable hash of the resolved config (hex), stored in checkpoints.
+std::string run_config_hash(RunConfig& cfg);
+
+}  // namespace lmt
