@@ -1,2 +1,46 @@
+// lmtrain: one binary for training and fine-tuning decoder-only language models.
+// Exit codes: 0 success, 2 a user error (bad config, missing file, ...), 3 a non-finite training
+// step, 1 an internal error.
 #include <cstdio>
-int main() { std::puts("lmtrain: under construction"); return 0; }
+#include <map>
+#include <string>
+
+#include "backend/cuda/cuda_info.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"lmtrain: train and fine-tune decoder-only language models", "lmtrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("lmtrain ") + LMTRAIN_VERSION + " (" +
+                                        lmt::cuda_device_summary() + ")");
+  std::map<CLI::App*, lmt::cli::Run> runs;
+  auto add = [&](auto adder, const char* name, const char* help) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    runs[sub] = adder(*sub);
+  };
+  add(lmt::cli::add_train, "train", "train a model from a YAML config");
+  add(lmt::cli::add_generate, "generate", "continue a prompt with a trained checkpoint");
+  add(lmt::cli::add_bench, "bench", "measure training throughput for a config");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : lmt::kExitUserError;
+  }
+  try {
+    for (auto& [sub, run] : runs)
+      if (sub->parsed()) return run();
+  } catch (const lmt::UserError& e) {
+    std::fprintf(stderr, "lmtrain: error: %s\n", e.what());
+    return lmt::kExitUserError;
+  } catch (const lmt::NonFiniteError& e) {
+    std::fprintf(stderr, "lmtrain: stopped: %s\n", e.what());
+    return lmt::kExitBadStep;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "lmtrain: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 1;
+}

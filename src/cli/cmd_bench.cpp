@@ -1,0 +1,28 @@
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "train/bench.h"
+#include "train/run_config.h"
+
+namespace lmt::cli {
+
+Run add_bench(CLI::App& app) {
+  struct Opts {
+    std::string config;
+    std::vector<std::string> sets;
+    int64_t steps = 5;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("--config", o->config, "YAML config file (model and train sections are used)")
+      ->required();
+  app.add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  app.add_option("--steps", o->steps, "timed optimizer steps")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  return [o]() {
+    RunConfig cfg = load_run_config(o->config, o->sets);
+    fmt::print("{}\n", run_bench(std::move(cfg), o->steps).dump());
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli

@@ -1,0 +1,86 @@
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+#include "io/hf_config.h"
+#include "train/checkpoint.h"
+#include "train/generation.h"
+#include "train/trainer.h"
+
+namespace lmt::cli {
+
+namespace {
+
+// The tokenizer a checkpoint was trained with, from its state.json.
+std::string checkpoint_tokenizer(const std::filesystem::path& dir) {
+  std::ifstream f(dir / "state.json");
+  if (!f) return "bytes";
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded()) throw UserError((dir / "state.json").string() + ": not valid JSON");
+  return j.value("tokenizer", std::string("bytes"));
+}
+
+}  // namespace
+
+Run add_generate(CLI::App& app) {
+  struct Opts {
+    std::string checkpoint, prompt, backend = "cpu";
+    int64_t max_new_tokens = 200, top_k = 0, threads = 0;
+    double temperature = 0.8, top_p = 1.0;
+    uint64_t seed = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("--checkpoint", o->checkpoint,
+                 "checkpoint directory (checkpoints/step_NNNNNNN) or a run directory (its newest)")
+      ->required();
+  app.add_option("--prompt", o->prompt, "text to continue")->required();
+  app.add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  app.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--top-k", o->top_k, "keep the k most likely tokens; 0 = all")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", o->top_p, "keep the smallest set with this probability mass")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
+  app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();
+  return [o]() {
+    namespace fs = std::filesystem;
+    fs::path dir = o->checkpoint;
+    if (!fs::exists(dir)) throw UserError("--checkpoint: '" + dir.string() + "' does not exist");
+    if (!fs::exists(dir / "config.json")) {
+      auto latest = find_latest_checkpoint(dir.string());
+      if (!latest)
+        throw UserError("--checkpoint: '" + dir.string() +
+                        "' is neither a checkpoint (no config.json) nor a run with checkpoints");
+      dir = *latest;
+    }
+    const std::string tok = checkpoint_tokenizer(dir);
+    if (tok != "bytes")
+      throw UserError((dir / "state.json").string() + ": unsupported tokenizer '" + tok + "'");
+    set_threads(o->threads);
+    ModelConfig mc = read_hf_config((dir / "config.json").string());
+    auto be = make_backend(o->backend);
+    Transformer model(be.get(), mc);
+    load_model_weights(dir.string(), model);
+
+    ByteTokenizer bt;
+    GenerateOptions g;
+    g.max_new_tokens = o->max_new_tokens;
+    g.sampling = SamplingParams{o->temperature, o->top_k, o->top_p};
+    g.seed = o->seed;
+    g.stop_id = bt.eot_id();
+    std::vector<int32_t> ids = generate_ids(model, bt.encode(o->prompt), g);
+    fmt::print("{}{}\n", o->prompt, bt.decode(ids));
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli

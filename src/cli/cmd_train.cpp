@@ -1,0 +1,29 @@
+#include <fmt/core.h>
+
+#include "cli/commands.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace lmt::cli {
+
+Run add_train(CLI::App& app) {
+  struct Opts {
+    std::string config;
+    std::vector<std::string> sets;
+    bool resume = false;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("--config", o->config, "YAML config file")->required();
+  app.add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
+  app.add_flag("--resume", o->resume, "continue from the newest complete checkpoint in out_dir");
+  return [o]() {
+    RunConfig cfg = load_run_config(o->config, o->sets);
+    TrainResult r = train(std::move(cfg), o->resume);
+    fmt::print("done: {} steps, last loss {:.4f}", r.steps, r.last_loss);
+    if (r.last_val_loss >= 0) fmt::print(", val loss {:.4f}", r.last_val_loss);
+    fmt::print("\n");
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli

@@ -1,0 +1,102 @@
+// Incremental decoding with a KV cache (batch 1): the same kernels as training, with keys and
+// values of past positions kept per layer so each new token costs one row of work per layer.
+#include <cmath>
+
+#include "core/error.h"
+#include "model/transformer.h"
+
+namespace lmt {
+
+struct KvCache {
+  int64_t max_len = 0;
+  int64_t length = 0;       // positions filled
+  std::vector<Buffer> k, v; // per layer [max_len, KV]
+};
+
+std::unique_ptr<KvCache> Transformer::make_kv_cache(int64_t max_len) const {
+  auto c = std::make_unique<KvCache>();
+  c->max_len = max_len;
+  const size_t row = static_cast<size_t>(cfg_.kv_heads() * cfg_.head_size()) * es_;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    c->k.emplace_back(be_, row * static_cast<size_t>(max_len));
+    c->v.emplace_back(be_, row * static_cast<size_t>(max_len));
+  }
+  return c;
+}
+
+std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t n) {
+  LMT_CHECK(n >= 1, "feed needs at least one token");
+  if (cache.length + n > cache.max_len)
+    throw UserError("generate: " + std::to_string(cache.length + n) +
+                    " tokens exceed the KV cache of " + std::to_string(cache.max_len) +
+                    " (max_position_embeddings or --max-new-tokens)");
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
+      throw UserError("generate: token id " + std::to_string(ids[i]) + " is outside the vocabulary");
+  const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size, V = cfg_.vocab_size;
+  const int Hq = static_cast<int>(cfg_.num_attention_heads), Hkv = static_cast<int>(cfg_.kv_heads());
+  const int D = static_cast<int>(cfg_.head_size());
+  const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
+  const int64_t past = cache.length;
+  auto e = [&](int64_t k) { return static_cast<size_t>(k) * es_; };
+
+  Buffer ids_d(be_, sizeof(int32_t) * n), pos_d(be_, sizeof(int32_t) * n);
+  std::vector<int32_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(past + i);
+  be_->from_host(ids_d.data(), ids, sizeof(int32_t) * n);
+  be_->from_host(pos_d.data(), pos.data(), sizeof(int32_t) * n);
+  Buffer x(be_, e(n * C)), h(be_, e(n * C)), rstd(be_, e(n)), qkv(be_, e(n * QKV));
+  Buffer att(be_, e(n * Q)), lse(be_, e(n * Hq)), mid(be_, e(n * C)), gu(be_, e(n * 2 * F));
+  Buffer act(be_, e(n * F));
+  const auto* inv = inv_freq_.as<float>();
+
+  be_->embedding_forward(dt_, x.data(), ids_d.as<int32_t>(), weights_.data(), n, C);
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    const LayerWeights w = layer_weights(l, false);
+    be_->rmsnorm_forward(dt_, h.data(), rstd.data(), x.data(), w.ln1, n, C, cfg_.rms_norm_eps, 0.0);
+    be_->gemm(dt_, false, true, n, QKV, C, 1.0, h.data(), C, w.qkv, C, 0.0, qkv.data(), QKV);
+    be_->rope(dt_, qkv.data(), pos_d.as<int32_t>(), inv, n, QKV, Hq, D, D, 1.0, false);
+    be_->rope(dt_, at(qkv.data(), Q), pos_d.as<int32_t>(), inv, n, QKV, Hkv, D, D, 1.0, false);
+    for (int64_t i = 0; i < n; ++i) {
+      be_->copy(at(cache.k[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q), e(KV));
+      be_->copy(at(cache.v[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q + KV), e(KV));
+    }
+    AttentionArgs a;
+    a.batch = 1; a.q_len = n; a.kv_len = past + n; a.q_offset = past;
+    a.num_heads = Hq; a.num_kv_heads = Hkv; a.head_dim = D;
+    a.q_row_stride = QKV; a.q_batch_stride = n * QKV;
+    a.kv_row_stride = KV; a.kv_batch_stride = cache.max_len * KV;
+    a.out_row_stride = Q; a.out_batch_stride = n * Q;
+    a.scale = 1.0 / std::sqrt(static_cast<double>(D));
+    be_->attention_forward(dt_, a, att.data(), lse.data(), qkv.data(), cache.k[l].data(),
+                           cache.v[l].data());
+    be_->gemm(dt_, false, true, n, C, Q, 1.0, att.data(), Q, w.o, Q, 0.0, mid.data(), C);
+    be_->accumulate(dt_, mid.data(), x.data(), n * C);
+    be_->rmsnorm_forward(dt_, h.data(), rstd.data(), mid.data(), w.ln2, n, C, cfg_.rms_norm_eps, 0.0);
+    be_->gemm(dt_, false, true, n, 2 * F, C, 1.0, h.data(), C, w.gate_up, C, 0.0, gu.data(), 2 * F);
+    be_->glu_forward(dt_, Activation::silu, act.data(), gu.data(), n, F);
+    be_->gemm(dt_, false, true, n, C, F, 1.0, act.data(), F, w.down, F, 0.0, x.data(), C);
+    be_->accumulate(dt_, x.data(), mid.data(), n * C);
+  }
+  cache.length += n;
+  // Only the last position's logits are needed.
+  const ParamInfo& norm = params_[1 + 9 * static_cast<size_t>(cfg_.num_hidden_layers)];
+  const ParamInfo& head = cfg_.tie_word_embeddings ? params_.front() : params_.back();
+  void* last = at(x.data(), (n - 1) * C);
+  be_->rmsnorm_forward(dt_, h.data(), rstd.data(), last, at(weights_.data(), norm.offset), 1, C,
+                       cfg_.rms_norm_eps, 0.0);
+  Buffer logits(be_, e(V));
+  be_->gemm(dt_, false, true, 1, V, C, 1.0, h.data(), C, at(weights_.data(), head.offset), C, 0.0,
+            logits.data(), V);
+  std::vector<float> out(static_cast<size_t>(V));
+  if (dt_ == DType::f32) {
+    be_->to_host(out.data(), logits.data(), out.size() * 4);
+  } else {
+    std::vector<double> d(out.size());
+    be_->to_host(d.data(), logits.data(), d.size() * 8);
+    for (size_t i = 0; i < d.size(); ++i) out[i] = static_cast<float>(d[i]);
+  }
+  return out;
+}
+
+}  // namespace lmt

@@ -1,0 +1,119 @@
+#include "train/bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "train/trainer.h"
+
+namespace lmt {
+
+double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t matmul_params) {
+  const double attn = 12.0 * static_cast<double>(m.num_hidden_layers) *
+                      static_cast<double>(m.num_attention_heads * m.head_size()) *
+                      static_cast<double>(seq_len);
+  return 6.0 * static_cast<double>(matmul_params) + attn;
+}
+
+namespace {
+
+// FLOP/s of one large f32 GEMM on this backend: the ceiling MFU is measured against.
+double measure_gemm_peak(Backend* be) {
+  const int64_t n = 2048;
+  Buffer a(be, n * n * 4), b(be, n * n * 4), c(be, n * n * 4);
+  std::vector<float> host(static_cast<size_t>(n * n));
+  fill_normal(host.data(), n * n, 0.0, 1.0, 1, 1);
+  be->from_host(a.data(), host.data(), host.size() * 4);
+  be->from_host(b.data(), host.data(), host.size() * 4);
+  double best = 1e30;
+  for (int rep = 0; rep < 4; ++rep) {
+    Timer t;
+    be->gemm(DType::f32, false, true, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+    be->synchronize();
+    if (rep > 0) best = std::min(best, t.seconds());  // first one warms up
+  }
+  return 2.0 * n * n * n / best;
+}
+
+}  // namespace
+
+nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
+  set_threads(cfg.train.threads);
+  auto be = make_backend(cfg.train.backend);
+  const ModelConfig& mc = cfg.model;
+  const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;
+  const int64_t accum = cfg.train.grad_accum_steps;
+  const double peak = measure_gemm_peak(be.get());
+
+  Transformer model(be.get(), mc);
+  model.set_activation_checkpointing(cfg.train.activation_checkpointing);
+  model.set_loss_chunk_tokens(cfg.train.loss_chunk_tokens);
+  model.init_weights(static_cast<uint64_t>(cfg.train.seed));
+  AdamW opt(be.get(), model.params(), model.flat_size(), cfg.optimizer, cfg.train.weight_decay);
+
+  Rng rng(static_cast<uint64_t>(cfg.train.seed), 99);
+  std::vector<int32_t> ids(static_cast<size_t>(B * T * accum));
+  for (auto& x : ids) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(mc.vocab_size)));
+  std::vector<int32_t> labels(ids.begin() + 1, ids.end());
+  labels.push_back(ids.front());
+  const double scale = 1.0 / static_cast<double>(B * T * accum);
+
+  auto step = [&]() {
+    model.zero_grads();
+    for (int64_t a = 0; a < accum; ++a)
+      model.forward_backward(ids.data() + a * B * T, labels.data() + a * B * T, B, T, scale);
+    opt.clip_and_step(static_cast<float*>(model.params_data()),
+                      static_cast<float*>(model.grads_data()), cfg.train.lr, cfg.train.grad_clip);
+    be->synchronize();
+  };
+  step();  // warm-up: plans the arena, touches every page
+  be->reset_gemm_seconds();
+  std::vector<double> times;
+  for (int64_t s = 0; s < steps; ++s) {
+    Timer t;
+    step();
+    times.push_back(t.seconds());
+  }
+  double total = 0;
+  for (double t : times) total += t;
+  const double mean = total / static_cast<double>(times.size());
+  std::vector<double> sorted = times;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+
+  int64_t matmul_params = model.num_params();
+  if (!mc.tie_word_embeddings) matmul_params -= mc.vocab_size * mc.hidden_size;
+  const double tokens = static_cast<double>(B * T * accum);
+  const double fpt = train_flops_per_token(mc, T, matmul_params);
+  const double tps = tokens / mean;
+  nlohmann::json j;
+  j["backend"] = be->name();
+  j["shape"] = {{"vocab_size", mc.vocab_size}, {"hidden_size", mc.hidden_size},
+                {"intermediate_size", mc.intermediate_size},
+                {"num_hidden_layers", mc.num_hidden_layers},
+                {"num_attention_heads", mc.num_attention_heads},
+                {"num_key_value_heads", mc.kv_heads()}, {"seq_len", T}, {"micro_batch_size", B},
+                {"grad_accum_steps", accum},
+                {"activation_checkpointing", cfg.train.activation_checkpointing}};
+  j["params"] = model.num_params();
+  j["steps"] = steps;
+  j["tokens_per_s"] = tps;
+  j["step_ms"] = mean * 1e3;
+  j["step_ms_median"] = median * 1e3;
+  j["flops_per_token"] = fpt;
+  j["achieved_flops"] = fpt * tps;
+  j["peak_flops"] = peak;
+  j["peak_flops_source"] = "measured: best f32 GEMM 2048x2048x2048 on this backend";
+  j["mfu"] = fpt * tps / peak;
+  j["gemm_share"] = be->gemm_seconds() / total;
+  j["activation_bytes"] = model.activation_bytes(B, T);
+  j["peak_rss_bytes"] = peak_rss_bytes();
+  return j;
+}
+
+}  // namespace lmt

@@ -1,0 +1,20 @@
+// Training throughput of a config on random tokens: tokens/s, step time, MFU against the
+// measured GEMM peak of this machine, the share of the step spent in GEMMs, and peak memory.
+#pragma once
+
+#include <cstdint>
+
+#include <nlohmann/json.hpp>
+
+#include "train/run_config.h"
+
+namespace lmt {
+
+// Runs one warm-up step and then `steps` timed optimizer steps. Returns one JSON object.
+nlohmann::json run_bench(RunConfig cfg, int64_t steps);
+
+// Training FLOPs per token: 6 * N + 12 * L * d * T (N: parameters that take part in matrix
+// products, i.e. all but the input embedding table unless it is tied to the head).
+double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t matmul_params);
+
+}  // namespace lmt

@@ -1,0 +1,205 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.json",
+                              "config.yaml", "state.json"};
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) throw UserError("checkpoint: cannot write '" + path.string() + "'");
+}
+
+// Flushes a file or directory to disk so that the rename that follows publishes complete data.
+void fsync_path(const fs::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+std::vector<uint8_t> flat_to_host(const Transformer& model) {
+  std::vector<uint8_t> host(static_cast<size_t>(model.flat_size()) * dtype_size(model.dtype()));
+  model.backend()->to_host(host.data(), model.params_data(), host.size());
+  return host;
+}
+
+std::vector<float> moments_to_host(const Transformer& model, const float* m) {
+  std::vector<float> host(static_cast<size_t>(model.flat_size()));
+  model.backend()->to_host(host.data(), m, host.size() * sizeof(float));
+  return host;
+}
+
+int64_t step_of(const fs::path& dir) {
+  static const std::regex re("step_([0-9]{7,})");
+  std::smatch mt;
+  const std::string name = dir.filename().string();
+  if (!std::regex_match(name, mt, re)) return -1;
+  return std::stoll(mt[1].str());
+}
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream f(path);
+  if (!f) throw UserError("checkpoint: cannot read '" + path.string() + "'");
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded()) throw UserError("checkpoint: '" + path.string() + "' is not valid JSON");
+  return j;
+}
+
+void load_into(const SafetensorsFile& file, const std::string& name, const ParamInfo& p,
+               DType dt, Backend* be, void* base) {
+  const SafetensorsMeta& meta = file.meta(name);
+  if (meta.shape != p.shape)
+    throw UserError(file.path() + ": tensor '" + name + "' has shape " + meta.shape.str() +
+                    ", the model expects " + p.shape.str());
+  HostTensor t = file.read_as(name, dt);
+  be->from_host(static_cast<char*>(base) + static_cast<size_t>(p.offset) * dtype_size(dt), t.data(),
+                t.nbytes());
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const float* m,
+                            const float* v, const CheckpointState& state,
+                            const std::string& config_yaml, int64_t keep_last) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  fs::create_directories(root);
+  const std::string name = fmt::format("step_{:07d}", state.step);
+  const fs::path final_dir = root / name;
+  const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+
+  const DType dt = model.dtype();
+  std::vector<uint8_t> weights = flat_to_host(model);
+  SafetensorsWriter mw;
+  mw.set_metadata("format", "pt");
+  for (const ParamInfo& p : model.params())
+    mw.add(p.name, dt, p.shape, weights.data() + static_cast<size_t>(p.offset) * dtype_size(dt));
+  mw.write((tmp / "model.safetensors").string());
+
+  SafetensorsWriter ow;
+  std::vector<float> hm, hv;
+  if (m && v) {
+    hm = moments_to_host(model, m);
+    hv = moments_to_host(model, v);
+    for (const ParamInfo& p : model.params()) {
+      ow.add("exp_avg." + p.name, DType::f32, p.shape, hm.data() + p.offset);
+      ow.add("exp_avg_sq." + p.name, DType::f32, p.shape, hv.data() + p.offset);
+    }
+  }
+  ow.write((tmp / "optimizer.safetensors").string());
+  write_text(tmp / "config.json", model_config_to_hf(model.config()).dump(2) + "\n");
+  write_text(tmp / "config.yaml", config_yaml);
+  nlohmann::json sj = {{"step", state.step},
+                       {"optimizer_step", state.optimizer_step},
+                       {"tokens", state.tokens},
+                       {"loader", state.loader},
+                       {"config_hash", state.config_hash},
+                       {"tokenizer", state.tokenizer}};
+  write_text(tmp / "state.json", sj.dump(2) + "\n");  // written last: marks the set complete
+  for (const char* f : kFiles) fsync_path(tmp / f);
+  fsync_path(tmp);
+
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  fs::rename(tmp, final_dir);
+  fsync_path(root);
+
+  if (keep_last > 0) {
+    std::vector<std::pair<int64_t, fs::path>> all;
+    for (const auto& e : fs::directory_iterator(root))
+      if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
+    std::sort(all.begin(), all.end());
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
+      fs::remove_all(all[i].second);
+  }
+  return final_dir.string();
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  if (!fs::is_directory(root)) return std::nullopt;
+  int64_t best = -1;
+  fs::path best_dir;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const int64_t s = e.is_directory() ? step_of(e.path()) : -1;
+    if (s <= best) continue;
+    bool complete = true;
+    for (const char* f : kFiles) complete = complete && fs::is_regular_file(e.path() / f);
+    if (!complete) continue;
+    std::ifstream sf(e.path() / "state.json");
+    auto j = nlohmann::json::parse(sf, nullptr, false);
+    if (j.is_discarded() || !j.contains("step") || j["step"] != s) continue;
+    best = s;
+    best_dir = e.path();
+  }
+  if (best < 0) return std::nullopt;
+  return best_dir.string();
+}
+
+void load_model_weights(const std::string& path, Transformer& model) {
+  const fs::path file = fs::is_directory(path) ? fs::path(path) / "model.safetensors" : fs::path(path);
+  if (!fs::exists(file)) throw UserError("'" + file.string() + "' not found");
+  SafetensorsFile st = SafetensorsFile::open(file.string());
+  for (const ParamInfo& p : model.params()) {
+    if (!st.contains(p.name))
+      throw UserError(file.string() + ": tensor '" + p.name + "' is missing");
+    load_into(st, p.name, p, model.dtype(), model.backend(), model.params_data());
+  }
+  for (const std::string& n : st.names()) {
+    bool known = false;
+    for (const ParamInfo& p : model.params()) known = known || p.name == n;
+    if (!known) throw UserError(file.string() + ": unexpected tensor '" + n + "' for this model");
+  }
+}
+
+CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {
+  load_model_weights(dir, model);
+  if (m && v) {
+    const std::string path = (fs::path(dir) / "optimizer.safetensors").string();
+    SafetensorsFile st = SafetensorsFile::open(path);
+    for (const ParamInfo& p : model.params()) {
+      for (auto [prefix, dst] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
+        const std::string name = prefix + p.name;
+        if (!st.contains(name)) throw UserError(path + ": tensor '" + name + "' is missing");
+        load_into(st, name, p, DType::f32, model.backend(), dst);
+      }
+    }
+  }
+  nlohmann::json j = read_json(fs::path(dir) / "state.json");
+  CheckpointState s;
+  try {
+    s.step = j.at("step").get<int64_t>();
+    s.optimizer_step = j.at("optimizer_step").get<int64_t>();
+    s.tokens = j.value("tokens", int64_t{0});
+    s.loader = j.at("loader");
+    s.config_hash = j.value("config_hash", std::string());
+    s.tokenizer = j.value("tokenizer", std::string());
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(dir + "/state.json: " + e.what());
+  }
+  return s;
+}
+
+}  // namespace lmt

@@ -1,0 +1,44 @@
+// Checkpoints: <run_dir>/checkpoints/step_NNNNNNN/ holding model.safetensors (Hugging Face
+// names), optimizer.safetensors (exp_avg.<name>, exp_avg_sq.<name>), config.json (the model's
+// shape), config.yaml (the resolved run config) and state.json (step, loader state, config hash).
+// A checkpoint is written into a temporary directory and renamed into place, so a crash never
+// leaves a directory that find_latest_checkpoint() would pick.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/transformer.h"
+
+namespace lmt {
+
+struct CheckpointState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t optimizer_step = 0;  // AdamW's step count (bias correction)
+  int64_t tokens = 0;          // tokens trained on
+  nlohmann::json loader;       // the loader's state
+  std::string config_hash;
+  std::string tokenizer;
+};
+
+// m and v: optimizer moments in the flat parameter layout (f32, may be null to skip).
+// Returns the checkpoint directory. Deletes the oldest ones beyond keep_last (0 keeps all).
+std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const float* m,
+                            const float* v, const CheckpointState& state,
+                            const std::string& config_yaml, int64_t keep_last);
+
+// The newest complete checkpoint of a run, if any. Directories that are half written (temporary
+// names, missing files, unreadable state.json) are passed over.
+std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
+
+// Loads weights (and moments when m, v are given) into the model's flat buffers; every tensor
+// must be present with the model's shape. Returns state.json's contents.
+CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v);
+
+// Loads model.safetensors of a directory into the model (names and shapes checked).
+void load_model_weights(const std::string& path, Transformer& model);
+
+}  // namespace lmt

@@ -1,0 +1,82 @@
+#include "train/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+Metrics::Metrics(const std::string& run_dir, bool console, bool jsonl, int64_t resume_step)
+    : console_(console) {
+  if (!jsonl) return;
+  const std::string path = run_dir + "/metrics.jsonl";
+  if (resume_step >= 0 && fs::exists(path)) {
+    std::ifstream in(path);
+    std::vector<std::string> keep;
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= resume_step)
+        keep.push_back(line);
+    }
+    in.close();
+    std::ofstream out(path, std::ios::trunc);
+    for (const auto& l : keep) out << l << '\n';
+  } else if (resume_step < 0) {
+    std::ofstream(path, std::ios::trunc).close();
+  }
+  jsonl_.open(path, std::ios::app);
+  if (!jsonl_) throw UserError("logging.jsonl: cannot open '" + path + "' for writing");
+}
+
+void Metrics::write(const nlohmann::json& j) {
+  if (!jsonl_.is_open()) return;
+  jsonl_ << j.dump() << '\n';
+  jsonl_.flush();
+}
+
+void Metrics::log_step(const StepMetrics& m) {
+  write({{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
+         {"tokens_per_s", m.tokens_per_s}, {"step_ms", m.step_ms}, {"tokens", m.tokens}});
+  if (console_) {
+    fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
+               "{:.0f} ms/step | ETA {}\n",
+               m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
+               format_duration(m.eta_s));
+    std::fflush(stdout);
+  }
+}
+
+void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens) {
+  write({{"step", step}, {"val_loss", val_loss}, {"val_ppl", std::exp(val_loss)},
+         {"val_tokens", tokens}});
+  if (console_) {
+    fmt::print("eval  {:>6} | val loss {:.4f} | val ppl {:.2f}\n", step, val_loss,
+               std::exp(val_loss));
+    std::fflush(stdout);
+  }
+}
+
+void Metrics::log_line(const std::string& text) {
+  if (!console_) return;
+  fmt::print("{}\n", text);
+  std::fflush(stdout);
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+}  // namespace lmt

@@ -1,0 +1,216 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <cblas.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "backend/backend.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "data/byte_tokenizer.h"
+#include "data/loader.h"
+#include "data/token_dataset.h"
+#include "model/transformer.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/generation.h"
+#include "train/metrics.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+void set_threads(int64_t threads) {
+  if (threads < 0) throw UserError("train.threads must be >= 0 (got " + std::to_string(threads) + ")");
+  const int n = threads > 0 ? static_cast<int>(threads) : omp_get_num_procs();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+}
+
+namespace {
+
+// Mean loss over the evaluation batches (token-weighted).
+double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T) {
+  loader.reset();
+  std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size());
+  LossSum total;
+  for (int64_t i = 0; i < batches; ++i) {
+    loader.next(ids.data(), labels.data());
+    LossSum s = model.forward_loss(ids.data(), labels.data(), B, T);
+    total.sum += s.sum;
+    total.tokens += s.tokens;
+  }
+  return total.tokens ? total.sum / static_cast<double>(total.tokens) : 0.0;
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::trunc);
+  f << text;
+  if (!f) throw UserError("cannot write '" + path.string() + "'");
+}
+
+}  // namespace
+
+TrainResult train(RunConfig cfg, bool resume) {
+  const TrainConfig& tc = cfg.train;
+  if (cfg.data.sources.empty()) throw UserError("data.sources: at least one source is needed");
+  set_threads(tc.threads);
+  const std::string config_yaml = run_config_to_yaml(cfg);
+  const std::string config_hash = run_config_hash(cfg);
+  const fs::path run_dir = tc.out_dir;
+  std::error_code ec;
+  fs::create_directories(run_dir, ec);
+  if (ec) throw UserError("train.out_dir: cannot create '" + run_dir.string() + "': " + ec.message());
+
+  // Resume point, if asked for and present.
+  std::optional<std::string> ckpt;
+  if (resume) {
+    ckpt = find_latest_checkpoint(run_dir.string());
+    if (!ckpt)
+      throw UserError("--resume: no complete checkpoint in '" + (run_dir / "checkpoints").string() +
+                      "'");
+  }
+
+  DatasetSplits data = build_datasets(cfg.data);
+  const int64_t B = tc.micro_batch_size, T = cfg.data.seq_len, accum = tc.grad_accum_steps;
+  Loader loader(data.train, T, B, static_cast<uint64_t>(tc.seed));
+  std::unique_ptr<EvalLoader> eval_loader;
+  if (tc.eval_every > 0 || tc.eval_steps > 0) {
+    if (data.val.num_samples(T) > 0) eval_loader = std::make_unique<EvalLoader>(data.val, T, B);
+  }
+
+  auto be = make_backend(tc.backend);
+  Transformer model(be.get(), cfg.model);
+  model.set_activation_checkpointing(tc.activation_checkpointing);
+  model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
+  model.init_weights(static_cast<uint64_t>(tc.seed));
+  AdamW opt(be.get(), model.params(), model.flat_size(), cfg.optimizer, tc.weight_decay);
+
+  int64_t step = 0, tokens_seen = 0;
+  if (ckpt) {
+    CheckpointState st = load_checkpoint(*ckpt, model, opt.m_data(), opt.v_data());
+    step = st.step;
+    tokens_seen = st.tokens;
+    opt.set_step_count(st.optimizer_step);
+    loader.set_state(st.loader.get<LoaderState>());
+    if (st.config_hash != config_hash)
+      fmt::print("note: the config differs from the one checkpoint {} was written with\n", *ckpt);
+  }
+  write_file(run_dir / "config.yaml", config_yaml);
+  Metrics metrics(run_dir.string(), cfg.logging.console, cfg.logging.jsonl, ckpt ? step : -1);
+  metrics.log_line(data.summary(T));
+  metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
+                               model.num_params(), cfg.model.num_hidden_layers,
+                               cfg.model.hidden_size, be->name(), omp_get_max_threads()));
+  if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
+
+  TrainResult result;
+  result.val_unigram_entropy = data.val.unigram_entropy();
+  std::vector<int32_t> ids(static_cast<size_t>(B * T * accum)), labels(ids.size());
+  ByteTokenizer tok;
+  double window_s = 0;
+  int64_t window_tokens = 0, window_steps = 0;
+  Timer since_start;
+  const int64_t first_step = step;
+
+  auto save = [&]() {
+    CheckpointState st;
+    st.step = step;
+    st.optimizer_step = opt.step_count();
+    st.tokens = tokens_seen;
+    st.loader = loader.get_state();
+    st.config_hash = config_hash;
+    st.tokenizer = cfg.data.tokenizer;
+    result.last_checkpoint =
+        save_checkpoint(run_dir.string(), model, opt.m_data(), opt.v_data(), st, config_yaml,
+                        tc.keep_last);
+  };
+  auto run_eval = [&]() {
+    if (!eval_loader) return;
+    const int64_t batches = tc.eval_steps > 0 ? tc.eval_steps : eval_loader->batches_per_pass();
+    result.last_val_loss = evaluate(model, *eval_loader, batches, B, T);
+    metrics.log_eval(step, result.last_val_loss, batches * B * T);
+  };
+
+  while (step < tc.max_steps) {
+    Timer t;
+    const double lr = lr_at(tc, step);
+    // All micro-batches of the step first: the loss is the mean over every labelled token of
+    // the step, whatever the split into micro-batches.
+    int64_t labelled = 0;
+    for (int64_t a = 0; a < accum; ++a) loader.next(&ids[a * B * T], &labels[a * B * T]);
+    for (int32_t l : labels) labelled += l != Transformer::kIgnoreIndex;
+    if (labelled == 0) throw UserError("data: a training step has no labelled tokens");
+    model.zero_grads();
+    LossSum loss;
+    for (int64_t a = 0; a < accum; ++a) {
+      LossSum s = model.forward_backward(&ids[a * B * T], &labels[a * B * T], B, T,
+                                         1.0 / static_cast<double>(labelled));
+      loss.sum += s.sum;
+      loss.tokens += s.tokens;
+    }
+    const double mean_loss = loss.sum / static_cast<double>(loss.tokens);
+    if (!std::isfinite(mean_loss))
+      throw NonFiniteError(fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was "
+                                       "written from this step",
+                                       step + 1, mean_loss, lr));
+    const double norm = opt.clip_and_step(static_cast<float*>(model.params_data()),
+                                          static_cast<float*>(model.grads_data()), lr, tc.grad_clip);
+    if (!std::isfinite(norm))
+      throw NonFiniteError(fmt::format("step {}: the gradient norm is {} (loss {:.4f}); no "
+                                       "checkpoint was written from this step",
+                                       step + 1, norm, mean_loss));
+    ++step;
+    tokens_seen += B * T * accum;
+    result.last_loss = mean_loss;
+    window_s += t.seconds();
+    window_tokens += B * T * accum;
+    ++window_steps;
+
+    if (step % tc.log_every == 0 || step == tc.max_steps) {
+      StepMetrics m;
+      m.step = step;
+      m.max_steps = tc.max_steps;
+      m.loss = mean_loss;
+      m.lr = lr;
+      m.grad_norm = norm;
+      m.tokens_per_s = window_tokens / window_s;
+      m.step_ms = window_s / static_cast<double>(window_steps) * 1e3;
+      m.eta_s = since_start.seconds() / static_cast<double>(step - first_step) *
+                static_cast<double>(tc.max_steps - step);
+      m.tokens = tokens_seen;
+      metrics.log_step(m);
+      window_s = 0;
+      window_tokens = window_steps = 0;
+    }
+    if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps) run_eval();
+    if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save();
+  }
+  if (step > first_step || !ckpt) {
+    run_eval();
+    save();
+  }
+  result.steps = step;
+
+  if (tc.sample_tokens > 0) {
+    GenerateOptions g;
+    g.max_new_tokens = tc.sample_tokens;
+    g.sampling.temperature = 0.8;
+    g.seed = static_cast<uint64_t>(tc.seed);
+    g.stop_id = tok.eot_id();
+    const std::string prompt = tc.sample_prompt.empty() ? std::string("\n") : tc.sample_prompt;
+    std::vector<int32_t> out = generate_ids(model, tok.encode(prompt), g);
+    metrics.log_line("sample:\n" + prompt + tok.decode(out));
+  }
+  return result;
+}
+
+}  // namespace lmt

@@ -1,0 +1,33 @@
+// The training loop: micro-batches with gradient accumulation, a token-weighted mean loss over
+// the whole optimizer step (so the result does not depend on how the step is split), clipping,
+// AdamW, evaluation, metrics and atomic checkpoints, and exact resume.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "train/run_config.h"
+
+namespace lmt {
+
+struct TrainResult {
+  int64_t steps = 0;             // optimizer steps done at the end
+  double last_loss = 0;
+  double last_val_loss = -1;     // -1: never evaluated
+  double val_unigram_entropy = 0;
+  std::string last_checkpoint;
+};
+
+// Thrown when a step's loss or gradient norm is not finite; the CLI exits with kExitBadStep.
+class NonFiniteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+constexpr int kExitBadStep = 3;
+
+TrainResult train(RunConfig cfg, bool resume);
+
+// Applies train.threads to OpenMP and OpenBLAS (0 = all cores).
+void set_threads(int64_t threads);
+
+}  // namespace lmt

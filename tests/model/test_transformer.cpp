@@ -1,0 +1,204 @@
+// The whole model: every parameter's gradient against central finite differences in double
+// precision, activation checkpointing, the KV cache and gradient-accumulation invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/rng.h"
+#include "model/transformer.h"
+
+namespace lmt {
+namespace {
+
+ModelConfig tiny_config(bool tied) {
+  ModelConfig c;
+  c.vocab_size = 11;
+  c.hidden_size = 12;
+  c.intermediate_size = 10;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 3;
+  c.num_key_value_heads = 1;
+  c.head_dim = 4;
+  c.max_position_embeddings = 32;
+  c.rope_theta = 100.0;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& x : ids) x = static_cast<int32_t>(g() % vocab);
+  return ids;
+}
+
+// Randomises every parameter (norm weights too, so they are not all 1) on the host.
+void randomise(Transformer& m, uint64_t seed, double std) {
+  std::vector<double> w(static_cast<size_t>(m.flat_size()), 0.0);
+  fill_normal(w.data(), m.flat_size(), 0.0, std, seed, 7);
+  for (const ParamInfo& p : m.params())
+    if (p.kind == ParamKind::norm)
+      for (int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] += 1.0;
+  m.backend()->from_host(m.params_data(), w.data(), w.size() * sizeof(double));
+}
+
+double loss_of(Transformer& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& labels,
+               int64_t B, int64_t T) {
+  LossSum s = m.forward_loss(ids.data(), labels.data(), B, T);
+  return s.sum / static_cast<double>(s.tokens);
+}
+
+void gradient_check(bool tied, bool checkpointing) {
+  CpuBackend be;
+  Transformer m(&be, tiny_config(tied), DType::f64);
+  m.set_activation_checkpointing(checkpointing);
+  m.set_loss_chunk_tokens(5);  // several chunks, one partial
+  randomise(m, tied ? 11 : 12, 0.3);
+  const int64_t B = 2, T = 7;
+  auto ids = random_ids(B * T, 11, 3);
+  auto labels = random_ids(B * T, 11, 4);
+  labels[3] = Transformer::kIgnoreIndex;  // masked labels carry no loss
+  labels[9] = Transformer::kIgnoreIndex;
+  int64_t valid = 0;
+  for (int32_t l : labels) valid += l != Transformer::kIgnoreIndex;
+
+  m.zero_grads();
+  LossSum s = m.forward_backward(ids.data(), labels.data(), B, T, 1.0 / static_cast<double>(valid));
+  ASSERT_EQ(s.tokens, valid);
+  std::vector<double> grad(static_cast<size_t>(m.flat_size()));
+  be.to_host(grad.data(), m.grads_data(), grad.size() * sizeof(double));
+  auto* w = static_cast<double*>(m.params_data());
+
+  const double h = 1e-5;
+  for (const ParamInfo& p : m.params()) {
+    double max_err = 0, max_ref = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      double& x = w[p.offset + i];
+      const double x0 = x;
+      x = x0 + h;
+      const double lp = loss_of(m, ids, labels, B, T);
+      x = x0 - h;
+      const double lm = loss_of(m, ids, labels, B, T);
+      x = x0;
+      const double fd = (lp - lm) / (2 * h);
+      max_err = std::max(max_err, std::abs(fd - grad[p.offset + i]));
+      max_ref = std::max(max_ref, std::abs(fd));
+    }
+    EXPECT_GT(max_ref, 0.0) << p.name << ": gradient is identically zero";
+    EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref)) << p.name << " max |fd - grad| " << max_err
+                                                       << " (max |fd| " << max_ref << ")";
+  }
+}
+
+TEST(Transformer, GradientCheckEveryParameterUntied) { gradient_check(false, false); }
+TEST(Transformer, GradientCheckEveryParameterTied) { gradient_check(true, false); }
+TEST(Transformer, GradientCheckWithActivationCheckpointing) { gradient_check(false, true); }
+
+TEST(Transformer, LayoutUsesHuggingFaceNames) {
+  CpuBackend be;
+  Transformer m(&be, tiny_config(false), DType::f32);
+  EXPECT_EQ(m.params().front().name, "model.embed_tokens.weight");
+  EXPECT_EQ(m.params().back().name, "lm_head.weight");
+  EXPECT_EQ(m.param("model.layers.1.self_attn.k_proj.weight").shape, (Shape{4, 12}));
+  EXPECT_EQ(m.param("model.layers.0.mlp.down_proj.weight").shape, (Shape{12, 10}));
+  // q, k, v and gate, up are contiguous so that each group is one GEMM.
+  const auto& q = m.param("model.layers.0.self_attn.q_proj.weight");
+  const auto& k = m.param("model.layers.0.self_attn.k_proj.weight");
+  const auto& v = m.param("model.layers.0.self_attn.v_proj.weight");
+  EXPECT_EQ(k.offset, q.offset + q.numel());
+  EXPECT_EQ(v.offset, k.offset + k.numel());
+  const int64_t expected = 11 * 12 * 2 + 2 * (12 + 12 * 12 + 4 * 12 * 2 + 12 * 12 + 12 + 3 * 12 * 10) + 12;
+  EXPECT_EQ(m.num_params(), expected);
+}
+
+TEST(Transformer, CheckpointingGivesBitIdenticalGradients) {
+  CpuBackend be;
+  ModelConfig cfg = tiny_config(false);
+  cfg.hidden_size = 24;
+  cfg.head_dim = 8;
+  Transformer a(&be, cfg, DType::f32), b(&be, cfg, DType::f32);
+  a.init_weights(5);
+  b.init_weights(5);
+  b.set_activation_checkpointing(true);
+  auto ids = random_ids(3 * 9, 11, 8), labels = random_ids(3 * 9, 11, 9);
+  a.zero_grads();
+  b.zero_grads();
+  LossSum la = a.forward_backward(ids.data(), labels.data(), 3, 9, 0.01);
+  LossSum lb = b.forward_backward(ids.data(), labels.data(), 3, 9, 0.01);
+  EXPECT_EQ(la.sum, lb.sum);
+  std::vector<float> ga(static_cast<size_t>(a.flat_size())), gb(ga.size());
+  be.to_host(ga.data(), a.grads_data(), ga.size() * 4);
+  be.to_host(gb.data(), b.grads_data(), gb.size() * 4);
+  EXPECT_EQ(ga, gb);
+  EXPECT_LT(b.activation_bytes(3, 9), a.activation_bytes(3, 9));
+}
+
+TEST(Transformer, InitIsReproducibleAndScaled) {
+  CpuBackend be;
+  ModelConfig cfg = tiny_config(false);
+  cfg.hidden_size = 64;
+  cfg.head_dim = 16;
+  cfg.intermediate_size = 96;
+  cfg.num_hidden_layers = 8;
+  Transformer a(&be, cfg), b(&be, cfg);
+  a.init_weights(42);
+  b.init_weights(42);
+  const auto* wa = static_cast<const float*>(a.params_data());
+  const auto* wb = static_cast<const float*>(b.params_data());
+  ASSERT_TRUE(std::equal(wa, wa + a.flat_size(), wb));
+  auto stddev = [&](const ParamInfo& p) {
+    double s = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) s += double(wa[p.offset + i]) * wa[p.offset + i];
+    return std::sqrt(s / p.numel());
+  };
+  EXPECT_NEAR(stddev(a.param("model.layers.0.mlp.up_proj.weight")), 0.02, 0.002);
+  EXPECT_NEAR(stddev(a.param("model.layers.0.mlp.down_proj.weight")), 0.02 / 4.0, 0.0005);
+  EXPECT_EQ(wa[a.param("model.norm.weight").offset], 1.0f);
+}
+
+TEST(Transformer, KvCacheMatchesFullForward) {
+  CpuBackend be;
+  Transformer m(&be, tiny_config(false), DType::f64);
+  randomise(m, 21, 0.3);
+  const int64_t T = 9;
+  auto ids = random_ids(T, 11, 22);
+  std::vector<double> full = m.forward_logits(ids.data(), 1, T);
+  auto cache = m.make_kv_cache(T);
+  std::vector<float> last = m.feed(*cache, ids.data(), 4);  // prefill 4, then one at a time
+  for (int64_t t = 4; t <= T; ++t) {
+    for (int64_t v = 0; v < 11; ++v)
+      EXPECT_NEAR(last[v], full[(t - 1) * 11 + v], 1e-5) << "position " << t - 1;
+    if (t < T) last = m.feed(*cache, &ids[t], 1);
+  }
+}
+
+TEST(Transformer, LossDoesNotDependOnMicroBatchSplit) {
+  CpuBackend be;
+  Transformer m(&be, tiny_config(false), DType::f64);
+  randomise(m, 31, 0.2);
+  const int64_t B = 4, T = 6;
+  auto ids = random_ids(B * T, 11, 32), labels = random_ids(B * T, 11, 33);
+  const double scale = 1.0 / (B * T);
+  m.zero_grads();
+  m.forward_backward(ids.data(), labels.data(), B, T, scale);
+  std::vector<double> whole(static_cast<size_t>(m.flat_size())), split(whole.size());
+  be.to_host(whole.data(), m.grads_data(), whole.size() * 8);
+  m.zero_grads();
+  m.forward_backward(ids.data(), labels.data(), 2, T, scale);
+  m.forward_backward(ids.data() + 2 * T, labels.data() + 2 * T, 2, T, scale);
+  be.to_host(split.data(), m.grads_data(), split.size() * 8);
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], split[i], 1e-13);
+}
+
+TEST(Transformer, RejectsTokenOutsideVocabulary) {
+  CpuBackend be;
+  Transformer m(&be, tiny_config(false));
+  std::vector<int32_t> ids = {1, 2, 11}, labels = {1, 2, 3};
+  EXPECT_THROW(m.forward_loss(ids.data(), labels.data(), 1, 3), UserError);
+}
+
+}  // namespace
+}  // namespace lmt
