@@ -29,6 +29,3 @@ void CpuBackend::act_backward(DType dt, Activation act, void* dx, const void* do
 void CpuBackend::cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N, int64_t V, int32_t ignore_index, double grad_scale, double softcap) { LMT_CHECK(false, "CpuBackend::cross_entropy not implemented yet");  }
 
 }  // namespace lmt
-namespace lmt {
-void CpuBackend::adamw_step(float*, const float*, float*, float*, int64_t, double, double, double, double, double, int64_t, double) { LMT_CHECK(false, "CpuBackend::adamw_step not implemented yet"); }
-}  // namespace lmt
