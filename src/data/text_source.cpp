@@ -1,0 +1,127 @@
+// Plain-text sources: listing files, reading them whole, splitting them into documents.
+#include "data/text_source.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Removes one trailing line end ("\n" or "\r\n").
+std::string_view strip_line_end(std::string_view s) {
+  if (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
+  return s;
+}
+
+std::string read_file(const std::string& path, const std::string& key) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw UserError(key + ": cannot read '" + path + "': " + std::strerror(errno));
+  std::string text;
+  std::error_code ec;
+  auto size = fs::file_size(path, ec);
+  if (!ec) text.reserve(static_cast<size_t>(size));
+  text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  if (f.bad()) throw UserError(key + ": error while reading '" + path + "'");
+  return text;
+}
+
+// Calls fn(line, start, next) for each line of text: the line without its line end, the offset
+// where it starts and the offset of the next line.
+template <class F>
+void for_each_line(std::string_view text, F&& fn) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    size_t end = nl == std::string_view::npos ? text.size() : nl;
+    size_t next = nl == std::string_view::npos ? text.size() : nl + 1;
+    fn(strip_line_end(text.substr(pos, end - pos)), pos, next);
+    pos = next;
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> list_source_files(const std::string& path, const std::string& key) {
+  std::error_code ec;
+  fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw UserError(key + ".path: '" + path + "' does not exist");
+  if (fs::is_regular_file(st)) return {path};
+  if (!fs::is_directory(st))
+    throw UserError(key + ".path: '" + path + "' is neither a regular file nor a directory");
+  std::vector<std::string> files;
+  try {
+    for (const auto& e : fs::recursive_directory_iterator(path))
+      if (e.is_regular_file()) files.push_back(e.path().string());
+  } catch (const fs::filesystem_error& err) {
+    throw UserError(key + ".path: cannot list '" + path + "': " + err.code().message());
+  }
+  if (files.empty()) throw UserError(key + ".path: directory '" + path + "' holds no files");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void split_documents(std::string_view text, const std::string& split, const std::string& delimiter,
+                     const std::string& key, const std::function<void(std::string_view)>& fn) {
+  if (split == "file") {
+    if (!text.empty()) fn(text);
+  } else if (split == "line") {
+    for_each_line(text, [&](std::string_view line, size_t, size_t) {
+      if (!line.empty()) fn(line);
+    });
+  } else if (split == "delimiter") {
+    size_t doc_start = 0;
+    auto emit = [&](size_t end) {
+      std::string_view doc = strip_line_end(text.substr(doc_start, end - doc_start));
+      if (!doc.empty()) fn(doc);
+    };
+    for_each_line(text, [&](std::string_view line, size_t start, size_t next) {
+      if (line != delimiter) return;
+      emit(start);
+      doc_start = next;
+    });
+    emit(text.size());
+  } else {
+    throw UserError(key + ".split: '" + split + "' is not a split mode (file, line or delimiter)");
+  }
+}
+
+TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
+                                  const std::function<void(std::string_view)>& fn) {
+  const std::string key = "data.sources[" + std::to_string(index) + "]";
+  if (spec.format != "text")
+    throw UserError(key + ".format: '" + spec.format + "' is not supported yet (supported: text)");
+  if (spec.split != "file" && spec.split != "line" && spec.split != "delimiter")
+    throw UserError(key + ".split: '" + spec.split +
+                    "' is not a split mode (file, line or delimiter)");
+  TextSourceStats stats;
+  for (const std::string& file : list_source_files(spec.path, key)) {
+    std::string text = read_file(file, key);
+    ++stats.files;
+    split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {
+      ++stats.documents;
+      stats.bytes += static_cast<int64_t>(doc.size());
+      fn(doc);
+    });
+  }
+  return stats;
+}
+
+std::vector<std::string> read_documents(const TextSourceSpec& spec, int index,
+                                        TextSourceStats* stats) {
+  std::vector<std::string> docs;
+  TextSourceStats s =
+      for_each_document(spec, index, [&](std::string_view d) { docs.emplace_back(d); });
+  if (stats) *stats = s;
+  return docs;
+}
+
+}  // namespace lmt

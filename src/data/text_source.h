@@ -1,0 +1,62 @@
+// Reads the documents of one plain-text data source. A source is a file or a directory; a
+// directory contributes all regular files below it, recursively, in byte-wise path order, so the
+// document order (and everything downstream: split, shuffle) is the same on every machine.
+// Bytes are kept exactly as stored (no UTF-8 validation, no normalisation); only the line ends
+// that separate documents are removed. src/data depends on src/core only, so a source is
+// described by TextSourceSpec rather than train's SourceConfig (same field names).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lmt {
+
+struct TextSourceSpec {
+  std::string path;
+  std::string format = "text";
+  std::string split = "delimiter";  // file | line | delimiter
+  std::string delimiter = "%";
+  double weight = 1.0;
+};
+
+// Any config struct with the fields above (train's SourceConfig) converts with this.
+template <class S>
+TextSourceSpec to_text_source_spec(const S& s) {
+  return TextSourceSpec{s.path, s.format, s.split, s.delimiter, s.weight};
+}
+
+struct TextSourceStats {
+  int64_t files = 0;
+  int64_t documents = 0;
+  int64_t bytes = 0;  // bytes of the documents (separators not counted)
+};
+
+// The files of a source: `path` itself, or every regular file below a directory, sorted.
+// `key` names the source in messages ("data.sources[0]"). Throws UserError when the path does
+// not exist or a directory holds no files.
+std::vector<std::string> list_source_files(const std::string& path, const std::string& key);
+
+// Splits one file's text into documents:
+//   file:      the whole text (if not empty);
+//   line:      each non-empty line ("\n" or "\r\n" ends a line);
+//   delimiter: documents separated by lines equal to `delimiter` (fortune files use "%"); the
+//              line end just before a delimiter line (or the end of the text) is not part of the
+//              document; empty documents are skipped.
+// `key` names the source in messages; an unknown mode is a UserError naming <key>.split.
+void split_documents(std::string_view text, const std::string& split, const std::string& delimiter,
+                     const std::string& key, const std::function<void(std::string_view)>& fn);
+
+// Reads every document of source number `index` in order and passes it to `fn`; returns counts.
+// Throws UserError naming data.sources[index] for a missing path, an unreadable file, an unknown
+// split mode or a format other than text.
+TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
+                                  const std::function<void(std::string_view)>& fn);
+
+// The same, collected (tests, small data).
+std::vector<std::string> read_documents(const TextSourceSpec& spec, int index,
+                                        TextSourceStats* stats = nullptr);
+
+}  // namespace lmt

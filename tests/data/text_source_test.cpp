@@ -1,0 +1,116 @@
+// Text sources: split modes, directory order, error messages naming the source.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <unistd.h>
+
+#include "core/error.h"
+#include "data/text_source.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A fresh temporary directory, removed at the end of the test.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() /
+           ("lmt_text_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  std::string write(const std::string& name, const std::string& text) const {
+    fs::path p = path / name;
+    fs::create_directories(p.parent_path());
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+  }
+};
+
+std::vector<std::string> split(const std::string& text, const std::string& mode,
+                               const std::string& delim = "%") {
+  std::vector<std::string> out;
+  split_documents(text, mode, delim, "data.sources[0]",
+                  [&](std::string_view d) { out.emplace_back(d); });
+  return out;
+}
+
+using Docs = std::vector<std::string>;
+
+TEST(TextSource, DelimiterSplitsFortuneFiles) {
+  EXPECT_EQ(split("one\ntwo\n%\nthree\n%\n", "delimiter"), (Docs{"one\ntwo", "three"}));
+  // No trailing delimiter, empty documents skipped, CRLF line ends, a '%' inside a line stays.
+  EXPECT_EQ(split("%\n%\n50% off\r\n%\r\n\n%\nlast\n", "delimiter"), (Docs{"50% off", "last"}));
+  EXPECT_EQ(split("a\n\nb\n%", "delimiter"), (Docs{"a\n\nb"}));
+  EXPECT_EQ(split("", "delimiter"), Docs{});
+  // An empty delimiter splits at blank lines (paragraphs).
+  EXPECT_EQ(split("p1 l1\np1 l2\n\n\np2\n", "delimiter", ""), (Docs{"p1 l1\np1 l2", "p2"}));
+}
+
+TEST(TextSource, LineAndFileModes) {
+  EXPECT_EQ(split("a\n\nbb\r\n  \nc", "line"), (Docs{"a", "bb", "  ", "c"}));
+  EXPECT_EQ(split("a\n\nb\n", "file"), (Docs{"a\n\nb\n"}));
+  EXPECT_EQ(split("", "file"), Docs{});
+  EXPECT_THROW(split("x", "paragraph"), UserError);
+}
+
+TEST(TextSource, DirectoryIsReadRecursivelyInPathOrder) {
+  TempDir dir;
+  dir.write("b.txt", "B1\n%\nB2\n");
+  dir.write("a/z.txt", "AZ\n");
+  dir.write("a.txt", "A\n");
+  dir.write("c/d/e.txt", "CDE");
+  TextSourceSpec spec{dir.path.string(), "text", "delimiter", "%", 1.0};
+  TextSourceStats stats;
+  Docs docs = read_documents(spec, 0, &stats);
+  // "a.txt" < "a/z.txt" byte-wise ('.' = 0x2e < '/' = 0x2f).
+  EXPECT_EQ(docs, (Docs{"A", "AZ", "B1", "B2", "CDE"}));
+  EXPECT_EQ(stats.files, 4);
+  EXPECT_EQ(stats.documents, 5);
+  EXPECT_EQ(stats.bytes, 1 + 2 + 2 + 2 + 3);
+}
+
+TEST(TextSource, SingleFileKeepsArbitraryBytes) {
+  TempDir dir;
+  std::string bytes = std::string("\xff\xfe\x00\x80 caf\xc3\xa9", 10);
+  std::string path = dir.write("bin.dat", bytes);
+  Docs docs = read_documents({path, "text", "file", "%", 1.0}, 0);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0], bytes);
+}
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "(no UserError)";
+}
+
+TEST(TextSource, ErrorsNameTheSource) {
+  TempDir dir;
+  std::string missing = (dir.path / "nope.txt").string();
+  std::string msg = error_of([&] { read_documents({missing, "text", "line", "%", 1.0}, 3); });
+  EXPECT_NE(msg.find("data.sources[3].path"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(missing), std::string::npos) << msg;
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+
+  fs::create_directories(dir.path / "empty");
+  msg = error_of([&] { read_documents({(dir.path / "empty").string(), "text", "line", "%", 1.0}, 1); });
+  EXPECT_NE(msg.find("data.sources[1].path"), std::string::npos) << msg;
+
+  std::string file = dir.write("x.txt", "x");
+  msg = error_of([&] { read_documents({file, "jsonl", "line", "%", 1.0}, 2); });
+  EXPECT_NE(msg.find("data.sources[2].format"), std::string::npos) << msg;
+  msg = error_of([&] { read_documents({file, "text", "words", "%", 1.0}, 2); });
+  EXPECT_NE(msg.find("data.sources[2].split"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace lmt
