@@ -1,0 +1,151 @@
+// Loading, validating, saving and hashing a RunConfig. Loading reads the file into a YAML tree,
+// applies --set overrides to the tree (so an override is checked exactly like a file key), fills
+// the structs through config_yaml.h and validates; every failure is one UserError naming the file.
+#include "train/run_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/config_yaml.h"
+
+namespace lmt {
+
+namespace {
+
+template <class T>
+void require(bool ok, const std::string& key, const char* rule, T got) {
+  if (!ok) throw UserError(fmt::format("{} must be {} (got {})", key, rule, got));
+}
+
+void require_one_of(const std::string& key, const std::string& v,
+                    std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return;
+  std::string list;
+  for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  throw UserError(fmt::format("{} must be one of {} (got '{}')", key, list, v));
+}
+
+void validate_data(const DataConfig& d, const ModelConfig& m) {
+  require(d.seq_len >= 1, "data.seq_len", ">= 1", d.seq_len);
+  if (d.seq_len > m.max_position_embeddings)
+    throw UserError(fmt::format("data.seq_len ({}) must be <= model.max_position_embeddings ({})",
+                                d.seq_len, m.max_position_embeddings));
+  if (d.tokenizer != "bytes")
+    throw UserError("data.tokenizer '" + d.tokenizer + "' is not supported (supported: bytes)");
+  if (m.vocab_size < 257)
+    throw UserError(
+        fmt::format("model.vocab_size ({}) must be >= 257 for data.tokenizer 'bytes' "
+                    "(256 byte ids + end-of-text)",
+                    m.vocab_size));
+  require(d.val_fraction >= 0 && d.val_fraction <= 0.5, "data.val_fraction", "in [0, 0.5]",
+          d.val_fraction);
+  if (d.sources.empty()) throw UserError("data.sources must list at least one source");
+  for (size_t i = 0; i < d.sources.size(); ++i) {
+    const SourceConfig& s = d.sources[i];
+    const std::string at = "data.sources[" + std::to_string(i) + "].";
+    if (s.path.empty()) throw UserError(at + "path must not be empty");
+    require_one_of(at + "format", s.format, {"text"});
+    require_one_of(at + "split", s.split, {"file", "line", "delimiter"});
+    if (s.split == "delimiter" && s.delimiter.empty())
+      throw UserError(at + "delimiter must not be empty when split is 'delimiter'");
+    require(s.weight > 0, at + "weight", "> 0", s.weight);
+  }
+}
+
+void validate_train(const TrainConfig& t) {
+  require_one_of("train.backend", t.backend, {"cpu", "cuda", "auto"});
+  if (t.precision != "f32")
+    throw UserError("train.precision '" + t.precision + "' is not supported yet (only f32 is)");
+  require(t.micro_batch_size >= 1, "train.micro_batch_size", ">= 1", t.micro_batch_size);
+  require(t.grad_accum_steps >= 1, "train.grad_accum_steps", ">= 1", t.grad_accum_steps);
+  require(t.max_steps > 0, "train.max_steps", "> 0", t.max_steps);
+  require(t.lr > 0, "train.lr", "> 0", t.lr);
+  require(t.min_lr >= 0, "train.min_lr", ">= 0", t.min_lr);
+  if (t.min_lr > t.lr)
+    throw UserError(fmt::format("train.min_lr ({}) must be <= train.lr ({})", t.min_lr, t.lr));
+  require(t.warmup_steps >= 0, "train.warmup_steps", ">= 0", t.warmup_steps);
+  require_one_of("train.schedule", t.schedule, {"constant", "cosine", "linear", "wsd"});
+  require(t.decay_fraction >= 0 && t.decay_fraction <= 1, "train.decay_fraction", "in [0, 1]",
+          t.decay_fraction);
+  require(t.weight_decay >= 0, "train.weight_decay", ">= 0", t.weight_decay);
+  require(t.grad_clip >= 0, "train.grad_clip", ">= 0 (0 = off)", t.grad_clip);
+  require(t.eval_every >= 0, "train.eval_every", ">= 0 (0 = never)", t.eval_every);
+  require(t.eval_steps >= 1 || t.eval_every == 0, "train.eval_steps", ">= 1 when eval_every > 0",
+          t.eval_steps);
+  require(t.save_every >= 0, "train.save_every", ">= 0 (0 = only at the end)", t.save_every);
+  require(t.keep_last >= 0, "train.keep_last", ">= 0 (0 = all)", t.keep_last);
+  require(t.log_every >= 1, "train.log_every", ">= 1", t.log_every);
+  if (t.out_dir.empty()) throw UserError("train.out_dir must not be empty");
+  require(t.loss_chunk_tokens >= 1, "train.loss_chunk_tokens", ">= 1", t.loss_chunk_tokens);
+  require(t.threads >= 0, "train.threads", ">= 0 (0 = all cores)", t.threads);
+  require(t.sample_tokens >= 0, "train.sample_tokens", ">= 0", t.sample_tokens);
+}
+
+void validate_optimizer(const OptimizerConfig& o) {
+  if (o.name != "adamw")
+    throw UserError("optimizer.name '" + o.name + "' is not supported yet (supported: adamw)");
+  require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "in [0, 1)", o.beta1);
+  require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", "in [0, 1)", o.beta2);
+  require(o.eps > 0, "optimizer.eps", "> 0", o.eps);
+}
+
+YAML::Node load_yaml_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw UserError("config file '" + path + "' not found");
+  if (fs::is_directory(path, ec)) throw UserError("config file '" + path + "' is a directory");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw UserError("config file '" + path + "' cannot be read");
+  try {
+    return YAML::Load(text.str());
+  } catch (const YAML::Exception& e) {
+    if (e.mark.is_null()) throw UserError(path + ": YAML syntax error: " + e.msg);
+    throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1,
+                                e.mark.column + 1, e.msg));
+  }
+}
+
+}  // namespace
+
+void RunConfig::validate() const {
+  model.validate();
+  validate_data(data, model);
+  validate_train(train);
+  validate_optimizer(optimizer);
+}
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  YAML::Node root = load_yaml_file(path);
+  ConfigSource src{path, apply_overrides(root, overrides)};
+  RunConfig cfg;
+  read_config(root, cfg, src);
+  try {
+    cfg.validate();
+  } catch (const UserError& e) {
+    throw UserError(path + ": " + e.what());
+  }
+  return cfg;
+}
+
+std::string run_config_to_yaml(RunConfig& cfg) {
+  return config_to_yaml(cfg);
+}
+
+std::string run_config_hash(RunConfig& cfg) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (unsigned char c : run_config_to_yaml(cfg)) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+}  // namespace lmt

@@ -1,0 +1,286 @@
+// RunConfig loading end to end: YAML files on disk, --set overrides, strict types, validation
+// messages, the resolved-YAML round trip and the config hash. Every failure case checks the text.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "io/io_test_util.h"
+#include "train/run_config.h"
+
+namespace lmt {
+namespace {
+
+using test::expect_user_error;
+
+const char* kValid = R"(# a small valid run
+model:
+  vocab_size: 512
+  hidden_size: 64
+  intermediate_size: 128
+  num_hidden_layers: 2
+  num_attention_heads: 4
+  max_position_embeddings: 128
+data:
+  sources:
+    - path: a.txt
+    - path: b.txt
+      split: line
+      weight: 2
+  seq_len: 64
+train:
+  lr: 0.001
+  max_steps: 50
+  activation_checkpointing: true
+  sample_prompt: "Once upon"
+)";
+
+std::string valid_file() {
+  return test::write_text("valid.yaml", kValid);
+}
+
+// kValid with `from` replaced by `to` (the text must occur).
+std::string edited(const std::string& name, const std::string& from, const std::string& to) {
+  std::string text = kValid;
+  const size_t p = text.find(from);
+  EXPECT_NE(p, std::string::npos) << from;
+  text.replace(p, from.size(), to);
+  return test::write_text(name, text);
+}
+
+TEST(RunConfig, LoadsValuesAndDefaults) {
+  RunConfig c = load_run_config(valid_file(), {});
+  EXPECT_EQ(c.model.vocab_size, 512);
+  EXPECT_EQ(c.model.hidden_size, 64);
+  EXPECT_EQ(c.model.family, "llama");      // default
+  EXPECT_EQ(c.model.rope_theta, 10000.0);  // default
+  ASSERT_EQ(c.data.sources.size(), 2u);
+  EXPECT_EQ(c.data.sources[0].path, "a.txt");
+  EXPECT_EQ(c.data.sources[0].split, "delimiter");  // default inside a list element
+  EXPECT_EQ(c.data.sources[1].split, "line");
+  EXPECT_EQ(c.data.sources[1].weight, 2.0);  // an integer is a fine number
+  EXPECT_EQ(c.data.seq_len, 64);
+  EXPECT_EQ(c.train.lr, 0.001);
+  EXPECT_EQ(c.train.min_lr, 3e-5);
+  EXPECT_TRUE(c.train.activation_checkpointing);
+  EXPECT_EQ(c.train.sample_prompt, "Once upon");
+  EXPECT_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_TRUE(c.logging.jsonl);
+}
+
+TEST(RunConfig, MissingFileAndDirectory) {
+  expect_user_error([] { load_run_config("/nonexistent/run.yaml", {}); },
+                    {"config file '/nonexistent/run.yaml' not found"});
+  expect_user_error([] { load_run_config(test::temp_dir().string(), {}); }, {"is a directory"});
+}
+
+TEST(RunConfig, YamlSyntaxErrorNamesFileAndLine) {
+  const std::string path =
+      test::write_text("syntax.yaml", "model:\n  hidden_size: 64\n  bad: [1, 2\ntrain:\n  lr: 1\n");
+  const std::string msg =
+      expect_user_error([&] { load_run_config(path, {}); }, {path + ":", "YAML syntax error"});
+  EXPECT_NE(msg.find(path + ":4:"), std::string::npos) << msg;  // yaml-cpp notices at the next line
+}
+
+TEST(RunConfig, UnknownKeyWithLineAndSuggestion) {
+  const std::string path = edited("unknown.yaml", "  lr: 0.001", "  lrr: 0.001");
+  expect_user_error([&] { load_run_config(path, {}); },
+                    {path + ":17:", "unknown key 'train.lrr'", "did you mean 'train.lr'?"});
+  const std::string sec = edited("unknown_sec.yaml", "train:", "trian:");
+  expect_user_error([&] { load_run_config(sec, {}); },
+                    {"unknown key 'trian'", "did you mean 'train'?"});
+  const std::string list = edited("unknown_list.yaml", "      split: line", "      splt: line");
+  expect_user_error(
+      [&] { load_run_config(list, {}); },
+      {list + ":13:", "unknown key 'data.sources[1].splt'", "'data.sources[1].split'"});
+  const std::string dup = edited("dup.yaml", "  max_steps: 50", "  max_steps: 50\n  lr: 0.1");
+  expect_user_error([&] { load_run_config(dup, {}); },
+                    {"key 'train.lr' appears twice", "first on line 17"});
+}
+
+TEST(RunConfig, UnknownKeyFromSet) {
+  expect_user_error(
+      [&] { load_run_config(valid_file(), {"train.lrr=0.1"}); },
+      {"unknown key 'train.lrr'", "did you mean 'train.lr'?", "from --set 'train.lrr=0.1'"});
+  expect_user_error([&] { load_run_config(valid_file(), {"trian.lr=0.1"}); },
+                    {"unknown key 'trian'", "from --set 'trian.lr=0.1'"});
+}
+
+TEST(RunConfig, WrongTypes) {
+  const std::string f = valid_file();
+  expect_user_error(
+      [&] { load_run_config(edited("t1.yaml", "max_steps: 50", "max_steps: abc"), {}); },
+      {":18:", "key 'train.max_steps': expected an integer, got 'abc'"});
+  expect_user_error(
+      [&] { load_run_config(edited("t2.yaml", "max_steps: 50", "max_steps: 1.5"), {}); },
+      {"key 'train.max_steps': expected an integer, got '1.5'"});
+  expect_user_error(
+      [&] { load_run_config(edited("t3.yaml", "max_steps: 50", "max_steps: \"50\""), {}); },
+      {"key 'train.max_steps': expected an integer, got the string '50'"});
+  expect_user_error([&] { load_run_config(edited("t4.yaml", "lr: 0.001", "lr: fast"), {}); },
+                    {"key 'train.lr': expected a number, got 'fast'"});
+  expect_user_error([&] { load_run_config(edited("t5.yaml", "lr: 0.001", "lr: inf"), {}); },
+                    {"key 'train.lr': expected a number, got 'inf'"});
+  expect_user_error(
+      [&] { load_run_config(edited("t6.yaml", "checkpointing: true", "checkpointing: yes"), {}); },
+      {"key 'train.activation_checkpointing': expected true or false, got 'yes'"});
+  expect_user_error(
+      [&] { load_run_config(edited("t7.yaml", "checkpointing: true", "checkpointing: 1"), {}); },
+      {"expected true or false, got '1'"});
+  expect_user_error(
+      [&] {
+        load_run_config(edited("t8.yaml", "sample_prompt: \"Once upon\"", "sample_prompt: [a, b]"),
+                        {});
+      },
+      {"key 'train.sample_prompt': expected a string, got a list"});
+  expect_user_error(
+      [&] {
+        load_run_config(edited("t9.yaml", "sample_prompt: \"Once upon\"", "sample_prompt:"), {});
+      },
+      {"key 'train.sample_prompt': expected a string, got nothing"});
+  expect_user_error([&] { load_run_config(f, {"data.sources=a.txt"}); },
+                    {"key 'data.sources': expected a list, got 'a.txt'", "from --set"});
+  expect_user_error([&] { load_run_config(f, {"train=5"}); },
+                    {"'train' must be a map of keys, got '5'"});
+  expect_user_error([&] { load_run_config(f, {"model.hidden_size=99999999999999999999"}); },
+                    {"out of the range of a 64-bit integer"});
+  const std::string top = test::write_text("top.yaml", "- a\n- b\n");
+  expect_user_error([&] { load_run_config(top, {}); },
+                    {top, "must be a map of sections, got a list"});
+}
+
+TEST(RunConfig, ValidationNamesKeys) {
+  const std::string f = valid_file();
+  expect_user_error([&] { load_run_config(f, {"train.lr=-0.001"}); },
+                    {f, "train.lr must be > 0 (got -0.001)"});
+  expect_user_error([&] { load_run_config(f, {"data.seq_len=256"}); },
+                    {"data.seq_len (256) must be <= model.max_position_embeddings (128)"});
+  expect_user_error([&] { load_run_config(f, {"train.min_lr=0.01"}); },
+                    {"train.min_lr (0.01) must be <= train.lr (0.001)"});
+  expect_user_error([&] { load_run_config(f, {"train.schedule=cosin"}); },
+                    {"train.schedule must be one of constant, cosine, linear, wsd (got 'cosin')"});
+  expect_user_error([&] { load_run_config(f, {"train.precision=bf16"}); },
+                    {"train.precision 'bf16'", "only f32"});
+  expect_user_error([&] { load_run_config(f, {"train.backend=tpu"}); },
+                    {"train.backend must be one of cpu, cuda, auto"});
+  expect_user_error([&] { load_run_config(f, {"train.log_every=0"}); },
+                    {"train.log_every must be >= 1 (got 0)"});
+  expect_user_error([&] { load_run_config(f, {"train.micro_batch_size=0"}); },
+                    {"train.micro_batch_size must be >= 1"});
+  expect_user_error([&] { load_run_config(f, {"train.decay_fraction=1.5"}); },
+                    {"train.decay_fraction must be in [0, 1]"});
+  expect_user_error([&] { load_run_config(f, {"optimizer.name=lion"}); },
+                    {"optimizer.name 'lion'"});
+  expect_user_error([&] { load_run_config(f, {"optimizer.beta2=1"}); },
+                    {"optimizer.beta2 must be in [0, 1) (got 1)"});
+  expect_user_error([&] { load_run_config(f, {"optimizer.eps=0"}); },
+                    {"optimizer.eps must be > 0"});
+  expect_user_error([&] { load_run_config(f, {"model.vocab_size=256"}); },
+                    {"model.vocab_size (256) must be >= 257 for data.tokenizer 'bytes'"});
+  expect_user_error([&] { load_run_config(f, {"data.tokenizer=bpe"}); }, {"data.tokenizer 'bpe'"});
+  expect_user_error([&] { load_run_config(f, {"data.sources=[]"}); },
+                    {"data.sources must list at least one source"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.1.weight=0"}); },
+                    {"data.sources[1].weight must be > 0 (got 0)"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.0.path="}); },
+                    {"data.sources[0].path must not be empty"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.0.split=para"}); },
+                    {"data.sources[0].split must be one of file, line, delimiter"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.0.format=jsonl"}); },
+                    {"data.sources[0].format must be one of text"});
+  expect_user_error([&] { load_run_config(f, {"data.val_fraction=0.6"}); },
+                    {"data.val_fraction must be in [0, 0.5]"});
+  // ModelConfig::validate
+  expect_user_error([&] { load_run_config(f, {"model.family=gpt2"}); },
+                    {"model.family 'gpt2'", "supported: llama"});
+  expect_user_error([&] { load_run_config(f, {"model.num_attention_heads=3"}); },
+                    {"model.hidden_size (64) must be divisible by model.num_attention_heads (3)"});
+  expect_user_error(
+      [&] { load_run_config(f, {"model.num_key_value_heads=3"}); },
+      {"model.num_attention_heads (4) must be divisible by model.num_key_value_heads (3)"});
+  expect_user_error([&] { load_run_config(f, {"model.head_dim=15"}); }, {"must be even for RoPE"});
+  expect_user_error([&] { load_run_config(f, {"model.hidden_size=0"}); },
+                    {"model.hidden_size must be > 0 (got 0)"});
+  expect_user_error([&] { load_run_config(f, {"model.rms_norm_eps=0"}); },
+                    {"model.rms_norm_eps must be > 0"});
+  expect_user_error([&] { load_run_config(f, {"model.hidden_act=gelu"}); },
+                    {"model.hidden_act 'gelu'"});
+  expect_user_error([&] { load_run_config(f, {"model.eos_token_id=512"}); },
+                    {"model.eos_token_id must be"});
+}
+
+TEST(RunConfig, MalformedSet) {
+  const std::string f = valid_file();
+  expect_user_error([&] { load_run_config(f, {"train.lr"}); },
+                    {"--set 'train.lr'", "expected section.key=value"});
+  expect_user_error([&] { load_run_config(f, {"=5"}); }, {"--set '=5'", "key before '=' is empty"});
+  expect_user_error([&] { load_run_config(f, {"train..lr=5"}); },
+                    {"--set 'train..lr=5'", "empty part"});
+  expect_user_error([&] { load_run_config(f, {"data.sources=[{path: a"}); },
+                    {"--set 'data.sources=[{path: a'", "not valid YAML"});
+  expect_user_error([&] { load_run_config(f, {"train.lr.x=5"}); },
+                    {"--set 'train.lr.x=5'", "'train.lr' is a value, not a section"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.5.path=x"}); },
+                    {"--set 'data.sources.5.path=x'", "'data.sources' is a list of 2 elements"});
+}
+
+TEST(RunConfig, OverridesChangeValuesAndLists) {
+  const std::string f = valid_file();
+  RunConfig c =
+      load_run_config(f, {"train.lr=0.002", "train.max_steps = 7", "logging.console=false",
+                          "train.sample_prompt=Note: this is text", "data.sources.1.path=c.txt",
+                          "data.sources.2.path=d.txt", "optimizer.eps=1e-6"});
+  EXPECT_EQ(c.train.lr, 0.002);
+  EXPECT_EQ(c.train.max_steps, 7);
+  EXPECT_FALSE(c.logging.console);
+  EXPECT_EQ(c.train.sample_prompt, "Note: this is text");
+  ASSERT_EQ(c.data.sources.size(), 3u);  // index 2 == size appends
+  EXPECT_EQ(c.data.sources[1].path, "c.txt");
+  EXPECT_EQ(c.data.sources[1].split, "line");  // the rest of the element is kept
+  EXPECT_EQ(c.data.sources[2].path, "d.txt");
+  EXPECT_EQ(c.optimizer.eps, 1e-6);
+
+  RunConfig d = load_run_config(f, {"data.sources=[{path: x.txt, split: file}, {path: y.txt}]",
+                                    "train.lr=0.1", "train.lr=0.003"});  // later wins
+  ASSERT_EQ(d.data.sources.size(), 2u);
+  EXPECT_EQ(d.data.sources[0].path, "x.txt");
+  EXPECT_EQ(d.data.sources[0].split, "file");
+  EXPECT_EQ(d.data.sources[1].path, "y.txt");
+  EXPECT_EQ(d.train.lr, 0.003);
+  // An override of a key the file leaves out, in a section the file leaves out.
+  RunConfig e = load_run_config(f, {"optimizer.beta1=0.8"});
+  EXPECT_EQ(e.optimizer.beta1, 0.8);
+  // A quoted value stays a string and a string is not a number.
+  expect_user_error(
+      [&] { load_run_config(f, {"train.max_steps='5'"}); },
+      {"expected an integer, got the string '5'", "from --set \'train.max_steps='5''"});
+}
+
+TEST(RunConfig, ResolvedYamlRoundTrips) {
+  RunConfig a =
+      load_run_config(valid_file(), {"train.sample_prompt=true", "data.sources.0.delimiter=---"});
+  const std::string yaml = run_config_to_yaml(a);
+  EXPECT_NE(yaml.find("rope_theta: 10000.0"), std::string::npos) << yaml;  // defaults are written
+  EXPECT_NE(yaml.find("lr: 0.001\n"), std::string::npos) << yaml;  // shortest round-trip text
+  EXPECT_NE(yaml.find("sample_prompt: \"true\""), std::string::npos) << yaml;  // quoted: not a bool
+  const std::string path = test::write_text("resolved.yaml", yaml);
+  RunConfig b = load_run_config(path, {});
+  EXPECT_EQ(run_config_to_yaml(b), yaml);
+  EXPECT_EQ(b.train.sample_prompt, "true");
+  EXPECT_EQ(b.data.sources[0].delimiter, "---");
+  EXPECT_EQ(b.train.min_lr, a.train.min_lr);
+}
+
+TEST(RunConfig, HashIsStableAndSensitive) {
+  RunConfig a = load_run_config(valid_file(), {});
+  RunConfig b = load_run_config(valid_file(), {});
+  const std::string h = run_config_hash(a);
+  EXPECT_EQ(h.size(), 16u);
+  EXPECT_EQ(h.find_first_not_of("0123456789abcdef"), std::string::npos);
+  EXPECT_EQ(h, run_config_hash(b));
+  b.train.lr = 0.0011;
+  EXPECT_NE(h, run_config_hash(b));
+  RunConfig c = load_run_config(valid_file(), {"data.sources.1.weight=3"});
+  EXPECT_NE(h, run_config_hash(c));
+}
+
+}  // namespace
+}  // namespace lmt
