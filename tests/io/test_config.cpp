@@ -2,6 +2,8 @@
 // messages, the resolved-YAML round trip and the config hash. Every failure case checks the text.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "io/io_test_util.h"
 #include "train/run_config.h"
@@ -280,6 +282,27 @@ TEST(RunConfig, HashIsStableAndSensitive) {
   EXPECT_NE(h, run_config_hash(b));
   RunConfig c = load_run_config(valid_file(), {"data.sources.1.weight=3"});
   EXPECT_NE(h, run_config_hash(c));
+}
+
+}  // namespace
+}  // namespace lmt
+
+namespace lmt {
+namespace {
+
+// Every config shipped under configs/ must load and validate, and save to YAML that loads back.
+TEST(RunConfig, ShippedConfigsLoad) {
+  int n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(LMT_SOURCE_DIR "/configs")) {
+    if (e.path().extension() != ".yaml") continue;
+    SCOPED_TRACE(e.path().string());
+    RunConfig c = load_run_config(e.path().string(), {});
+    const std::string yaml = run_config_to_yaml(c);
+    RunConfig back = load_run_config(test::write_text("shipped_resolved.yaml", yaml), {});
+    EXPECT_EQ(run_config_to_yaml(back), yaml);
+    ++n;
+  }
+  EXPECT_GE(n, 1);
 }
 
 }  // namespace
