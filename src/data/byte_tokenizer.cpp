@@ -20,7 +20,8 @@ std::string ByteTokenizer::decode(const int32_t* ids, int64_t n) const {
   std::string s;
   s.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i)
-    if (ids[i] >= 0 && ids[i] < 256) s.push_back(static_cast<char>(static_cast<unsigned char>(ids[i])));
+    if (ids[i] >= 0 && ids[i] < 256)
+      s.push_back(static_cast<char>(static_cast<unsigned char>(ids[i])));
   return s;
 }
 

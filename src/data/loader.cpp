@@ -101,8 +101,7 @@ EvalLoader::EvalLoader(const TokenDataset& data, int64_t seq_len, int64_t micro_
 void EvalLoader::next(int32_t* ids, int32_t* labels) {
   const int64_t first = position_ + rank_ * micro_batch_;
   for (int64_t b = 0; b < micro_batch_; ++b)
-    data_.sample((first + b) % num_samples_, seq_len_, ids + b * seq_len_,
-                 labels + b * seq_len_);
+    data_.sample((first + b) % num_samples_, seq_len_, ids + b * seq_len_, labels + b * seq_len_);
   position_ = (position_ + micro_batch_ * world_) % num_samples_;
 }
 

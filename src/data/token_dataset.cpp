@@ -28,9 +28,9 @@ void TokenDataset::require_samples(int64_t seq_len) const {
                                              "data.val_fraction (0 turns evaluation data off)"
                                            : "add documents or lower data.seq_len";
   throw UserError("data: the " + name_ + " split has " + std::to_string(num_tokens()) +
-                  " tokens (" + std::to_string(num_documents_) + " documents); data.seq_len = " +
-                  std::to_string(seq_len) + " needs at least " + std::to_string(seq_len + 1) +
-                  " tokens for one sample: " + hint);
+                  " tokens (" + std::to_string(num_documents_) +
+                  " documents); data.seq_len = " + std::to_string(seq_len) + " needs at least " +
+                  std::to_string(seq_len + 1) + " tokens for one sample: " + hint);
 }
 
 double TokenDataset::unigram_entropy() const {
@@ -122,8 +122,8 @@ DatasetSplits build_datasets(const std::vector<TextSourceSpec>& sources,
   if (sources.empty()) throw UserError("data.sources: no sources given");
   for (size_t i = 0; i < sources.size(); ++i)
     if (sources[i].weight != 1.0)
-      throw UserError("data.sources[" + std::to_string(i) + "].weight: " +
-                      std::to_string(sources[i].weight) +
+      throw UserError("data.sources[" + std::to_string(i) +
+                      "].weight: " + std::to_string(sources[i].weight) +
                       " is not supported yet (source mixing comes later; use 1.0)");
   DatasetBuilder builder;
   std::vector<TextSourceStats> stats;

@@ -3,7 +3,8 @@
 // across runs, machines, seeds and source order, and duplicated documents never straddle the
 // split); each split's documents are concatenated, in source order, into one int32 stream.
 // A sample is a window of seq_len + 1 tokens starting at i * seq_len (stride seq_len: windows share
-// one token at their edges, so no label is lost); ids are its first seq_len tokens, labels its last.
+// one token at their edges, so no label is lost); ids are its first seq_len tokens, labels its
+// last.
 #pragma once
 
 #include <cstdint>
@@ -67,8 +68,8 @@ class DatasetBuilder {
   DatasetSplits finish(double val_fraction);
 
  private:
-  std::vector<int32_t> tokens_;    // every document's tokens, EOT included, in order
-  std::vector<int64_t> doc_begin_; // start of each document in tokens_
+  std::vector<int32_t> tokens_;     // every document's tokens, EOT included, in order
+  std::vector<int64_t> doc_begin_;  // start of each document in tokens_
   std::vector<double> split_value_;
 };
 

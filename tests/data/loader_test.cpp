@@ -1,15 +1,15 @@
 // Loader: deterministic shuffles, exact resume (across epoch boundaries), rank slices that add up
 // to the single-rank batch; EvalLoader order and wrap-around; building from a DataConfig.
+#include "data/loader.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <set>
 
-#include <unistd.h>
-
 #include "core/error.h"
-#include "data/loader.h"
 #include "train/run_config.h"
 
 namespace lmt {
@@ -94,7 +94,7 @@ TEST(Loader, ResumeReproducesTheUninterruptedRun) {
     Loader first(d, L, B, 99);
     for (int i = 0; i < k; ++i) first.next(ids.data(), labels.data());
     nlohmann::json saved = first.get_state();  // through JSON, as a checkpoint does
-    Loader resumed(d, L, B, 0);                 // the seed comes from the state
+    Loader resumed(d, L, B, 0);                // the seed comes from the state
     resumed.set_state(saved.get<LoaderState>());
     for (int i = k; i < 12; ++i) {
       resumed.next(ids.data(), labels.data());

@@ -1,14 +1,14 @@
 // Text sources: split modes, directory order, error messages naming the source.
+#include "data/text_source.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <random>
 
-#include <unistd.h>
-
 #include "core/error.h"
-#include "data/text_source.h"
 
 namespace lmt {
 namespace {
@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 struct TempDir {
   fs::path path;
   TempDir() {
-    path = fs::temp_directory_path() /
-           ("lmt_text_" + std::to_string(::getpid()) + "_" + std::to_string(std::random_device{}()));
+    path = fs::temp_directory_path() / ("lmt_text_" + std::to_string(::getpid()) + "_" +
+                                        std::to_string(std::random_device{}()));
     fs::create_directories(path);
   }
   ~TempDir() { fs::remove_all(path); }
@@ -102,7 +102,9 @@ TEST(TextSource, ErrorsNameTheSource) {
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
 
   fs::create_directories(dir.path / "empty");
-  msg = error_of([&] { read_documents({(dir.path / "empty").string(), "text", "line", "%", 1.0}, 1); });
+  msg = error_of([&] {
+    read_documents({(dir.path / "empty").string(), "text", "line", "%", 1.0}, 1);
+  });
   EXPECT_NE(msg.find("data.sources[1].path"), std::string::npos) << msg;
 
   std::string file = dir.write("x.txt", "x");

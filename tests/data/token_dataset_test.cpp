@@ -1,4 +1,6 @@
 // Byte tokenizer, document-level train/validation split, sample windows, entropy, size errors.
+#include "data/token_dataset.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,7 +10,6 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/byte_tokenizer.h"
-#include "data/token_dataset.h"
 
 namespace lmt {
 namespace {
@@ -36,8 +37,10 @@ TEST(ByteTokenizer, RoundTripsEveryByte) {
 std::vector<std::string> documents_of(const TokenDataset& d) {
   std::vector<std::string> out(1);
   for (int32_t t : d.tokens())
-    if (t == ByteTokenizer::kEot) out.emplace_back();
-    else out.back().push_back(static_cast<char>(t));
+    if (t == ByteTokenizer::kEot)
+      out.emplace_back();
+    else
+      out.back().push_back(static_cast<char>(t));
   EXPECT_TRUE(out.back().empty()) << "stream must end with EOT";
   out.pop_back();
   return out;
@@ -71,7 +74,9 @@ TEST(TokenDataset, SplitByDocumentIsDeterministicDisjointAndComplete) {
   both.insert(vset.begin(), vset.end());
   EXPECT_EQ(both, all);
   // Source order kept inside each split; the same input gives the same split.
-  auto pos = [&](const std::string& d) { return std::find(docs.begin(), docs.end(), d) - docs.begin(); };
+  auto pos = [&](const std::string& d) {
+    return std::find(docs.begin(), docs.end(), d) - docs.begin();
+  };
   EXPECT_TRUE(std::is_sorted(train.begin(), train.end(),
                              [&](auto& a, auto& b) { return pos(a) < pos(b); }));
   DatasetSplits again = build(docs, 0.1);
@@ -137,7 +142,9 @@ TEST(TokenDataset, TooLittleDataSaysHowMuchIsNeeded) {
   } catch (const UserError& e) {
     std::string msg = e.what();
     EXPECT_NE(msg.find("the " + small.name() + " split has " + std::to_string(small.num_tokens()) +
-                       " tokens"), std::string::npos) << msg;
+                       " tokens"),
+              std::string::npos)
+        << msg;
     EXPECT_NE(msg.find("data.seq_len = 64 needs at least 65 tokens"), std::string::npos) << msg;
   }
   small.require_samples(small.num_tokens() - 1);  // exactly one window fits
