@@ -1,0 +1,165 @@
+// Micro-benchmarks of the CPU backend's compute-bound kernels at GPT-2-small shapes with 1024-token
+// micro-batches: the GEMMs of a layer (OpenBLAS sgemm) and causal flash attention forward and
+// backward (B=1, T=1024, 12 heads of 64). Each benchmark checks its result before timing and
+// reports FLOP/s; attention counts only the visible (causal) half of the score matrix, 2 matmuls
+// forward and 5 backward, as FlashAttention's papers do.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/rng.h"
+
+namespace lmt {
+namespace {
+
+std::vector<float> randn(int64_t n, uint64_t stream) {
+  std::vector<float> v(static_cast<size_t>(n));
+  fill_normal(v.data(), n, 0.0, 1.0, 1234, stream);
+  return v;
+}
+
+bool all_finite(const std::vector<float>& v) {
+  for (float x : v)
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+// C[M,N] = A[M,K] B[N,K]^T, the layout of a Linear layer's forward (x W^T).
+void BM_Sgemm(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  CpuBackend be;
+  const std::vector<float> A = randn(M * K, 1), B = randn(N * K, 2);
+  std::vector<float> C(static_cast<size_t>(M * N));
+  be.gemm(DType::f32, false, true, M, N, K, 1.0, A.data(), K, B.data(), K, 0.0, C.data(), N);
+  double want = 0;  // check one element against a plain dot product
+  for (int64_t k = 0; k < K; ++k) want += double{A[3 * K + k]} * B[5 * K + k];
+  if (!all_finite(C) || std::fabs(C[3 * N + 5] - want) > 1e-3 * std::sqrt(double(K))) {
+    state.SkipWithError("sgemm result is wrong");
+    return;
+  }
+  for (auto _ : state) {
+    be.gemm(DType::f32, false, true, M, N, K, 1.0, A.data(), K, B.data(), K, 0.0, C.data(), N);
+    benchmark::DoNotOptimize(C.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * M * N * K,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Sgemm)
+    ->Args({2048, 768, 768})     // attention output projection
+    ->Args({2048, 2304, 768})    // fused qkv projection
+    ->Args({2048, 3072, 768})    // MLP up
+    ->Args({2048, 768, 3072})    // MLP down
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The model's layout: q, k, v interleaved per token row [B*T, 3*H*D]; out [B*T, H*D].
+struct AttnSetup {
+  int64_t B = 1, T = 1024;
+  int H = 12, D = 64;
+  AttentionArgs a;
+  std::vector<float> qkv, out, lse, dout, dqkv;
+  AttnSetup() {
+    const int64_t Q = int64_t{H} * D, RS = 3 * Q;
+    a.batch = B, a.q_len = a.kv_len = T, a.num_heads = a.num_kv_heads = H, a.head_dim = D;
+    a.q_row_stride = a.kv_row_stride = RS, a.q_batch_stride = a.kv_batch_stride = T * RS;
+    a.out_row_stride = Q, a.out_batch_stride = T * Q, a.scale = 1.0 / std::sqrt(double(D));
+    qkv = randn(B * T * RS, 3), dout = randn(B * T * Q, 4);
+    out.resize(static_cast<size_t>(B * T * Q)), dqkv.resize(qkv.size());
+    lse.resize(static_cast<size_t>(B * H * T));
+  }
+  const float* q() const { return qkv.data(); }
+  const float* k() const { return qkv.data() + int64_t{H} * D; }
+  const float* v() const { return qkv.data() + 2 * int64_t{H} * D; }
+  void forward(Backend& be) { be.attention_forward(DType::f32, a, out.data(), lse.data(), q(), k(), v()); }
+  void backward(Backend& be) {
+    float* g = dqkv.data();
+    const int64_t Q = int64_t{H} * D;
+    be.attention_backward(DType::f32, a, g, g + Q, g + 2 * Q, dout.data(), q(), k(), v(),
+                          out.data(), lse.data());
+  }
+  double visible_pairs() const { return double(B) * H * T * (T + 1) / 2.0; }
+  // Finite everywhere, and the output of query t, head 0 equals a plain softmax in double.
+  bool plausible(int64_t t = 777) const {
+    if (!all_finite(out) || !all_finite(lse) || !all_finite(dqkv)) return false;
+    const int64_t RS = a.q_row_stride;
+    std::vector<double> p(static_cast<size_t>(t + 1));
+    double mx = -INFINITY, sum = 0;
+    for (int64_t j = 0; j <= t; ++j) {
+      double x = 0;
+      for (int d = 0; d < D; ++d) x += double{q()[t * RS + d]} * k()[j * RS + d];
+      p[j] = x * a.scale, mx = std::max(mx, p[j]);
+    }
+    for (double& x : p) sum += (x = std::exp(x - mx));
+    for (int d = 0; d < D; ++d) {
+      double o = 0;
+      for (int64_t j = 0; j <= t; ++j) o += p[j] / sum * v()[j * RS + d];
+      if (std::fabs(o - out[t * a.out_row_stride + d]) > 1e-4) return false;
+    }
+    return true;
+  }
+};
+
+void BM_AttentionForward(benchmark::State& state) {
+  CpuBackend be;
+  AttnSetup s;
+  s.forward(be);
+  s.backward(be);
+  if (!s.plausible()) {
+    state.SkipWithError("attention result is wrong");
+    return;
+  }
+  for (auto _ : state) {
+    s.forward(be);
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(4.0 * s.visible_pairs() * s.D,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AttentionBackward(benchmark::State& state) {
+  CpuBackend be;
+  AttnSetup s;
+  s.forward(be);
+  s.backward(be);
+  if (!s.plausible()) {
+    state.SkipWithError("attention result is wrong");
+    return;
+  }
+  for (auto _ : state) {
+    s.backward(be);
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(10.0 * s.visible_pairs() * s.D,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_AttentionForwardBackward(benchmark::State& state) {
+  CpuBackend be;
+  AttnSetup s;
+  s.forward(be);
+  s.backward(be);
+  if (!s.plausible()) {
+    state.SkipWithError("attention result is wrong");
+    return;
+  }
+  for (auto _ : state) {
+    s.forward(be);
+    s.backward(be);
+    benchmark::ClobberMemory();
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(14.0 * s.visible_pairs() * s.D,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AttentionForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace lmt
+
+BENCHMARK_MAIN();

@@ -1,0 +1,97 @@
+// Cross-entropy over one chunk of logits for the CPU backend, loss and gradient in one pass over
+// each row. Numerically stable (max subtracted before exp); the row's sum of exponentials
+// accumulates in double over eight fixed lanes, so results do not depend on the thread count.
+// The gradient overwrites the logits in place, which is what lets the loss be chunked.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_dispatch.h"
+
+namespace lmt {
+
+namespace {
+
+// One row: z = softcap(logits) into `z`, exp(z - max) into `e`; returns (log-sum-exp, sum).
+template <class T>
+double row_logsumexp(const T* logits, T* z, T* e, int64_t V, double softcap, double* sum_out) {
+  if (softcap > 0) {
+    const T cap = static_cast<T>(softcap), inv = static_cast<T>(1.0 / softcap);
+    for (int64_t j = 0; j < V; ++j) z[j] = cap * cpu::tanh_t(logits[j] * inv);
+  } else {
+    std::copy(logits, logits + V, z);
+  }
+  T mx = -std::numeric_limits<T>::infinity();
+  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, z[j]);
+  constexpr int kLanes = 8;
+  double lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= V; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      e[j + l] = cpu::exp_t(z[j + l] - mx);
+      lane[l] += e[j + l];
+    }
+  for (; j < V; ++j) {
+    e[j] = cpu::exp_t(z[j] - mx);
+    lane[0] += e[j];
+  }
+  double sum = 0;
+  for (int l = 0; l < kLanes; ++l) sum += lane[l];
+  *sum_out = sum;
+  return static_cast<double>(mx) + std::log(sum);
+}
+
+}  // namespace
+
+// logits[N,V] (overwritten by the gradient when grad_scale != 0), losses[N], labels[N].
+void CpuBackend::cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels,
+                               int64_t N, int64_t V, int32_t ignore_index, double grad_scale,
+                               double softcap) {
+  for (int64_t n = 0; n < N; ++n)
+    LMT_CHECK(labels[n] == ignore_index || (labels[n] >= 0 && labels[n] < V),
+              "CpuBackend::cross_entropy: label " + std::to_string(labels[n]) + " at row " +
+                  std::to_string(n) + " is outside [0, " + std::to_string(V) +
+                  ") and is not ignore_index " + std::to_string(ignore_index));
+  cpu::dispatch_float(dt, "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    T* lg = static_cast<T*>(logits);
+    T* loss = static_cast<T*>(losses);
+#pragma omp parallel
+    {
+      std::vector<T> z(static_cast<size_t>(V)), e(static_cast<size_t>(V));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) {
+        T* row = lg + n * V;
+        const int32_t label = labels[n];
+        if (label == ignore_index) {
+          loss[n] = T(0);
+          if (grad_scale != 0) std::fill(row, row + V, T(0));
+          continue;
+        }
+        double sum = 0;
+        const double lse = row_logsumexp(row, z.data(), e.data(), V, softcap, &sum);
+        loss[n] = static_cast<T>(lse - static_cast<double>(z[label]));
+        if (grad_scale == 0) continue;
+        // d loss / d z_j = softmax_j - [j == label]; the softcap adds a factor 1 - (z_j / cap)^2.
+        const T p_scale = static_cast<T>(grad_scale / sum);
+        const T gs = static_cast<T>(grad_scale);
+        if (softcap > 0) {
+          const T inv = static_cast<T>(1.0 / softcap);
+          for (int64_t j = 0; j < V; ++j) {
+            const T t = z[j] * inv;
+            row[j] = e[j] * p_scale * (T(1) - t * t);
+          }
+          const T t = z[label] * inv;
+          row[label] -= gs * (T(1) - t * t);
+        } else {
+          for (int64_t j = 0; j < V; ++j) row[j] = e[j] * p_scale;
+          row[label] -= gs;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace lmt

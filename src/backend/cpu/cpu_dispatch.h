@@ -1,0 +1,84 @@
+// Private helpers of the CPU backend's kernels: the f32/f64 dispatch each kernel starts with, a
+// fixed-partition helper for deterministic reductions, branch-free float exp/tanh that loops can
+// vectorise (glibc's expf/tanhf are scalar calls), and target clones for the compute-bound loops.
+// The default build targets baseline x86-64; LMT_CLONES compiles a function also for x86-64-v3
+// (AVX2+FMA) and v4 (AVX-512) and picks one at load time, so one binary is fast everywhere.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define LMT_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define LMT_CLONES
+#endif
+// Everything a cloned function calls in its hot loop must inline into it to get the clone's ISA.
+#define LMT_INLINE inline __attribute__((always_inline))
+
+namespace lmt::cpu {
+
+// Calls f(T{}) with T = float for f32 and double for f64; any other dtype is a bug in the caller.
+template <class F>
+decltype(auto) dispatch_float(DType dt, const char* kernel, F&& f) {
+  if (dt == DType::f32) return f(float{});
+  if (dt == DType::f64) return f(double{});
+  check_failed("dt == f32 || dt == f64", __FILE__, __LINE__,
+               std::string("CpuBackend::") + kernel + ": dtype " + std::string(dtype_name(dt)) +
+                   " is not supported (f32 or f64)");
+}
+
+// Rows per chunk of a reduction over rows. A fixed number, so partial sums (and thus results) do
+// not depend on the thread count.
+constexpr int64_t kReduceRows = 256;
+
+// exp(x) for float, ~1 ulp on [-87, 88]: exp(x) = 2^n * exp(r) with |r| <= ln2/2 and the Cephes
+// polynomial for exp(r). Saturates above 88, returns 0 below -87 (so exp(-inf) = 0).
+LMT_INLINE float fast_exp(float x) {
+  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
+  float r = xc - fn * 0.693359375f;
+  r = r - fn * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = p * (r * r) + r + 1.0f;
+  const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
+  float two_n;
+  std::memcpy(&two_n, &bits, sizeof two_n);
+  return x < -87.0f ? 0.0f : y * two_n;
+}
+
+// tanh(x) for float, a few ulp: Cephes' odd polynomial for |x| < 0.625, else 1 - 2/(exp(2|x|)+1).
+LMT_INLINE float fast_tanh(float x) {
+  const float ax = std::fabs(x);
+  const float z = x * x;
+  const float small =
+      ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+        1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  const float e = fast_exp(2.0f * (ax > 44.0f ? 44.0f : ax));
+  const float big = 1.0f - 2.0f / (e + 1.0f);
+  return ax < 0.625f ? small : std::copysign(big, x);
+}
+
+// How attention_backward splits its work: `fused` gives each thread whole (sequence, kv head)
+// pairs and computes dq, dk, dv in one sweep; `split` computes dk/dv per key tile, then dq per query
+// tile (one more sweep, more parallelism). Both give the same bits; `automatic` picks by shape and
+// thread count. A hook for tests and benchmarks.
+enum class AttentionBackwardMode { automatic, fused, split };
+void set_attention_backward_mode(AttentionBackwardMode mode);
+
+LMT_INLINE float exp_t(float x) { return fast_exp(x); }
+LMT_INLINE double exp_t(double x) { return std::exp(x); }
+LMT_INLINE float tanh_t(float x) { return fast_tanh(x); }
+LMT_INLINE double tanh_t(double x) { return std::tanh(x); }
+
+}  // namespace lmt::cpu

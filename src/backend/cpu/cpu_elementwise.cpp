@@ -1,0 +1,133 @@
+// Elementwise kernels of the CPU backend: add, accumulate, scale, sum of squares and dtype
+// conversion. sum_squares splits x into fixed-size chunks (independent of the thread count), sums
+// each in double with eight fixed lanes, then adds the chunk sums in order: bit-identical results
+// for any thread count.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_dispatch.h"
+
+namespace lmt {
+
+// out[n] = a[n] + b[n]
+void CpuBackend::add(DType dt, void* out, const void* a, const void* b, int64_t n) {
+  cpu::dispatch_float(dt, "add", [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out);
+    const T* x0 = static_cast<const T*>(a);
+    const T* x1 = static_cast<const T*>(b);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) y[i] = x0[i] + x1[i];
+  });
+}
+
+// y[n] += x[n]
+void CpuBackend::accumulate(DType dt, void* y, const void* x, int64_t n) {
+  cpu::dispatch_float(dt, "accumulate", [&](auto tag) {
+    using T = decltype(tag);
+    T* yy = static_cast<T*>(y);
+    const T* xx = static_cast<const T*>(x);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) yy[i] += xx[i];
+  });
+}
+
+// x[n] *= s
+void CpuBackend::scale(DType dt, void* x, double s, int64_t n) {
+  cpu::dispatch_float(dt, "scale", [&](auto tag) {
+    using T = decltype(tag);
+    T* xx = static_cast<T*>(x);
+    const T f = static_cast<T>(s);
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) xx[i] *= f;
+  });
+}
+
+// Sum of x[n]^2 in double.
+double CpuBackend::sum_squares(DType dt, const void* x, int64_t n) {
+  return cpu::dispatch_float(dt, "sum_squares", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xx = static_cast<const T*>(x);
+    constexpr int64_t kChunk = int64_t{1} << 15;
+    constexpr int kLanes = 8;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<double> partial(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const T* p = xx + c * kChunk;
+      const int64_t len = std::min(kChunk, n - c * kChunk);
+      double lane[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= len; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) {
+          const double v = static_cast<double>(p[i + l]);
+          lane[l] += v * v;
+        }
+      for (; i < len; ++i) {
+        const double v = static_cast<double>(p[i]);
+        lane[0] += v * v;
+      }
+      double s = 0;
+      for (int l = 0; l < kLanes; ++l) s += lane[l];
+      partial[static_cast<size_t>(c)] = s;
+    }
+    double total = 0;
+    for (double s : partial) total += s;
+    return total;
+  });
+}
+
+namespace {
+
+bool is_float_dtype(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16;
+}
+
+// Element i of a floating buffer as double (bf16 and f16 widen exactly through float).
+double load_as_double(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::f64: return static_cast<const double*>(p)[i];
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default: return 0;
+  }
+}
+
+// Stores v; f64 -> bf16/f16 rounds through float (double rounding, at most half an ulp of f32).
+void store_from_double(DType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::f64: static_cast<double*>(p)[i] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+// dst[n] (dst_dt) = src[n] (src_dt), between f32, f64, bf16 and f16.
+void CpuBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) {
+  LMT_CHECK(is_float_dtype(dst_dt) && is_float_dtype(src_dt),
+            std::string("CpuBackend::convert: unsupported dtypes ") +
+                std::string(dtype_name(src_dt)) + " -> " + std::string(dtype_name(dst_dt)));
+  if (n <= 0) return;
+  if (dst_dt == src_dt) {
+    std::memmove(dst, src, static_cast<size_t>(n) * dtype_size(dst_dt));
+    return;
+  }
+  if (src_dt == DType::f32 && dst_dt == DType::bf16) {  // the hot pair (weights to bf16)
+    const float* s = static_cast<const float*>(src);
+    uint16_t* d = static_cast<uint16_t*>(dst);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) store_from_double(dst_dt, dst, i, load_as_double(src_dt, src, i));
+}
+
+}  // namespace lmt

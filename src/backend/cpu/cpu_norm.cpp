@@ -1,0 +1,169 @@
+// RMSNorm and LayerNorm, forward and backward, for the CPU backend. Row statistics accumulate in
+// double and are rounded to T once, so forward and backward use the same saved value. The weight
+// gradients reduce over rows by column slices (each thread owns columns and walks rows in order):
+// deterministic for any thread count, at the price of a second read of x and dout.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_dispatch.h"
+
+namespace lmt {
+
+namespace {
+
+constexpr int64_t kCols = 64;  // columns per work item of the weight-gradient pass
+
+// For each column c: acc[c] = sum over rows n of f(n, c), rows in order; then emit(c, acc[c]).
+template <class F, class E>
+void column_reduce(int64_t N, int64_t C, F f, E emit) {
+  const int64_t slices = (C + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static)
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t c0 = s * kCols, nc = std::min(kCols, C - c0);
+    double acc[kCols] = {};
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = 0; c < nc; ++c) acc[c] += f(n, c0 + c);
+    for (int64_t c = 0; c < nc; ++c) emit(c0 + c, acc[c]);
+  }
+}
+
+}  // namespace
+
+// out[N,C] = x * rstd * (w_offset + w); rstd[N] = 1 / sqrt(mean(x^2) + eps).
+void CpuBackend::rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
+                                 int64_t N, int64_t C, double eps, double w_offset) {
+  cpu::dispatch_float(dt, "rmsnorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out);
+    T* rs = static_cast<T*>(rstd);
+    const T* xx = static_cast<const T*>(x);
+    const T* ww = static_cast<const T*>(w);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xr = xx + n * C;
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+      const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+      rs[n] = r;
+      const double rd = r;
+      T* yr = y + n * C;
+      for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(xr[c] * rd * (w_offset + ww[c]));
+    }
+  });
+}
+
+// dx[N,C] += r g dy - r^3 / C * x * sum(dy g x) with g = w_offset + w; dw[C] += sum_n dy x r.
+void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
+                                  const void* w, const void* rstd, int64_t N, int64_t C,
+                                  double w_offset) {
+  cpu::dispatch_float(dt, "rmsnorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    T* gx = static_cast<T*>(dx);
+    T* gw = static_cast<T*>(dw);
+    const T* dy = static_cast<const T*>(dout);
+    const T* xx = static_cast<const T*>(x);
+    const T* ww = static_cast<const T*>(w);
+    const T* rs = static_cast<const T*>(rstd);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xr = xx + n * C;
+      const T* dr = dy + n * C;
+      const double r = rs[n];
+      double dot = 0;
+      for (int64_t c = 0; c < C; ++c)
+        dot += static_cast<double>(dr[c]) * (w_offset + ww[c]) * xr[c];
+      const double k = r * r * r * dot / static_cast<double>(C);
+      T* gr = gx + n * C;
+      for (int64_t c = 0; c < C; ++c)
+        gr[c] = static_cast<T>(gr[c] + (r * (w_offset + ww[c]) * dr[c] - k * xr[c]));
+    }
+    column_reduce(
+        N, C,
+        [&](int64_t n, int64_t c) {
+          return static_cast<double>(dy[n * C + c]) * xx[n * C + c] * static_cast<double>(rs[n]);
+        },
+        [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
+  });
+}
+
+// out[N,C] = (x - mean) * rstd * w + b; mean[N], rstd[N] = 1 / sqrt(biased var + eps).
+void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x,
+                                   const void* w, const void* b, int64_t N, int64_t C,
+                                   double eps) {
+  cpu::dispatch_float(dt, "layernorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out);
+    T* mu = static_cast<T*>(mean);
+    T* rs = static_cast<T*>(rstd);
+    const T* xx = static_cast<const T*>(x);
+    const T* ww = static_cast<const T*>(w);
+    const T* bb = static_cast<const T*>(b);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xr = xx + n * C;
+      double s = 0;
+      for (int64_t c = 0; c < C; ++c) s += xr[c];
+      const double m = s / static_cast<double>(C);
+      double v = 0;
+      for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
+      const T mt = static_cast<T>(m);
+      const T rt = static_cast<T>(1.0 / std::sqrt(v / static_cast<double>(C) + eps));
+      mu[n] = mt;
+      rs[n] = rt;
+      const double md = mt, rd = rt;
+      T* yr = y + n * C;
+      for (int64_t c = 0; c < C; ++c)
+        yr[c] = static_cast<T>((xr[c] - md) * rd * ww[c] + static_cast<double>(bb[c]));
+    }
+  });
+}
+
+// xhat = (x - mean) rstd, g = dy w: dx += rstd (g - mean(g) - xhat mean(g xhat));
+// dw += sum_n dy xhat; db += sum_n dy.
+void CpuBackend::layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout,
+                                    const void* x, const void* w, const void* mean,
+                                    const void* rstd, int64_t N, int64_t C) {
+  cpu::dispatch_float(dt, "layernorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    T* gx = static_cast<T*>(dx);
+    T* gw = static_cast<T*>(dw);
+    T* gb = static_cast<T*>(db);
+    const T* dy = static_cast<const T*>(dout);
+    const T* xx = static_cast<const T*>(x);
+    const T* ww = static_cast<const T*>(w);
+    const T* mu = static_cast<const T*>(mean);
+    const T* rs = static_cast<const T*>(rstd);
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const T* xr = xx + n * C;
+      const T* dr = dy + n * C;
+      const double m = mu[n], r = rs[n];
+      double sg = 0, sgx = 0;
+      for (int64_t c = 0; c < C; ++c) {
+        const double g = static_cast<double>(dr[c]) * ww[c];
+        sg += g;
+        sgx += g * ((xr[c] - m) * r);
+      }
+      const double mg = sg / static_cast<double>(C), mgx = sgx / static_cast<double>(C);
+      T* gr = gx + n * C;
+      for (int64_t c = 0; c < C; ++c) {
+        const double xhat = (xr[c] - m) * r;
+        const double g = static_cast<double>(dr[c]) * ww[c];
+        gr[c] = static_cast<T>(gr[c] + r * (g - mg - xhat * mgx));
+      }
+    }
+    column_reduce(
+        N, C,
+        [&](int64_t n, int64_t c) {
+          return static_cast<double>(dy[n * C + c]) * ((xx[n * C + c] - static_cast<double>(mu[n])) *
+                                                       static_cast<double>(rs[n]));
+        },
+        [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
+    column_reduce(
+        N, C, [&](int64_t n, int64_t c) { return static_cast<double>(dy[n * C + c]); },
+        [&](int64_t c, double s) { gb[c] = static_cast<T>(gb[c] + s); });
+  });
+}
+
+}  // namespace lmt

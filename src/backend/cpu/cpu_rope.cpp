@@ -1,0 +1,58 @@
+// Rotary position embedding in the Hugging Face "rotate_half" layout, in place, for the CPU
+// backend. The angle is computed as Hugging Face does (float32 position times float32 inv_freq, a
+// float32 product); its cos and sin are taken in double and rounded once, then shared by all heads
+// of the token. The inverse (backward) is the transposed rotation.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_dispatch.h"
+
+namespace lmt {
+
+// x: N token rows `row_stride` apart, `heads` heads of head_dim each; the first rotary_dim dims of
+// a head rotate as pairs (d, d + rotary_dim/2). pos[N] i32, inv_freq[rotary_dim/2] f32.
+void CpuBackend::rope(DType dt, void* x, const int32_t* pos, const float* inv_freq, int64_t N,
+                      int64_t row_stride, int heads, int head_dim, int rotary_dim,
+                      double attn_factor, bool inverse) {
+  LMT_CHECK(rotary_dim % 2 == 0 && rotary_dim > 0 && rotary_dim <= head_dim,
+            "CpuBackend::rope: rotary_dim " + std::to_string(rotary_dim) +
+                " must be even and in (0, head_dim]");
+  cpu::dispatch_float(dt, "rope", [&](auto tag) {
+    using T = decltype(tag);
+    T* xx = static_cast<T*>(x);
+    const int half = rotary_dim / 2;
+#pragma omp parallel
+    {
+      std::vector<T> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; ++n) {
+        const float p = static_cast<float>(pos[n]);
+        for (int i = 0; i < half; ++i) {
+          const float angle = p * inv_freq[i];
+          cs[i] = static_cast<T>(std::cos(static_cast<double>(angle)) * attn_factor);
+          sn[i] = static_cast<T>(std::sin(static_cast<double>(angle)) * attn_factor);
+        }
+        for (int h = 0; h < heads; ++h) {
+          T* v = xx + n * row_stride + static_cast<int64_t>(h) * head_dim;
+          T* v2 = v + half;
+          if (!inverse) {
+            for (int i = 0; i < half; ++i) {
+              const T a = v[i], b = v2[i];
+              v[i] = a * cs[i] - b * sn[i];
+              v2[i] = b * cs[i] + a * sn[i];
+            }
+          } else {
+            for (int i = 0; i < half; ++i) {
+              const T a = v[i], b = v2[i];
+              v[i] = a * cs[i] + b * sn[i];
+              v2[i] = b * cs[i] - a * sn[i];
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace lmt
