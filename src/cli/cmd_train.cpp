@@ -19,6 +19,7 @@ Run add_train(CLI::App& app) {
   return [o]() {
     RunConfig cfg = load_run_config(o->config, o->sets);
     TrainResult r = train(std::move(cfg), o->resume);
+    if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint
     fmt::print("done: {} steps, last loss {:.4f}", r.steps, r.last_loss);
     if (r.last_val_loss >= 0) fmt::print(", val loss {:.4f}", r.last_val_loss);
     fmt::print("\n");

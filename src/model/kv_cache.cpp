@@ -7,12 +7,6 @@
 
 namespace lmt {
 
-struct KvCache {
-  int64_t max_len = 0;
-  int64_t length = 0;       // positions filled
-  std::vector<Buffer> k, v; // per layer [max_len, KV]
-};
-
 std::unique_ptr<KvCache> Transformer::make_kv_cache(int64_t max_len) const {
   auto c = std::make_unique<KvCache>();
   c->max_len = max_len;

@@ -22,7 +22,12 @@ struct LossSum {
   int64_t tokens = 0;
 };
 
-struct KvCache;
+// Keys and values of past positions for incremental decoding (batch 1).
+struct KvCache {
+  int64_t max_len = 0;
+  int64_t length = 0;        // positions filled
+  std::vector<Buffer> k, v;  // per layer [max_len, KV]
+};
 
 class Transformer {
  public:

@@ -4,7 +4,9 @@
 
 #include <cblas.h>
 
+#include <atomic>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -37,6 +39,28 @@ void set_threads(int64_t threads) {
 
 namespace {
 
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+
+// SIGINT / SIGTERM during a run: finish the step in flight, write a checkpoint, return.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    old_int_ = std::signal(SIGINT, on_stop_signal);
+    old_term_ = std::signal(SIGTERM, on_stop_signal);
+  }
+  ~StopSignals() {
+    std::signal(SIGINT, old_int_);
+    std::signal(SIGTERM, old_term_);
+  }
+  int received() const { return g_stop_signal.load(); }
+
+ private:
+  void (*old_int_)(int);
+  void (*old_term_)(int);
+};
+
 // Mean loss over the evaluation batches (token-weighted).
 double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T) {
   loader.reset();
@@ -59,7 +83,7 @@ void write_file(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-TrainResult train(RunConfig cfg, bool resume) {
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   const TrainConfig& tc = cfg.train;
   if (cfg.data.sources.empty()) throw UserError("data.sources: at least one source is needed");
   set_threads(tc.threads);
@@ -140,7 +164,12 @@ TrainResult train(RunConfig cfg, bool resume) {
     metrics.log_eval(step, result.last_val_loss, batches * B * T);
   };
 
+  StopSignals signals;
   while (step < tc.max_steps) {
+    if (signals.received() || (stop_after > 0 && step >= stop_after)) {
+      result.interrupted = true;
+      break;
+    }
     Timer t;
     const double lr = lr_at(tc, step);
     // All micro-batches of the step first: the loss is the mean over every labelled token of
@@ -194,11 +223,17 @@ TrainResult train(RunConfig cfg, bool resume) {
     if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps) run_eval();
     if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save();
   }
+  result.steps = step;
+  if (result.interrupted) {
+    if (step > first_step) save();
+    metrics.log_line(fmt::format("stopped at step {}{}; continue with --resume", step,
+                                 signals.received() ? " on a signal" : ""));
+    return result;
+  }
   if (step > first_step || !ckpt) {
     run_eval();
     save();
   }
-  result.steps = step;
 
   if (tc.sample_tokens > 0) {
     GenerateOptions g;

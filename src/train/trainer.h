@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 #include "train/run_config.h"
@@ -16,6 +17,7 @@ struct TrainResult {
   double last_val_loss = -1;     // -1: never evaluated
   double val_unigram_entropy = 0;
   std::string last_checkpoint;
+  bool interrupted = false;      // stopped before max_steps (signal or stop_after)
 };
 
 // Thrown when a step's loss or gradient norm is not finite; the CLI exits with kExitBadStep.
@@ -25,7 +27,10 @@ class NonFiniteError : public std::runtime_error {
 };
 constexpr int kExitBadStep = 3;
 
-TrainResult train(RunConfig cfg, bool resume);
+// stop_after > 0 ends the run early, with a checkpoint, once that many optimizer steps are done
+// (as a SIGINT or SIGTERM does after the step in flight); the schedule still follows max_steps,
+// so a later --resume continues exactly as if the run had never stopped.
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after = 0);
 
 // Applies train.threads to OpenMP and OpenBLAS (0 = all cores).
 void set_threads(int64_t threads);

@@ -67,11 +67,13 @@ TEST_F(Cli, VersionAndHelp) {
   Result v = run("--version");
   EXPECT_EQ(v.code, 0);
   EXPECT_NE(v.out.find("lmtrain "), std::string::npos);
-  for (const char* sub : {"train", "generate", "bench"}) {
+  for (const char* sub : {"train", "bench"}) {
     Result h = run(std::string(sub) + " --help");
     EXPECT_EQ(h.code, 0) << sub;
     EXPECT_NE(h.out.find("--config"), std::string::npos) << sub << h.out;
+    EXPECT_NE(h.out.find("--set"), std::string::npos) << sub << h.out;
   }
+  EXPECT_NE(run("train --help").out.find("--resume"), std::string::npos);
   Result g = run("generate --help");
   for (const char* flag : {"--checkpoint", "--prompt", "--max-new-tokens", "--temperature",
                            "--top-k", "--top-p", "--seed"})

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/transformer.h"
 

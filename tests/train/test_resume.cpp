@@ -101,8 +101,9 @@ class Resume : public ::testing::Test {
 TEST_F(Resume, InterruptedRunIsBitIdentical) {
   const int64_t N = 8;
   TrainResult whole = train(config("a", 2 * N), false);
-  TrainResult first = train(config("b", N), false);
+  TrainResult first = train(config("b", 2 * N), false, /*stop_after=*/N);
   EXPECT_EQ(first.steps, N);
+  EXPECT_TRUE(first.interrupted);
   TrainResult second = train(config("b", 2 * N), true);
   EXPECT_EQ(second.steps, 2 * N);
   EXPECT_EQ(whole.last_loss, second.last_loss);
