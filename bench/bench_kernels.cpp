@@ -46,14 +46,14 @@ void BM_Sgemm(benchmark::State& state) {
     benchmark::DoNotOptimize(C.data());
     benchmark::ClobberMemory();
   }
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * M * N * K,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Sgemm)
-    ->Args({2048, 768, 768})     // attention output projection
-    ->Args({2048, 2304, 768})    // fused qkv projection
-    ->Args({2048, 3072, 768})    // MLP up
-    ->Args({2048, 768, 3072})    // MLP down
+    ->Args({2048, 768, 768})   // attention output projection
+    ->Args({2048, 2304, 768})  // fused qkv projection
+    ->Args({2048, 3072, 768})  // MLP up
+    ->Args({2048, 768, 3072})  // MLP down
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
@@ -75,7 +75,9 @@ struct AttnSetup {
   const float* q() const { return qkv.data(); }
   const float* k() const { return qkv.data() + int64_t{H} * D; }
   const float* v() const { return qkv.data() + 2 * int64_t{H} * D; }
-  void forward(Backend& be) { be.attention_forward(DType::f32, a, out.data(), lse.data(), q(), k(), v()); }
+  void forward(Backend& be) {
+    be.attention_forward(DType::f32, a, out.data(), lse.data(), q(), k(), v());
+  }
   void backward(Backend& be) {
     float* g = dqkv.data();
     const int64_t Q = int64_t{H} * D;

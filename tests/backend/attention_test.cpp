@@ -102,8 +102,12 @@ RefOut reference(const Layout& l, const std::vector<double>& in, const std::vect
         const int64_t g = h / G;
         const int64_t qo = l.q0 + b * a.q_batch_stride + i * a.q_row_stride + h * D;
         const int64_t oo = b * a.out_batch_stride + i * a.out_row_stride + h * D;
-        auto ko = [&](int64_t j) { return l.k0 + b * a.kv_batch_stride + j * a.kv_row_stride + g * D; };
-        auto vo = [&](int64_t j) { return l.v0 + b * a.kv_batch_stride + j * a.kv_row_stride + g * D; };
+        auto ko = [&](int64_t j) {
+          return l.k0 + b * a.kv_batch_stride + j * a.kv_row_stride + g * D;
+        };
+        auto vo = [&](int64_t j) {
+          return l.v0 + b * a.kv_batch_stride + j * a.kv_row_stride + g * D;
+        };
         const int64_t p = a.q_offset + i;
         std::vector<int64_t> keys;
         for (int64_t j = 0; j < a.kv_len; ++j)
@@ -236,8 +240,12 @@ void check_against_reference(const AttnCase& c, uint64_t seed) {
   expect_padding_untouched(k.grad, {l.q_idx, l.k_idx, l.v_idx}, "dq/dk/dv");
 }
 
-TEST_P(Attention, ForwardAndBackwardMatchReferenceF32) { check_against_reference<float>(GetParam(), 11); }
-TEST_P(Attention, ForwardAndBackwardMatchReferenceF64) { check_against_reference<double>(GetParam(), 12); }
+TEST_P(Attention, ForwardAndBackwardMatchReferenceF32) {
+  check_against_reference<float>(GetParam(), 11);
+}
+TEST_P(Attention, ForwardAndBackwardMatchReferenceF64) {
+  check_against_reference<double>(GetParam(), 12);
+}
 
 // d/d input of L = sum(out * R), the kernel's backward against central differences (f64).
 TEST_P(Attention, BackwardMatchesFiniteDifferences) {
@@ -253,6 +261,7 @@ TEST_P(Attention, BackwardMatchesFiniteDifferences) {
     return s;
   };
   const std::vector<double>& g = k.grad;
+  const test::ScopedThreads one_thread(1);
   test::expect_grad_matches_fd(in, g, loss, "dq", l.q_idx, 60);
   test::expect_grad_matches_fd(in, g, loss, "dk", l.k_idx, 60);
   test::expect_grad_matches_fd(in, g, loss, "dv", l.v_idx, 60);

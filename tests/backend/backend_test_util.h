@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/rng.h"
 
 namespace lmt::test {
@@ -64,9 +66,9 @@ inline void expect_close(const std::vector<double>& got, const std::vector<doubl
     if (ratio > 1) ++bad;
     if (ratio > worst_ratio || std::isnan(ratio)) worst_ratio = ratio, worst = i;
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
-                     << " elements out of tolerance " << tol << "; worst at " << worst
-                     << ": got " << got[worst] << ", want " << want[worst];
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " elements out of tolerance "
+                     << tol << "; worst at " << worst << ": got " << got[worst] << ", want "
+                     << want[worst];
 }
 
 template <class T>
@@ -117,6 +119,20 @@ inline void expect_grad_matches_fd(std::vector<double>& x, const std::vector<dou
                      << " gradient elements differ from finite differences; worst (element "
                      << worst << ") kernel " << grad[worst] << " vs fd " << worst_fd;
 }
+
+// Sets the OpenMP thread count for a scope. Finite-difference loops run single-threaded: they call
+// a kernel hundreds of times on small inputs, and the kernels' results do not depend on the thread
+// count (tests below check that), so this only removes team wake-ups from the test's run time.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedThreads() { omp_set_num_threads(saved_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
   double s = 0;

@@ -9,8 +9,8 @@
 // heads, so the backward's items are (sequence, kv head) pairs ("fused") or, when those are too
 // few to occupy the threads, key tiles for dk/dv and then query tiles for dq ("split").
 //
-// The tile products are register-blocked loops (4 rows x up to 64 floats of accumulators) in
-// cloned functions (see LMT_CLONES), which GCC turns into AVX2/AVX-512 FMA code.
+// The tile products are cpu::tile_gemm (register-blocked loops) inlined into cloned functions
+// (see LMT_CLONES), which GCC turns into AVX2/AVX-512 FMA code.
 #include <omp.h>
 
 #include <algorithm>
@@ -28,7 +28,9 @@ namespace cpu {
 namespace {
 std::atomic<AttentionBackwardMode> g_backward_mode{AttentionBackwardMode::automatic};
 }  // namespace
-void set_attention_backward_mode(AttentionBackwardMode mode) { g_backward_mode = mode; }
+void set_attention_backward_mode(AttentionBackwardMode mode) {
+  g_backward_mode = mode;
+}
 }  // namespace cpu
 
 namespace {
@@ -36,58 +38,13 @@ namespace {
 constexpr int kBq = 64;  // queries per tile
 constexpr int kBk = 64;  // keys per tile
 template <class T>
-constexpr int kGrain = 64 / static_cast<int>(sizeof(T));  // packed widths are multiples of this
+constexpr int kGrain = cpu::kTileGrain<T>;  // packed row widths are multiples of this
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-// ---- tile GEMM: C[M,N] (+)= A[M,K] B[K,N], row-major with leading dims; N % kGrain == 0 ----
-template <class T, int R, int W, bool Acc>
-LMT_INLINE void micro(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, int64_t ldb, int K) {
-  T acc[R][W];
-  for (int r = 0; r < R; ++r)
-    for (int w = 0; w < W; ++w) acc[r][w] = Acc ? C[r * ldc + w] : T(0);
-  for (int k = 0; k < K; ++k) {
-    const T* b = B + k * ldb;
-    for (int r = 0; r < R; ++r) {
-      const T a = A[r * lda + k];
-      for (int w = 0; w < W; ++w) acc[r][w] += a * b[w];
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int w = 0; w < W; ++w) C[r * ldc + w] = acc[r][w];
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
 }
 
-template <class T, int R, bool Acc>
-LMT_INLINE void micro_w(int w, T* C, int64_t ldc, const T* A, int64_t lda, const T* B,
-                        int64_t ldb, int K) {
-  constexpr int G = kGrain<T>;
-  switch (w / G) {
-    case 1: micro<T, R, G, Acc>(C, ldc, A, lda, B, ldb, K); break;
-    case 2: micro<T, R, 2 * G, Acc>(C, ldc, A, lda, B, ldb, K); break;
-    case 3: micro<T, R, 3 * G, Acc>(C, ldc, A, lda, B, ldb, K); break;
-    default: micro<T, R, 4 * G, Acc>(C, ldc, A, lda, B, ldb, K); break;
-  }
-}
-
-template <class T, bool Acc>
-LMT_INLINE void tile_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, int64_t ldb,
-                          int M, int N, int K) {
-  constexpr int G = kGrain<T>;
-  for (int n0 = 0; n0 < N; n0 += 4 * G) {
-    const int w = std::min(4 * G, N - n0);
-    int m = 0;
-    for (; m + 4 <= M; m += 4)
-      micro_w<T, 4, Acc>(w, C + m * ldc + n0, ldc, A + m * lda, lda, B + n0, ldb, K);
-    T* c = C + m * ldc + n0;
-    const T* a = A + m * lda;
-    switch (M - m) {
-      case 3: micro_w<T, 3, Acc>(w, c, ldc, a, lda, B + n0, ldb, K); break;
-      case 2: micro_w<T, 2, Acc>(w, c, ldc, a, lda, B + n0, ldb, K); break;
-      case 1: micro_w<T, 1, Acc>(w, c, ldc, a, lda, B + n0, ldb, K); break;
-      default: break;
-    }
-  }
-}
+using cpu::tile_gemm;
 
 // ---- problem description ----
 template <class T>
@@ -110,7 +67,9 @@ struct Attn {
   const T* vs_at(int64_t b, int g) const { return vs + pair(b, g) * ldt * Dp; }
 
   // Keys visible to query i: [lo(i), hi(i)], empty when lo > hi.
-  int64_t lo(int64_t i) const { return window > 0 ? std::max<int64_t>(0, off + i - window + 1) : 0; }
+  int64_t lo(int64_t i) const {
+    return window > 0 ? std::max<int64_t>(0, off + i - window + 1) : 0;
+  }
   int64_t hi(int64_t i) const { return std::min(off + i, Tk - 1); }
   int64_t qoff(int64_t b, int64_t i, int h) const { return b * qbs + i * qrs + int64_t{h} * D; }
   int64_t kvoff(int64_t b, int64_t j, int g) const { return b * kvbs + j * kvrs + int64_t{g} * D; }
@@ -138,18 +97,18 @@ struct Scratch {
   }
 };
 
-// Packs key tile jb of every (b, kv head) pair into the layouts of Attn::kt/ks/vt/vs (only kt and
-// vs for the forward; kt, ks and vt for the backward). Padding keys and dims are zero.
+// Packs the keys and values of every (b, kv head) pair, once per call and in parallel over key
+// tiles, into the layouts of Attn::kt/ks/vt/vs (kt and vs for the forward; kt, ks and vt for the
+// backward). Padding keys and dims are zero. Same size as k and v: O(T) memory.
 template <class T>
-void pack_kv(Attn<T>& a, bool backward, std::vector<T>& kt, std::vector<T>& ks,
-             std::vector<T>& vt, std::vector<T>& vs) {
+void pack_kv(Attn<T>& a, bool backward, std::vector<T>& kt, std::vector<T>& ks, std::vector<T>& vt,
+             std::vector<T>& vs) {
   a.ldt = round_up(a.Tk, kBk);
   const int64_t pairs = a.B * a.Hkv, tiles = a.ldt / kBk, D = a.D, Dp = a.Dp, ldt = a.ldt;
-  const auto make = [&](std::vector<T>& v, bool want) {
-    if (want) v.resize(static_cast<size_t>(pairs * ldt * Dp));
-  };
-  make(kt, true), make(vt, backward), make(ks, backward), make(vs, !backward);
-#pragma omp parallel for schedule(static)
+  kt.resize(static_cast<size_t>(pairs * D * ldt));
+  (backward ? vt : vs).resize(static_cast<size_t>(pairs * (backward ? D : Dp) * ldt));
+  if (backward) ks.resize(static_cast<size_t>(pairs * ldt * Dp));
+#pragma omp parallel for schedule(static) if (pairs * ldt * D >= cpu::kParallelMin)
   for (int64_t item = 0; item < pairs * tiles; ++item) {
     const int64_t bg = item / tiles, j0 = (item % tiles) * kBk;
     const int64_t b = bg / a.Hkv;
@@ -215,7 +174,8 @@ LMT_INLINE void score_row(const Attn<T>& a, T* row, T* t, Span sp) {
       row[jj] = (jj >= first && jj < last) ? cap * th : kNegInf;
     }
   } else {
-    for (int jj = 0; jj < kBk; ++jj) row[jj] = (jj >= first && jj < last) ? row[jj] * scale : kNegInf;
+    for (int jj = 0; jj < kBk; ++jj)
+      row[jj] = (jj >= first && jj < last) ? row[jj] * scale : kNegInf;
   }
 }
 
@@ -269,8 +229,8 @@ LMT_INLINE void forward_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
         for (int64_t d = 0; d < Dp; ++d) o[d] *= alpha;
       }
     }
-    tile_gemm<T, true>(s.acc.data(), Dp, s.s.data(), kBk, vs + j * Dp, Dp, nq,
-                       static_cast<int>(Dp), nk);
+    tile_gemm<T, true>(s.acc.data(), Dp, s.s.data(), kBk, vs + j * Dp, Dp, nq, static_cast<int>(Dp),
+                       nk);
   }
   for (int ii = 0; ii < nq; ++ii) {
     T* orow = a.out + a.ooff(b, i0 + ii, h);
@@ -293,8 +253,8 @@ LMT_CLONES void forward_item_mv(const Attn<double>& a, Scratch<double>& s, int64
 // The packed query tile is in s (pack_q); the key tile starts at key j of kv head g. Adds
 // dS K to dq_acc [nq][Dp], dS^T Q to dk_acc and P^T dO to dv_acc [nk][Dp] (each when non-null).
 template <class T>
-LMT_INLINE void backward_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int g, int64_t i0,
-                              int nq, int64_t j, int nk, T* dq_acc, T* dk_acc, T* dv_acc) {
+LMT_INLINE void backward_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int g, int64_t i0, int nq,
+                              int64_t j, int nk, T* dq_acc, T* dk_acc, T* dv_acc) {
   const int64_t Dp = a.Dp, ldt = a.ldt;
   T* S = s.s.data();
   T* P = s.p.data();
@@ -333,15 +293,13 @@ LMT_INLINE void backward_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int g,
   if (dk_acc) {
     for (int jj = 0; jj < nk; ++jj)
       for (int ii = 0; ii < nq; ++ii) s.pt[jj * kBq + ii] = P[ii * kBk + jj];
-    tile_gemm<T, true>(dk_acc, Dp, s.pt.data(), kBq, s.qs.data(), Dp, nk, static_cast<int>(Dp),
-                       nq);
+    tile_gemm<T, true>(dk_acc, Dp, s.pt.data(), kBq, s.qs.data(), Dp, nk, static_cast<int>(Dp), nq);
   }
 }
 
 template <class T>
 void store_rows(const T* acc, int64_t Dp, int n, int D, T* dst, int64_t dst_row_stride) {
-  for (int r = 0; r < n; ++r)
-    std::copy(acc + r * Dp, acc + r * Dp + D, dst + r * dst_row_stride);
+  for (int r = 0; r < n; ++r) std::copy(acc + r * Dp, acc + r * Dp + D, dst + r * dst_row_stride);
 }
 
 // dq rows of query tile ib of head h, summing over its live key tiles in order; with dk_all and
@@ -356,8 +314,8 @@ LMT_INLINE void dq_for_query_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, in
   for (int64_t j = a.lo(i0) / kBk * kBk; j <= a.hi(i0 + nq - 1); j += kBk) {
     const int nk = static_cast<int>(std::min<int64_t>(kBk, a.Tk - j));
     if (!a.tile_live(i0, nq, j, nk)) continue;
-    backward_tile(a, s, b, h / a.group, i0, nq, j, nk, s.acc.data(), dk_all ? dk_all + j * a.Dp : nullptr,
-                  dv_all ? dv_all + j * a.Dp : nullptr);
+    backward_tile(a, s, b, h / a.group, i0, nq, j, nk, s.acc.data(),
+                  dk_all ? dk_all + j * a.Dp : nullptr, dv_all ? dv_all + j * a.Dp : nullptr);
   }
   store_rows(s.acc.data(), a.Dp, nq, a.D, a.dq + a.qoff(b, i0, h), a.qrs);
 }
@@ -409,9 +367,12 @@ LMT_INLINE void backward_q_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
 // pass: 0 fused, 1 split dk/dv, 2 split dq.
 template <class T>
 LMT_INLINE void backward_item(const Attn<T>& a, Scratch<T>& s, int pass, int64_t item) {
-  if (pass == 0) backward_fused_item(a, s, item);
-  else if (pass == 1) backward_kv_item(a, s, item);
-  else backward_q_item(a, s, item);
+  if (pass == 0)
+    backward_fused_item(a, s, item);
+  else if (pass == 1)
+    backward_kv_item(a, s, item);
+  else
+    backward_q_item(a, s, item);
 }
 LMT_CLONES void backward_item_mv(const Attn<float>& a, Scratch<float>& s, int pass, int64_t item) {
   backward_item(a, s, pass, item);
@@ -441,6 +402,12 @@ Attn<T> make_attn(const AttentionArgs& x, const char* kernel) {
   return a;
 }
 
+// Tiny problems (decoding a few tokens, tests) run on the calling thread.
+template <class T>
+bool worth_threads(const Attn<T>& a) {
+  return a.B * a.Hq * a.Tq * a.Tk * a.D >= 64 * cpu::kParallelMin;
+}
+
 }  // namespace
 
 // out[B,Tq,Hq,D] (out strides), lse[B,Hq,Tq]; q[B,Tq,Hq,D] (q strides), k, v[B,Tk,Hkv,D].
@@ -455,7 +422,7 @@ void CpuBackend::attention_forward(DType dt, const AttentionArgs& args, void* ou
     if (items == 0) return;
     std::vector<T> kt, ks, vt, vs;
     pack_kv(a, false, kt, ks, vt, vs);
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(a))
     {
       Scratch<T> s(a, 0, false);
 #pragma omp for schedule(dynamic, 1)
@@ -486,7 +453,7 @@ void CpuBackend::attention_backward(DType dt, const AttentionArgs& args, void* d
     for (int pass = fused ? 0 : 1; pass <= (fused ? 0 : 2); ++pass) {
       const int64_t items = pass == 0 ? pairs : pass == 1 ? pairs * a.nkb : a.B * a.Hq * a.nqb;
       if (items == 0) continue;
-#pragma omp parallel
+#pragma omp parallel if (worth_threads(a))
       {
         Scratch<T> s(a, pass == 0 ? a.ldt : kBk, true);
 #pragma omp for schedule(dynamic, 1)

@@ -58,7 +58,7 @@ void CpuBackend::cross_entropy(DType dt, void* logits, void* losses, const int32
     using T = decltype(tag);
     T* lg = static_cast<T*>(logits);
     T* loss = static_cast<T*>(losses);
-#pragma omp parallel
+#pragma omp parallel if (N * V >= cpu::kParallelMin)
     {
       std::vector<T> z(static_cast<size_t>(V)), e(static_cast<size_t>(V));
 #pragma omp for schedule(static)

@@ -1,10 +1,12 @@
-// Private helpers of the CPU backend's kernels: the f32/f64 dispatch each kernel starts with, a
-// fixed-partition helper for deterministic reductions, branch-free float exp/tanh that loops can
-// vectorise (glibc's expf/tanhf are scalar calls), and target clones for the compute-bound loops.
+// Private helpers of the CPU backend's kernels: the f32/f64 dispatch each kernel starts with, the
+// size below which kernels stay single-threaded, branch-free float exp/tanh that loops can
+// vectorise (glibc's expf/tanhf are scalar calls), a register-blocked tile GEMM, and target
+// clones for the compute-bound loops.
 // The default build targets baseline x86-64; LMT_CLONES compiles a function also for x86-64-v3
 // (AVX2+FMA) and v4 (AVX-512) and picks one at load time, so one binary is fast everywhere.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -33,9 +35,9 @@ decltype(auto) dispatch_float(DType dt, const char* kernel, F&& f) {
                    " is not supported (f32 or f64)");
 }
 
-// Rows per chunk of a reduction over rows. A fixed number, so partial sums (and thus results) do
-// not depend on the thread count.
-constexpr int64_t kReduceRows = 256;
+// Below this many elements a kernel runs on the calling thread: waking the team costs more than
+// the work (and a team on a busy machine can wait a whole time slice for a descheduled member).
+constexpr int64_t kParallelMin = int64_t{1} << 15;
 
 // exp(x) for float, ~1 ulp on [-87, 88]: exp(x) = 2^n * exp(r) with |r| <= ln2/2 and the Cephes
 // polynomial for exp(r). Saturates above 88, returns 0 below -87 (so exp(-inf) = 0).
@@ -61,24 +63,84 @@ LMT_INLINE float fast_exp(float x) {
 LMT_INLINE float fast_tanh(float x) {
   const float ax = std::fabs(x);
   const float z = x * x;
-  const float small =
-      ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
-        1.33314422036e-1f) * z - 3.33332819422e-1f) * z * x + x;
+  const float small = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z +
+                        1.33314422036e-1f) *
+                           z -
+                       3.33332819422e-1f) *
+                          z * x +
+                      x;
   const float e = fast_exp(2.0f * (ax > 44.0f ? 44.0f : ax));
   const float big = 1.0f - 2.0f / (e + 1.0f);
   return ax < 0.625f ? small : std::copysign(big, x);
 }
 
 // How attention_backward splits its work: `fused` gives each thread whole (sequence, kv head)
-// pairs and computes dq, dk, dv in one sweep; `split` computes dk/dv per key tile, then dq per query
-// tile (one more sweep, more parallelism). Both give the same bits; `automatic` picks by shape and
-// thread count. A hook for tests and benchmarks.
+// pairs and computes dq, dk, dv in one sweep; `split` computes dk/dv per key tile, then dq per
+// query tile (one more sweep, more parallelism). Both give the same bits; `automatic` picks by
+// shape and thread count. A hook for tests and benchmarks.
 enum class AttentionBackwardMode { automatic, fused, split };
 void set_attention_backward_mode(AttentionBackwardMode mode);
 
-LMT_INLINE float exp_t(float x) { return fast_exp(x); }
-LMT_INLINE double exp_t(double x) { return std::exp(x); }
-LMT_INLINE float tanh_t(float x) { return fast_tanh(x); }
-LMT_INLINE double tanh_t(double x) { return std::tanh(x); }
+// ---- tile GEMM for the kernels' own small products (attention tiles) ----
+// C[M,N] (+)= A[M,K] B[K,N], row-major with leading dimensions, N a multiple of kTileGrain<T>.
+// Accumulators for 4 rows x up to 4 grains (64 floats: 16 AVX-512 registers) stay in registers
+// over the whole K loop. Always inlined, so it takes the ISA of the (cloned) caller.
+template <class T>
+constexpr int kTileGrain = 64 / static_cast<int>(sizeof(T));  // one cache line of T
+
+template <class T, int R, int W, bool Acc>
+LMT_INLINE void tile_micro(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, int64_t ldb,
+                           int K) {
+  T acc[R][W];
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) acc[r][w] = Acc ? C[r * ldc + w] : T(0);
+  for (int k = 0; k < K; ++k) {
+    const T* b = B + k * ldb;
+    for (int r = 0; r < R; ++r) {
+      const T a = A[r * lda + k];
+      for (int w = 0; w < W; ++w) acc[r][w] += a * b[w];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) C[r * ldc + w] = acc[r][w];
+}
+
+// Columns [0, w) of R rows, w in {1, 2, 3, 4} grains.
+template <class T, int R, bool Acc>
+LMT_INLINE void tile_rows(int w, T* C, int64_t ldc, const T* A, int64_t lda, const T* B,
+                          int64_t ldb, int K) {
+  constexpr int G = kTileGrain<T>;
+  if (w == G) return tile_micro<T, R, G, Acc>(C, ldc, A, lda, B, ldb, K);
+  if (w == 2 * G) return tile_micro<T, R, 2 * G, Acc>(C, ldc, A, lda, B, ldb, K);
+  if (w == 3 * G) return tile_micro<T, R, 3 * G, Acc>(C, ldc, A, lda, B, ldb, K);
+  tile_micro<T, R, 4 * G, Acc>(C, ldc, A, lda, B, ldb, K);
+}
+
+template <class T, bool Acc>
+LMT_INLINE void tile_gemm(T* C, int64_t ldc, const T* A, int64_t lda, const T* B, int64_t ldb,
+                          int M, int N, int K) {
+  constexpr int G = kTileGrain<T>;
+  for (int n0 = 0; n0 < N; n0 += 4 * G) {
+    const int w = std::min(4 * G, N - n0);
+    int m = 0;
+    for (; m + 4 <= M; m += 4)
+      tile_rows<T, 4, Acc>(w, C + m * ldc + n0, ldc, A + m * lda, lda, B + n0, ldb, K);
+    for (; m < M; ++m)
+      tile_rows<T, 1, Acc>(w, C + m * ldc + n0, ldc, A + m * lda, lda, B + n0, ldb, K);
+  }
+}
+
+LMT_INLINE float exp_t(float x) {
+  return fast_exp(x);
+}
+LMT_INLINE double exp_t(double x) {
+  return std::exp(x);
+}
+LMT_INLINE float tanh_t(float x) {
+  return fast_tanh(x);
+}
+LMT_INLINE double tanh_t(double x) {
+  return std::tanh(x);
+}
 
 }  // namespace lmt::cpu

@@ -18,7 +18,7 @@ void CpuBackend::add(DType dt, void* out, const void* a, const void* b, int64_t 
     T* y = static_cast<T*>(out);
     const T* x0 = static_cast<const T*>(a);
     const T* x1 = static_cast<const T*>(b);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) y[i] = x0[i] + x1[i];
   });
 }
@@ -29,7 +29,7 @@ void CpuBackend::accumulate(DType dt, void* y, const void* x, int64_t n) {
     using T = decltype(tag);
     T* yy = static_cast<T*>(y);
     const T* xx = static_cast<const T*>(x);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) yy[i] += xx[i];
   });
 }
@@ -40,7 +40,7 @@ void CpuBackend::scale(DType dt, void* x, double s, int64_t n) {
     using T = decltype(tag);
     T* xx = static_cast<T*>(x);
     const T f = static_cast<T>(s);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) xx[i] *= f;
   });
 }
@@ -54,7 +54,7 @@ double CpuBackend::sum_squares(DType dt, const void* x, int64_t n) {
     constexpr int kLanes = 8;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     std::vector<double> partial(static_cast<size_t>(chunks));
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
     for (int64_t c = 0; c < chunks; ++c) {
       const T* p = xx + c * kChunk;
       const int64_t len = std::min(kChunk, n - c * kChunk);
@@ -88,22 +88,36 @@ bool is_float_dtype(DType t) {
 // Element i of a floating buffer as double (bf16 and f16 widen exactly through float).
 double load_as_double(DType t, const void* p, int64_t i) {
   switch (t) {
-    case DType::f32: return static_cast<const float*>(p)[i];
-    case DType::f64: return static_cast<const double*>(p)[i];
-    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default: return 0;
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f64:
+      return static_cast<const double*>(p)[i];
+    case DType::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    default:
+      return 0;
   }
 }
 
 // Stores v; f64 -> bf16/f16 rounds through float (double rounding, at most half an ulp of f32).
 void store_from_double(DType t, void* p, int64_t i, double v) {
   switch (t) {
-    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
-    case DType::f64: static_cast<double*>(p)[i] = v; break;
-    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
-    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
-    default: break;
+    case DType::f32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::f64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v));
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v));
+      break;
+    default:
+      break;
   }
 }
 
@@ -122,11 +136,11 @@ void CpuBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src,
   if (src_dt == DType::f32 && dst_dt == DType::bf16) {  // the hot pair (weights to bf16)
     const float* s = static_cast<const float*>(src);
     uint16_t* d = static_cast<uint16_t*>(dst);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
     return;
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) store_from_double(dst_dt, dst, i, load_as_double(src_dt, src, i));
 }
 

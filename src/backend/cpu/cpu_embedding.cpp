@@ -1,7 +1,7 @@
 // Token embedding lookup and its backward for the CPU backend. The backward scatters rows that may
-// repeat (the same token twice in a batch), so threads split the channels, not the rows: each thread
-// owns a slice of columns of dtable and adds the rows in token order, which is race-free and gives
-// the same bits for any thread count.
+// repeat (the same token twice in a batch), so threads split the channels, not the rows: each
+// thread owns a slice of columns of dtable and adds the rows in token order, which is race-free and
+// gives the same bits for any thread count.
 #include <algorithm>
 #include <cstring>
 
@@ -20,7 +20,7 @@ void CpuBackend::embedding_forward(DType dt, void* out, const int32_t* ids, cons
                                  std::to_string(ids[n]) + " at row " + std::to_string(n));
     T* y = static_cast<T*>(out);
     const T* w = static_cast<const T*>(table);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n)
       std::memcpy(y + n * C, w + static_cast<int64_t>(ids[n]) * C, sizeof(T) * C);
   });
@@ -32,15 +32,14 @@ void CpuBackend::embedding_backward(DType dt, void* dtable, const void* dout, co
   cpu::dispatch_float(dt, "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
     for (int64_t n = 0; n < N; ++n)
-      LMT_CHECK(ids[n] >= 0 && ids[n] < V, "CpuBackend::embedding_backward: id " +
-                                               std::to_string(ids[n]) + " at row " +
-                                               std::to_string(n) + " is outside [0, " +
-                                               std::to_string(V) + ")");
+      LMT_CHECK(ids[n] >= 0 && ids[n] < V,
+                "CpuBackend::embedding_backward: id " + std::to_string(ids[n]) + " at row " +
+                    std::to_string(n) + " is outside [0, " + std::to_string(V) + ")");
     T* dw = static_cast<T*>(dtable);
     const T* dy = static_cast<const T*>(dout);
     constexpr int64_t kCols = 64;  // a channel slice: one cache line of doubles, four of floats
     const int64_t slices = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t s = 0; s < slices; ++s) {
       const int64_t c0 = s * kCols, nc = std::min(kCols, C - c0);
       for (int64_t n = 0; n < N; ++n) {

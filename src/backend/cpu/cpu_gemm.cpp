@@ -15,16 +15,18 @@ namespace lmt {
 
 namespace {
 
-bool fits_int(int64_t v) { return v >= 0 && v <= INT_MAX; }
+bool fits_int(int64_t v) {
+  return v >= 0 && v <= INT_MAX;
+}
 
 }  // namespace
 
 void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                       double alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
                       double beta, void* C, int64_t ldc) {
-  LMT_CHECK(fits_int(M) && fits_int(N) && fits_int(K) && fits_int(lda) && fits_int(ldb) &&
-                fits_int(ldc),
-            "CpuBackend::gemm: sizes must fit in a BLAS int");
+  LMT_CHECK(
+      fits_int(M) && fits_int(N) && fits_int(K) && fits_int(lda) && fits_int(ldb) && fits_int(ldc),
+      "CpuBackend::gemm: sizes must fit in a BLAS int");
   LMT_CHECK(ldc >= std::max<int64_t>(N, 1), "CpuBackend::gemm: ldc < N");
   LMT_CHECK(lda >= std::max<int64_t>(trans_a ? M : K, 1), "CpuBackend::gemm: lda too small");
   LMT_CHECK(ldb >= std::max<int64_t>(trans_b ? K : N, 1), "CpuBackend::gemm: ldb too small");
@@ -37,13 +39,13 @@ void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>) {
       cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, static_cast<float>(alpha),
-                  static_cast<const float*>(A), static_cast<int>(lda),
-                  static_cast<const float*>(B), static_cast<int>(ldb), static_cast<float>(beta),
-                  static_cast<float*>(C), static_cast<int>(ldc));
+                  static_cast<const float*>(A), static_cast<int>(lda), static_cast<const float*>(B),
+                  static_cast<int>(ldb), static_cast<float>(beta), static_cast<float*>(C),
+                  static_cast<int>(ldc));
     } else {
       cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, static_cast<const double*>(A),
-                  static_cast<int>(lda), static_cast<const double*>(B), static_cast<int>(ldb),
-                  beta, static_cast<double*>(C), static_cast<int>(ldc));
+                  static_cast<int>(lda), static_cast<const double*>(B), static_cast<int>(ldb), beta,
+                  static_cast<double*>(C), static_cast<int>(ldc));
     }
   });
   gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -55,7 +57,7 @@ void CpuBackend::add_bias(DType dt, void* out, const void* bias, int64_t N, int6
     using T = decltype(tag);
     T* y = static_cast<T*>(out);
     const T* b = static_cast<const T*>(bias);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * O >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       T* row = y + n * O;
       for (int64_t o = 0; o < O; ++o) row[o] += b[o];
@@ -71,7 +73,7 @@ void CpuBackend::bias_backward(DType dt, void* dbias, const void* dout, int64_t 
     const T* dy = static_cast<const T*>(dout);
     constexpr int64_t kCols = 64;  // columns per work item
     const int64_t items = (O + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * O >= cpu::kParallelMin)
     for (int64_t it = 0; it < items; ++it) {
       const int64_t c0 = it * kCols, nc = std::min(kCols, O - c0);
       double acc[kCols] = {};

@@ -58,7 +58,7 @@ void CpuBackend::glu_forward(DType dt, Activation act, void* out, const void* ga
       constexpr Activation A = decltype(a)::value;
       T* y = static_cast<T*>(out);
       const T* gu = static_cast<const T*>(gate_up);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * F >= cpu::kParallelMin)
       for (int64_t n = 0; n < N; ++n) {
         const T* g = gu + n * 2 * F;
         const T* u = g + F;
@@ -79,7 +79,7 @@ void CpuBackend::glu_backward(DType dt, Activation act, void* dgate_up, const vo
       T* dgu = static_cast<T*>(dgate_up);
       const T* dy = static_cast<const T*>(dout);
       const T* gu = static_cast<const T*>(gate_up);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * F >= cpu::kParallelMin)
       for (int64_t n = 0; n < N; ++n) {
         const T* g = gu + n * 2 * F;
         const T* u = g + F;
@@ -103,7 +103,7 @@ void CpuBackend::act_forward(DType dt, Activation act, void* out, const void* x,
       constexpr Activation A = decltype(a)::value;
       T* y = static_cast<T*>(out);
       const T* xx = static_cast<const T*>(x);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
       for (int64_t i = 0; i < n; ++i) y[i] = act_value<A>(xx[i]);
     });
   });
@@ -119,7 +119,7 @@ void CpuBackend::act_backward(DType dt, Activation act, void* dx, const void* do
       T* gx = static_cast<T*>(dx);
       const T* dy = static_cast<const T*>(dout);
       const T* xx = static_cast<const T*>(x);
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
       for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * act_grad<A>(xx[i]);
     });
   });

@@ -18,7 +18,7 @@ constexpr int64_t kCols = 64;  // columns per work item of the weight-gradient p
 template <class F, class E>
 void column_reduce(int64_t N, int64_t C, F f, E emit) {
   const int64_t slices = (C + kCols - 1) / kCols;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t c0 = s * kCols, nc = std::min(kCols, C - c0);
     double acc[kCols] = {};
@@ -39,7 +39,7 @@ void CpuBackend::rmsnorm_forward(DType dt, void* out, void* rstd, const void* x,
     T* rs = static_cast<T*>(rstd);
     const T* xx = static_cast<const T*>(x);
     const T* ww = static_cast<const T*>(w);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* xr = xx + n * C;
       double ss = 0;
@@ -65,7 +65,7 @@ void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout
     const T* xx = static_cast<const T*>(x);
     const T* ww = static_cast<const T*>(w);
     const T* rs = static_cast<const T*>(rstd);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* xr = xx + n * C;
       const T* dr = dy + n * C;
@@ -89,8 +89,7 @@ void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout
 
 // out[N,C] = (x - mean) * rstd * w + b; mean[N], rstd[N] = 1 / sqrt(biased var + eps).
 void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x,
-                                   const void* w, const void* b, int64_t N, int64_t C,
-                                   double eps) {
+                                   const void* w, const void* b, int64_t N, int64_t C, double eps) {
   cpu::dispatch_float(dt, "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
     T* y = static_cast<T*>(out);
@@ -99,7 +98,7 @@ void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, 
     const T* xx = static_cast<const T*>(x);
     const T* ww = static_cast<const T*>(w);
     const T* bb = static_cast<const T*>(b);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* xr = xx + n * C;
       double s = 0;
@@ -134,7 +133,7 @@ void CpuBackend::layernorm_backward(DType dt, void* dx, void* dw, void* db, cons
     const T* ww = static_cast<const T*>(w);
     const T* mu = static_cast<const T*>(mean);
     const T* rs = static_cast<const T*>(rstd);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* xr = xx + n * C;
       const T* dr = dy + n * C;
@@ -156,8 +155,8 @@ void CpuBackend::layernorm_backward(DType dt, void* dx, void* dw, void* db, cons
     column_reduce(
         N, C,
         [&](int64_t n, int64_t c) {
-          return static_cast<double>(dy[n * C + c]) * ((xx[n * C + c] - static_cast<double>(mu[n])) *
-                                                       static_cast<double>(rs[n]));
+          return static_cast<double>(dy[n * C + c]) *
+                 ((xx[n * C + c] - static_cast<double>(mu[n])) * static_cast<double>(rs[n]));
         },
         [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
     column_reduce(

@@ -22,7 +22,7 @@ void CpuBackend::rope(DType dt, void* x, const int32_t* pos, const float* inv_fr
     using T = decltype(tag);
     T* xx = static_cast<T*>(x);
     const int half = rotary_dim / 2;
-#pragma omp parallel
+#pragma omp parallel if (N * heads * rotary_dim >= cpu::kParallelMin)
     {
       std::vector<T> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
 #pragma omp for schedule(static)

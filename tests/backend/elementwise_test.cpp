@@ -1,0 +1,109 @@
+// Elementwise kernels of the CPU backend: add, accumulate (+= onto non-zero content), scale,
+// sum_squares (double accumulation, thread-count independent) and conversions between the
+// floating dtypes, plus the dtype check every kernel starts with.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend_test_util.h"
+
+namespace lmt {
+namespace {
+
+using test::expect_close;
+
+template <class T>
+void run_elementwise() {
+  SCOPED_TRACE(sizeof(T) == 4 ? "f32" : "f64");
+  CpuBackend be;
+  const DType dt = dtype_of<T>();
+  for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1003}}) {
+    const std::vector<double> a = test::randn(n, 1), b = test::randn(n, 2);
+    std::vector<double> sum(a.size()), acc(a.size()), scaled(a.size());
+    for (size_t i = 0; i < a.size(); ++i)
+      sum[i] = a[i] + b[i], acc[i] = b[i] + a[i], scaled[i] = a[i] * -0.37;
+    std::vector<T> x = test::cast<T>(a), y = test::cast<T>(b), out(a.size(), T(99));
+    be.add(dt, out.data(), x.data(), y.data(), n);
+    expect_close(out, sum, test::kTol<T>, "add");
+    be.accumulate(dt, y.data(), x.data(), n);
+    expect_close(y, acc, test::kTol<T>, "accumulate");
+    be.scale(dt, x.data(), -0.37, n);
+    expect_close(x, scaled, test::kTol<T>, "scale");
+  }
+}
+
+TEST(Elementwise, AddAccumulateScaleF32) {
+  run_elementwise<float>();
+}
+TEST(Elementwise, AddAccumulateScaleF64) {
+  run_elementwise<double>();
+}
+
+TEST(Elementwise, SumSquaresInDouble) {
+  CpuBackend be;
+  EXPECT_EQ(be.sum_squares(DType::f32, nullptr, 0), 0.0);
+  for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{100003}}) {
+    const std::vector<double> x = test::randn(n, static_cast<uint64_t>(n), 0, 3.0);
+    const std::vector<float> xf = test::cast<float>(x);
+    double want_d = 0, want_f = 0;  // the float input's squares are exact in double
+    for (int64_t i = 0; i < n; ++i) want_d += x[i] * x[i], want_f += double{xf[i]} * xf[i];
+    EXPECT_NEAR(be.sum_squares(DType::f64, x.data(), n), want_d, 1e-12 * want_d) << n;
+    EXPECT_NEAR(be.sum_squares(DType::f32, xf.data(), n), want_f, 1e-12 * want_f) << n;
+  }
+  // Bit-identical for 1 and 2 threads: fixed chunks, summed in order.
+  const std::vector<double> x = test::randn(300001, 3);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const double one = be.sum_squares(DType::f64, x.data(), 300001);
+  omp_set_num_threads(std::max(2, threads));
+  const double two = be.sum_squares(DType::f64, x.data(), 300001);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(&one, &two, sizeof one), 0) << one << " vs " << two;
+}
+
+TEST(Elementwise, ConvertBetweenFloatingDtypes) {
+  CpuBackend be;
+  const int64_t n = 257;
+  std::vector<double> d = test::randn(n, 4, 0, 10.0);
+  d[0] = 0.0, d[1] = -0.0, d[2] = 65504.0, d[3] = 1e-6;
+  std::vector<float> f(n), f2(n);
+  std::vector<double> d2(n);
+  std::vector<uint16_t> h(n), h2(n);
+  be.convert(DType::f32, f.data(), DType::f64, d.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(f[i], static_cast<float>(d[i]));
+  be.convert(DType::f64, d2.data(), DType::f32, f.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(d2[i], static_cast<double>(f[i]));
+  be.convert(DType::bf16, h.data(), DType::f32, f.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h[i], f32_to_bf16(f[i]));
+  be.convert(DType::f32, f2.data(), DType::bf16, h.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(f2[i], bf16_to_f32(h[i]));
+  be.convert(DType::f16, h.data(), DType::f64, d.data(), n);  // rounds through float
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(h[i], f32_to_f16(static_cast<float>(d[i])));
+  be.convert(DType::f16, h2.data(), DType::bf16, std::vector<uint16_t>(n, 0x3f80).data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(f16_to_f32(h2[i]), 1.0f);  // bf16 1.0 -> f16 1.0
+  be.convert(DType::f64, d2.data(), DType::f16, h.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(d2[i], static_cast<double>(f16_to_f32(h[i])));
+  be.convert(DType::f32, f2.data(), DType::f32, f.data(), n);
+  EXPECT_EQ(std::memcmp(f.data(), f2.data(), n * sizeof(float)), 0);
+  EXPECT_THROW(be.convert(DType::i32, f2.data(), DType::f32, f.data(), n), InternalError);
+}
+
+TEST(Elementwise, UnsupportedDtypeNamesKernelAndDtype) {
+  CpuBackend be;
+  std::vector<uint16_t> x(8);
+  try {
+    be.accumulate(DType::bf16, x.data(), x.data(), 8);
+    FAIL() << "accumulate on bf16 should fail";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("accumulate"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(be.sum_squares(DType::f16, x.data(), 8), InternalError);
+  EXPECT_THROW(be.scale(DType::i32, x.data(), 2.0, 4), InternalError);
+}
+
+}  // namespace
+}  // namespace lmt

@@ -1,0 +1,136 @@
+// GEMM (OpenBLAS) and the bias kernels of the CPU backend against plain double loops: every
+// transpose combination, padded leading dimensions whose padding must survive, alpha/beta,
+// beta == 0 with a C full of NaN (C must not be read), K == 0, and += semantics of the bias
+// kernels.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend_test_util.h"
+
+namespace lmt {
+namespace {
+
+using test::expect_close;
+
+struct GemmCase {
+  bool ta, tb;
+  int64_t M, N, K;
+  double alpha, beta;
+  bool nan_c = false;  // C starts as NaN (only with beta == 0)
+};
+
+const GemmCase kGemmCases[] = {
+    {false, false, 7, 13, 5, 1.0, 0.0},         {false, true, 7, 13, 5, 0.5, 1.5},
+    {true, false, 7, 13, 5, -1.0, 1.0},         {true, true, 7, 13, 5, 2.0, -0.5},
+    {false, true, 65, 33, 129, 1.0, 0.0, true}, {true, false, 1, 37, 64, 1.0, 1.0},
+    {false, false, 31, 1, 17, 1.0, 0.0, true},  {false, false, 4, 6, 0, 1.0, 0.5},
+};
+
+template <class T>
+void run_gemm_cases() {
+  SCOPED_TRACE(sizeof(T) == 4 ? "f32" : "f64");
+  CpuBackend be;
+  uint64_t seed = 100;
+  for (const GemmCase& c : kGemmCases) {
+    SCOPED_TRACE(::testing::Message() << "ta=" << c.ta << " tb=" << c.tb << " M=" << c.M
+                                      << " N=" << c.N << " K=" << c.K);
+    const int64_t pad = 3;
+    const int64_t a_rows = c.ta ? c.K : c.M, a_cols = c.ta ? c.M : c.K;
+    const int64_t b_rows = c.tb ? c.N : c.K, b_cols = c.tb ? c.K : c.N;
+    const int64_t lda = a_cols + pad, ldb = b_cols + pad, ldc = c.N + pad;
+    const std::vector<double> A = test::randn(a_rows * lda, ++seed);
+    const std::vector<double> B = test::randn(b_rows * ldb, ++seed);
+    std::vector<double> C0 = test::randn(c.M * ldc, ++seed);
+    if (c.nan_c)
+      for (int64_t m = 0; m < c.M; ++m)
+        for (int64_t n = 0; n < c.N; ++n)
+          C0[m * ldc + n] = std::numeric_limits<double>::quiet_NaN();
+    std::vector<double> want = C0;
+    for (int64_t m = 0; m < c.M; ++m)
+      for (int64_t n = 0; n < c.N; ++n) {
+        double s = 0;
+        for (int64_t k = 0; k < c.K; ++k)
+          s += (c.ta ? A[k * lda + m] : A[m * lda + k]) * (c.tb ? B[n * ldb + k] : B[k * ldb + n]);
+        want[m * ldc + n] = c.alpha * s + (c.beta == 0 ? 0.0 : c.beta * C0[m * ldc + n]);
+      }
+    std::vector<T> a = test::cast<T>(A), b = test::cast<T>(B), cc = test::cast<T>(C0);
+    be.gemm(dtype_of<T>(), c.ta, c.tb, c.M, c.N, c.K, c.alpha, a.data(), lda, b.data(), ldb, c.beta,
+            cc.data(), ldc);
+    // Padding columns of C keep their values (compared exactly through the reference copy).
+    expect_close(cc, want, test::kTol<T> * 10, "C");
+  }
+}
+
+TEST(Gemm, MatchesReferenceF32) {
+  run_gemm_cases<float>();
+}
+TEST(Gemm, MatchesReferenceF64) {
+  run_gemm_cases<double>();
+}
+
+TEST(Gemm, CountsSecondsAndRejectsOtherDtypes) {
+  CpuBackend be;
+  std::vector<float> a(64 * 64, 1.0f), c(64 * 64);
+  be.reset_gemm_seconds();
+  EXPECT_EQ(be.gemm_seconds(), 0.0);
+  be.gemm(DType::f32, false, false, 64, 64, 64, 1.0, a.data(), 64, a.data(), 64, 0.0, c.data(), 64);
+  EXPECT_GT(be.gemm_seconds(), 0.0);
+  EXPECT_EQ(c[5], 64.0f);
+  be.reset_gemm_seconds();
+  EXPECT_EQ(be.gemm_seconds(), 0.0);
+  try {
+    be.gemm(DType::bf16, false, false, 4, 4, 4, 1.0, a.data(), 4, a.data(), 4, 0.0, c.data(), 4);
+    FAIL() << "bf16 gemm should fail";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("gemm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+}
+
+template <class T>
+void run_bias() {
+  SCOPED_TRACE(sizeof(T) == 4 ? "f32" : "f64");
+  CpuBackend be;
+  for (auto [N, O] : {std::pair<int64_t, int64_t>{7, 13}, {300, 131}, {1, 1}}) {
+    const std::vector<double> y0 = test::randn(N * O, 1), bias = test::randn(O, 2);
+    const std::vector<double> db0 = test::randn(O, 3), dy = test::randn(N * O, 4);
+    std::vector<double> want_y = y0, want_db = db0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t o = 0; o < O; ++o) want_y[n * O + o] += bias[o], want_db[o] += dy[n * O + o];
+    std::vector<T> y = test::cast<T>(y0), b = test::cast<T>(bias), db = test::cast<T>(db0);
+    std::vector<T> g = test::cast<T>(dy);
+    be.add_bias(dtype_of<T>(), y.data(), b.data(), N, O);
+    be.bias_backward(dtype_of<T>(), db.data(), g.data(), N, O);  // += onto non-zero db
+    expect_close(y, want_y, test::kTol<T>, "add_bias");
+    expect_close(db, want_db, test::kTol<T>, "bias_backward");
+  }
+}
+
+TEST(Bias, AddAndBackwardAccumulateF32) {
+  run_bias<float>();
+}
+TEST(Bias, AddAndBackwardAccumulateF64) {
+  run_bias<double>();
+}
+
+TEST(Bias, BackwardIsIndependentOfThreadCount) {
+  CpuBackend be;
+  const int64_t N = 1000, O = 300;
+  const std::vector<float> dy = test::cast<float>(test::randn(N * O, 5));
+  std::vector<float> one(O, 0.5f), two(O, 0.5f);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  be.bias_backward(DType::f32, one.data(), dy.data(), N, O);
+  omp_set_num_threads(std::max(2, threads));
+  be.bias_backward(DType::f32, two.data(), dy.data(), N, O);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(one.data(), two.data(), O * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace lmt
