@@ -27,9 +27,9 @@ struct AttentionArgs {
   int64_t batch = 1, q_len = 1, kv_len = 1;
   int num_heads = 1, num_kv_heads = 1, head_dim = 64;
   int64_t q_offset = 0;
-  int64_t q_row_stride = 0, q_batch_stride = 0;    // q, dq, out, dout
-  int64_t kv_row_stride = 0, kv_batch_stride = 0;  // k, v, dk, dv
-  int64_t out_row_stride = 0, out_batch_stride = 0;
+  int64_t q_row_stride = 0, q_batch_stride = 0;      // q, dq
+  int64_t kv_row_stride = 0, kv_batch_stride = 0;    // k, v, dk, dv
+  int64_t out_row_stride = 0, out_batch_stride = 0;  // out, dout
   double scale = 0.125;     // multiplies q.k before the softmax
   double softcap = 0.0;     // > 0: scores become softcap * tanh(scores / softcap)
   int64_t window = 0;       // > 0: sliding window size in keys (the query's own key included)
