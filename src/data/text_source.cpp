@@ -1,6 +1,10 @@
 // Plain-text sources: listing files, reading them whole, splitting them into documents.
 #include "data/text_source.h"
 
+#include <fnmatch.h>
+
+#include <set>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -50,7 +54,8 @@ void for_each_line(std::string_view text, F&& fn) {
 
 }  // namespace
 
-std::vector<std::string> list_source_files(const std::string& path, const std::string& key) {
+std::vector<std::string> list_source_files(const std::string& path, const std::string& key,
+                                           const std::vector<std::string>& exclude) {
   std::error_code ec;
   fs::file_status st = fs::status(path, ec);
   if (!fs::exists(st)) throw UserError(key + ".path: '" + path + "' does not exist");
@@ -64,9 +69,22 @@ std::vector<std::string> list_source_files(const std::string& path, const std::s
   } catch (const fs::filesystem_error& err) {
     throw UserError(key + ".path: cannot list '" + path + "': " + err.code().message());
   }
-  if (files.empty()) throw UserError(key + ".path: directory '" + path + "' holds no files");
   std::sort(files.begin(), files.end());
-  return files;
+  std::vector<std::string> kept;
+  std::set<std::string> seen;  // canonical paths already listed
+  for (const std::string& f : files) {
+    const std::string name = fs::path(f).filename().string();
+    bool excluded = false;
+    for (const std::string& pattern : exclude)
+      excluded = excluded || ::fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
+    if (excluded) continue;
+    if (!seen.insert(fs::weakly_canonical(f, ec).string()).second) continue;
+    kept.push_back(f);
+  }
+  if (kept.empty())
+    throw UserError(key + ".path: directory '" + path + "' holds no files" +
+                    (exclude.empty() ? "" : " that data.sources exclude patterns leave"));
+  return kept;
 }
 
 void split_documents(std::string_view text, const std::string& split, const std::string& delimiter,
@@ -103,7 +121,7 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
     throw UserError(key + ".split: '" + spec.split +
                     "' is not a split mode (file, line or delimiter)");
   TextSourceStats stats;
-  for (const std::string& file : list_source_files(spec.path, key)) {
+  for (const std::string& file : list_source_files(spec.path, key, spec.exclude)) {
     std::string text = read_file(file, key);
     ++stats.files;
     split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {

@@ -20,12 +20,13 @@ struct TextSourceSpec {
   std::string split = "delimiter";  // file | line | delimiter
   std::string delimiter = "%";
   double weight = 1.0;
+  std::vector<std::string> exclude;  // glob patterns on file names (fnmatch), e.g. "*.dat"
 };
 
 // Any config struct with the fields above (train's SourceConfig) converts with this.
 template <class S>
 TextSourceSpec to_text_source_spec(const S& s) {
-  return TextSourceSpec{s.path, s.format, s.split, s.delimiter, s.weight};
+  return TextSourceSpec{s.path, s.format, s.split, s.delimiter, s.weight, s.exclude};
 }
 
 struct TextSourceStats {
@@ -34,10 +35,12 @@ struct TextSourceStats {
   int64_t bytes = 0;  // bytes of the documents (separators not counted)
 };
 
-// The files of a source: `path` itself, or every regular file below a directory, sorted.
-// `key` names the source in messages ("data.sources[0]"). Throws UserError when the path does
-// not exist or a directory holds no files.
-std::vector<std::string> list_source_files(const std::string& path, const std::string& key);
+// The files of a source: `path` itself, or every regular file below a directory, sorted, less
+// those whose name matches an `exclude` pattern and less repeats of one file reached through
+// symbolic links (the first path in sorted order is kept). `key` names the source in messages
+// ("data.sources[0]"). Throws UserError when the path does not exist or no file is left.
+std::vector<std::string> list_source_files(const std::string& path, const std::string& key,
+                                           const std::vector<std::string>& exclude = {});
 
 // Splits one file's text into documents:
 //   file:      the whole text (if not empty);

@@ -16,6 +16,7 @@ struct SourceConfig {
   std::string split = "delimiter";  // text: file | line | delimiter
   std::string delimiter = "%";
   double weight = 1.0;
+  std::vector<std::string> exclude;
 
   template <class V> void visit(V& v) {
     v("path", path, "a file or a directory of files");
@@ -23,6 +24,7 @@ struct SourceConfig {
     v("split", split, "how a text file splits into documents: file, line or delimiter");
     v("delimiter", delimiter, "the line that separates documents when split = delimiter");
     v("weight", weight, "relative sampling weight of this source");
+    v("exclude", exclude, "file-name patterns to leave out of a directory, e.g. ['*.dat']");
   }
 };
 

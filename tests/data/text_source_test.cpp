@@ -75,6 +75,25 @@ TEST(TextSource, DirectoryIsReadRecursivelyInPathOrder) {
   EXPECT_EQ(stats.bytes, 1 + 2 + 2 + 2 + 3);
 }
 
+TEST(TextSource, ExcludePatternsAndSymlinkRepeatsAreLeftOut) {
+  TempDir dir;
+  dir.write("art", "A1\n%\nA2\n");
+  dir.write("art.dat", std::string("\x00\x01binary", 8));
+  fs::create_symlink(dir.path / "art", dir.path / "art.u8");  // the layout of fortune files
+  dir.write("sub/more", "M\n");
+  TextSourceSpec spec{dir.path.string(), "text", "delimiter", "%", 1.0, {"*.dat"}};
+  TextSourceStats stats;
+  EXPECT_EQ(read_documents(spec, 0, &stats), (Docs{"A1", "A2", "M"}));
+  EXPECT_EQ(stats.files, 2);
+  TextSourceSpec all{dir.path.string(), "text", "delimiter", "%", 1.0, {"*"}};
+  try {
+    read_documents(all, 2);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("data.sources[2].path"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TextSource, SingleFileKeepsArbitraryBytes) {
   TempDir dir;
   std::string bytes = std::string("\xff\xfe\x00\x80 caf\xc3\xa9", 10);
