@@ -1,6 +1,8 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "io/config_yaml.h"
+#include "core/error.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -11,12 +13,21 @@ Run add_train(CLI::App& app) {
     std::string config;
     std::vector<std::string> sets;
     bool resume = false;
+    bool help_config = false;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("--config", o->config, "YAML config file")->required();
+  auto* config = app.add_option("--config", o->config, "YAML config file");
+  app.add_flag("--help-config", o->help_config, "list every config key with its default and help")
+      ->excludes(config);
   app.add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
   app.add_flag("--resume", o->resume, "continue from the newest complete checkpoint in out_dir");
   return [o]() {
+    if (o->help_config) {
+      RunConfig defaults;
+      fmt::print("{}", format_config_keys(config_keys(defaults)));
+      return 0;
+    }
+    if (o->config.empty()) throw UserError("train: --config FILE is required");
     RunConfig cfg = load_run_config(o->config, o->sets);
     TrainResult r = train(std::move(cfg), o->resume);
     if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -170,6 +171,23 @@ TEST_F(Cli, BenchPrintsOneJsonObject) {
   for (const char* key : {"\"tokens_per_s\"", "\"step_ms\"", "\"mfu\"", "\"peak_rss_bytes\"",
                           "\"backend\"", "\"shape\"", "\"gemm_share\""})
     EXPECT_NE(g.out.find(key), std::string::npos) << key << g.out;
+}
+
+}  // namespace
+
+namespace {
+
+TEST(CliDocs, ConfigPageMatchesHelpConfig) {
+  Result r = run("train --help-config");
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::ifstream f(std::string(LMT_SOURCE_DIR) + "/docs/config.md");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const std::string page = ss.str();
+  const size_t begin = page.find("```\n"), end = page.rfind("```");
+  ASSERT_NE(begin, std::string::npos);
+  EXPECT_EQ(page.substr(begin + 4, end - begin - 4), r.out)
+      << "docs/config.md is stale: regenerate it from `lmtrain train --help-config`";
 }
 
 }  // namespace
