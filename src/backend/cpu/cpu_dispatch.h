@@ -42,7 +42,8 @@ constexpr int64_t kParallelMin = int64_t{1} << 15;
 // exp(x) for float, ~1 ulp on [-87, 88]: exp(x) = 2^n * exp(r) with |r| <= ln2/2 and the Cephes
 // polynomial for exp(r). Saturates above 88, returns 0 below -87 (so exp(-inf) = 0).
 LMT_INLINE float fast_exp(float x) {
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  // Branch-free (min/max and a select) so that loops calling it vectorise.
+  const float xc = std::min(std::max(x, -87.0f), 88.0f);
   const float fn = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest
   float r = xc - fn * 0.693359375f;
   r = r - fn * -2.12194440e-4f;
@@ -69,7 +70,7 @@ LMT_INLINE float fast_tanh(float x) {
                        3.33332819422e-1f) *
                           z * x +
                       x;
-  const float e = fast_exp(2.0f * (ax > 44.0f ? 44.0f : ax));
+  const float e = fast_exp(2.0f * std::min(ax, 44.0f));
   const float big = 1.0f - 2.0f / (e + 1.0f);
   return ax < 0.625f ? small : std::copysign(big, x);
 }
