@@ -30,9 +30,9 @@ struct AttentionArgs {
   int64_t q_row_stride = 0, q_batch_stride = 0;      // q, dq
   int64_t kv_row_stride = 0, kv_batch_stride = 0;    // k, v, dk, dv
   int64_t out_row_stride = 0, out_batch_stride = 0;  // out, dout
-  double scale = 0.125;     // multiplies q.k before the softmax
-  double softcap = 0.0;     // > 0: scores become softcap * tanh(scores / softcap)
-  int64_t window = 0;       // > 0: sliding window size in keys (the query's own key included)
+  double scale = 0.125;                              // multiplies q.k before the softmax
+  double softcap = 0.0;  // > 0: scores become softcap * tanh(scores / softcap)
+  int64_t window = 0;    // > 0: sliding window size in keys (the query's own key included)
 };
 
 class Backend {
@@ -95,8 +95,8 @@ class Backend {
                                  double eps) = 0;
   // dx[N,C] +=, dw[C] +=, db[C] +=.
   virtual void layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout,
-                                  const void* x, const void* w, const void* mean,
-                                  const void* rstd, int64_t N, int64_t C) = 0;
+                                  const void* x, const void* w, const void* mean, const void* rstd,
+                                  int64_t N, int64_t C) = 0;
 
   // ---- rotary position embedding (Hugging Face "rotate_half" layout) ----
   // In place on x: N token rows, `row_stride` elements apart, each holding `heads` heads of
@@ -104,8 +104,8 @@ class Backend {
   // pairs (d, d + rotary_dim/2), angle = pos[n] * inv_freq[d] (inv_freq f32 [rotary_dim/2]),
   // cos and sin multiplied by attn_factor. inverse = true applies the transpose (backward).
   virtual void rope(DType dt, void* x, const int32_t* pos, const float* inv_freq, int64_t N,
-                    int64_t row_stride, int heads, int head_dim, int rotary_dim,
-                    double attn_factor, bool inverse) = 0;
+                    int64_t row_stride, int heads, int head_dim, int rotary_dim, double attn_factor,
+                    bool inverse) = 0;
 
   // ---- attention (blockwise, online softmax: O(T) memory, never a T x T matrix) ----
   // out = softmax(mask(scale * q k^T)) v per head; query head h reads kv head
@@ -134,8 +134,8 @@ class Backend {
   // dt is f64; 0 for ignored rows). If grad_scale != 0, overwrites logits with
   // d(grad_scale * sum of losses)/dlogits (ignored rows become 0). softcap > 0 applies
   // softcap * tanh(logits / softcap) first (and its derivative).
-  virtual void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels,
-                             int64_t N, int64_t V, int32_t ignore_index, double grad_scale,
+  virtual void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
+                             int64_t V, int32_t ignore_index, double grad_scale,
                              double softcap) = 0;
 
   // ---- optimizer ----
@@ -155,25 +155,38 @@ std::unique_ptr<Backend> make_backend(const std::string& name);
 class Buffer {
  public:
   Buffer() = default;
-  Buffer(Backend* be, size_t bytes) : be_(be), bytes_(bytes), p_(bytes ? be->alloc(bytes) : nullptr) {}
+  Buffer(Backend* be, size_t bytes)
+      : be_(be), bytes_(bytes), p_(bytes ? be->alloc(bytes) : nullptr) {}
   ~Buffer() { release(); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
-  Buffer(Buffer&& o) noexcept : be_(o.be_), bytes_(o.bytes_), p_(o.p_) { o.p_ = nullptr; o.bytes_ = 0; }
+  Buffer(Buffer&& o) noexcept : be_(o.be_), bytes_(o.bytes_), p_(o.p_) {
+    o.p_ = nullptr;
+    o.bytes_ = 0;
+  }
   Buffer& operator=(Buffer&& o) noexcept {
     if (this != &o) {
       release();
-      be_ = o.be_; bytes_ = o.bytes_; p_ = o.p_;
-      o.p_ = nullptr; o.bytes_ = 0;
+      be_ = o.be_;
+      bytes_ = o.bytes_;
+      p_ = o.p_;
+      o.p_ = nullptr;
+      o.bytes_ = 0;
     }
     return *this;
   }
   void* data() const { return p_; }
-  template <class T> T* as() const { return static_cast<T*>(p_); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:
-  void release() { if (p_) be_->free(p_); p_ = nullptr; }
+  void release() {
+    if (p_) be_->free(p_);
+    p_ = nullptr;
+  }
   Backend* be_ = nullptr;
   size_t bytes_ = 0;
   void* p_ = nullptr;

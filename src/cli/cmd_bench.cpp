@@ -16,7 +16,8 @@ Run add_bench(CLI::App& app) {
   app.add_option("--config", o->config, "YAML config file (model and train sections are used)")
       ->required();
   app.add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
-  app.add_option("--steps", o->steps, "timed optimizer steps")->capture_default_str()
+  app.add_option("--steps", o->steps, "timed optimizer steps")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   return [o]() {
     RunConfig cfg = load_run_config(o->config, o->sets);

@@ -1,7 +1,7 @@
+#include <fmt/core.h>
+
 #include <filesystem>
 #include <fstream>
-
-#include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -40,14 +40,18 @@ Run add_generate(CLI::App& app) {
                  "checkpoint directory (checkpoints/step_NNNNNNN) or a run directory (its newest)")
       ->required();
   app.add_option("--prompt", o->prompt, "text to continue")->required();
-  app.add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")->capture_default_str()
+  app.add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
+      ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  app.add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str()
+  app.add_option("--temperature", o->temperature, "0 = greedy")
+      ->capture_default_str()
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--top-k", o->top_k, "keep the k most likely tokens; 0 = all")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--top-p", o->top_p, "keep the smallest set with this probability mass")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o->seed, "sampling seed")->capture_default_str();
   app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();

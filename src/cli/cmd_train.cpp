@@ -1,8 +1,8 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
-#include "io/config_yaml.h"
 #include "core/error.h"
+#include "io/config_yaml.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 

@@ -2,9 +2,8 @@
 // the callback that runs it; main() maps errors to exit codes.
 #pragma once
 
-#include <functional>
-
 #include <CLI/CLI.hpp>
+#include <functional>
 
 namespace lmt::cli {
 

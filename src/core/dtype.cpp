@@ -9,26 +9,40 @@ namespace lmt {
 
 size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-    case DType::bf16: return 2;
-    case DType::f16: return 2;
-    case DType::i32: return 4;
-    case DType::u16: return 2;
-    case DType::u8: return 1;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
+    case DType::bf16:
+      return 2;
+    case DType::f16:
+      return 2;
+    case DType::i32:
+      return 4;
+    case DType::u16:
+      return 2;
+    case DType::u8:
+      return 1;
   }
   return 0;
 }
 
 std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-    case DType::bf16: return "bf16";
-    case DType::f16: return "f16";
-    case DType::i32: return "i32";
-    case DType::u16: return "u16";
-    case DType::u8: return "u8";
+    case DType::f32:
+      return "f32";
+    case DType::f64:
+      return "f64";
+    case DType::bf16:
+      return "bf16";
+    case DType::f16:
+      return "f16";
+    case DType::i32:
+      return "i32";
+    case DType::u16:
+      return "u16";
+    case DType::u8:
+      return "u8";
   }
   return "?";
 }
@@ -69,7 +83,7 @@ uint16_t f32_to_f16(float f) {
   if (exp == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0u));
   exp = exp - 127 + 15;
   if (exp >= 0x1f) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow to inf
-  if (exp <= 0) {                                                   // subnormal or zero
+  if (exp <= 0) {                                                 // subnormal or zero
     if (exp < -10) return static_cast<uint16_t>(sign);
     mant |= 0x00800000u;
     uint32_t shift = static_cast<uint32_t>(14 - exp);
@@ -110,6 +124,51 @@ float f16_to_f32(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+double load_element(DType t, const void* p, int64_t i) {
+  switch (t) {
+    case DType::f32:
+      return static_cast<const float*>(p)[i];
+    case DType::f64:
+      return static_cast<const double*>(p)[i];
+    case DType::bf16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16:
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::i32:
+      return static_cast<const int32_t*>(p)[i];
+    case DType::u16:
+      return static_cast<const uint16_t*>(p)[i];
+    case DType::u8:
+      return static_cast<const uint8_t*>(p)[i];
+  }
+  return 0;
+}
+void store_element(DType t, void* p, int64_t i, double v) {
+  switch (t) {
+    case DType::f32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      break;
+    case DType::f64:
+      static_cast<double*>(p)[i] = v;
+      break;
+    case DType::bf16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v));
+      break;
+    case DType::f16:
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v));
+      break;
+    case DType::i32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      break;
+    case DType::u16:
+      static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(v);
+      break;
+    case DType::u8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      break;
+  }
 }
 
 }  // namespace lmt

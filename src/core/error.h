@@ -18,13 +18,14 @@ class InternalError : public std::logic_error {
   explicit InternalError(const std::string& msg) : std::logic_error(msg) {}
 };
 
-[[noreturn]] void check_failed(const char* expr, const char* file, int line, const std::string& msg);
+[[noreturn]] void check_failed(const char* expr, const char* file, int line,
+                               const std::string& msg);
 
 constexpr int kExitUserError = 2;
 
 }  // namespace lmt
 
-#define LMT_CHECK(cond, ...)                                                          \
-  do {                                                                                \
+#define LMT_CHECK(cond, ...)                                                               \
+  do {                                                                                     \
     if (!(cond)) ::lmt::check_failed(#cond, __FILE__, __LINE__, std::string{__VA_ARGS__}); \
   } while (0)

@@ -40,7 +40,10 @@ struct Tensor {
 
   int64_t numel() const { return shape.numel(); }
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
-  template <class T> T* ptr() const { return static_cast<T*>(data); }
+  template <class T>
+  T* ptr() const {
+    return static_cast<T*>(data);
+  }
 };
 
 // A tensor that owns host memory: used for loading and saving files, fixtures and tests.
@@ -56,8 +59,14 @@ class HostTensor {
   size_t nbytes() const { return bytes_.size(); }
   void* data() { return bytes_.data(); }
   const void* data() const { return bytes_.data(); }
-  template <class T> T* ptr() { return reinterpret_cast<T*>(bytes_.data()); }
-  template <class T> const T* ptr() const { return reinterpret_cast<const T*>(bytes_.data()); }
+  template <class T>
+  T* ptr() {
+    return reinterpret_cast<T*>(bytes_.data());
+  }
+  template <class T>
+  const T* ptr() const {
+    return reinterpret_cast<const T*>(bytes_.data());
+  }
   Tensor view() { return Tensor{bytes_.data(), dtype_, shape_}; }
   // Converts any floating dtype to f32 or f64 (a new tensor).
   HostTensor to(DType target) const;

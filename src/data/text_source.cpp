@@ -3,13 +3,12 @@
 
 #include <fnmatch.h>
 
-#include <set>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "core/error.h"
 

@@ -2,9 +2,8 @@
 // export and Hugging Face tools read the model's shape from the same file.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/model_config.h"
 

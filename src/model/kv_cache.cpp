@@ -26,9 +26,11 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
                     " (max_position_embeddings or --max-new-tokens)");
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
-      throw UserError("generate: token id " + std::to_string(ids[i]) + " is outside the vocabulary");
+      throw UserError("generate: token id " + std::to_string(ids[i]) +
+                      " is outside the vocabulary");
   const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size, V = cfg_.vocab_size;
-  const int Hq = static_cast<int>(cfg_.num_attention_heads), Hkv = static_cast<int>(cfg_.kv_heads());
+  const int Hq = static_cast<int>(cfg_.num_attention_heads),
+            Hkv = static_cast<int>(cfg_.kv_heads());
   const int D = static_cast<int>(cfg_.head_size());
   const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
   const int64_t past = cache.length;
@@ -56,17 +58,26 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
       be_->copy(at(cache.v[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q + KV), e(KV));
     }
     AttentionArgs a;
-    a.batch = 1; a.q_len = n; a.kv_len = past + n; a.q_offset = past;
-    a.num_heads = Hq; a.num_kv_heads = Hkv; a.head_dim = D;
-    a.q_row_stride = QKV; a.q_batch_stride = n * QKV;
-    a.kv_row_stride = KV; a.kv_batch_stride = cache.max_len * KV;
-    a.out_row_stride = Q; a.out_batch_stride = n * Q;
+    a.batch = 1;
+    a.q_len = n;
+    a.kv_len = past + n;
+    a.q_offset = past;
+    a.num_heads = Hq;
+    a.num_kv_heads = Hkv;
+    a.head_dim = D;
+    a.q_row_stride = QKV;
+    a.q_batch_stride = n * QKV;
+    a.kv_row_stride = KV;
+    a.kv_batch_stride = cache.max_len * KV;
+    a.out_row_stride = Q;
+    a.out_batch_stride = n * Q;
     a.scale = 1.0 / std::sqrt(static_cast<double>(D));
     be_->attention_forward(dt_, a, att.data(), lse.data(), qkv.data(), cache.k[l].data(),
                            cache.v[l].data());
     be_->gemm(dt_, false, true, n, C, Q, 1.0, att.data(), Q, w.o, Q, 0.0, mid.data(), C);
     be_->accumulate(dt_, mid.data(), x.data(), n * C);
-    be_->rmsnorm_forward(dt_, h.data(), rstd.data(), mid.data(), w.ln2, n, C, cfg_.rms_norm_eps, 0.0);
+    be_->rmsnorm_forward(dt_, h.data(), rstd.data(), mid.data(), w.ln2, n, C, cfg_.rms_norm_eps,
+                         0.0);
     be_->gemm(dt_, false, true, n, 2 * F, C, 1.0, h.data(), C, w.gate_up, C, 0.0, gu.data(), 2 * F);
     be_->glu_forward(dt_, Activation::silu, act.data(), gu.data(), n, F);
     be_->gemm(dt_, false, true, n, C, F, 1.0, act.data(), F, w.down, F, 0.0, x.data(), C);

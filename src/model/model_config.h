@@ -26,7 +26,8 @@ struct ModelConfig {
   int64_t bos_token_id = -1;  // -1: none
   int64_t eos_token_id = -1;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("family", family, "model family: llama");
     v("vocab_size", vocab_size, "number of token ids");
     v("hidden_size", hidden_size, "width of the residual stream");
@@ -45,7 +46,9 @@ struct ModelConfig {
     v("eos_token_id", eos_token_id, "end-of-sequence id, -1 for none");
   }
 
-  int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
+  int64_t kv_heads() const {
+    return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads;
+  }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
   // Throws UserError naming the key when the shape is inconsistent.
   void validate() const;

@@ -14,9 +14,9 @@ namespace lmt {
 enum class ParamKind : uint8_t { embedding, norm, bias, matrix };
 
 struct ParamInfo {
-  std::string name;   // e.g. "model.layers.3.mlp.up_proj.weight"
-  Shape shape;        // as Hugging Face stores it ([out, in] for linear weights)
-  int64_t offset = 0; // element offset in the flat buffer
+  std::string name;    // e.g. "model.layers.3.mlp.up_proj.weight"
+  Shape shape;         // as Hugging Face stores it ([out, in] for linear weights)
+  int64_t offset = 0;  // element offset in the flat buffer
   ParamKind kind = ParamKind::matrix;
 
   int64_t numel() const { return shape.numel(); }

@@ -31,18 +31,18 @@ struct Transformer::Plan {
   int32_t* labels = nullptr;  // [N]
   int32_t* pos = nullptr;     // [N]
   std::vector<int32_t> host_labels;
-  std::vector<void*> res;     // L + 1 residual streams [N, C]; res[l] is layer l's input
+  std::vector<void*> res;       // L + 1 residual streams [N, C]; res[l] is layer l's input
   std::vector<LayerActs> sets;  // L sets, or 1 shared set with checkpointing
-  void* hf = nullptr;         // [N, C] final norm output
-  void* rstdf = nullptr;      // [N]
-  void* dx = nullptr;         // [N, C] gradient of the residual stream
-  void* dh = nullptr;         // [N, C] gradient of a norm output
-  void* dqkv = nullptr;       // [N, Q + 2 KV]
-  void* datt = nullptr;       // [N, Q]
-  void* dgu = nullptr;        // [N, 2F]
-  void* da = nullptr;         // [N, F]
-  void* logits = nullptr;     // [chunk, V]
-  void* losses = nullptr;     // [chunk]
+  void* hf = nullptr;           // [N, C] final norm output
+  void* rstdf = nullptr;        // [N]
+  void* dx = nullptr;           // [N, C] gradient of the residual stream
+  void* dh = nullptr;           // [N, C] gradient of a norm output
+  void* dqkv = nullptr;         // [N, Q + 2 KV]
+  void* datt = nullptr;         // [N, Q]
+  void* dgu = nullptr;          // [N, 2F]
+  void* da = nullptr;           // [N, F]
+  void* logits = nullptr;       // [chunk, V]
+  void* losses = nullptr;       // [chunk]
   int64_t chunk = 0;
 };
 
@@ -50,7 +50,9 @@ namespace {
 
 constexpr int64_t kAlignElems = 64;
 
-int64_t align_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+int64_t align_up(int64_t x, int64_t a) {
+  return (x + a - 1) / a * a;
+}
 
 // Hands out 64-byte aligned regions of one arena; a dry run (base 0) only measures.
 class ArenaCarver {
@@ -168,7 +170,9 @@ void Transformer::init_weights(uint64_t seed) {
   }
 }
 
-void Transformer::zero_grads() { be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * es_); }
+void Transformer::zero_grads() {
+  be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * es_);
+}
 
 void Transformer::set_activation_checkpointing(bool on) {
   if (on != checkpointing_) plan_.reset();
@@ -187,13 +191,27 @@ size_t Transformer::activation_bytes(int64_t B, int64_t T) const {
   for (int64_t l = 0; l <= L; ++l) c.take(e(N * C));
   const int64_t sets = checkpointing_ ? 1 : L;
   for (int64_t s = 0; s < sets; ++s) {
-    c.take(e(N * C)); c.take(e(N)); c.take(e(N * QKV)); c.take(e(N * Q)); c.take(e(B * Hq * T));
-    c.take(e(N * C)); c.take(e(N * C)); c.take(e(N)); c.take(e(N * 2 * F)); c.take(e(N * F));
+    c.take(e(N * C));
+    c.take(e(N));
+    c.take(e(N * QKV));
+    c.take(e(N * Q));
+    c.take(e(B * Hq * T));
+    c.take(e(N * C));
+    c.take(e(N * C));
+    c.take(e(N));
+    c.take(e(N * 2 * F));
+    c.take(e(N * F));
   }
-  c.take(e(N * C)); c.take(e(N));
-  c.take(e(N * C)); c.take(e(N * C)); c.take(e(N * QKV)); c.take(e(N * Q)); c.take(e(N * 2 * F));
+  c.take(e(N * C));
+  c.take(e(N));
+  c.take(e(N * C));
+  c.take(e(N * C));
+  c.take(e(N * QKV));
+  c.take(e(N * Q));
+  c.take(e(N * 2 * F));
   c.take(e(N * F));
-  c.take(e(chunk * cfg_.vocab_size)); c.take(e(chunk));
+  c.take(e(chunk * cfg_.vocab_size));
+  c.take(e(chunk));
   return c.used();
 }
 
@@ -201,7 +219,9 @@ void Transformer::plan(int64_t B, int64_t T) {
   if (plan_ && plan_->B == B && plan_->T == T) return;
   plan_.reset();
   auto p = std::make_unique<Plan>();
-  p->B = B; p->T = T; p->N = B * T;
+  p->B = B;
+  p->T = T;
+  p->N = B * T;
   p->checkpointing = checkpointing_;
   p->bytes = activation_bytes(B, T);
   p->arena = Buffer(be_, p->bytes);
@@ -214,21 +234,35 @@ void Transformer::plan(int64_t B, int64_t T) {
   ArenaCarver c(reinterpret_cast<uintptr_t>(p->arena.data()));
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es_; };
   auto* ints = static_cast<int32_t*>(c.take(3 * sizeof(int32_t) * N));
-  p->ids = ints; p->labels = ints + N; p->pos = ints + 2 * N;
+  p->ids = ints;
+  p->labels = ints + N;
+  p->pos = ints + 2 * N;
   for (int64_t l = 0; l <= L; ++l) p->res.push_back(c.take(e(N * C)));
   const int64_t sets = checkpointing_ ? 1 : L;
   for (int64_t s = 0; s < sets; ++s) {
     LayerActs a{};
-    a.h1 = c.take(e(N * C)); a.rstd1 = c.take(e(N)); a.qkv = c.take(e(N * QKV));
-    a.att = c.take(e(N * Q)); a.lse = c.take(e(B * Hq * T)); a.x_mid = c.take(e(N * C));
-    a.h2 = c.take(e(N * C)); a.rstd2 = c.take(e(N)); a.gu = c.take(e(N * 2 * F));
+    a.h1 = c.take(e(N * C));
+    a.rstd1 = c.take(e(N));
+    a.qkv = c.take(e(N * QKV));
+    a.att = c.take(e(N * Q));
+    a.lse = c.take(e(B * Hq * T));
+    a.x_mid = c.take(e(N * C));
+    a.h2 = c.take(e(N * C));
+    a.rstd2 = c.take(e(N));
+    a.gu = c.take(e(N * 2 * F));
     a.a = c.take(e(N * F));
     p->sets.push_back(a);
   }
-  p->hf = c.take(e(N * C)); p->rstdf = c.take(e(N));
-  p->dx = c.take(e(N * C)); p->dh = c.take(e(N * C)); p->dqkv = c.take(e(N * QKV));
-  p->datt = c.take(e(N * Q)); p->dgu = c.take(e(N * 2 * F)); p->da = c.take(e(N * F));
-  p->logits = c.take(e(p->chunk * cfg_.vocab_size)); p->losses = c.take(e(p->chunk));
+  p->hf = c.take(e(N * C));
+  p->rstdf = c.take(e(N));
+  p->dx = c.take(e(N * C));
+  p->dh = c.take(e(N * C));
+  p->dqkv = c.take(e(N * QKV));
+  p->datt = c.take(e(N * Q));
+  p->dgu = c.take(e(N * 2 * F));
+  p->da = c.take(e(N * F));
+  p->logits = c.take(e(p->chunk * cfg_.vocab_size));
+  p->losses = c.take(e(p->chunk));
   LMT_CHECK(c.used() == p->bytes, "activation plan size mismatch");
   plan_ = std::move(p);
 }
@@ -238,8 +272,8 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   const int64_t N = B * T;
   for (int64_t i = 0; i < N; ++i) {
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
-      throw UserError("model: token id " + std::to_string(ids[i]) + " is outside the vocabulary [0, " +
-                      std::to_string(cfg_.vocab_size) + ")");
+      throw UserError("model: token id " + std::to_string(ids[i]) +
+                      " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
   }
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(i % T);
@@ -261,7 +295,8 @@ void Transformer::layer_forward(int64_t l) {
   const LayerWeights w = layer_weights(l, false);
   const LayerActs a = layer_acts(l);
   const int64_t N = p.N, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int Hq = static_cast<int>(cfg_.num_attention_heads), Hkv = static_cast<int>(cfg_.kv_heads());
+  const int Hq = static_cast<int>(cfg_.num_attention_heads),
+            Hkv = static_cast<int>(cfg_.kv_heads());
   const int D = static_cast<int>(cfg_.head_size());
   const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
   const void* x = p.res[l];
@@ -290,7 +325,8 @@ void Transformer::layer_backward(int64_t l) {
   const LayerWeights g = layer_weights(l, true);
   const LayerActs a = layer_acts(l);
   const int64_t N = p.N, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int Hq = static_cast<int>(cfg_.num_attention_heads), Hkv = static_cast<int>(cfg_.kv_heads());
+  const int Hq = static_cast<int>(cfg_.num_attention_heads),
+            Hkv = static_cast<int>(cfg_.kv_heads());
   const int D = static_cast<int>(cfg_.head_size());
   const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
 
@@ -319,13 +355,18 @@ AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
   const int64_t D = cfg_.head_size();
   const int64_t Q = cfg_.num_attention_heads * D, QKV = Q + 2 * cfg_.kv_heads() * D;
   AttentionArgs a;
-  a.batch = B; a.q_len = T; a.kv_len = T;
+  a.batch = B;
+  a.q_len = T;
+  a.kv_len = T;
   a.num_heads = static_cast<int>(cfg_.num_attention_heads);
   a.num_kv_heads = static_cast<int>(cfg_.kv_heads());
   a.head_dim = static_cast<int>(D);
-  a.q_row_stride = QKV; a.q_batch_stride = T * QKV;
-  a.kv_row_stride = QKV; a.kv_batch_stride = T * QKV;
-  a.out_row_stride = Q; a.out_batch_stride = T * Q;
+  a.q_row_stride = QKV;
+  a.q_batch_stride = T * QKV;
+  a.kv_row_stride = QKV;
+  a.kv_batch_stride = T * QKV;
+  a.out_row_stride = Q;
+  a.out_batch_stride = T * Q;
   a.scale = 1.0 / std::sqrt(static_cast<double>(D));
   return a;
 }

@@ -44,7 +44,7 @@ class Transformer {
   Backend* backend() const { return be_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& param(const std::string& name) const;
-  int64_t num_params() const;              // sum of parameter sizes (no padding)
+  int64_t num_params() const;                       // sum of parameter sizes (no padding)
   int64_t flat_size() const { return flat_size_; }  // elements in the flat buffer
   void* params_data() const { return params_.empty() ? nullptr : weights_.data(); }
   void* grads_data() const { return grads_.data(); }

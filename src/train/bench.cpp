@@ -93,11 +93,14 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   const double tps = tokens / mean;
   nlohmann::json j;
   j["backend"] = be->name();
-  j["shape"] = {{"vocab_size", mc.vocab_size}, {"hidden_size", mc.hidden_size},
+  j["shape"] = {{"vocab_size", mc.vocab_size},
+                {"hidden_size", mc.hidden_size},
                 {"intermediate_size", mc.intermediate_size},
                 {"num_hidden_layers", mc.num_hidden_layers},
                 {"num_attention_heads", mc.num_attention_heads},
-                {"num_key_value_heads", mc.kv_heads()}, {"seq_len", T}, {"micro_batch_size", B},
+                {"num_key_value_heads", mc.kv_heads()},
+                {"seq_len", T},
+                {"micro_batch_size", B},
                 {"grad_accum_steps", accum},
                 {"activation_checkpointing", cfg.train.activation_checkpointing}};
   j["params"] = model.num_params();

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <fmt/core.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,8 +9,6 @@
 #include <fstream>
 #include <regex>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "core/error.h"
 #include "io/hf_config.h"
@@ -67,8 +66,8 @@ nlohmann::json read_json(const fs::path& path) {
   return j;
 }
 
-void load_into(const SafetensorsFile& file, const std::string& name, const ParamInfo& p,
-               DType dt, Backend* be, void* base) {
+void load_into(const SafetensorsFile& file, const std::string& name, const ParamInfo& p, DType dt,
+               Backend* be, void* base) {
   const SafetensorsMeta& meta = file.meta(name);
   if (meta.shape != p.shape)
     throw UserError(file.path() + ": tensor '" + name + "' has shape " + meta.shape.str() +
@@ -159,7 +158,8 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
 }
 
 void load_model_weights(const std::string& path, Transformer& model) {
-  const fs::path file = fs::is_directory(path) ? fs::path(path) / "model.safetensors" : fs::path(path);
+  const fs::path file =
+      fs::is_directory(path) ? fs::path(path) / "model.safetensors" : fs::path(path);
   if (!fs::exists(file)) throw UserError("'" + file.string() + "' not found");
   SafetensorsFile st = SafetensorsFile::open(file.string());
   for (const ParamInfo& p : model.params()) {

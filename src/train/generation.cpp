@@ -13,11 +13,13 @@ std::vector<int32_t> generate_ids(Transformer& model, const std::vector<int32_t>
   if (static_cast<int64_t>(prompt.size()) >= max_pos)
     throw UserError("generate: the prompt has " + std::to_string(prompt.size()) +
                     " tokens; the model supports " + std::to_string(max_pos) + " positions");
-  const int64_t total = std::min<int64_t>(max_pos, static_cast<int64_t>(prompt.size()) + opt.max_new_tokens);
+  const int64_t total =
+      std::min<int64_t>(max_pos, static_cast<int64_t>(prompt.size()) + opt.max_new_tokens);
   auto cache = model.make_kv_cache(total);
   Rng rng(opt.seed, /*stream=*/0x67656eull);
   std::vector<int32_t> out;
-  std::vector<float> logits = model.feed(*cache, prompt.data(), static_cast<int64_t>(prompt.size()));
+  std::vector<float> logits =
+      model.feed(*cache, prompt.data(), static_cast<int64_t>(prompt.size()));
   while (static_cast<int64_t>(prompt.size() + out.size()) < total) {
     int32_t next = sample_token(logits, opt.sampling, rng);
     if (next == opt.stop_id) break;

@@ -1,12 +1,12 @@
 #include "train/metrics.h"
 
+#include <fmt/core.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "core/error.h"
 
@@ -44,19 +44,27 @@ void Metrics::write(const nlohmann::json& j) {
 }
 
 void Metrics::log_step(const StepMetrics& m) {
-  write({{"step", m.step}, {"loss", m.loss}, {"lr", m.lr}, {"grad_norm", m.grad_norm},
-         {"tokens_per_s", m.tokens_per_s}, {"step_ms", m.step_ms}, {"tokens", m.tokens}});
+  write({{"step", m.step},
+         {"loss", m.loss},
+         {"lr", m.lr},
+         {"grad_norm", m.grad_norm},
+         {"tokens_per_s", m.tokens_per_s},
+         {"step_ms", m.step_ms},
+         {"tokens", m.tokens}});
   if (console_) {
-    fmt::print("step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
-               "{:.0f} ms/step | ETA {}\n",
-               m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
-               format_duration(m.eta_s));
+    fmt::print(
+        "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
+        "{:.0f} ms/step | ETA {}\n",
+        m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
+        format_duration(m.eta_s));
     std::fflush(stdout);
   }
 }
 
 void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens) {
-  write({{"step", step}, {"val_loss", val_loss}, {"val_ppl", std::exp(val_loss)},
+  write({{"step", step},
+         {"val_loss", val_loss},
+         {"val_ppl", std::exp(val_loss)},
          {"val_tokens", tokens}});
   if (console_) {
     fmt::print("eval  {:>6} | val loss {:.4f} | val ppl {:.2f}\n", step, val_loss,

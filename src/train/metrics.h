@@ -5,14 +5,13 @@
 
 #include <cstdint>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace lmt {
 
 struct StepMetrics {
-  int64_t step = 0;      // optimizer steps done (1 after the first)
+  int64_t step = 0;  // optimizer steps done (1 after the first)
   int64_t max_steps = 0;
   double loss = 0;
   double lr = 0;
@@ -20,7 +19,7 @@ struct StepMetrics {
   double tokens_per_s = 0;
   double step_ms = 0;
   double eta_s = 0;
-  int64_t tokens = 0;    // tokens trained on so far
+  int64_t tokens = 0;  // tokens trained on so far
 };
 
 class Metrics {

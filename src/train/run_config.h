@@ -18,7 +18,8 @@ struct SourceConfig {
   double weight = 1.0;
   std::vector<std::string> exclude;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("path", path, "a file or a directory of files");
     v("format", format, "text");
     v("split", split, "how a text file splits into documents: file, line or delimiter");
@@ -34,7 +35,8 @@ struct DataConfig {
   int64_t seq_len = 256;
   double val_fraction = 0.05;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("sources", sources, "list of data sources");
     v("tokenizer", tokenizer, "bytes: 256 byte ids + end-of-text (id 256)");
     v("seq_len", seq_len, "tokens per training sample");
@@ -68,7 +70,8 @@ struct TrainConfig {
   std::string sample_prompt;
   int64_t sample_tokens = 0;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("backend", backend, "cpu, cuda or auto");
     v("precision", precision, "f32 (CPU)");
     v("micro_batch_size", micro_batch_size, "sequences per forward/backward pass");
@@ -104,7 +107,8 @@ struct OptimizerConfig {
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("name", name, "adamw");
     v("beta1", beta1, "first-moment decay");
     v("beta2", beta2, "second-moment decay");
@@ -118,7 +122,8 @@ struct LoggingConfig {
   bool console = true;
   bool jsonl = true;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("console", console, "print a progress line every log_every steps");
     v("jsonl", jsonl, "write metrics.jsonl in the run directory");
   }
@@ -131,7 +136,8 @@ struct RunConfig {
   OptimizerConfig optimizer;
   LoggingConfig logging;
 
-  template <class V> void visit(V& v) {
+  template <class V>
+  void visit(V& v) {
     v("model", model, "model shape");
     v("data", data, "data sources and sampling");
     v("train", train, "training loop");

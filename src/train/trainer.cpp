@@ -1,8 +1,8 @@
 #include "train/trainer.h"
 
-#include <omp.h>
-
 #include <cblas.h>
+#include <fmt/core.h>
+#include <omp.h>
 
 #include <atomic>
 #include <cmath>
@@ -10,8 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <vector>
-
-#include <fmt/core.h>
 
 #include "backend/backend.h"
 #include "core/error.h"
@@ -31,7 +29,8 @@ namespace lmt {
 namespace fs = std::filesystem;
 
 void set_threads(int64_t threads) {
-  if (threads < 0) throw UserError("train.threads must be >= 0 (got " + std::to_string(threads) + ")");
+  if (threads < 0)
+    throw UserError("train.threads must be >= 0 (got " + std::to_string(threads) + ")");
   const int n = threads > 0 ? static_cast<int>(threads) : omp_get_num_procs();
   omp_set_num_threads(n);
   openblas_set_num_threads(n);
@@ -40,7 +39,9 @@ void set_threads(int64_t threads) {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
-extern "C" void on_stop_signal(int sig) { g_stop_signal.store(sig); }
+extern "C" void on_stop_signal(int sig) {
+  g_stop_signal.store(sig);
+}
 
 // SIGINT / SIGTERM during a run: finish the step in flight, write a checkpoint, return.
 class StopSignals {
@@ -92,7 +93,8 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   const fs::path run_dir = tc.out_dir;
   std::error_code ec;
   fs::create_directories(run_dir, ec);
-  if (ec) throw UserError("train.out_dir: cannot create '" + run_dir.string() + "': " + ec.message());
+  if (ec)
+    throw UserError("train.out_dir: cannot create '" + run_dir.string() + "': " + ec.message());
 
   // Resume point, if asked for and present.
   std::optional<std::string> ckpt;
@@ -153,9 +155,8 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     st.loader = loader.get_state();
     st.config_hash = config_hash;
     st.tokenizer = cfg.data.tokenizer;
-    result.last_checkpoint =
-        save_checkpoint(run_dir.string(), model, opt.m_data(), opt.v_data(), st, config_yaml,
-                        tc.keep_last);
+    result.last_checkpoint = save_checkpoint(run_dir.string(), model, opt.m_data(), opt.v_data(),
+                                             st, config_yaml, tc.keep_last);
   };
   auto run_eval = [&]() {
     if (!eval_loader) return;
@@ -188,15 +189,18 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     }
     const double mean_loss = loss.sum / static_cast<double>(loss.tokens);
     if (!std::isfinite(mean_loss))
-      throw NonFiniteError(fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was "
-                                       "written from this step",
-                                       step + 1, mean_loss, lr));
-    const double norm = opt.clip_and_step(static_cast<float*>(model.params_data()),
-                                          static_cast<float*>(model.grads_data()), lr, tc.grad_clip);
+      throw NonFiniteError(
+          fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was "
+                      "written from this step",
+                      step + 1, mean_loss, lr));
+    const double norm =
+        opt.clip_and_step(static_cast<float*>(model.params_data()),
+                          static_cast<float*>(model.grads_data()), lr, tc.grad_clip);
     if (!std::isfinite(norm))
-      throw NonFiniteError(fmt::format("step {}: the gradient norm is {} (loss {:.4f}); no "
-                                       "checkpoint was written from this step",
-                                       step + 1, norm, mean_loss));
+      throw NonFiniteError(
+          fmt::format("step {}: the gradient norm is {} (loss {:.4f}); no "
+                      "checkpoint was written from this step",
+                      step + 1, norm, mean_loss));
     ++step;
     tokens_seen += B * T * accum;
     result.last_loss = mean_loss;

@@ -12,12 +12,12 @@
 namespace lmt {
 
 struct TrainResult {
-  int64_t steps = 0;             // optimizer steps done at the end
+  int64_t steps = 0;  // optimizer steps done at the end
   double last_loss = 0;
-  double last_val_loss = -1;     // -1: never evaluated
+  double last_val_loss = -1;  // -1: never evaluated
   double val_unigram_entropy = 0;
   std::string last_checkpoint;
-  bool interrupted = false;      // stopped before max_steps (signal or stop_after)
+  bool interrupted = false;  // stopped before max_steps (signal or stop_after)
 };
 
 // Thrown when a step's loss or gradient norm is not finite; the CLI exits with kExitBadStep.

@@ -1,7 +1,6 @@
 // The lmtrain binary as a user meets it: --help and --version, and every user error is one clear
 // message naming the file, key or flag, with exit code 2.
 #include <gtest/gtest.h>
-
 #include <sys/wait.h>
 
 #include <array>
@@ -24,6 +23,18 @@ Result run(const std::string& args) {
   const std::string cmd = std::string(LMT_BINARY) + " " + args + " 2>&1";
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+Result run_shell(const std::string& script) {
+  Result r;
+  FILE* p = popen(("bash -c '" + script + "' 2>&1").c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
   size_t n;
@@ -113,8 +124,8 @@ TEST_F(Cli, NegativeLearningRate) {
 }
 
 TEST_F(Cli, MissingDataFile) {
-  Result r2 = run("train --config " + config() + " --set 'data.sources=[{path: " +
-                  (dir_ / "gone.txt").string() + "}]'");
+  Result r2 = run("train --config " + config() +
+                  " --set 'data.sources=[{path: " + (dir_ / "gone.txt").string() + "}]'");
   EXPECT_EQ(r2.code, 2);
   EXPECT_NE(r2.out.find("gone.txt"), std::string::npos) << r2.out;
   EXPECT_NE(r2.out.find("data.sources[0]"), std::string::npos) << r2.out;
@@ -150,8 +161,9 @@ TEST_F(Cli, TrainThenGenerate) {
 }
 
 TEST_F(Cli, NonFiniteLossStopsWithoutCheckpoint) {
-  Result r = run("train --config " + config("  grad_clip: 0.0\n  warmup_steps: 0\n  "
-                                            "schedule: constant\n  save_every: 1\n") +
+  Result r = run("train --config " +
+                 config("  grad_clip: 0.0\n  warmup_steps: 0\n  "
+                        "schedule: constant\n  save_every: 1\n") +
                  " --set train.lr=1e30 --set train.max_steps=20");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("no checkpoint was written"), std::string::npos) << r.out;
@@ -163,6 +175,20 @@ TEST_F(Cli, NonFiniteLossStopsWithoutCheckpoint) {
     const int step = std::stoi(name.substr(5));
     EXPECT_LT(step, std::stoi(r.out.substr(r.out.find("stopped: step ") + 14))) << r.out;
   }
+}
+
+TEST_F(Cli, SigtermStopsWithACheckpointAndResumeContinues) {
+  const std::string cfg = config("  save_every: 0\n", "") + " --set train.max_steps=1000000";
+  // The run is killed with SIGTERM a second in; it must write a checkpoint and exit with 130.
+  Result r = run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg +
+                       " > /dev/null 2>&1 & pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo rc=$?)");
+  EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out;
+  bool found = false;
+  for (const auto& e : fs::directory_iterator(dir_ / "out" / "checkpoints"))
+    found = found || e.path().filename().string().rfind("step_", 0) == 0;
+  EXPECT_TRUE(found);
+  Result g = run("generate --checkpoint " + (dir_ / "out").string() + " --prompt x --max-new-tokens 2");
+  EXPECT_EQ(g.code, 0) << g.out;
 }
 
 TEST_F(Cli, BenchPrintsOneJsonObject) {

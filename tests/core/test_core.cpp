@@ -1,6 +1,5 @@
 // Core types: dtype conversions, shapes, the counter-based RNG.
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <cmath>

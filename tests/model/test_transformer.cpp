@@ -89,14 +89,20 @@ void gradient_check(bool tied, bool checkpointing) {
       max_ref = std::max(max_ref, std::abs(fd));
     }
     EXPECT_GT(max_ref, 0.0) << p.name << ": gradient is identically zero";
-    EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref)) << p.name << " max |fd - grad| " << max_err
-                                                       << " (max |fd| " << max_ref << ")";
+    EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref))
+        << p.name << " max |fd - grad| " << max_err << " (max |fd| " << max_ref << ")";
   }
 }
 
-TEST(Transformer, GradientCheckEveryParameterUntied) { gradient_check(false, false); }
-TEST(Transformer, GradientCheckEveryParameterTied) { gradient_check(true, false); }
-TEST(Transformer, GradientCheckWithActivationCheckpointing) { gradient_check(false, true); }
+TEST(Transformer, GradientCheckEveryParameterUntied) {
+  gradient_check(false, false);
+}
+TEST(Transformer, GradientCheckEveryParameterTied) {
+  gradient_check(true, false);
+}
+TEST(Transformer, GradientCheckWithActivationCheckpointing) {
+  gradient_check(false, true);
+}
 
 TEST(Transformer, LayoutUsesHuggingFaceNames) {
   CpuBackend be;
@@ -111,7 +117,8 @@ TEST(Transformer, LayoutUsesHuggingFaceNames) {
   const auto& v = m.param("model.layers.0.self_attn.v_proj.weight");
   EXPECT_EQ(k.offset, q.offset + q.numel());
   EXPECT_EQ(v.offset, k.offset + k.numel());
-  const int64_t expected = 11 * 12 * 2 + 2 * (12 + 12 * 12 + 4 * 12 * 2 + 12 * 12 + 12 + 3 * 12 * 10) + 12;
+  const int64_t expected =
+      11 * 12 * 2 + 2 * (12 + 12 * 12 + 4 * 12 * 2 + 12 * 12 + 12 + 3 * 12 * 10) + 12;
   EXPECT_EQ(m.num_params(), expected);
 }
 

@@ -62,8 +62,8 @@ class CpuBackend final : public Backend {
 
   void glu_forward(DType dt, Activation act, void* out, const void* gate_up, int64_t N,
                    int64_t F) override;
-  void glu_backward(DType dt, Activation act, void* dgate_up, const void* dout,
-                    const void* gate_up, int64_t N, int64_t F) override;
+  void glu_backward(DType dt, Activation act, void* dgate_up, const void* dout, const void* gate_up,
+                    int64_t N, int64_t F) override;
   void act_forward(DType dt, Activation act, void* out, const void* x, int64_t n) override;
   void act_backward(DType dt, Activation act, void* dx, const void* dout, const void* x,
                     int64_t n) override;

@@ -85,42 +85,6 @@ bool is_float_dtype(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16;
 }
 
-// Element i of a floating buffer as double (bf16 and f16 widen exactly through float).
-double load_as_double(DType t, const void* p, int64_t i) {
-  switch (t) {
-    case DType::f32:
-      return static_cast<const float*>(p)[i];
-    case DType::f64:
-      return static_cast<const double*>(p)[i];
-    case DType::bf16:
-      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    case DType::f16:
-      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
-    default:
-      return 0;
-  }
-}
-
-// Stores v; f64 -> bf16/f16 rounds through float (double rounding, at most half an ulp of f32).
-void store_from_double(DType t, void* p, int64_t i, double v) {
-  switch (t) {
-    case DType::f32:
-      static_cast<float*>(p)[i] = static_cast<float>(v);
-      break;
-    case DType::f64:
-      static_cast<double*>(p)[i] = v;
-      break;
-    case DType::bf16:
-      static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v));
-      break;
-    case DType::f16:
-      static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v));
-      break;
-    default:
-      break;
-  }
-}
-
 }  // namespace
 
 // dst[n] (dst_dt) = src[n] (src_dt), between f32, f64, bf16 and f16.
@@ -141,7 +105,7 @@ void CpuBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src,
     return;
   }
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-  for (int64_t i = 0; i < n; ++i) store_from_double(dst_dt, dst, i, load_as_double(src_dt, src, i));
+  for (int64_t i = 0; i < n; ++i) store_element(dst_dt, dst, i, load_element(src_dt, src, i));
 }
 
 }  // namespace lmt

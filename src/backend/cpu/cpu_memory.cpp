@@ -14,10 +14,20 @@ void* CpuBackend::alloc(size_t bytes) {
   std::memset(p, 0, rounded);
   return p;
 }
-void CpuBackend::free(void* p) { std::free(p); }
-void CpuBackend::to_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void CpuBackend::from_host(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
-void CpuBackend::copy(void* dst, const void* src, size_t bytes) { std::memmove(dst, src, bytes); }
-void CpuBackend::zero(void* p, size_t bytes) { std::memset(p, 0, bytes); }
+void CpuBackend::free(void* p) {
+  std::free(p);
+}
+void CpuBackend::to_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuBackend::from_host(void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+}
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
+  std::memmove(dst, src, bytes);
+}
+void CpuBackend::zero(void* p, size_t bytes) {
+  std::memset(p, 0, bytes);
+}
 
 }  // namespace lmt

@@ -4,7 +4,9 @@
 
 namespace lmt {
 
-bool cuda_built() { return true; }
+bool cuda_built() {
+  return true;
+}
 
 int cuda_device_count() {
   int n = 0;

@@ -2,8 +2,14 @@
 
 namespace lmt {
 
-bool cuda_built() { return false; }
-int cuda_device_count() { return 0; }
-std::string cuda_device_summary() { return "built without CUDA"; }
+bool cuda_built() {
+  return false;
+}
+int cuda_device_count() {
+  return 0;
+}
+std::string cuda_device_summary() {
+  return "built without CUDA";
+}
 
 }  // namespace lmt
