@@ -10,7 +10,7 @@ namespace lmt {
 std::unique_ptr<KvCache> Transformer::make_kv_cache(int64_t max_len) const {
   auto c = std::make_unique<KvCache>();
   c->max_len = max_len;
-  const size_t row = static_cast<size_t>(cfg_.kv_heads() * cfg_.head_size()) * es_;
+  const size_t row = static_cast<size_t>(dims_.KV) * es_;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     c->k.emplace_back(be_, row * static_cast<size_t>(max_len));
     c->v.emplace_back(be_, row * static_cast<size_t>(max_len));
@@ -28,11 +28,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       throw UserError("generate: token id " + std::to_string(ids[i]) +
                       " is outside the vocabulary");
-  const int64_t C = cfg_.hidden_size, F = cfg_.intermediate_size, V = cfg_.vocab_size;
-  const int Hq = static_cast<int>(cfg_.num_attention_heads),
-            Hkv = static_cast<int>(cfg_.kv_heads());
-  const int D = static_cast<int>(cfg_.head_size());
-  const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
   const int64_t past = cache.length;
   auto e = [&](int64_t k) { return static_cast<size_t>(k) * es_; };
 

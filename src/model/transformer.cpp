@@ -76,13 +76,24 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
     : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
+  const int Hq = static_cast<int>(cfg_.num_attention_heads),
+            Hkv = static_cast<int>(cfg_.kv_heads());
+  const int D = static_cast<int>(cfg_.head_size());
+  dims_ = Dims{cfg_.hidden_size,
+               cfg_.intermediate_size,
+               cfg_.vocab_size,
+               int64_t{Hq} * D,
+               int64_t{Hkv} * D,
+               int64_t{Hq + 2 * Hkv} * D,
+               Hq,
+               Hkv,
+               D};
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   // RoPE inverse frequencies, as Hugging Face computes them: theta^(-2i/d).
-  const int64_t D = cfg_.head_size();
-  std::vector<float> inv(D / 2);
-  for (int64_t i = 0; i < D / 2; ++i)
+  std::vector<float> inv(static_cast<size_t>(D / 2));
+  for (int i = 0; i < D / 2; ++i)
     inv[i] = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, static_cast<double>(2 * i) / D));
   inv_freq_ = Buffer(be_, inv.size() * sizeof(float));
   be_->from_host(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
@@ -91,9 +102,7 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
 Transformer::~Transformer() = default;
 
 void Transformer::build_layout() {
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size, F = cfg_.intermediate_size;
-  const int64_t Q = cfg_.num_attention_heads * cfg_.head_size();
-  const int64_t KV = cfg_.kv_heads() * cfg_.head_size();
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
   int64_t off = 0;
   // `fused_with_previous` keeps a tensor directly after the previous one (no alignment gap).
   auto add = [&](std::string name, Shape shape, ParamKind kind, bool fused_with_previous = false) {
@@ -180,10 +189,8 @@ void Transformer::set_activation_checkpointing(bool on) {
 }
 
 size_t Transformer::activation_bytes(int64_t B, int64_t T) const {
-  const int64_t N = B * T, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int64_t Q = cfg_.num_attention_heads * cfg_.head_size();
-  const int64_t QKV = Q + 2 * cfg_.kv_heads() * cfg_.head_size();
-  const int64_t L = cfg_.num_hidden_layers, Hq = cfg_.num_attention_heads;
+  const int64_t N = B * T, L = cfg_.num_hidden_layers;
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
   const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), N);
   ArenaCarver c(0);
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es_; };
@@ -225,10 +232,8 @@ void Transformer::plan(int64_t B, int64_t T) {
   p->checkpointing = checkpointing_;
   p->bytes = activation_bytes(B, T);
   p->arena = Buffer(be_, p->bytes);
-  const int64_t N = p->N, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int64_t Q = cfg_.num_attention_heads * cfg_.head_size();
-  const int64_t QKV = Q + 2 * cfg_.kv_heads() * cfg_.head_size();
-  const int64_t L = cfg_.num_hidden_layers, Hq = cfg_.num_attention_heads;
+  const int64_t N = p->N, L = cfg_.num_hidden_layers;
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
   p->chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), N);
   // Same order of take() calls as activation_bytes().
   ArenaCarver c(reinterpret_cast<uintptr_t>(p->arena.data()));
@@ -294,11 +299,8 @@ void Transformer::layer_forward(int64_t l) {
   const Plan& p = *plan_;
   const LayerWeights w = layer_weights(l, false);
   const LayerActs a = layer_acts(l);
-  const int64_t N = p.N, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int Hq = static_cast<int>(cfg_.num_attention_heads),
-            Hkv = static_cast<int>(cfg_.kv_heads());
-  const int D = static_cast<int>(cfg_.head_size());
-  const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
+  const int64_t N = p.N;
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
   const void* x = p.res[l];
 
   be_->rmsnorm_forward(dt_, a.h1, a.rstd1, x, w.ln1, N, C, cfg_.rms_norm_eps, 0.0);
@@ -324,11 +326,8 @@ void Transformer::layer_backward(int64_t l) {
   const LayerWeights w = layer_weights(l, false);
   const LayerWeights g = layer_weights(l, true);
   const LayerActs a = layer_acts(l);
-  const int64_t N = p.N, C = cfg_.hidden_size, F = cfg_.intermediate_size;
-  const int Hq = static_cast<int>(cfg_.num_attention_heads),
-            Hkv = static_cast<int>(cfg_.kv_heads());
-  const int D = static_cast<int>(cfg_.head_size());
-  const int64_t Q = int64_t{Hq} * D, KV = int64_t{Hkv} * D, QKV = Q + 2 * KV;
+  const int64_t N = p.N;
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
 
   // MLP branch: y = x_mid + down(act(gate) * up)
   be_->gemm(dt_, false, false, N, F, C, 1.0, p.dx, C, w.down, F, 0.0, p.da, F);
@@ -352,22 +351,21 @@ void Transformer::layer_backward(int64_t l) {
 }
 
 AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
-  const int64_t D = cfg_.head_size();
-  const int64_t Q = cfg_.num_attention_heads * D, QKV = Q + 2 * cfg_.kv_heads() * D;
+  const Dims& d = dims_;
   AttentionArgs a;
   a.batch = B;
   a.q_len = T;
   a.kv_len = T;
-  a.num_heads = static_cast<int>(cfg_.num_attention_heads);
-  a.num_kv_heads = static_cast<int>(cfg_.kv_heads());
-  a.head_dim = static_cast<int>(D);
-  a.q_row_stride = QKV;
-  a.q_batch_stride = T * QKV;
-  a.kv_row_stride = QKV;
-  a.kv_batch_stride = T * QKV;
-  a.out_row_stride = Q;
-  a.out_batch_stride = T * Q;
-  a.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  a.num_heads = d.Hq;
+  a.num_kv_heads = d.Hkv;
+  a.head_dim = d.D;
+  a.q_row_stride = d.QKV;  // q, k and v are read from the packed [N, Q + 2 KV] rows
+  a.q_batch_stride = T * d.QKV;
+  a.kv_row_stride = d.QKV;
+  a.kv_batch_stride = T * d.QKV;
+  a.out_row_stride = d.Q;
+  a.out_batch_stride = T * d.Q;
+  a.scale = 1.0 / std::sqrt(static_cast<double>(d.D));
   return a;
 }
 

@@ -77,6 +77,12 @@ class Transformer {
  private:
   struct Plan;
   struct LayerActs;
+  // Sizes every layer function needs, derived once from the config.
+  struct Dims {
+    int64_t C, F, V;     // hidden, MLP width, vocabulary
+    int64_t Q, KV, QKV;  // query width Hq*D, key/value width Hkv*D, packed q|k|v row
+    int Hq, Hkv, D;      // query heads, key/value heads, head dim
+  };
   // Weights (or their gradients) of one layer. qkv and gate_up are contiguous groups in the flat
   // buffer ([q; k; v] and [gate; up] rows), so each is one GEMM.
   struct LayerWeights {
@@ -104,6 +110,7 @@ class Transformer {
   ModelConfig cfg_;
   DType dt_;
   size_t es_;  // element size of dt_
+  Dims dims_;
   std::vector<ParamInfo> params_;
   int64_t flat_size_ = 0;
   Buffer weights_, grads_;

@@ -87,7 +87,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   const std::string name = fmt::format("step_{:07d}", state.step);
   const fs::path final_dir = root / name;
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
-  fs::remove_all(tmp);
+  // Leftovers of writers that died mid-checkpoint (one process writes a run's checkpoints).
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
   fs::create_directories(tmp);
 
   const DType dt = model.dtype();

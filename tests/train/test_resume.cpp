@@ -138,6 +138,8 @@ TEST_F(Resume, HalfWrittenCheckpointsArePassedOver) {
   EXPECT_EQ(fs::path(*latest).filename(), fmt_step(4));
   TrainResult r = train(config("c", 6), true);
   EXPECT_EQ(r.steps, 6);
+  // The next save clears the leftovers of a writer that died mid-checkpoint.
+  EXPECT_FALSE(fs::exists(root / ".tmp-step_0000012-99"));
 }
 
 TEST_F(Resume, ResumeWithoutCheckpointIsAUserError) {
