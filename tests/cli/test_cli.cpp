@@ -179,9 +179,11 @@ TEST_F(Cli, NonFiniteLossStopsWithoutCheckpoint) {
 
 TEST_F(Cli, SigtermStopsWithACheckpointAndResumeContinues) {
   const std::string cfg = config("  save_every: 0\n", "") + " --set train.max_steps=1000000";
-  // The run is killed with SIGTERM a second in; it must write a checkpoint and exit with 130.
+  // The run gets SIGTERM once it has logged a step; it must write a checkpoint and exit with 130.
   Result r = run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg +
-                       " > /dev/null 2>&1 & pid=$!; sleep 1; kill -TERM $pid; wait $pid; echo rc=$?)");
+                       " > /dev/null 2>&1 & pid=$!; for i in $(seq 300); do [ -s " +
+                       (dir_ / "out" / "metrics.jsonl").string() +
+                       " ] && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo rc=$?)");
   EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out;
   bool found = false;
   for (const auto& e : fs::directory_iterator(dir_ / "out" / "checkpoints"))
