@@ -1,0 +1,54 @@
+// Byte-level BPE (GPT-2, Llama 3, Qwen) loaded from a Hugging Face tokenizer.json, producing the
+// same ids as Hugging Face tokenizers. The pipeline is HF's: split the text on added tokens
+// (leftmost, longest first), run each remaining piece through the pre-tokenizers (regex Split,
+// ByteLevel), map bytes to GPT-2's printable characters, then apply merges lowest rank first.
+// Anything in the file this cannot reproduce exactly (normalizers, other models or pre-tokenizers,
+// lstrip/rstrip added tokens) is rejected at load with a UserError naming the file and the field,
+// rather than silently producing different ids.
+//
+// encode works on bytes: invalid UTF-8 is never matched by the regexes, so it becomes its own
+// pieces and still round-trips through decode. encode is const and thread-safe (the per-word
+// merge cache sits behind a mutex).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lmt {
+
+class BpeTokenizer {
+ public:
+  // Throws UserError naming the file when it is missing, malformed or unsupported.
+  static BpeTokenizer load(const std::string& tokenizer_json_path);
+
+  BpeTokenizer(BpeTokenizer&&) noexcept;
+  BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
+  ~BpeTokenizer();
+
+  // No special tokens are added; added tokens that appear literally in `text` become their id.
+  std::vector<int32_t> encode(std::string_view text) const;
+  void encode_append(std::string_view text, std::vector<int32_t>& out) const;
+  // Bytes of the ids (ByteLevel decoding; added tokens render as their content). An id that is
+  // neither in the vocab nor an added token throws UserError.
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode(const int32_t* ids, int64_t n) const;
+
+  // Max id + 1 over the vocab and the added tokens.
+  int32_t vocab_size() const;
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token's string as stored in tokenizer.json (byte-level characters); UserError if unknown.
+  const std::string& id_to_token(int32_t id) const;
+  const std::string& path() const;
+
+  struct Impl;  // opaque; public only so the loader's helpers in the .cpp can fill it
+
+ private:
+  explicit BpeTokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lmt

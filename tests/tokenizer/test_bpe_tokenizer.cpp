@@ -1,0 +1,232 @@
+// BpeTokenizer against ids made by Hugging Face tokenizers 0.23 (tests/data/tokenizers), round
+// trips on hard texts, added tokens, load errors, thread safety, and an encode throughput figure.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "core/error.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+
+namespace lmt {
+namespace {
+
+using nlohmann::json;
+
+std::string data_path(const std::string& name) {
+  return std::string(LMT_TEST_DATA) + "/tokenizers/" + name;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("lmt_bpe_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+std::string write_temp(const std::string& name, const std::string& content) {
+  const std::string p = temp_path(name);
+  std::ofstream(p, std::ios::binary) << content;
+  return p;
+}
+
+std::string ids_str(const std::vector<int32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  return s + "]";
+}
+
+const char* kFixtures[] = {"bytelevel_bpe", "llama3_style_bpe"};
+
+std::vector<std::string> hard_texts() {
+  return {"",
+          "🙂👍🏽 family: 👨‍👩‍👧‍👦",
+          "中文字符，日本語のテキスト、한국어",
+          "mixed Ελληνικά русский العربية हिन्दी",
+          "digits 1234567 and 3.14159 and 1,000,000",
+          "DON'T WON'T I'M YOU'LL SHE'D WE'VE THEY'RE it's",
+          "line\r\nnext\r\n\r\n",
+          "many     spaces   here",
+          "\ttabs\t\tand\tmore\t",
+          "trailing spaces   ",
+          "   leading",
+          "\n\n\n",
+          " ",
+          "a\u00a0non-breaking\u2003em space",
+          std::string("invalid \xff\xfe utf-8 \xc3 and \xe2\x82", 26),
+          std::string("nul\0byte", 8),
+          "<|endoftext|> in text <|end_of_text|><|begin_of_text|>"};
+}
+
+TEST(BpeTokenizer, MatchesHuggingFaceIds) {
+  const json ref = json::parse(read_file(data_path("ref_ids.json")));
+  const auto texts = ref["texts"].get<std::vector<std::string>>();
+  ASSERT_FALSE(texts.empty());
+  for (const char* name : kFixtures) {
+    const BpeTokenizer tok = BpeTokenizer::load(data_path(std::string(name) + ".json"));
+    const auto expected = ref[name].get<std::vector<std::vector<int32_t>>>();
+    ASSERT_EQ(expected.size(), texts.size()) << name;
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto got = tok.encode(texts[i]);
+      EXPECT_EQ(got, expected[i]) << name << " text " << i << " '" << texts[i] << "'\n expected "
+                                  << ids_str(expected[i]) << "\n got      " << ids_str(got);
+    }
+  }
+}
+
+TEST(BpeTokenizer, RoundTripsBytes) {
+  const json ref = json::parse(read_file(data_path("ref_ids.json")));
+  auto texts = hard_texts();
+  for (const auto& t : ref["texts"]) texts.push_back(t.get<std::string>());
+  for (const char* name : kFixtures) {
+    const BpeTokenizer tok = BpeTokenizer::load(data_path(std::string(name) + ".json"));
+    for (size_t i = 0; i < texts.size(); ++i) {
+      const auto ids = tok.encode(texts[i]);
+      for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size()) << name << " " << i;
+      EXPECT_EQ(tok.decode(ids), texts[i]) << name << " text " << i << " ids " << ids_str(ids);
+    }
+  }
+}
+
+TEST(BpeTokenizer, PiecesEncodeIndependently) {
+  // The pre-tokenizer never joins a space-prefixed word with the text before it, so encoding a
+  // text in two pieces split before " world" gives the concatenation.
+  const BpeTokenizer tok = BpeTokenizer::load(data_path("bytelevel_bpe.json"));
+  auto a = tok.encode("Hello"), b = tok.encode(" world!");
+  a.insert(a.end(), b.begin(), b.end());
+  EXPECT_EQ(tok.encode("Hello world!"), a);
+}
+
+TEST(BpeTokenizer, AddedTokensInTextAreSingleIds) {
+  const BpeTokenizer tok = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
+  ASSERT_EQ(tok.token_to_id("<|end_of_text|>"), 1);
+  ASSERT_EQ(tok.token_to_id("<|begin_of_text|>"), 0);
+  EXPECT_EQ(tok.encode("<|begin_of_text|><|end_of_text|>"), (std::vector<int32_t>{0, 1}));
+
+  auto expected = tok.encode("Hello world");
+  expected.push_back(1);
+  const auto tail = tok.encode(" next");
+  expected.insert(expected.end(), tail.begin(), tail.end());
+  EXPECT_EQ(tok.encode("Hello world<|end_of_text|> next"), expected);
+  EXPECT_EQ(tok.decode({1}), "<|end_of_text|>");
+  EXPECT_EQ(tok.id_to_token(1), "<|end_of_text|>");
+  // A near miss is ordinary text, and no id 0/1 appears in it.
+  for (int32_t id : tok.encode("<|end_of_text| >")) EXPECT_GT(id, 1);
+
+  const BpeTokenizer gpt2 = BpeTokenizer::load(data_path("bytelevel_bpe.json"));
+  const auto ids = gpt2.encode("a<|endoftext|>b");
+  ASSERT_EQ(ids.size(), 3u) << ids_str(ids);
+  EXPECT_EQ(ids[1], 0);
+}
+
+TEST(BpeTokenizer, VocabSizeAndLookups) {
+  const BpeTokenizer tok = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
+  EXPECT_EQ(tok.vocab_size(), 900);
+  EXPECT_FALSE(tok.token_to_id("definitely-not-a-token").has_value());
+  const int32_t space = *tok.token_to_id("\xc4\xa0");  // "Ġ", the byte-level space
+  EXPECT_EQ(tok.decode({space}), " ");
+  EXPECT_THROW(tok.decode({tok.vocab_size()}), UserError);
+  EXPECT_THROW(tok.decode({-1}), UserError);
+  EXPECT_THROW(tok.id_to_token(100000), UserError);
+}
+
+TEST(BpeTokenizer, EncodeIsThreadSafe) {
+  const BpeTokenizer tok = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
+  const std::string text = read_file(data_path("train.txt")).substr(0, 100000);
+  const BpeTokenizer fresh = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
+  const auto expected = fresh.encode(text);
+  std::vector<std::vector<int32_t>> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back([&, i] { got[i] = tok.encode(text); });
+  for (auto& th : threads) th.join();
+  for (const auto& g : got) EXPECT_EQ(g, expected);
+}
+
+void expect_load_error(const std::string& path, const std::string& needle) {
+  try {
+    BpeTokenizer::load(path);
+    FAIL() << "no error for " << path;
+  } catch (const UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+  }
+}
+
+std::string edited_fixture(const std::string& name, void (*edit)(json&)) {
+  json j = json::parse(read_file(data_path("llama3_style_bpe.json")));
+  edit(j);
+  return write_temp(name, j.dump());
+}
+
+TEST(BpeTokenizer, LoadErrorsNameTheFileAndField) {
+  expect_load_error(temp_path("missing.json"), "cannot open");
+  expect_load_error(write_temp("malformed.json", "{\"model\": {\"type\": \"BPE\", "),
+                    "not valid JSON");
+  expect_load_error(
+      edited_fixture("wordpiece.json", [](json& j) { j["model"]["type"] = "WordPiece"; }),
+      "model.type");
+  expect_load_error(edited_fixture("nfc.json",
+                                   [](json& j) {
+                                     j["normalizer"] = {{"type", "NFC"}};
+                                   }),
+                    "normalizer");
+  expect_load_error(
+      edited_fixture("metaspace.json",
+                     [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = "Metaspace"; }),
+      "pre_tokenizer.pretokenizers[0].type");
+  expect_load_error(
+      edited_fixture(
+          "badregex.json",
+          [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a"; }),
+      "pattern");
+  expect_load_error(edited_fixture("badmerge.json",
+                                   [](json& j) {
+                                     j["model"]["merges"][0] = {"zzz", "qqq"};
+                                   }),
+                    "model.merges[0]");
+  expect_load_error(
+      edited_fixture("lstrip.json", [](json& j) { j["added_tokens"][0]["lstrip"] = true; }),
+      "added_tokens[0].lstrip");
+  expect_load_error(edited_fixture("nomodel.json", [](json& j) { j.erase("model"); }), "model");
+}
+
+TEST(BpeTokenizer, AddPrefixSpace) {
+  json j = json::parse(read_file(data_path("bytelevel_bpe.json")));
+  j["pre_tokenizer"]["add_prefix_space"] = true;
+  const BpeTokenizer with = BpeTokenizer::load(write_temp("prefix.json", j.dump()));
+  const BpeTokenizer without = BpeTokenizer::load(data_path("bytelevel_bpe.json"));
+  EXPECT_EQ(with.encode("Hello world"), without.encode(" Hello world"));
+  EXPECT_EQ(with.encode(" Hello"), without.encode(" Hello"));
+}
+
+// Throughput on train.txt, one thread, cold and warm word cache. Checked first, never asserted.
+TEST(BpeTokenizer, Throughput) {
+  const std::string text = read_file(data_path("train.txt"));
+  ASSERT_GT(text.size(), 0u);
+  for (const char* name : kFixtures) {
+    const BpeTokenizer tok = BpeTokenizer::load(data_path(std::string(name) + ".json"));
+    for (const char* pass : {"cold", "warm"}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto ids = tok.encode(text);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      ASSERT_EQ(tok.decode(ids), text);
+      std::printf("[ throughput ] %s %s: %.2f MB/s (%zu bytes -> %zu ids, %.1f ms)\n", name, pass,
+                  text.size() / s / 1e6, text.size(), ids.size(), s * 1e3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lmt
