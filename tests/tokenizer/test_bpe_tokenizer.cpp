@@ -211,20 +211,37 @@ TEST(BpeTokenizer, AddPrefixSpace) {
   EXPECT_EQ(with.encode(" Hello"), without.encode(" Hello"));
 }
 
+TEST(BpeTokenizer, SaveThenLoadEncodesTheSame) {
+  const BpeTokenizer tok = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
+  const std::string p = temp_path("saved.json");
+  tok.save(p);
+  const BpeTokenizer again = BpeTokenizer::load(p);
+  EXPECT_EQ(again.vocab_size(), tok.vocab_size());
+  for (const auto& t : hard_texts()) EXPECT_EQ(again.encode(t), tok.encode(t)) << t;
+  EXPECT_THROW(tok.save("/nonexistent-dir/x/tokenizer.json"), UserError);
+}
+
 // Throughput on train.txt, one thread, cold and warm word cache. Checked first, never asserted.
 TEST(BpeTokenizer, Throughput) {
   const std::string text = read_file(data_path("train.txt"));
   ASSERT_GT(text.size(), 0u);
   for (const char* name : kFixtures) {
     const BpeTokenizer tok = BpeTokenizer::load(data_path(std::string(name) + ".json"));
-    for (const char* pass : {"cold", "warm"}) {
+    // cold: the first pass fills the word cache; warm: best of 5 passes after it.
+    double best_warm = 1e30, cold = 0;
+    for (int pass = 0; pass < 6; ++pass) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto ids = tok.encode(text);
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      ASSERT_EQ(tok.decode(ids), text);
-      std::printf("[ throughput ] %s %s: %.2f MB/s (%zu bytes -> %zu ids, %.1f ms)\n", name, pass,
-                  text.size() / s / 1e6, text.size(), ids.size(), s * 1e3);
+      if (pass == 0) {
+        ASSERT_EQ(tok.decode(ids), text);
+        cold = s;
+      } else {
+        best_warm = std::min(best_warm, s);
+      }
     }
+    std::printf("[ throughput ] %s: cold %.1f MB/s, warm %.1f MB/s (%zu bytes of train.txt)\n",
+                name, text.size() / cold / 1e6, text.size() / best_warm / 1e6, text.size());
   }
 }
 

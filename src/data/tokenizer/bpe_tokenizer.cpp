@@ -134,6 +134,12 @@ struct AddedToken {
   int32_t id = 0;
 };
 
+// Lets the word cache be searched with a string_view, without building a std::string per word.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 struct Merge {
   int32_t rank;
   int32_t new_id;
@@ -147,6 +153,7 @@ uint64_t pair_key(int32_t a, int32_t b) {
 
 struct BpeTokenizer::Impl {
   std::string path;
+  std::string json_text;                           // the file as loaded, written back by save()
   std::unordered_map<std::string, int32_t> vocab;  // model vocab and added tokens
   std::vector<std::string> id_to_token;            // "" where an id is unused
   std::vector<bool> id_used;
@@ -163,7 +170,7 @@ struct BpeTokenizer::Impl {
   std::array<std::vector<int32_t>, 256> added_by_first_byte;  // indices into `added`
 
   mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache;
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     throw UserError("tokenizer " + path + ": " + field + ": " + what);
@@ -356,9 +363,12 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   t->path = path;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError("tokenizer " + path + ": cannot open the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  t->json_text = text.str();
   json j;
   try {
-    j = json::parse(in);
+    j = json::parse(t->json_text);
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": not valid JSON: " + e.what());
   }
@@ -441,10 +451,9 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, std::vector<int32
 
 void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  const std::string key(word);
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = cache.find(key);
+    auto it = cache.find(word);
     if (it != cache.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
@@ -458,7 +467,7 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
       static const auto table = bytes_to_unicode();
       for (char c : word) append_utf8(table[static_cast<unsigned char>(c)], mapped);
     } else {
-      mapped = key;
+      mapped = word;
     }
     auto it = vocab.find(mapped);
     if (it != vocab.end()) whole = it->second;
@@ -472,7 +481,7 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
   out.insert(out.end(), syms.begin(), syms.end());
   std::lock_guard<std::mutex> lock(cache_mutex);
   if (cache.size() >= kMaxCacheWords) cache.clear();
-  cache.emplace(key, std::move(syms));
+  cache.emplace(std::string(word), std::move(syms));
 }
 
 // One symbol per byte (byte-level) or per UTF-8 character; a character missing from the vocab
@@ -554,6 +563,7 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 
 std::string BpeTokenizer::decode(const int32_t* ids, int64_t n) const {
   std::string out;
+  out.reserve(static_cast<size_t>(n) * 4);
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size() || !impl_->id_used[id])
@@ -583,6 +593,13 @@ const std::string& BpeTokenizer::id_to_token(int32_t id) const {
 
 const std::string& BpeTokenizer::path() const {
   return impl_->path;
+}
+
+void BpeTokenizer::save(const std::string& path) const {
+  std::ofstream out(path, std::ios::binary);
+  out << impl_->json_text;
+  out.close();
+  if (!out) throw UserError("BpeTokenizer::save: cannot write " + path);
 }
 
 }  // namespace lmt

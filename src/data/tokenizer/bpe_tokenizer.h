@@ -43,6 +43,9 @@ class BpeTokenizer {
   // The token's string as stored in tokenizer.json (byte-level characters); UserError if unknown.
   const std::string& id_to_token(int32_t id) const;
   const std::string& path() const;
+  // Writes the tokenizer.json this was loaded from, unchanged (so HF loads it); UserError naming
+  // `path` when it cannot be written.
+  void save(const std::string& path) const;
 
   struct Impl;  // opaque; public only so the loader's helpers in the .cpp can fill it
 
