@@ -99,6 +99,22 @@ TEST(BpeTokenizer, RoundTripsBytes) {
   }
 }
 
+TEST(BpeTokenizer, LongRunsRoundTrip) {
+  // One pre-token of 200k bytes each: the regexes must not run out of JIT stack and the merge
+  // loop must not be quadratic. At most one id per byte: this small vocab has no "77" or "!!".
+  const std::vector<std::string> runs = {
+      std::string(200000, 'a'), std::string(200000, ' '),  std::string(200000, '7'),
+      std::string(200000, '!'), std::string(200000, '\n'), "x" + std::string(200000, ' ') + "y"};
+  for (const char* name : kFixtures) {
+    const BpeTokenizer tok = BpeTokenizer::load(data_path(std::string(name) + ".json"));
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const auto ids = tok.encode(runs[i]);
+      EXPECT_LE(ids.size(), runs[i].size()) << name << " run " << i;
+      EXPECT_EQ(tok.decode(ids), runs[i]) << name << " run " << i;
+    }
+  }
+}
+
 TEST(BpeTokenizer, PiecesEncodeIndependently) {
   // The pre-tokenizer never joins a space-prefixed word with the text before it, so encoding a
   // text in two pieces split before " world" gives the concatenation.
