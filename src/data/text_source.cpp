@@ -114,20 +114,29 @@ void split_documents(std::string_view text, const std::string& split, const std:
 TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
                                   const std::function<void(std::string_view)>& fn) {
   const std::string key = "data.sources[" + std::to_string(index) + "]";
-  if (spec.format != "text")
-    throw UserError(key + ".format: '" + spec.format + "' is not supported yet (supported: text)");
-  if (spec.split != "file" && spec.split != "line" && spec.split != "delimiter")
+  const bool jsonl = spec.format == "jsonl";
+  if (spec.format != "text" && !jsonl)
+    throw UserError(key + ".format: '" + spec.format +
+                    "' is not supported yet (supported: text, jsonl)");
+  if (spec.on_error != "stop" && spec.on_error != "skip")
+    throw UserError(key + ".on_error: '" + spec.on_error + "' must be stop or skip");
+  if (!jsonl && spec.split != "file" && spec.split != "line" && spec.split != "delimiter")
     throw UserError(key + ".split: '" + spec.split +
                     "' is not a split mode (file, line or delimiter)");
   TextSourceStats stats;
   for (const std::string& file : list_source_files(spec.path, key, spec.exclude)) {
     std::string text = read_file(file, key);
     ++stats.files;
-    split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {
+    auto take = [&](std::string_view doc) {
       ++stats.documents;
       stats.bytes += static_cast<int64_t>(doc.size());
       fn(doc);
-    });
+    };
+    if (jsonl)
+      jsonl_documents(text, file, spec.field, spec.on_error == "skip" ? &stats.skipped : nullptr,
+                      take);
+    else
+      split_documents(text, spec.split, spec.delimiter, key, take);
   }
   return stats;
 }

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "data/jsonl_source.h"
+
 namespace lmt {
 
 struct TextSourceSpec {
@@ -21,18 +23,22 @@ struct TextSourceSpec {
   std::string delimiter = "%";
   double weight = 1.0;
   std::vector<std::string> exclude;  // glob patterns on file names (fnmatch), e.g. "*.dat"
+  std::string field = "text";        // jsonl: the field that holds the document
+  std::string on_error = "stop";     // jsonl: stop | skip (bad records are counted)
 };
 
 // Any config struct with the fields above (train's SourceConfig) converts with this.
 template <class S>
 TextSourceSpec to_text_source_spec(const S& s) {
-  return TextSourceSpec{s.path, s.format, s.split, s.delimiter, s.weight, s.exclude};
+  return TextSourceSpec{s.path,   s.format,  s.split, s.delimiter,
+                        s.weight, s.exclude, s.field, s.on_error};
 }
 
 struct TextSourceStats {
   int64_t files = 0;
   int64_t documents = 0;
-  int64_t bytes = 0;  // bytes of the documents (separators not counted)
+  int64_t bytes = 0;       // bytes of the documents (separators not counted)
+  SkippedRecords skipped;  // bad records skipped under on_error: skip
 };
 
 // The files of a source: `path` itself, or every regular file below a directory, sorted, less

@@ -99,10 +99,21 @@ DatasetSplits DatasetBuilder::finish(double val_fraction) {
 
 std::string DatasetSplits::summary(int64_t seq_len) const {
   TextSourceStats total;
-  for (const auto& s : sources) {
+  std::string skipped;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const TextSourceStats& s = sources[i];
     total.files += s.files;
     total.documents += s.documents;
     total.bytes += s.bytes;
+    if (s.skipped.total == 0) continue;
+    skipped += "; data.sources[" + std::to_string(i) + "] skipped " +
+               std::to_string(s.skipped.total) + " bad records (";
+    bool first = true;
+    for (const auto& [reason, n] : s.skipped.by_reason) {
+      skipped += (first ? "" : ", ") + reason + ": " + std::to_string(n);
+      first = false;
+    }
+    skipped += ")";
   }
   auto split = [&](const TokenDataset& d) {
     return d.name() + " " + std::to_string(d.num_documents()) + " documents, " +
@@ -112,7 +123,7 @@ std::string DatasetSplits::summary(int64_t seq_len) const {
   return "data: " + std::to_string(sources.size()) + " sources, " + std::to_string(total.files) +
          " files, " + std::to_string(total.documents) + " documents, " +
          std::to_string(total.bytes) + " bytes; " + split(train) + "; " + split(val) +
-         " (seq_len " + std::to_string(seq_len) + ")";
+         " (seq_len " + std::to_string(seq_len) + ")" + skipped;
 }
 
 DatasetSplits build_datasets(const std::vector<TextSourceSpec>& sources,

@@ -17,15 +17,19 @@ struct SourceConfig {
   std::string delimiter = "%";
   double weight = 1.0;
   std::vector<std::string> exclude;
+  std::string field = "text";     // jsonl
+  std::string on_error = "stop";  // jsonl: stop | skip
 
   template <class V>
   void visit(V& v) {
     v("path", path, "a file or a directory of files");
-    v("format", format, "text");
+    v("format", format, "text (plain text files) or jsonl (one JSON object per line)");
     v("split", split, "how a text file splits into documents: file, line or delimiter");
     v("delimiter", delimiter, "the line that separates documents when split = delimiter");
     v("weight", weight, "relative sampling weight of this source");
     v("exclude", exclude, "file-name patterns to leave out of a directory, e.g. ['*.dat']");
+    v("field", field, "jsonl: the string field that holds the document");
+    v("on_error", on_error, "jsonl: stop at a bad record (file:line), or skip and count it");
   }
 };
 

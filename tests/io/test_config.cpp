@@ -186,7 +186,7 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"data.sources[0].path must not be empty"});
   expect_user_error([&] { load_run_config(f, {"data.sources.0.split=para"}); },
                     {"data.sources[0].split must be one of file, line, delimiter"});
-  expect_user_error([&] { load_run_config(f, {"data.sources.0.format=jsonl"}); },
+  expect_user_error([&] { load_run_config(f, {"data.sources.0.format=parquet"}); },
                     {"data.sources[0].format must be one of text"});
   expect_user_error([&] { load_run_config(f, {"data.val_fraction=0.6"}); },
                     {"data.val_fraction must be in [0, 0.5]"});

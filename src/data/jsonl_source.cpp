@@ -1,0 +1,68 @@
+#include "data/jsonl_source.h"
+
+#include <simdjson.h>
+
+#include "core/error.h"
+
+namespace lmt {
+
+namespace {
+
+bool blank(std::string_view line) {
+  for (char c : line)
+    if (c != ' ' && c != '\t' && c != '\r') return false;
+  return true;
+}
+
+}  // namespace
+
+void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
+                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn) {
+  // The DOM parser validates each whole line (syntax, UTF-8, trailing content), so a record is
+  // either good or reported; lines are short, so the tape costs little.
+  simdjson::dom::parser parser;
+  int64_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (blank(line)) continue;
+
+    auto bad = [&](const std::string& reason) {
+      if (!skipped)
+        throw UserError(file + ":" + std::to_string(line_no) + ": " + reason +
+                        " (set on_error: skip on the source to skip and count such records)");
+      skipped->add(reason);
+    };
+    simdjson::dom::element doc;
+    if (auto err = parser.parse(line.data(), line.size()).get(doc)) {
+      bad(err == simdjson::UTF8_ERROR ? "invalid UTF-8" : "malformed JSON");
+      continue;
+    }
+    simdjson::dom::object obj;
+    if (doc.get_object().get(obj)) {
+      bad("not a JSON object");
+      continue;
+    }
+    simdjson::dom::element value;
+    if (obj.at_key(field).get(value)) {
+      bad("missing field '" + field + "'");
+      continue;
+    }
+    std::string_view s;
+    if (value.get_string().get(s)) {
+      bad("field '" + field + "' is not a string");
+      continue;
+    }
+    if (s.empty()) {
+      bad("empty document");
+      continue;
+    }
+    fn(s);
+  }
+}
+
+}  // namespace lmt

@@ -1,0 +1,32 @@
+// JSONL sources: one JSON object per line, the document being one string field of it ("text" by
+// default). Lines are parsed one at a time with simdjson's on-demand parser, so a file of any
+// size streams through memory a line at a time, and every problem is reported as FILE:LINE and a
+// reason. With on_error = skip, bad records are counted by reason instead of stopping the run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace lmt {
+
+// Bad records a source skipped, by reason ("malformed JSON", "missing field 'text'", ...).
+struct SkippedRecords {
+  int64_t total = 0;
+  std::map<std::string, int64_t> by_reason;
+  void add(const std::string& reason) {
+    ++total;
+    ++by_reason[reason];
+  }
+};
+
+// Calls fn(document) for every record of a JSONL file held in `text`. `file` names it in
+// messages. Blank lines are not records. A record is bad when its line is not a JSON object,
+// the field is missing or not a string, the string is not valid UTF-8, or it is empty: a
+// UserError "FILE:LINE: reason" unless skipped is given, which then counts it.
+void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
+                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn);
+
+}  // namespace lmt

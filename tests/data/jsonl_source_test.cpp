@@ -1,0 +1,110 @@
+// JSONL sources: documents from one string field per line, every bad record reported as
+// FILE:LINE and a reason, or skipped and counted when asked.
+#include "data/jsonl_source.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "data/text_source.h"
+#include "data/token_dataset.h"
+
+namespace lmt {
+namespace {
+
+using Docs = std::vector<std::string>;
+
+Docs parse(const std::string& text, SkippedRecords* skipped = nullptr,
+           const std::string& field = "text") {
+  Docs out;
+  jsonl_documents(text, "f.jsonl", field, skipped,
+                  [&](std::string_view d) { out.emplace_back(d); });
+  return out;
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Jsonl, ReadsTheFieldOfEveryLine) {
+  EXPECT_EQ(
+      parse("{\"text\": \"a\"}\n{\"id\": 3, \"text\": \"b\\nc \\u00e9\"}\n\n  \n{\"text\":\"d\"}"),
+      (Docs{"a", "b\nc \xc3\xa9", "d"}));
+  EXPECT_EQ(parse("{\"body\": \"x\", \"text\": \"y\"}\r\n", nullptr, "body"), (Docs{"x"}));
+  EXPECT_EQ(parse(""), Docs{});
+}
+
+TEST(Jsonl, BadRecordsNameFileLineAndReason) {
+  const std::string good = "{\"text\": \"ok\"}\n";
+  EXPECT_NE(error_of(good + "{\"text\": \"unterminated}\n").find("f.jsonl:2: malformed JSON"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(good + good + "{\"text\": \"a\"} trailing\n").find("f.jsonl:3: malformed JSON"),
+      std::string::npos);
+  EXPECT_NE(error_of("[1, 2]\n").find("f.jsonl:1: not a JSON object"), std::string::npos);
+  EXPECT_NE(error_of(good + "{\"txt\": \"a\"}\n").find("f.jsonl:2: missing field 'text'"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"text\": 5}\n").find("f.jsonl:1: field 'text' is not a string"),
+            std::string::npos);
+  EXPECT_NE(error_of("{\"text\": \"\"}\n").find("f.jsonl:1: empty document"), std::string::npos);
+  EXPECT_NE(error_of("{\"text\": \"caf\xc3\"}\n").find("f.jsonl:1: invalid UTF-8"),
+            std::string::npos);
+  EXPECT_EQ(error_of("{\"text\": \"a\"}\n"), "");  // a good file raises nothing
+  EXPECT_NE(error_of("{oops\n").find("on_error: skip"), std::string::npos);  // the way out
+}
+
+TEST(Jsonl, SkipCountsBadRecordsByReason) {
+  SkippedRecords skipped;
+  Docs docs =
+      parse("{\"text\": \"a\"}\n{oops\n{\"text\": 1}\n{\"text\": \"\"}\n{\"text\": \"b\"}\n{}\n",
+            &skipped);
+  EXPECT_EQ(docs, (Docs{"a", "b"}));
+  EXPECT_EQ(skipped.total, 4);
+  EXPECT_EQ(skipped.by_reason["malformed JSON"], 1);
+  EXPECT_EQ(skipped.by_reason["field 'text' is not a string"], 1);
+  EXPECT_EQ(skipped.by_reason["empty document"], 1);
+  EXPECT_EQ(skipped.by_reason["missing field 'text'"], 1);
+}
+
+TEST(Jsonl, SourcesReportSkippedRecords) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("lmt_jsonl_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "d.jsonl");
+    for (int i = 0; i < 30; ++i)
+      f << "{\"text\": \"document number " << i << " with some words\"}\n";
+    f << "not json\n";
+  }
+  TextSourceSpec spec;
+  spec.path = (dir / "d.jsonl").string();
+  spec.format = "jsonl";
+  try {
+    build_datasets({spec}, "bytes", 16, 0.1);
+    FAIL() << "a bad record must stop the run by default";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("d.jsonl:31: malformed JSON"), std::string::npos)
+        << e.what();
+  }
+  spec.on_error = "skip";
+  DatasetSplits d = build_datasets({spec}, "bytes", 16, 0.1);
+  EXPECT_EQ(d.sources[0].documents, 30);
+  EXPECT_EQ(d.sources[0].skipped.total, 1);
+  EXPECT_NE(d.summary(16).find("skipped 1 bad records (malformed JSON: 1)"), std::string::npos)
+      << d.summary(16);
+  spec.on_error = "ignore";
+  EXPECT_THROW(build_datasets({spec}, "bytes", 16, 0.1), UserError);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lmt
