@@ -218,6 +218,29 @@ TEST(BpeTokenizer, LoadErrorsNameTheFileAndField) {
   expect_load_error(edited_fixture("nomodel.json", [](json& j) { j.erase("model"); }), "model");
 }
 
+TEST(BpeTokenizer, SplitOnLiteralString) {
+  // The Split pattern {"String": ...} is a literal: "l." must not match "ll" as a regex would.
+  const BpeTokenizer plain = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
+  json j = json::parse(read_file(data_path("llama3_style_bpe.json")));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"String", "l."}};
+  const BpeTokenizer tok = BpeTokenizer::load(write_temp("literal.json", j.dump()));
+  std::vector<int32_t> split_ids;
+  for (const char* piece : {"He", "ll", "o"}) {
+    const auto ids = plain.encode(piece);
+    split_ids.insert(split_ids.end(), ids.begin(), ids.end());
+  }
+  ASSERT_NE(plain.encode("Hello"), split_ids) << "fixture cannot tell the two apart";
+  EXPECT_EQ(tok.encode("Hello"), plain.encode("Hello"));
+  // And the literal itself does split: "al.b" -> "a" | "l." | "b".
+  std::vector<int32_t> expected;
+  for (const char* piece : {"a", "l.", "b"}) {
+    const auto ids = tok.encode(piece);
+    expected.insert(expected.end(), ids.begin(), ids.end());
+  }
+  EXPECT_EQ(tok.encode("al.b"), expected);
+  EXPECT_EQ(tok.decode(tok.encode("a\\E.l.\\Q")), "a\\E.l.\\Q");
+}
+
 TEST(BpeTokenizer, AddPrefixSpace) {
   json j = json::parse(read_file(data_path("bytelevel_bpe.json")));
   j["pre_tokenizer"]["add_prefix_space"] = true;

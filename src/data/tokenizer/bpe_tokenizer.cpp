@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -196,6 +197,18 @@ bool flag(const json& j, const char* key) {
   return it != j.end() && it->is_boolean() && it->get<bool>();
 }
 
+// A regex matching `s` literally: every ASCII character that is not a letter or digit is escaped
+// (safer than \Q...\E, which a literal containing "\E" would end).
+std::string quote_literal(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c)))
+      out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
 void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string& name) {
   if (p.is_null()) return;
   const std::string type = p.value("type", "");
@@ -218,8 +231,7 @@ void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string&
       pt.regex = std::make_shared<Regex>(pattern["Regex"].get<std::string>(),
                                          "tokenizer " + t.path + ": " + name + ".pattern");
     } else if (pattern.contains("String")) {
-      // A literal string: quote it for PCRE2.
-      pt.regex = std::make_shared<Regex>("\\Q" + pattern["String"].get<std::string>() + "\\E",
+      pt.regex = std::make_shared<Regex>(quote_literal(pattern["String"].get<std::string>()),
                                          "tokenizer " + t.path + ": " + name + ".pattern");
     } else {
       t.fail(name + ".pattern", "expected Regex or String");
