@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "data/csv_source.h"
 
 namespace lmt {
 
@@ -115,12 +116,14 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
                                   const std::function<void(std::string_view)>& fn) {
   const std::string key = "data.sources[" + std::to_string(index) + "]";
   const bool jsonl = spec.format == "jsonl";
-  if (spec.format != "text" && !jsonl)
+  const bool csv = spec.format == "csv" || spec.format == "tsv";
+  if (spec.format != "text" && !jsonl && !csv)
     throw UserError(key + ".format: '" + spec.format +
-                    "' is not supported yet (supported: text, jsonl)");
+                    "' is not supported yet (supported: text, jsonl, csv, tsv)");
   if (spec.on_error != "stop" && spec.on_error != "skip")
     throw UserError(key + ".on_error: '" + spec.on_error + "' must be stop or skip");
-  if (!jsonl && spec.split != "file" && spec.split != "line" && spec.split != "delimiter")
+  if (spec.format == "text" && spec.split != "file" && spec.split != "line" &&
+      spec.split != "delimiter")
     throw UserError(key + ".split: '" + spec.split +
                     "' is not a split mode (file, line or delimiter)");
   TextSourceStats stats;
@@ -132,9 +135,11 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
       stats.bytes += static_cast<int64_t>(doc.size());
       fn(doc);
     };
+    SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
     if (jsonl)
-      jsonl_documents(text, file, spec.field, spec.on_error == "skip" ? &stats.skipped : nullptr,
-                      take);
+      jsonl_documents(text, file, spec.field, skipped, take);
+    else if (csv)
+      csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped, take);
     else
       split_documents(text, spec.split, spec.delimiter, key, take);
   }

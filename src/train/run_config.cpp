@@ -50,9 +50,9 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
     const SourceConfig& s = d.sources[i];
     const std::string at = "data.sources[" + std::to_string(i) + "].";
     if (s.path.empty()) throw UserError(at + "path must not be empty");
-    require_one_of(at + "format", s.format, {"text", "jsonl"});
+    require_one_of(at + "format", s.format, {"text", "jsonl", "csv", "tsv"});
     require_one_of(at + "on_error", s.on_error, {"stop", "skip"});
-    if (s.format == "jsonl" && s.field.empty()) throw UserError(at + "field must not be empty");
+    if (s.format != "text" && s.field.empty()) throw UserError(at + "field must not be empty");
     require_one_of(at + "split", s.split, {"file", "line", "delimiter"});
     if (s.split == "delimiter" && s.delimiter.empty())
       throw UserError(at + "delimiter must not be empty when split is 'delimiter'");

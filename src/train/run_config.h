@@ -23,13 +23,15 @@ struct SourceConfig {
   template <class V>
   void visit(V& v) {
     v("path", path, "a file or a directory of files");
-    v("format", format, "text (plain text files) or jsonl (one JSON object per line)");
+    v("format", format,
+      "text (plain text files), jsonl (one JSON object per line), csv or tsv (header row)");
     v("split", split, "how a text file splits into documents: file, line or delimiter");
     v("delimiter", delimiter, "the line that separates documents when split = delimiter");
     v("weight", weight, "relative sampling weight of this source");
     v("exclude", exclude, "file-name patterns to leave out of a directory, e.g. ['*.dat']");
-    v("field", field, "jsonl: the string field that holds the document");
-    v("on_error", on_error, "jsonl: stop at a bad record (file:line), or skip and count it");
+    v("field", field, "jsonl: the string field, csv/tsv: the column, that holds the document");
+    v("on_error", on_error,
+      "jsonl/csv/tsv: stop at a bad record (file:line), or skip and count it");
   }
 };
 

@@ -1,0 +1,126 @@
+#include "data/csv_source.h"
+
+#include <simdjson.h>
+
+#include <vector>
+
+#include "core/error.h"
+
+namespace lmt {
+
+namespace {
+
+// Reads one record starting at `pos` into `fields`; returns false at the end of the text.
+// `line` counts physical lines (quoted line breaks included) for messages.
+class CsvReader {
+ public:
+  CsvReader(std::string_view text, char sep, const std::string& file)
+      : text_(text), sep_(sep), file_(file) {}
+
+  bool next(std::vector<std::string>& fields, int64_t& record_line) {
+    fields.clear();
+    while (pos_ < text_.size() && (text_[pos_] == '\n' || is_crlf(pos_))) skip_line_end();
+    if (pos_ >= text_.size()) return false;
+    record_line = line_;
+    std::string field;
+    for (;;) {
+      field.clear();
+      if (pos_ < text_.size() && text_[pos_] == '"') {
+        read_quoted(field);
+      } else {
+        while (pos_ < text_.size() && text_[pos_] != sep_ && text_[pos_] != '\n' &&
+               !is_crlf(pos_)) {
+          if (text_[pos_] == '"') fail("a quote inside an unquoted field");
+          field += text_[pos_++];
+        }
+      }
+      fields.push_back(field);
+      if (pos_ < text_.size() && text_[pos_] == sep_) {
+        ++pos_;
+        continue;
+      }
+      if (pos_ < text_.size()) skip_line_end();
+      return true;
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& reason) const {
+    throw UserError(file_ + ":" + std::to_string(line_) + ": " + reason);
+  }
+
+ private:
+  bool is_crlf(size_t p) const {
+    return text_[p] == '\r' && p + 1 < text_.size() && text_[p + 1] == '\n';
+  }
+  void skip_line_end() {
+    pos_ += is_crlf(pos_) ? 2 : 1;
+    ++line_;
+  }
+  void read_quoted(std::string& field) {
+    ++pos_;  // opening quote
+    for (;;) {
+      if (pos_ >= text_.size()) fail("unterminated quoted field");
+      const char c = text_[pos_++];
+      if (c == '"') {
+        if (pos_ < text_.size() && text_[pos_] == '"') {
+          field += '"';
+          ++pos_;
+          continue;
+        }
+        if (pos_ < text_.size() && text_[pos_] != sep_ && text_[pos_] != '\n' && !is_crlf(pos_))
+          fail("text after a closing quote");
+        return;
+      }
+      if (c == '\n') ++line_;
+      field += c;
+    }
+  }
+
+  std::string_view text_;
+  char sep_;
+  const std::string& file_;
+  size_t pos_ = 0;
+  int64_t line_ = 1;
+};
+
+}  // namespace
+
+void csv_documents(std::string_view text, char sep, const std::string& file,
+                   const std::string& column, SkippedRecords* skipped,
+                   const std::function<void(std::string_view)>& fn) {
+  CsvReader reader(text, sep, file);
+  std::vector<std::string> fields;
+  int64_t line = 0;
+  if (!reader.next(fields, line)) return;  // an empty file holds no documents
+  size_t col = fields.size();
+  std::string names;
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (fields[i] == column) col = i;
+    names += (i ? ", " : "") + fields[i];
+  }
+  if (col == fields.size())
+    throw UserError(file + ":" + std::to_string(line) + ": no column '" + column +
+                    "' in the header (columns: " + names + ")");
+  const size_t width = fields.size();
+  while (reader.next(fields, line)) {
+    if (fields.size() != width)
+      throw UserError(file + ":" + std::to_string(line) + ": " + std::to_string(fields.size()) +
+                      " fields, the header has " + std::to_string(width));
+    const std::string& doc = fields[col];
+    auto bad = [&](const std::string& reason) {
+      if (!skipped)
+        throw UserError(file + ":" + std::to_string(line) + ": " + reason +
+                        " (set on_error: skip on the source to skip and count such records)");
+      skipped->add(reason);
+    };
+    if (doc.empty()) {
+      bad("empty document");
+    } else if (!simdjson::validate_utf8(doc.data(), doc.size())) {
+      bad("invalid UTF-8");
+    } else {
+      fn(doc);
+    }
+  }
+}
+
+}  // namespace lmt
