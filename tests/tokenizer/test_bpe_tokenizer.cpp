@@ -146,6 +146,33 @@ TEST(BpeTokenizer, AddedTokensInTextAreSingleIds) {
   EXPECT_EQ(ids[1], 0);
 }
 
+TEST(BpeTokenizer, AddedTokensRawBeforeNormalized) {
+  // HF matches the normalized=false tokens first, then the normalized=true ones in the gaps, so
+  // "<a>" (normalized) loses to the later-starting "a><b>" (not normalized) in "<a><b>".
+  json j = json::parse(read_file(data_path("llama3_style_bpe.json")));
+  j["added_tokens"].push_back({{"id", 900},
+                               {"content", "<a>"},
+                               {"special", false},
+                               {"normalized", true},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"single_word", false}});
+  j["added_tokens"].push_back({{"id", 901},
+                               {"content", "a><b>"},
+                               {"special", true},
+                               {"normalized", false},
+                               {"lstrip", false},
+                               {"rstrip", false},
+                               {"single_word", false}});
+  const BpeTokenizer tok = BpeTokenizer::load(write_temp("twopass.json", j.dump()));
+  EXPECT_EQ(tok.vocab_size(), 902);
+  auto expected = tok.encode("<");
+  expected.push_back(901);
+  EXPECT_EQ(tok.encode("<a><b>"), expected);
+  EXPECT_EQ(tok.encode("x<a>"), (std::vector<int32_t>{*tok.token_to_id("x"), 900}));
+  EXPECT_EQ(tok.decode(tok.encode("<a><b><a>")), "<a><b><a>");
+}
+
 TEST(BpeTokenizer, VocabSizeAndLookups) {
   const BpeTokenizer tok = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
   EXPECT_EQ(tok.vocab_size(), 900);

@@ -133,6 +133,7 @@ struct PreTokenizer {
 struct AddedToken {
   std::string content;
   int32_t id = 0;
+  bool normalized = false;
 };
 
 // Lets the word cache be searched with a string_view, without building a std::string per word.
@@ -167,8 +168,10 @@ struct BpeTokenizer::Impl {
   bool byte_fallback = false;
   std::optional<int32_t> unk_id;
   bool fuse_unk = false;
-  std::vector<AddedToken> added;                              // longest first
-  std::array<std::vector<int32_t>, 256> added_by_first_byte;  // indices into `added`
+  std::vector<AddedToken> added;  // longest first
+  // Indices into `added` by first byte, for the two passes HF makes: [0] tokens matched on the raw
+  // text (normalized false), [1] tokens matched on the normalized text (normalized true).
+  std::array<std::array<std::vector<int32_t>, 256>, 2> added_by_first_byte;
 
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache;
@@ -177,6 +180,7 @@ struct BpeTokenizer::Impl {
     throw UserError("tokenizer " + path + ": " + field + ": " + what);
   }
 
+  void split_added(std::string_view text, int pass, std::vector<int32_t>& out) const;
   void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& syms) const;
@@ -308,14 +312,16 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
     if (tok.content.empty()) t.fail(name + ".content", "empty");
     if (tok.id < 0) t.fail(name + ".id", "negative");
     t.vocab[tok.content] = tok.id;
+    tok.normalized = a.value("normalized", !flag(a, "special"));
     t.added.push_back(std::move(tok));
   }
   std::stable_sort(t.added.begin(), t.added.end(), [](const AddedToken& x, const AddedToken& y) {
     return x.content.size() > y.content.size();
   });
   for (size_t i = 0; i < t.added.size(); ++i)
-    t.added_by_first_byte[static_cast<unsigned char>(t.added[i].content[0])].push_back(
-        static_cast<int32_t>(i));
+    t.added_by_first_byte[t.added[i].normalized ? 1 : 0]
+                         [static_cast<unsigned char>(t.added[i].content[0])]
+                             .push_back(static_cast<int32_t>(i));
 }
 
 // HF's ByteLevel decoder: a token whose characters all come from the byte table decodes to
@@ -414,17 +420,28 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   return out;
 }
 
-// Splits on added tokens the way HF's aho-corasick (leftmost-longest) does: at the first position
-// where any added token starts, take the longest one that matches.
 void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
-  const Impl& t = *impl_;
+  impl_->split_added(text, 0, out);
+}
+
+// Splits on added tokens the way HF's aho-corasick (leftmost-longest) does: at the first position
+// where a token starts, the longest one that matches. Pass 0 looks for the tokens matched on the
+// raw text, and its gaps go to pass 1 for the ones matched after normalization, as in HF.
+void BpeTokenizer::Impl::split_added(std::string_view text, int pass,
+                                     std::vector<int32_t>& out) const {
+  auto gap = [&](std::string_view g) {
+    if (pass == 0)
+      split_added(g, 1, out);
+    else
+      encode_segment(g, out);
+  };
+  const auto& by_byte = added_by_first_byte[pass];
   size_t seg_start = 0;
-  for (size_t i = 0; i < text.size() && !t.added.empty();) {
-    const auto& candidates = t.added_by_first_byte[static_cast<unsigned char>(text[i])];
+  for (size_t i = 0; i < text.size() && !added.empty();) {
     const AddedToken* hit = nullptr;
-    for (int32_t c : candidates) {
-      if (text.substr(i).starts_with(t.added[c].content)) {
-        hit = &t.added[c];
+    for (int32_t c : by_byte[static_cast<unsigned char>(text[i])]) {
+      if (text.substr(i).starts_with(added[c].content)) {
+        hit = &added[c];
         break;  // longest first
       }
     }
@@ -432,12 +449,12 @@ void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& ou
       ++i;
       continue;
     }
-    t.encode_segment(text.substr(seg_start, i - seg_start), out);
+    gap(text.substr(seg_start, i - seg_start));
     out.push_back(hit->id);
     i += hit->content.size();
     seg_start = i;
   }
-  t.encode_segment(text.substr(seg_start), out);
+  gap(text.substr(seg_start));
 }
 
 void BpeTokenizer::Impl::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
