@@ -465,8 +465,9 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, std::vector<int32
     next.clear();
     for (std::string_view p : pieces) {
       if (pt.add_prefix_space && !p.starts_with(' ')) {
-        owned.push_back(" " + std::string(p));
-        p = owned.back();
+        std::string& prefixed = owned.emplace_back(1, ' ');
+        prefixed.append(p);
+        p = prefixed;
       }
       if (pt.regex)
         pt.regex->split(p, next);
