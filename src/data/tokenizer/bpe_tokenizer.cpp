@@ -172,6 +172,8 @@ struct BpeTokenizer::Impl {
   // Indices into `added` by first byte, for the two passes HF makes: [0] tokens matched on the raw
   // text (normalized false), [1] tokens matched on the normalized text (normalized true).
   std::array<std::array<std::vector<int32_t>, 256>, 2> added_by_first_byte;
+  std::array<std::array<bool, 256>, 2> added_first_byte{};  // any token of the pass starts so
+  std::array<bool, 2> pass_has_tokens{};
 
   mutable std::mutex cache_mutex;
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache;
@@ -318,10 +320,13 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
   std::stable_sort(t.added.begin(), t.added.end(), [](const AddedToken& x, const AddedToken& y) {
     return x.content.size() > y.content.size();
   });
-  for (size_t i = 0; i < t.added.size(); ++i)
-    t.added_by_first_byte[t.added[i].normalized ? 1 : 0]
-                         [static_cast<unsigned char>(t.added[i].content[0])]
-                             .push_back(static_cast<int32_t>(i));
+  for (size_t i = 0; i < t.added.size(); ++i) {
+    const int pass = t.added[i].normalized ? 1 : 0;
+    const auto first = static_cast<unsigned char>(t.added[i].content[0]);
+    t.added_by_first_byte[pass][first].push_back(static_cast<int32_t>(i));
+    t.added_first_byte[pass][first] = true;
+    t.pass_has_tokens[pass] = true;
+  }
 }
 
 // HF's ByteLevel decoder: a token whose characters all come from the byte table decodes to
@@ -435,9 +440,15 @@ void BpeTokenizer::Impl::split_added(std::string_view text, int pass,
     else
       encode_segment(g, out);
   };
+  if (!pass_has_tokens[pass]) return gap(text);
   const auto& by_byte = added_by_first_byte[pass];
+  const auto& is_first = added_first_byte[pass];
   size_t seg_start = 0;
-  for (size_t i = 0; i < text.size() && !added.empty();) {
+  for (size_t i = 0; i < text.size();) {
+    if (!is_first[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
     const AddedToken* hit = nullptr;
     for (int32_t c : by_byte[static_cast<unsigned char>(text[i])]) {
       if (text.substr(i).starts_with(added[c].content)) {
