@@ -12,5 +12,6 @@ using Run = std::function<int()>;
 Run add_train(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
+Run add_tokenize(CLI::App& app);
 
 }  // namespace lmt::cli

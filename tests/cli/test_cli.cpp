@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -189,7 +190,8 @@ TEST_F(Cli, SigtermStopsWithACheckpointAndResumeContinues) {
   for (const auto& e : fs::directory_iterator(dir_ / "out" / "checkpoints"))
     found = found || e.path().filename().string().rfind("step_", 0) == 0;
   EXPECT_TRUE(found);
-  Result g = run("generate --checkpoint " + (dir_ / "out").string() + " --prompt x --max-new-tokens 2");
+  Result g =
+      run("generate --checkpoint " + (dir_ / "out").string() + " --prompt x --max-new-tokens 2");
   EXPECT_EQ(g.code, 0) << g.out;
 }
 
@@ -216,6 +218,70 @@ TEST(CliDocs, ConfigPageMatchesHelpConfig) {
   ASSERT_NE(begin, std::string::npos);
   EXPECT_EQ(page.substr(begin + 4, end - begin - 4), r.out)
       << "docs/config.md is stale: regenerate it from `lmtrain train --help-config`";
+}
+
+}  // namespace
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// `lmtrain tokenize` gives the reference libraries' ids for every fixture tokenizer and text.
+TEST(CliTokenize, FileModeMatchesReferenceIds) {
+  const std::string dir = std::string(LMT_TEST_DATA) + "/tokenizers";
+  auto ref = nlohmann::json::parse(slurp(dir + "/ref_ids.json"));
+  const fs::path tmp = fs::temp_directory_path() / ("lmt_tok_" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  {
+    std::ofstream in(tmp / "in.jsonl");
+    for (const auto& t : ref["texts"]) in << nlohmann::json{{"text", t}}.dump() << '\n';
+  }
+  const std::pair<const char*, const char*> cases[] = {
+      {"bytelevel_bpe", "bytelevel_bpe.json"},
+      {"llama3_style_bpe", "llama3_style_bpe.json"},
+      {"sp_bpe", "sp_bpe.model"},
+      {"sp_unigram", "sp_unigram.model"}};
+  for (auto [name, file] : cases) {
+    Result r = run("tokenize --tokenizer " + dir + "/" + file + " --input " +
+                   (tmp / "in.jsonl").string() + " --output " + (tmp / "out.jsonl").string());
+    ASSERT_EQ(r.code, 0) << name << r.out;
+    std::ifstream out(tmp / "out.jsonl");
+    std::string line;
+    size_t i = 0;
+    for (; std::getline(out, line); ++i) {
+      ASSERT_LT(i, ref[name].size()) << name;
+      EXPECT_EQ(nlohmann::json::parse(line)["ids"], ref[name][i]) << name << " text " << i;
+    }
+    EXPECT_EQ(i, ref[name].size()) << name;
+  }
+  std::ofstream(tmp / "bad.jsonl") << "{\"text\": \"ok\"}\n{\"body\": 1}\n";
+  Result bad = run("tokenize --tokenizer bytes --input " + (tmp / "bad.jsonl").string() +
+                   " --output " + (tmp / "o.jsonl").string());
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("bad.jsonl:2: no string field 'text'"), std::string::npos) << bad.out;
+  fs::remove_all(tmp);
+}
+
+TEST(CliTokenize, TextModeAndErrors) {
+  const std::string dir = std::string(LMT_TEST_DATA) + "/tokenizers";
+  Result r =
+      run("tokenize --tokenizer " + dir + "/sp_bpe.model --text 'Hello world!' --add-special");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out),
+            nlohmann::json::parse("[1,477,553,478,486,385,301,277,486,487,554]"));
+  Result b = run("tokenize --tokenizer bytes --text Hi --add-special");
+  EXPECT_EQ(nlohmann::json::parse(b.out), nlohmann::json::parse("[72,105,256]"));
+  Result missing = run("tokenize --tokenizer /nonexistent/tok.json --text x");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.out.find("/nonexistent/tok.json"), std::string::npos) << missing.out;
+  Result neither = run("tokenize --tokenizer " + dir + "/train.txt --text x");
+  EXPECT_EQ(neither.code, 2);
+  EXPECT_NE(neither.out.find("train.txt"), std::string::npos) << neither.out;
 }
 
 }  // namespace

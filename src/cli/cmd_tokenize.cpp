@@ -1,0 +1,66 @@
+// lmtrain tokenize: ids of one string (--text, printed as a JSON array) or of every line of a
+// JSONL file ({"text": ...} in, {"ids": [...]} out, in order, encoded on all cores).
+#include <fmt/core.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "data/tokenizer/tokenizer.h"
+
+namespace lmt::cli {
+
+Run add_tokenize(CLI::App& app) {
+  struct Opts {
+    std::string tokenizer, text, input, output, field = "text";
+    bool add_special = false;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("--tokenizer", o->tokenizer,
+                 "bytes, a tokenizer.json, a SentencePiece .model, or a model directory")
+      ->required();
+  auto* text = app.add_option("--text", o->text, "a string to encode; prints one JSON array");
+  auto* input = app.add_option("--input", o->input, "JSONL file of {\"text\": ...} lines");
+  auto* output = app.add_option("--output", o->output, "JSONL file of {\"ids\": [...]} lines");
+  app.add_option("--field", o->field, "the input field that holds the text")->capture_default_str();
+  app.add_flag("--add-special", o->add_special,
+               "add the special tokens the tokenizer defines (BOS / EOS)");
+  text->excludes(input);
+  input->needs(output);
+  output->needs(input);
+  return [o]() {
+    auto tok = load_tokenizer(o->tokenizer);
+    auto encode = [&](std::string_view t) {
+      return o->add_special ? tok->encode_with_special(t) : tok->encode(t);
+    };
+    if (o->input.empty()) {
+      fmt::print("{}\n", nlohmann::json(encode(o->text)).dump());
+      return 0;
+    }
+    std::ifstream in(o->input);
+    if (!in) throw UserError("--input: cannot open '" + o->input + "'");
+    std::vector<std::string> texts;
+    std::string line;
+    for (int64_t n = 1; std::getline(in, line); ++n) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object())
+        throw UserError(o->input + ":" + std::to_string(n) + ": not a JSON object");
+      if (!j.contains(o->field) || !j[o->field].is_string())
+        throw UserError(o->input + ":" + std::to_string(n) + ": no string field '" + o->field +
+                        "'");
+      texts.push_back(j[o->field].get<std::string>());
+    }
+    std::vector<std::string> lines(texts.size());
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t i = 0; i < texts.size(); ++i)
+      lines[i] = nlohmann::json{{"ids", encode(texts[i])}}.dump();
+    std::ofstream out(o->output, std::ios::trunc);
+    for (const auto& l : lines) out << l << '\n';
+    out.close();
+    if (!out) throw UserError("--output: cannot write '" + o->output + "'");
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli

@@ -1,0 +1,118 @@
+#include "data/tokenizer/tokenizer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "data/byte_tokenizer.h"
+#include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/sp_tokenizer.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
+  std::vector<int32_t> ids = special_prefix();
+  std::vector<int32_t> body = encode(text);
+  ids.insert(ids.end(), body.begin(), body.end());
+  std::vector<int32_t> suffix = special_suffix();
+  ids.insert(ids.end(), suffix.begin(), suffix.end());
+  return ids;
+}
+
+namespace {
+
+class BytesTokenizer final : public Tokenizer {
+ public:
+  std::string kind() const override { return "bytes"; }
+  std::vector<int32_t> encode(std::string_view t) const override { return bt_.encode(t); }
+  std::string decode(const std::vector<int32_t>& ids) const override { return bt_.decode(ids); }
+  int32_t vocab_size() const override { return bt_.vocab_size(); }
+  std::vector<int32_t> special_suffix() const override { return {bt_.eot_id()}; }
+
+ private:
+  ByteTokenizer bt_;
+};
+
+class HfBpeTokenizer final : public Tokenizer {
+ public:
+  explicit HfBpeTokenizer(const std::string& path) : bpe_(BpeTokenizer::load(path)) {
+    read_template(path);
+  }
+  std::string kind() const override { return "bpe"; }
+  std::vector<int32_t> encode(std::string_view t) const override { return bpe_.encode(t); }
+  std::string decode(const std::vector<int32_t>& ids) const override { return bpe_.decode(ids); }
+  int32_t vocab_size() const override { return bpe_.vocab_size(); }
+  std::vector<int32_t> special_prefix() const override { return prefix_; }
+  std::vector<int32_t> special_suffix() const override { return suffix_; }
+
+ private:
+  // TemplateProcessing: "single" lists SpecialToken and Sequence items; the special tokens before
+  // the sequence form the prefix, those after it the suffix.
+  void read_template(const std::string& path) {
+    std::ifstream f(path);
+    auto j = nlohmann::json::parse(f, nullptr, false);
+    if (j.is_discarded() || !j.contains("post_processor") || !j["post_processor"].is_object())
+      return;
+    const auto& pp = j["post_processor"];
+    if (pp.value("type", "") != "TemplateProcessing") return;
+    bool after = false;
+    for (const auto& item : pp.value("single", nlohmann::json::array())) {
+      if (item.contains("Sequence")) {
+        after = true;
+        continue;
+      }
+      if (!item.contains("SpecialToken")) continue;
+      const std::string id = item["SpecialToken"].value("id", "");
+      const auto& specials = pp.value("special_tokens", nlohmann::json::object());
+      if (!specials.contains(id))
+        throw UserError(path + ": post_processor: special token '" + id + "' is not defined");
+      for (const auto& v : specials[id].value("ids", nlohmann::json::array()))
+        (after ? suffix_ : prefix_).push_back(v.get<int32_t>());
+    }
+  }
+
+  BpeTokenizer bpe_;
+  std::vector<int32_t> prefix_, suffix_;
+};
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(const std::string& path) : sp_(SpTokenizer::load(path)) {}
+  std::string kind() const override { return "sentencepiece"; }
+  std::vector<int32_t> encode(std::string_view t) const override { return sp_.encode(t); }
+  std::string decode(const std::vector<int32_t>& ids) const override { return sp_.decode(ids); }
+  int32_t vocab_size() const override { return sp_.vocab_size(); }
+  std::vector<int32_t> special_prefix() const override {
+    if (sp_.bos_id() >= 0) return {sp_.bos_id()};
+    return {};
+  }
+
+ private:
+  SpTokenizer sp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  if (spec == "bytes") return std::make_unique<BytesTokenizer>();
+  fs::path p = spec;
+  if (fs::is_directory(p)) {
+    if (fs::exists(p / "tokenizer.json"))
+      p /= "tokenizer.json";
+    else if (fs::exists(p / "tokenizer.model"))
+      p /= "tokenizer.model";
+    else
+      throw UserError("tokenizer: directory '" + spec +
+                      "' holds neither tokenizer.json nor tokenizer.model");
+  }
+  if (!fs::exists(p)) throw UserError("tokenizer: '" + spec + "' does not exist");
+  if (p.extension() == ".json") return std::make_unique<HfBpeTokenizer>(p.string());
+  if (p.extension() == ".model") return std::make_unique<SentencePieceTokenizer>(p.string());
+  throw UserError("tokenizer: '" + spec +
+                  "' is not 'bytes', a tokenizer.json or a SentencePiece .model file");
+}
+
+}  // namespace lmt

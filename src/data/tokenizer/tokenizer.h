@@ -1,0 +1,34 @@
+// One interface over lmtrain's tokenizers, chosen from what the user names: "bytes" (256 byte ids
+// + end-of-text), a Hugging Face tokenizer.json (byte-level BPE), a SentencePiece .model, or a
+// model directory holding either. Data preparation, `lmtrain tokenize` and generation speak to
+// this interface only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lmt {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string kind() const = 0;  // "bytes", "bpe" or "sentencepiece"
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  // The ids that "add special tokens" puts before and after a text, as the tokenizer defines:
+  // tokenizer.json's TemplateProcessing post-processor; SentencePiece's BOS (as Llama and Gemma
+  // tokenizers do); the byte tokenizer's end-of-text after the text.
+  virtual std::vector<int32_t> special_prefix() const { return {}; }
+  virtual std::vector<int32_t> special_suffix() const { return {}; }
+
+  std::vector<int32_t> encode_with_special(std::string_view text) const;
+};
+
+// Throws UserError naming `spec` when it is none of the above or cannot be loaded.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+
+}  // namespace lmt
