@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace lmt::cli {
@@ -59,6 +60,35 @@ Run add_tokenize(CLI::App& app) {
     for (const auto& l : lines) out << l << '\n';
     out.close();
     if (!out) throw UserError("--output: cannot write '" + o->output + "'");
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli
+
+namespace lmt::cli {
+
+Run add_tokenizer(CLI::App& app) {
+  struct Opts {
+    std::vector<std::string> inputs;
+    std::string out;
+    BpeTrainOptions train;
+  };
+  auto o = std::make_shared<Opts>();
+  app.require_subcommand(1);
+  CLI::App* train = app.add_subcommand("train", "train a byte-level BPE tokenizer");
+  train->add_option("--input", o->inputs, "text files to learn from")->required();
+  train->add_option("--vocab-size", o->train.vocab_size, "tokens: 256 bytes + merges + specials")
+      ->capture_default_str();
+  train->add_option("--special", o->train.special_tokens, "special tokens (repeatable)")
+      ->capture_default_str();
+  train->add_option("--min-frequency", o->train.min_frequency, "never merge rarer pairs")
+      ->capture_default_str();
+  train->add_option("--out", o->out, "the tokenizer.json to write")->required();
+  return [o]() {
+    const int64_t merges = train_bpe_tokenizer(o->inputs, o->train, o->out);
+    fmt::print("{}: {} merges, vocabulary {}\n", o->out, merges,
+               256 + merges + static_cast<int64_t>(o->train.special_tokens.size()));
     return 0;
   };
 }

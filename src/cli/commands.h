@@ -13,5 +13,6 @@ Run add_train(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_tokenize(CLI::App& app);
+Run add_tokenizer(CLI::App& app);
 
 }  // namespace lmt::cli

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   add(lmt::cli::add_generate, "generate", "continue a prompt with a trained checkpoint");
   add(lmt::cli::add_bench, "bench", "measure training throughput for a config");
   add(lmt::cli::add_tokenize, "tokenize", "encode text with a tokenizer (ids as JSON)");
+  add(lmt::cli::add_tokenizer, "tokenizer", "tokenizer tools: train");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
