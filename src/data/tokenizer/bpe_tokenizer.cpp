@@ -18,34 +18,15 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "data/tokenizer/byte_level.h"
 
 namespace lmt {
 namespace {
 
 using nlohmann::json;
 
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 // Words the cache keeps before it is cleared (bounds memory on endless streams of new words).
 constexpr size_t kMaxCacheWords = 1 << 18;
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
 
 // Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
 size_t utf8_len(std::string_view s, size_t i) {
@@ -55,18 +36,6 @@ size_t utf8_len(std::string_view s, size_t i) {
   for (size_t k = 1; k < n; ++k)
     if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
   return n;
-}
-
-// GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards.
-std::array<uint32_t, 256> bytes_to_unicode() {
-  std::array<uint32_t, 256> table{};
-  std::array<bool, 256> printable{};
-  for (int b = '!'; b <= '~'; ++b) printable[b] = true;
-  for (int b = 0xA1; b <= 0xAC; ++b) printable[b] = true;
-  for (int b = 0xAE; b <= 0xFF; ++b) printable[b] = true;
-  uint32_t n = 0;
-  for (int b = 0; b < 256; ++b) table[b] = printable[b] ? b : 256 + n++;
-  return table;
 }
 
 // A compiled PCRE2 pattern. Matching needs only per-call match data, so one Regex is shared by
@@ -335,7 +304,7 @@ std::string decode_token(const std::string& tok, bool byte_level) {
   if (!byte_level) return tok;
   static const std::unordered_map<uint32_t, char> char_to_byte = [] {
     std::unordered_map<uint32_t, char> m;
-    const auto table = bytes_to_unicode();
+    const auto table = gpt2_bytes_to_unicode();
     for (int b = 0; b < 256; ++b) m[table[b]] = static_cast<char>(b);
     return m;
   }();
@@ -370,7 +339,7 @@ void build_tables(BpeTokenizer::Impl& t) {
   for (int32_t i = 0; i < size; ++i)
     t.id_to_bytes[i] = decode_token(t.id_to_token[i], t.byte_level);
   for (const auto& a : t.added) t.id_to_bytes[a.id] = a.content;
-  const auto table = bytes_to_unicode();
+  const auto table = gpt2_bytes_to_unicode();
   for (int b = 0; b < 256; ++b) {
     std::string s;
     append_utf8(table[b], s);
@@ -505,7 +474,7 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
   if (ignore_merges) {
     std::string mapped;
     if (byte_level) {
-      static const auto table = bytes_to_unicode();
+      static const auto table = gpt2_bytes_to_unicode();
       for (char c : word) append_utf8(table[static_cast<unsigned char>(c)], mapped);
     } else {
       mapped = word;

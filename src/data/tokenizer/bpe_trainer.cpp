@@ -12,37 +12,11 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "data/tokenizer/byte_level.h"
 
 namespace lmt {
 
 namespace {
-
-// GPT-2's pre-tokenizer: contractions, letters, digits, other runs, whitespace.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-// GPT-2's map from bytes to printable code points (as UTF-8 strings).
-std::vector<std::string> byte_to_unicode() {
-  std::vector<int> cps(256, -1);
-  int n = 0;
-  for (int b = 0; b < 256; ++b)
-    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) cps[b] = b;
-  for (int b = 0; b < 256; ++b)
-    if (cps[b] < 0) cps[b] = 256 + n++;
-  std::vector<std::string> out(256);
-  for (int b = 0; b < 256; ++b) {
-    const int c = cps[b];
-    std::string s;
-    if (c < 0x80) {
-      s += static_cast<char>(c);
-    } else {
-      s += static_cast<char>(0xC0 | (c >> 6));
-      s += static_cast<char>(0x80 | (c & 0x3F));
-    }
-    out[b] = s;
-  }
-  return out;
-}
 
 // Counts the pre-tokenized words of a text.
 void count_words(const std::string& text, pcre2_code* re, pcre2_match_data* md,
@@ -95,8 +69,9 @@ int64_t train_bpe_tokenizer(const std::vector<std::string>& inputs, const BpeTra
   pcre2_code_free(re);
 
   // Symbols: ids 0..255 are the bytes (in byte order); merges append.
-  const std::vector<std::string> b2u = byte_to_unicode();
-  std::vector<std::string> symbol = b2u;
+  std::vector<std::string> symbol(256);
+  const auto table = gpt2_bytes_to_unicode();
+  for (int b = 0; b < 256; ++b) append_utf8(table[b], symbol[b]);
   struct Word {
     std::vector<int32_t> syms;
     int64_t count;
