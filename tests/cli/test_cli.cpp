@@ -20,10 +20,10 @@ struct Result {
   std::string out;  // stdout and stderr together
 };
 
-Result run(const std::string& args) {
-  const std::string cmd = std::string(LMT_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line, capturing stdout and stderr together.
+Result capture(const std::string& cmd) {
   Result r;
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
   size_t n;
@@ -33,17 +33,8 @@ Result run(const std::string& args) {
   return r;
 }
 
-Result run_shell(const std::string& script) {
-  Result r;
-  FILE* p = popen(("bash -c '" + script + "' 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+Result run(const std::string& args) { return capture(std::string(LMT_BINARY) + " " + args); }
+Result run_shell(const std::string& script) { return capture("bash -c '" + script + "'"); }
 
 class Cli : public ::testing::Test {
  protected:
