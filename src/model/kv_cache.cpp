@@ -37,47 +37,37 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(past + i);
   be_->from_host(ids_d.data(), ids, sizeof(int32_t) * n);
   be_->from_host(pos_d.data(), pos.data(), sizeof(int32_t) * n);
+  // One working set for every layer (h1 and h2, rstd1 and rstd2 share storage).
   Buffer x(be_, e(n * C)), h(be_, e(n * C)), rstd(be_, e(n)), qkv(be_, e(n * QKV));
   Buffer att(be_, e(n * Q)), lse(be_, e(n * Hq)), mid(be_, e(n * C)), gu(be_, e(n * 2 * F));
   Buffer act(be_, e(n * F));
-  const auto* inv = inv_freq_.as<float>();
+  const LayerActs a{h.data(),   rstd.data(), qkv.data(),  att.data(), lse.data(),
+                    mid.data(), h.data(),    rstd.data(), gu.data(),  act.data()};
+  AttentionArgs args;
+  args.batch = 1;
+  args.q_len = n;
+  args.kv_len = past + n;
+  args.q_offset = past;
+  args.num_heads = Hq;
+  args.num_kv_heads = Hkv;
+  args.head_dim = D;
+  args.q_row_stride = QKV;
+  args.q_batch_stride = n * QKV;
+  args.kv_row_stride = KV;  // keys and values come from the cache rows
+  args.kv_batch_stride = cache.max_len * KV;
+  args.out_row_stride = Q;
+  args.out_batch_stride = n * Q;
+  args.scale = 1.0 / std::sqrt(static_cast<double>(D));
 
   be_->embedding_forward(dt_, x.data(), ids_d.as<int32_t>(), weights_.data(), n, C);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights w = layer_weights(l, false);
-    be_->rmsnorm_forward(dt_, h.data(), rstd.data(), x.data(), w.ln1, n, C, cfg_.rms_norm_eps, 0.0);
-    be_->gemm(dt_, false, true, n, QKV, C, 1.0, h.data(), C, w.qkv, C, 0.0, qkv.data(), QKV);
-    be_->rope(dt_, qkv.data(), pos_d.as<int32_t>(), inv, n, QKV, Hq, D, D, 1.0, false);
-    be_->rope(dt_, at(qkv.data(), Q), pos_d.as<int32_t>(), inv, n, QKV, Hkv, D, D, 1.0, false);
+    block_qkv(w, a, x.data(), pos_d.as<int32_t>(), n);
     for (int64_t i = 0; i < n; ++i) {
       be_->copy(at(cache.k[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q), e(KV));
       be_->copy(at(cache.v[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q + KV), e(KV));
     }
-    AttentionArgs a;
-    a.batch = 1;
-    a.q_len = n;
-    a.kv_len = past + n;
-    a.q_offset = past;
-    a.num_heads = Hq;
-    a.num_kv_heads = Hkv;
-    a.head_dim = D;
-    a.q_row_stride = QKV;
-    a.q_batch_stride = n * QKV;
-    a.kv_row_stride = KV;
-    a.kv_batch_stride = cache.max_len * KV;
-    a.out_row_stride = Q;
-    a.out_batch_stride = n * Q;
-    a.scale = 1.0 / std::sqrt(static_cast<double>(D));
-    be_->attention_forward(dt_, a, att.data(), lse.data(), qkv.data(), cache.k[l].data(),
-                           cache.v[l].data());
-    be_->gemm(dt_, false, true, n, C, Q, 1.0, att.data(), Q, w.o, Q, 0.0, mid.data(), C);
-    be_->accumulate(dt_, mid.data(), x.data(), n * C);
-    be_->rmsnorm_forward(dt_, h.data(), rstd.data(), mid.data(), w.ln2, n, C, cfg_.rms_norm_eps,
-                         0.0);
-    be_->gemm(dt_, false, true, n, 2 * F, C, 1.0, h.data(), C, w.gate_up, C, 0.0, gu.data(), 2 * F);
-    be_->glu_forward(dt_, Activation::silu, act.data(), gu.data(), n, F);
-    be_->gemm(dt_, false, true, n, C, F, 1.0, act.data(), F, w.down, F, 0.0, x.data(), C);
-    be_->accumulate(dt_, x.data(), mid.data(), n * C);
+    block_rest(w, a, x.data(), x.data(), n, args, cache.k[l].data(), cache.v[l].data());
   }
   cache.length += n;
   // Only the last position's logits are needed.

@@ -8,20 +8,6 @@
 
 namespace lmt {
 
-// Saved activations of one layer (N = B * T tokens).
-struct Transformer::LayerActs {
-  void* h1;     // [N, C]  input_layernorm output
-  void* rstd1;  // [N]
-  void* qkv;    // [N, Q + 2 KV]  after RoPE
-  void* att;    // [N, Q]  attention output (before o_proj)
-  void* lse;    // [B, Hq, T]
-  void* x_mid;  // [N, C]  residual after attention
-  void* h2;     // [N, C]  post_attention_layernorm output
-  void* rstd2;  // [N]
-  void* gu;     // [N, 2F] gate | up
-  void* a;      // [N, F]  act(gate) * up
-};
-
 struct Transformer::Plan {
   int64_t B = 0, T = 0, N = 0;
   bool checkpointing = false;
@@ -295,29 +281,39 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   be_->from_host(plan_->labels, plan_->host_labels.data(), sizeof(int32_t) * N);
 }
 
-void Transformer::layer_forward(int64_t l) {
-  const Plan& p = *plan_;
-  const LayerWeights w = layer_weights(l, false);
-  const LayerActs a = layer_acts(l);
-  const int64_t N = p.N;
+// Norm, fused q|k|v projection and RoPE of one block: a.h1, a.rstd1 and a.qkv from x[N, C].
+void Transformer::block_qkv(const LayerWeights& w, const LayerActs& a, const void* x,
+                            const int32_t* pos, int64_t N) {
   const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
-  const void* x = p.res[l];
-
   be_->rmsnorm_forward(dt_, a.h1, a.rstd1, x, w.ln1, N, C, cfg_.rms_norm_eps, 0.0);
   be_->gemm(dt_, false, true, N, QKV, C, 1.0, a.h1, C, w.qkv, C, 0.0, a.qkv, QKV);
   const auto* inv = inv_freq_.as<float>();
-  be_->rope(dt_, a.qkv, p.pos, inv, N, QKV, Hq, D, D, 1.0, false);
-  be_->rope(dt_, at(a.qkv, Q), p.pos, inv, N, QKV, Hkv, D, D, 1.0, false);
-  AttentionArgs args = attention_args(p.B, p.T);
-  be_->attention_forward(dt_, args, a.att, a.lse, a.qkv, at(a.qkv, Q), at(a.qkv, Q + KV));
+  be_->rope(dt_, a.qkv, pos, inv, N, QKV, Hq, D, D, 1.0, false);
+  be_->rope(dt_, at(a.qkv, Q), pos, inv, N, QKV, Hkv, D, D, 1.0, false);
+}
+
+// The rest of the block: attention of a.qkv's queries over keys k and values v (as args lays
+// them out), o_proj, residual, MLP. y[N, C] may be x itself: x is last read before y is written.
+void Transformer::block_rest(const LayerWeights& w, const LayerActs& a, const void* x, void* y,
+                             int64_t N, const AttentionArgs& args, const void* k, const void* v) {
+  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
+  be_->attention_forward(dt_, args, a.att, a.lse, a.qkv, k, v);
   be_->gemm(dt_, false, true, N, C, Q, 1.0, a.att, Q, w.o, Q, 0.0, a.x_mid, C);
   be_->accumulate(dt_, a.x_mid, x, N * C);
   be_->rmsnorm_forward(dt_, a.h2, a.rstd2, a.x_mid, w.ln2, N, C, cfg_.rms_norm_eps, 0.0);
   be_->gemm(dt_, false, true, N, 2 * F, C, 1.0, a.h2, C, w.gate_up, C, 0.0, a.gu, 2 * F);
   be_->glu_forward(dt_, Activation::silu, a.a, a.gu, N, F);
-  void* y = p.res[l + 1];
   be_->gemm(dt_, false, true, N, C, F, 1.0, a.a, F, w.down, F, 0.0, y, C);
   be_->accumulate(dt_, y, a.x_mid, N * C);
+}
+
+void Transformer::layer_forward(int64_t l) {
+  const Plan& p = *plan_;
+  const LayerWeights w = layer_weights(l, false);
+  const LayerActs a = layer_acts(l);
+  block_qkv(w, a, p.res[l], p.pos, p.N);
+  block_rest(w, a, p.res[l], p.res[l + 1], p.N, attention_args(p.B, p.T), at(a.qkv, dims_.Q),
+             at(a.qkv, dims_.Q + dims_.KV));
 }
 
 // On entry p.dx holds d loss / d res[l+1]; on exit, d loss / d res[l].

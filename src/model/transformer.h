@@ -76,7 +76,19 @@ class Transformer {
 
  private:
   struct Plan;
-  struct LayerActs;
+  // Saved activations of one layer (N = B * T tokens).
+  struct LayerActs {
+    void* h1;     // [N, C]  input_layernorm output
+    void* rstd1;  // [N]
+    void* qkv;    // [N, Q + 2 KV]  after RoPE
+    void* att;    // [N, Q]  attention output (before o_proj)
+    void* lse;    // [B, Hq, T]
+    void* x_mid;  // [N, C]  residual after attention
+    void* h2;     // [N, C]  post_attention_layernorm output
+    void* rstd2;  // [N]
+    void* gu;     // [N, 2F] gate | up
+    void* a;      // [N, F]  act(gate) * up
+  };
   // Sizes every layer function needs, derived once from the config.
   struct Dims {
     int64_t C, F, V;     // hidden, MLP width, vocabulary
@@ -100,6 +112,10 @@ class Transformer {
   LayerActs layer_acts(int64_t l) const;
   void upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T);
   void forward_trunk();
+  void block_qkv(const LayerWeights& w, const LayerActs& a, const void* x, const int32_t* pos,
+                 int64_t N);
+  void block_rest(const LayerWeights& w, const LayerActs& a, const void* x, void* y, int64_t N,
+                  const AttentionArgs& args, const void* k, const void* v);
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
   LossSum head_loss(bool backward, double grad_scale);
