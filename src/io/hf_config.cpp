@@ -6,23 +6,49 @@
 
 namespace lmt {
 
-nlohmann::json model_config_to_hf(const ModelConfig& c) {
+namespace {
+
+// config.json holds the model's fields under the same names (ModelConfig::visit lists them), but
+// for family (written as model_type) and the token ids, which Hugging Face omits when unset and
+// some models store as lists.
+bool is_plain_key(const char* name) {
+  const std::string n = name;
+  return n != "family" && n != "bos_token_id" && n != "eos_token_id";
+}
+
+struct HfWriter {
+  nlohmann::json& j;
+  template <class T>
+  void operator()(const char* name, T& field, const char*) {
+    if (is_plain_key(name)) j[name] = field;
+  }
+};
+
+struct HfReader {
+  const nlohmann::json& j;
+  const std::string& where;
+  template <class T>
+  void operator()(const char* name, T& field, const char*) {
+    if (!is_plain_key(name) || !j.contains(name) || j[name].is_null()) return;
+    try {
+      field = j[name].get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw UserError(where + ": key '" + name + "' has the wrong type (" + j[name].dump() + ")");
+    }
+  }
+};
+
+}  // namespace
+
+nlohmann::json model_config_to_hf(const ModelConfig& config) {
+  ModelConfig c = config;
+  c.num_key_value_heads = c.kv_heads();  // resolved, as Hugging Face writes them
+  c.head_dim = c.head_size();
   nlohmann::json j;
   j["architectures"] = {"LlamaForCausalLM"};
   j["model_type"] = "llama";
-  j["vocab_size"] = c.vocab_size;
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.intermediate_size;
-  j["num_hidden_layers"] = c.num_hidden_layers;
-  j["num_attention_heads"] = c.num_attention_heads;
-  j["num_key_value_heads"] = c.kv_heads();
-  j["head_dim"] = c.head_size();
-  j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rope_theta"] = c.rope_theta;
-  j["rms_norm_eps"] = c.rms_norm_eps;
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["initializer_range"] = c.initializer_range;
-  j["hidden_act"] = c.hidden_act;
+  HfWriter w{j};
+  c.visit(w);
   j["attention_bias"] = false;
   j["mlp_bias"] = false;
   j["torch_dtype"] = "float32";
@@ -31,18 +57,6 @@ nlohmann::json model_config_to_hf(const ModelConfig& c) {
   return j;
 }
 
-namespace {
-template <class T>
-void read_key(const nlohmann::json& j, const char* key, T& out, const std::string& where) {
-  if (!j.contains(key) || j[key].is_null()) return;
-  try {
-    out = j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw UserError(where + ": key '" + key + "' has the wrong type (" + j[key].dump() + ")");
-  }
-}
-}  // namespace
-
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw UserError(where + ": not a JSON object");
   ModelConfig c;
@@ -50,19 +64,8 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& whe
   if (type != "llama")
     throw UserError(where + ": unsupported model_type '" + type + "' (supported: llama)");
   c.family = type;
-  read_key(j, "vocab_size", c.vocab_size, where);
-  read_key(j, "hidden_size", c.hidden_size, where);
-  read_key(j, "intermediate_size", c.intermediate_size, where);
-  read_key(j, "num_hidden_layers", c.num_hidden_layers, where);
-  read_key(j, "num_attention_heads", c.num_attention_heads, where);
-  read_key(j, "num_key_value_heads", c.num_key_value_heads, where);
-  read_key(j, "head_dim", c.head_dim, where);
-  read_key(j, "max_position_embeddings", c.max_position_embeddings, where);
-  read_key(j, "rope_theta", c.rope_theta, where);
-  read_key(j, "rms_norm_eps", c.rms_norm_eps, where);
-  read_key(j, "tie_word_embeddings", c.tie_word_embeddings, where);
-  read_key(j, "initializer_range", c.initializer_range, where);
-  read_key(j, "hidden_act", c.hidden_act, where);
+  HfReader r{j, where};
+  c.visit(r);
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
     c.bos_token_id = j["bos_token_id"].get<int64_t>();
   if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
