@@ -106,7 +106,10 @@ struct AttnSetup {
   }
 };
 
-void BM_AttentionForward(benchmark::State& state) {
+// Times `pass` on a checked attention setup; flops_per_pair_dim counts the matmul work per
+// visible (query, key) pair and head dimension (2 per matmul: forward 2 matmuls, backward 5).
+template <class Pass>
+void run_attention(benchmark::State& state, double flops_per_pair_dim, Pass pass) {
   CpuBackend be;
   AttnSetup s;
   s.forward(be);
@@ -116,48 +119,28 @@ void BM_AttentionForward(benchmark::State& state) {
     return;
   }
   for (auto _ : state) {
-    s.forward(be);
+    pass(be, s);
     benchmark::ClobberMemory();
   }
-  state.counters["FLOP/s"] = benchmark::Counter(4.0 * s.visible_pairs() * s.D,
+  state.counters["FLOP/s"] = benchmark::Counter(flops_per_pair_dim * s.visible_pairs() * s.D,
                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_AttentionForward(benchmark::State& state) {
+  run_attention(state, 4.0, [](CpuBackend& be, AttnSetup& s) { s.forward(be); });
 }
 BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_AttentionBackward(benchmark::State& state) {
-  CpuBackend be;
-  AttnSetup s;
-  s.forward(be);
-  s.backward(be);
-  if (!s.plausible()) {
-    state.SkipWithError("attention result is wrong");
-    return;
-  }
-  for (auto _ : state) {
-    s.backward(be);
-    benchmark::ClobberMemory();
-  }
-  state.counters["FLOP/s"] = benchmark::Counter(10.0 * s.visible_pairs() * s.D,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  run_attention(state, 10.0, [](CpuBackend& be, AttnSetup& s) { s.backward(be); });
 }
 BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_AttentionForwardBackward(benchmark::State& state) {
-  CpuBackend be;
-  AttnSetup s;
-  s.forward(be);
-  s.backward(be);
-  if (!s.plausible()) {
-    state.SkipWithError("attention result is wrong");
-    return;
-  }
-  for (auto _ : state) {
+  run_attention(state, 14.0, [](CpuBackend& be, AttnSetup& s) {
     s.forward(be);
     s.backward(be);
-    benchmark::ClobberMemory();
-  }
-  state.counters["FLOP/s"] = benchmark::Counter(14.0 * s.visible_pairs() * s.D,
-                                                benchmark::Counter::kIsIterationInvariantRate);
+  });
 }
 BENCHMARK(BM_AttentionForwardBackward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
