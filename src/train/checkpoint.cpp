@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "io/text_file.h"
 
 namespace lmt {
 
@@ -22,13 +23,6 @@ namespace {
 
 const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.json",
                               "config.yaml", "state.json"};
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::trunc);
-  f << text;
-  f.close();
-  if (!f) throw UserError("checkpoint: cannot write '" + path.string() + "'");
-}
 
 // Flushes a file or directory to disk so that the rename that follows publishes complete data.
 void fsync_path(const fs::path& path) {
@@ -111,15 +105,17 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     }
   }
   ow.write((tmp / "optimizer.safetensors").string());
-  write_text(tmp / "config.json", model_config_to_hf(model.config()).dump(2) + "\n");
-  write_text(tmp / "config.yaml", config_yaml);
+  write_text_file((tmp / "config.json").string(),
+                  model_config_to_hf(model.config()).dump(2) + "\n");
+  write_text_file((tmp / "config.yaml").string(), config_yaml);
   nlohmann::json sj = {{"step", state.step},
                        {"optimizer_step", state.optimizer_step},
                        {"tokens", state.tokens},
                        {"loader", state.loader},
                        {"config_hash", state.config_hash},
                        {"tokenizer", state.tokenizer}};
-  write_text(tmp / "state.json", sj.dump(2) + "\n");  // written last: marks the set complete
+  write_text_file((tmp / "state.json").string(),
+                  sj.dump(2) + "\n");  // written last: marks the set complete
   for (const char* f : kFiles) fsync_path(tmp / f);
   fsync_path(tmp);
 

@@ -17,6 +17,7 @@
 #include "data/byte_tokenizer.h"
 #include "data/loader.h"
 #include "data/token_dataset.h"
+#include "io/text_file.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -76,12 +77,6 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
   return total.tokens ? total.sum / static_cast<double>(total.tokens) : 0.0;
 }
 
-void write_file(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::trunc);
-  f << text;
-  if (!f) throw UserError("cannot write '" + path.string() + "'");
-}
-
 }  // namespace
 
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
@@ -130,7 +125,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     if (st.config_hash != config_hash)
       fmt::print("note: the config differs from the one checkpoint {} was written with\n", *ckpt);
   }
-  write_file(run_dir / "config.yaml", config_yaml);
+  write_text_file((run_dir / "config.yaml").string(), config_yaml);
   Metrics metrics(run_dir.string(), cfg.logging.console, cfg.logging.jsonl, ckpt ? step : -1);
   metrics.log_line(data.summary(T));
   metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
