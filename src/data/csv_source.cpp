@@ -17,6 +17,8 @@ class CsvReader {
   CsvReader(std::string_view text, char sep, const std::string& file)
       : text_(text), sep_(sep), file_(file) {}
 
+  size_t position() const { return pos_; }
+
   bool next(std::vector<std::string>& fields, int64_t& record_line) {
     fields.clear();
     while (pos_ < text_.size() && (text_[pos_] == '\n' || is_crlf(pos_))) skip_line_end();
@@ -87,7 +89,7 @@ class CsvReader {
 
 void csv_documents(std::string_view text, char sep, const std::string& file,
                    const std::string& column, SkippedRecords* skipped,
-                   const std::function<void(std::string_view)>& fn) {
+                   const std::function<void(std::string_view)>& fn, size_t* consumed) {
   CsvReader reader(text, sep, file);
   std::vector<std::string> fields;
   int64_t line = 0;
@@ -103,6 +105,7 @@ void csv_documents(std::string_view text, char sep, const std::string& file,
                     "' in the header (columns: " + names + ")");
   const size_t width = fields.size();
   while (reader.next(fields, line)) {
+    if (consumed) *consumed = reader.position();
     if (fields.size() != width)
       throw UserError(file + ":" + std::to_string(line) + ": " + std::to_string(fields.size()) +
                       " fields, the header has " + std::to_string(width));

@@ -15,8 +15,9 @@ namespace lmt {
 // (sep '\t') file held in `text`. A missing header column, an unterminated quote, a stray quote
 // or a row whose field count differs from the header's are errors; empty documents and invalid
 // UTF-8 are bad records (counted in `skipped` when given, else errors). Blank lines are skipped.
+// `consumed`, when given, holds the offset just past the current record while fn runs.
 void csv_documents(std::string_view text, char sep, const std::string& file,
                    const std::string& column, SkippedRecords* skipped,
-                   const std::function<void(std::string_view)>& fn);
+                   const std::function<void(std::string_view)>& fn, size_t* consumed = nullptr);
 
 }  // namespace lmt

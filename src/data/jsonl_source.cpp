@@ -17,7 +17,8 @@ bool blank(std::string_view line) {
 }  // namespace
 
 void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
-                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn) {
+                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
+                     size_t* consumed) {
   // The DOM parser validates each whole line (syntax, UTF-8, trailing content), so a record is
   // either good or reported; lines are short, so the tape costs little.
   simdjson::dom::parser parser;
@@ -28,6 +29,7 @@ void jsonl_documents(std::string_view text, const std::string& file, const std::
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
+    if (consumed) *consumed = std::min(pos, text.size());
     ++line_no;
     if (blank(line)) continue;
 

@@ -26,7 +26,10 @@ struct SkippedRecords {
 // messages. Blank lines are not records. A record is bad when its line is not a JSON object,
 // the field is missing or not a string, the string is not valid UTF-8, or it is empty: a
 // UserError "FILE:LINE: reason" unless skipped is given, which then counts it.
+// When `consumed` is given, it holds the offset just past the current record while fn runs (so a
+// caller reading through a MappedFile can release what lies before it).
 void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
-                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn);
+                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
+                     size_t* consumed = nullptr);
 
 }  // namespace lmt

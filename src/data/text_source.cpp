@@ -7,10 +7,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "data/csv_source.h"
 
 namespace lmt {
@@ -24,18 +24,6 @@ std::string_view strip_line_end(std::string_view s) {
   if (!s.empty() && s.back() == '\n') s.remove_suffix(1);
   if (!s.empty() && s.back() == '\r') s.remove_suffix(1);
   return s;
-}
-
-std::string read_file(const std::string& path, const std::string& key) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw UserError(key + ": cannot read '" + path + "': " + std::strerror(errno));
-  std::string text;
-  std::error_code ec;
-  auto size = fs::file_size(path, ec);
-  if (!ec) text.reserve(static_cast<size_t>(size));
-  text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-  if (f.bad()) throw UserError(key + ": error while reading '" + path + "'");
-  return text;
 }
 
 // Calls fn(line, start, next) for each line of text: the line without its line end, the offset
@@ -128,7 +116,8 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
                     "' is not a split mode (file, line or delimiter)");
   TextSourceStats stats;
   for (const std::string& file : list_source_files(spec.path, key, spec.exclude)) {
-    std::string text = read_file(file, key);
+    MappedFile mapped(file, key);
+    std::string_view text = mapped.text();
     ++stats.files;
     auto take = [&](std::string_view doc) {
       ++stats.documents;
@@ -136,12 +125,23 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
       fn(doc);
     };
     SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
-    if (jsonl)
-      jsonl_documents(text, file, spec.field, skipped, take);
-    else if (csv)
-      csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped, take);
-    else
-      split_documents(text, spec.split, spec.delimiter, key, take);
+    // Hands the pages of records already passed to fn back to the kernel (bounded memory).
+    size_t consumed = 0;
+    auto take_and_release = [&](std::string_view doc) {
+      take(doc);
+      mapped.release_before(text.data() + consumed);
+    };
+    if (jsonl) {
+      jsonl_documents(text, file, spec.field, skipped, take_and_release, &consumed);
+    } else if (csv) {
+      csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped,
+                    take_and_release, &consumed);
+    } else {
+      split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {
+        consumed = static_cast<size_t>(doc.data() + doc.size() - text.data());
+        take_and_release(doc);
+      });
+    }
   }
   return stats;
 }

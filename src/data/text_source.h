@@ -25,13 +25,25 @@ struct TextSourceSpec {
   std::vector<std::string> exclude;  // glob patterns on file names (fnmatch), e.g. "*.dat"
   std::string field = "text";        // jsonl: the field that holds the document
   std::string on_error = "stop";     // jsonl: stop | skip (bad records are counted)
+  // Schemas (data/schema.h): text | instruction | chat; instruction and chat go through a chat
+  // template and count only the response in the loss unless loss = all.
+  std::string schema = "text";
+  std::string chat_template = "chatml";  // chatml | llama3 | gemma | plain | a custom template
+  std::string loss = "assistant";        // assistant | all
+  std::string messages_field = "messages";
+  std::string instruction_field = "instruction";
+  std::string input_field = "input";
+  std::string output_field = "output";
 };
 
 // Any config struct with the fields above (train's SourceConfig) converts with this.
 template <class S>
 TextSourceSpec to_text_source_spec(const S& s) {
-  return TextSourceSpec{s.path,   s.format,  s.split, s.delimiter,
-                        s.weight, s.exclude, s.field, s.on_error};
+  return TextSourceSpec{s.path,           s.format,         s.split,
+                        s.delimiter,      s.weight,         s.exclude,
+                        s.field,          s.on_error,       s.schema,
+                        s.chat_template,  s.loss,           s.messages_field,
+                        s.instruction_field, s.input_field, s.output_field};
 }
 
 struct TextSourceStats {

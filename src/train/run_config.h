@@ -19,6 +19,13 @@ struct SourceConfig {
   std::vector<std::string> exclude;
   std::string field = "text";     // jsonl
   std::string on_error = "stop";  // jsonl: stop | skip
+  std::string schema = "text";
+  std::string chat_template = "chatml";
+  std::string loss = "assistant";
+  std::string messages_field = "messages";
+  std::string instruction_field = "instruction";
+  std::string input_field = "input";
+  std::string output_field = "output";
 
   template <class V>
   void visit(V& v) {
@@ -32,6 +39,16 @@ struct SourceConfig {
     v("field", field, "jsonl: the string field, csv/tsv: the column, that holds the document");
     v("on_error", on_error,
       "jsonl/csv/tsv: stop at a bad record (file:line), or skip and count it");
+    v("schema", schema,
+      "text (one document per record), instruction (instruction / input / output fields) or "
+      "chat (a list of {role, content} messages)");
+    v("chat_template", chat_template,
+      "instruction/chat: chatml, llama3, gemma, plain, or a custom template string");
+    v("loss", loss, "instruction/chat: which tokens count in the loss: assistant or all");
+    v("messages_field", messages_field, "chat: the field holding the list of messages");
+    v("instruction_field", instruction_field, "instruction: the field holding the instruction");
+    v("input_field", input_field, "instruction: the (optional) field holding the input");
+    v("output_field", output_field, "instruction: the field holding the response");
   }
 };
 
