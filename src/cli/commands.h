@@ -10,6 +10,7 @@ namespace lmt::cli {
 using Run = std::function<int()>;
 
 Run add_train(CLI::App& app);
+Run add_prepare(CLI::App& app);
 Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_tokenize(CLI::App& app);

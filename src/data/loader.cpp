@@ -1,10 +1,10 @@
-// Deterministic, resumable, rank-sharded batches; see loader.h.
+// Deterministic, resumable, rank-sharded, prefetched batches; see loader.h.
 #include "data/loader.h"
 
-#include <numeric>
+#include <cstring>
 
 #include "core/error.h"
-#include "core/rng.h"
+#include "data/mixture.h"
 
 namespace lmt {
 
@@ -22,92 +22,140 @@ void from_json(const nlohmann::json& j, LoaderState& s) {
   }
 }
 
-std::vector<int64_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) {
-  std::vector<int64_t> p(static_cast<size_t>(n));
-  std::iota(p.begin(), p.end(), int64_t{0});
-  Rng rng(seed, kLoaderStream + static_cast<uint64_t>(epoch));
-  for (int64_t i = n - 1; i > 0; --i)
-    std::swap(p[i], p[static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1))]);
-  return p;
+Loader::Loader(const SampleSet& data, int64_t micro_batch, uint64_t seed, int rank, int world,
+               int prefetch)
+    : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world), prefetch_(prefetch) {
+  LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world && prefetch >= 0);
+  data.require_samples();
+  state_.seed = seed;
+  start();
 }
 
-Loader::Loader(const TokenDataset& data, int64_t seq_len, int64_t micro_batch, uint64_t seed,
-               int rank, int world)
-    : data_(data),
-      seq_len_(seq_len),
-      micro_batch_(micro_batch),
-      num_samples_(data.num_samples(seq_len)),
-      rank_(rank),
-      world_(world),
-      seed_(seed) {
-  LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world);
-  data.require_samples(seq_len);
-}
+Loader::~Loader() { stop(); }
 
-void Loader::ensure_permutation() {
-  if (perm_epoch_ == epoch_) return;
-  perm_ = epoch_permutation(seed_, epoch_, num_samples_);
-  perm_epoch_ = epoch_;
-}
-
-void Loader::advance(std::vector<int64_t>& mine) {
-  const int64_t global = micro_batch_ * world_;
+Batch Loader::assemble(Cursor& c) const {
+  const int64_t T = data_.seq_len(), n = data_.num_samples(), global = micro_batch_ * world_;
+  Batch b;
+  b.ids.resize(static_cast<size_t>(micro_batch_ * T));
+  b.labels.resize(b.ids.size());
+  b.positions.resize(b.ids.size());
+  b.doc_starts.resize(static_cast<size_t>(micro_batch_));
+  std::vector<double> weights;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < data_.num_sources(); ++i) {
+    sizes.push_back(data_.source_samples(i));
+    weights.push_back(data_.weight(i));
+  }
   for (int64_t k = 0; k < global; ++k) {
-    ensure_permutation();
-    if (k / micro_batch_ == rank_) mine.push_back(perm_[static_cast<size_t>(index_)]);
-    if (++index_ == num_samples_) {
-      ++epoch_;
-      index_ = 0;
+    if (c.order_epoch != c.pos.epoch) {
+      c.order = epoch_order(c.pos.seed, c.pos.epoch, sizes, weights);
+      c.order_epoch = c.pos.epoch;
     }
+    if (k / micro_batch_ == rank_) {
+      const int64_t row = k % micro_batch_, id = c.order[static_cast<size_t>(c.pos.index)];
+      data_.fill(id, &b.ids[row * T], &b.labels[row * T], &b.positions[row * T],
+                 &b.doc_starts[row]);
+      b.samples.push_back(id);
+    }
+    if (++c.pos.index == n) {
+      ++c.pos.epoch;
+      c.pos.index = 0;
+    }
+  }
+  b.after = c.pos;
+  return b;
+}
+
+void Loader::produce() {
+  try {
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || static_cast<int>(queue_.size()) < prefetch_; });
+        if (stopping_) return;
+      }
+      Batch b = assemble(cursor_);
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(b));
+      cv_.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard lock(mu_);
+    error_ = std::current_exception();
+    cv_.notify_all();
   }
 }
 
-std::vector<int64_t> Loader::next_indices() {
-  std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(micro_batch_));
-  advance(mine);
-  return mine;
+void Loader::start() {
+  cursor_ = Cursor{state_, -1, {}};
+  if (prefetch_ == 0) return;
+  stopping_ = false;
+  producer_ = std::thread([this] { produce(); });
+}
+
+void Loader::stop() {
+  if (producer_.joinable()) {
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    producer_.join();
+  }
+  queue_.clear();
+  error_ = nullptr;
+}
+
+const Batch& Loader::next() {
+  if (prefetch_ == 0) {
+    current_ = assemble(cursor_);
+  } else {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || error_; });
+    if (error_) std::rethrow_exception(error_);
+    current_ = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+  }
+  state_ = current_.after;
+  return current_;
 }
 
 void Loader::next(int32_t* ids, int32_t* labels) {
-  std::vector<int64_t> mine = next_indices();
-  for (size_t b = 0; b < mine.size(); ++b)
-    data_.sample(mine[b], seq_len_, ids + b * seq_len_, labels + b * seq_len_);
+  const Batch& b = next();
+  std::memcpy(ids, b.ids.data(), b.ids.size() * sizeof(int32_t));
+  std::memcpy(labels, b.labels.data(), b.labels.size() * sizeof(int32_t));
 }
 
 void Loader::set_state(const LoaderState& s) {
-  if (s.epoch < 0 || s.index < 0 || s.index >= num_samples_)
+  if (s.epoch < 0 || s.index < 0 || s.index >= num_samples())
     throw UserError("loader state: epoch " + std::to_string(s.epoch) + ", index " +
-                    std::to_string(s.index) + " is outside the " + std::to_string(num_samples_) +
+                    std::to_string(s.index) + " is outside the " + std::to_string(num_samples()) +
                     " samples of the " + data_.name() + " split (did the data or seq_len change?)");
-  seed_ = s.seed;
-  epoch_ = s.epoch;
-  index_ = s.index;
-  perm_epoch_ = -1;
+  stop();
+  state_ = s;
+  start();
 }
 
-EvalLoader::EvalLoader(const TokenDataset& data, int64_t seq_len, int64_t micro_batch, int rank,
-                       int world)
-    : data_(data),
-      seq_len_(seq_len),
-      micro_batch_(micro_batch),
-      num_samples_(data.num_samples(seq_len)),
-      rank_(rank),
-      world_(world) {
+EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int rank, int world)
+    : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world) {
   LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world);
-  data.require_samples(seq_len);
+  data.require_samples();
 }
 
 void EvalLoader::next(int32_t* ids, int32_t* labels) {
+  const int64_t T = data_.seq_len(), n = data_.num_samples();
   const int64_t first = position_ + rank_ * micro_batch_;
+  std::vector<int32_t> positions(static_cast<size_t>(T));
+  std::vector<int32_t> starts;
   for (int64_t b = 0; b < micro_batch_; ++b)
-    data_.sample((first + b) % num_samples_, seq_len_, ids + b * seq_len_, labels + b * seq_len_);
-  position_ = (position_ + micro_batch_ * world_) % num_samples_;
+    data_.fill((first + b) % n, ids + b * T, labels + b * T, positions.data(), &starts);
+  position_ = (position_ + micro_batch_ * world_) % n;
 }
 
 int64_t EvalLoader::batches_per_pass() const {
   const int64_t global = micro_batch_ * world_;
-  return (num_samples_ + global - 1) / global;
+  return (num_samples() + global - 1) / global;
 }
 
 }  // namespace lmt

@@ -36,21 +36,25 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
   if (d.seq_len > m.max_position_embeddings)
     throw UserError(fmt::format("data.seq_len ({}) must be <= model.max_position_embeddings ({})",
                                 d.seq_len, m.max_position_embeddings));
-  if (d.tokenizer != "bytes")
-    throw UserError("data.tokenizer '" + d.tokenizer + "' is not supported (supported: bytes)");
-  if (m.vocab_size < 257)
+  if (d.tokenizer.empty()) throw UserError("data.tokenizer must not be empty");
+  if (d.tokenizer == "bytes" && m.vocab_size < 257)
     throw UserError(
         fmt::format("model.vocab_size ({}) must be >= 257 for data.tokenizer 'bytes' "
                     "(256 byte ids + end-of-text)",
                     m.vocab_size));
   require(d.val_fraction >= 0 && d.val_fraction <= 0.5, "data.val_fraction", "in [0, 0.5]",
           d.val_fraction);
-  if (d.sources.empty()) throw UserError("data.sources must list at least one source");
+  require_one_of("data.packing", d.packing, {"auto", "continue", "bin"});
+  if (d.sources.empty() && d.store.empty())
+    throw UserError("data.sources must list at least one source (or data.store name a prepared "
+                    "token store)");
   for (size_t i = 0; i < d.sources.size(); ++i) {
     const SourceConfig& s = d.sources[i];
     const std::string at = "data.sources[" + std::to_string(i) + "].";
     if (s.path.empty()) throw UserError(at + "path must not be empty");
-    require_one_of(at + "format", s.format, {"text", "jsonl", "csv", "tsv"});
+    require_one_of(at + "format", s.format, {"text", "jsonl", "csv", "tsv", "parquet"});
+    require_one_of(at + "schema", s.schema, {"text", "instruction", "chat"});
+    require_one_of(at + "loss", s.loss, {"assistant", "all"});
     require_one_of(at + "on_error", s.on_error, {"stop", "skip"});
     if (s.format != "text" && s.field.empty()) throw UserError(at + "field must not be empty");
     require_one_of(at + "split", s.split, {"file", "line", "delimiter"});

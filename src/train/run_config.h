@@ -57,13 +57,23 @@ struct DataConfig {
   std::string tokenizer = "bytes";
   int64_t seq_len = 256;
   double val_fraction = 0.05;
+  std::string packing = "auto";
+  std::string store;
 
   template <class V>
   void visit(V& v) {
     v("sources", sources, "list of data sources");
-    v("tokenizer", tokenizer, "bytes: 256 byte ids + end-of-text (id 256)");
+    v("tokenizer", tokenizer,
+      "bytes (256 byte ids + end-of-text 256), a Hugging Face tokenizer.json, a SentencePiece "
+      ".model, or a model directory holding one");
     v("seq_len", seq_len, "tokens per training sample");
     v("val_fraction", val_fraction, "share of documents held out for evaluation");
+    v("packing", packing,
+      "auto (text: continue, instruction/chat: bin), continue (documents run on across samples) "
+      "or bin (whole documents bin-packed into samples, the rest padded)");
+    v("store", store,
+      "the token store `lmtrain prepare` writes and `lmtrain train` reads; empty: train "
+      "prepares one in <train.out_dir>/data");
   }
 };
 

@@ -14,9 +14,9 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/timer.h"
-#include "data/byte_tokenizer.h"
 #include "data/loader.h"
-#include "data/token_dataset.h"
+#include "data/prepare.h"
+#include "data/tokenizer/tokenizer.h"
 #include "io/text_file.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -24,6 +24,7 @@
 #include "train/checkpoint.h"
 #include "train/generation.h"
 #include "train/metrics.h"
+#include "train/train_data.h"
 
 namespace lmt {
 
@@ -81,7 +82,6 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
 
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   const TrainConfig& tc = cfg.train;
-  if (cfg.data.sources.empty()) throw UserError("data.sources: at least one source is needed");
   set_threads(tc.threads);
   const std::string config_yaml = run_config_to_yaml(cfg);
   const std::string config_hash = run_config_hash(cfg);
@@ -100,12 +100,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
                       "'");
   }
 
-  DatasetSplits data = build_datasets(cfg.data);
+  TrainData data = open_train_data(cfg, resume);
   const int64_t B = tc.micro_batch_size, T = cfg.data.seq_len, accum = tc.grad_accum_steps;
-  Loader loader(data.train, T, B, static_cast<uint64_t>(tc.seed));
+  Loader loader(*data.train, B, static_cast<uint64_t>(tc.seed));
   std::unique_ptr<EvalLoader> eval_loader;
   if (tc.eval_every > 0 || tc.eval_steps > 0) {
-    if (data.val.num_samples(T) > 0) eval_loader = std::make_unique<EvalLoader>(data.val, T, B);
+    if (data.validation->num_samples() > 0)
+      eval_loader = std::make_unique<EvalLoader>(*data.validation, B);
   }
 
   auto be = make_backend(tc.backend);
@@ -127,16 +128,19 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   }
   write_text_file((run_dir / "config.yaml").string(), config_yaml);
   Metrics metrics(run_dir.string(), cfg.logging.console, cfg.logging.jsonl, ckpt ? step : -1);
-  metrics.log_line(data.summary(T));
+  metrics.log_line(fmt::format("data: store {}{}", data.dir,
+                               data.prepared_now ? " (prepared now)" : ""));
+  metrics.log_line(manifest_summary(data.manifest));
+  metrics.log_line(fmt::format("samples of {} tokens: train {}, validation {}", T,
+                               data.train->num_samples(), data.validation->num_samples()));
   metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
                                model.num_params(), cfg.model.num_hidden_layers,
                                cfg.model.hidden_size, be->name(), omp_get_max_threads()));
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
 
   TrainResult result;
-  result.val_unigram_entropy = data.val.unigram_entropy();
+  result.val_unigram_entropy = data.validation->unigram_entropy();
   std::vector<int32_t> ids(static_cast<size_t>(B * T * accum)), labels(ids.size());
-  ByteTokenizer tok;
   double window_s = 0;
   int64_t window_tokens = 0, window_steps = 0;
   Timer since_start;
@@ -239,10 +243,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     g.max_new_tokens = tc.sample_tokens;
     g.sampling.temperature = 0.8;
     g.seed = static_cast<uint64_t>(tc.seed);
-    g.stop_id = tok.eot_id();
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(cfg.data.tokenizer);
+    g.stop_id = tok->eos_id();
     const std::string prompt = tc.sample_prompt.empty() ? std::string("\n") : tc.sample_prompt;
-    std::vector<int32_t> out = generate_ids(model, tok.encode(prompt), g);
-    metrics.log_line("sample:\n" + prompt + tok.decode(out));
+    std::vector<int32_t> in = tok->special_prefix();
+    for (int32_t id : tok->encode(prompt)) in.push_back(id);
+    std::vector<int32_t> out = generate_ids(model, in, g);
+    metrics.log_line("sample:\n" + prompt + tok->decode(out));
   }
   return result;
 }

@@ -31,6 +31,7 @@ class BytesTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override { return bt_.decode(ids); }
   int32_t vocab_size() const override { return bt_.vocab_size(); }
   std::vector<int32_t> special_suffix() const override { return {bt_.eot_id()}; }
+  int32_t eos_id() const override { return bt_.eot_id(); }
 
  private:
   ByteTokenizer bt_;

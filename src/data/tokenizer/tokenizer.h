@@ -24,6 +24,8 @@ class Tokenizer {
   // tokenizers do); the byte tokenizer's end-of-text after the text.
   virtual std::vector<int32_t> special_prefix() const { return {}; }
   virtual std::vector<int32_t> special_suffix() const { return {}; }
+  // The end-of-text id, -1 when the tokenizer has none.
+  virtual int32_t eos_id() const { return -1; }
 
   std::vector<int32_t> encode_with_special(std::string_view text) const;
 };

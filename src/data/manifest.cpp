@@ -1,0 +1,159 @@
+#include "data/manifest.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/mapped_file.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+json shard_json(const ShardInfo& s) {
+  return {{"prefix", s.prefix},
+          {"documents", s.documents},
+          {"tokens", s.tokens},
+          {"loss_tokens", s.loss_tokens},
+          {"has_mask", s.has_mask}};
+}
+
+ShardInfo shard_from(const json& j) {
+  ShardInfo s;
+  s.prefix = j.at("prefix").get<std::string>();
+  s.documents = j.at("documents").get<int64_t>();
+  s.tokens = j.at("tokens").get<int64_t>();
+  s.loss_tokens = j.at("loss_tokens").get<int64_t>();
+  s.has_mask = j.at("has_mask").get<bool>();
+  return s;
+}
+
+}  // namespace
+
+int64_t Manifest::tokens(bool validation) const {
+  int64_t n = 0;
+  for (const auto& s : sources) n += validation ? s.validation.tokens : s.train.tokens;
+  return n;
+}
+
+int64_t Manifest::documents(bool validation) const {
+  int64_t n = 0;
+  for (const auto& s : sources) n += validation ? s.validation.documents : s.train.documents;
+  return n;
+}
+
+std::string tokenizer_fingerprint(const std::string& spec) {
+  if (spec == "bytes") return "bytes";
+  std::string file = spec;
+  if (fs::is_directory(spec)) {
+    file = (fs::path(spec) / "tokenizer.json").string();
+    if (!fs::exists(file)) file = (fs::path(spec) / "tokenizer.model").string();
+  }
+  MappedFile f(file, "data.tokenizer");
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : f.text()) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+void write_manifest(const std::string& dir, const Manifest& m) {
+  json sources = json::array();
+  for (const auto& s : m.sources) {
+    sources.push_back({{"path", s.path},
+                       {"format", s.format},
+                       {"schema", s.schema},
+                       {"weight", s.weight},
+                       {"packing", s.packing},
+                       {"files", s.files},
+                       {"documents", s.documents},
+                       {"bytes", s.bytes},
+                       {"skipped", s.skipped},
+                       {"skipped_by_reason", s.skipped_by_reason},
+                       {"train", shard_json(s.train)},
+                       {"validation", shard_json(s.validation)}});
+  }
+  json j = {{"format", "lmtrain-token-store"},
+            {"version", Manifest::kVersion},
+            {"tokenizer",
+             {{"spec", m.tokenizer},
+              {"kind", m.tokenizer_kind},
+              {"hash", m.tokenizer_hash},
+              {"vocab_size", m.vocab_size}}},
+            {"seq_len", m.seq_len},
+            {"val_fraction", m.val_fraction},
+            {"dtype", m.dtype},
+            {"sources", sources},
+            {"totals",
+             {{"train_documents", m.documents(false)},
+              {"train_tokens", m.tokens(false)},
+              {"validation_documents", m.documents(true)},
+              {"validation_tokens", m.tokens(true)}}},
+            {"prepare_seconds", m.prepare_seconds}};
+  const fs::path path = fs::path(dir) / "manifest.json", tmp = fs::path(dir) / "manifest.json.tmp";
+  {
+    std::ofstream f(tmp);
+    f << j.dump(2) << "\n";
+    if (!f) throw UserError("prepare: cannot write '" + tmp.string() + "'");
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) throw UserError("prepare: cannot rename to '" + path.string() + "': " + ec.message());
+}
+
+bool has_manifest(const std::string& dir) { return fs::exists(fs::path(dir) / "manifest.json"); }
+
+Manifest read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "manifest.json").string();
+  if (!fs::exists(path))
+    throw UserError(path + ": no such file (is '" + dir +
+                    "' a token store? make one with `lmtrain prepare`)");
+  std::ifstream f(path);
+  json j = json::parse(f, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw UserError(path + ": not a JSON object");
+  try {
+    if (j.at("format").get<std::string>() != "lmtrain-token-store")
+      throw UserError(path + ": not an lmtrain token store manifest");
+    if (j.at("version").get<int>() != Manifest::kVersion)
+      throw UserError(path + ": version " + j.at("version").dump() + ", this lmtrain reads " +
+                      std::to_string(Manifest::kVersion));
+    Manifest m;
+    const json& t = j.at("tokenizer");
+    m.tokenizer = t.at("spec").get<std::string>();
+    m.tokenizer_kind = t.at("kind").get<std::string>();
+    m.tokenizer_hash = t.at("hash").get<std::string>();
+    m.vocab_size = t.at("vocab_size").get<int64_t>();
+    m.seq_len = j.at("seq_len").get<int64_t>();
+    m.val_fraction = j.at("val_fraction").get<double>();
+    m.dtype = j.at("dtype").get<std::string>();
+    m.prepare_seconds = j.value("prepare_seconds", 0.0);
+    for (const json& s : j.at("sources")) {
+      SourceManifest sm;
+      sm.path = s.at("path").get<std::string>();
+      sm.format = s.at("format").get<std::string>();
+      sm.schema = s.at("schema").get<std::string>();
+      sm.weight = s.at("weight").get<double>();
+      sm.packing = s.at("packing").get<std::string>();
+      sm.files = s.at("files").get<int64_t>();
+      sm.documents = s.at("documents").get<int64_t>();
+      sm.bytes = s.at("bytes").get<int64_t>();
+      sm.skipped = s.at("skipped").get<int64_t>();
+      sm.skipped_by_reason = s.at("skipped_by_reason").get<std::map<std::string, int64_t>>();
+      sm.train = shard_from(s.at("train"));
+      sm.validation = shard_from(s.at("validation"));
+      m.sources.push_back(std::move(sm));
+    }
+    return m;
+  } catch (const json::exception& e) {
+    throw UserError(path + ": " + e.what());
+  }
+}
+
+}  // namespace lmt

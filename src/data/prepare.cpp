@@ -1,0 +1,327 @@
+#include "data/prepare.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <fmt/format.h>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "data/packing.h"
+#include "data/schema.h"
+#include "data/token_store.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+double document_split_value(std::string_view doc) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64
+  for (char c : doc) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  h ^= h >> 30;  // splitmix64 finaliser: spreads FNV's weak high bits
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebull;
+  h ^= h >> 31;
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_schema,
+                       std::vector<int32_t>& ids, std::vector<uint8_t>& mask) {
+  ids.clear();
+  mask.clear();
+  auto append = [&](const std::vector<int32_t>& t, uint8_t m) {
+    ids.insert(ids.end(), t.begin(), t.end());
+    mask.insert(mask.end(), t.size(), m);
+  };
+  if (!doc.has_special) append(tok.special_prefix(), 0);
+  for (const Segment& s : doc.segments) append(tok.encode(s.text), s.loss ? 1 : 0);
+  if (!doc.has_special) {
+    std::vector<int32_t> suffix = tok.special_suffix();
+    if (suffix.empty() && tok.eos_id() >= 0) suffix.push_back(tok.eos_id());
+    append(suffix, text_schema ? 1 : 0);
+  }
+}
+
+namespace {
+
+// A batch of documents on its way from the reader thread to the tokenizers.
+struct Batch {
+  std::vector<Document> docs;
+  int64_t bytes = 0;
+  bool last = false;  // no more batches for this source
+};
+
+// Reads one source on its own thread into a queue at most two batches deep.
+class SourceReader {
+ public:
+  SourceReader(const TextSourceSpec& spec, int index, int64_t batch_bytes)
+      : thread_([this, spec, index, batch_bytes] { run(spec, index, batch_bytes); }) {}
+  ~SourceReader() {
+    {
+      std::lock_guard lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  // The next batch; rethrows the reader's error.
+  Batch pop() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || error_; });
+    if (error_) std::rethrow_exception(error_);
+    Batch b = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.notify_all();
+    return b;
+  }
+  TextSourceStats stats() const { return stats_; }  // valid after the last batch
+
+ private:
+  struct Cancelled {};
+
+  void push(Batch&& b) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return queue_.size() < 2 || cancelled_; });
+    if (cancelled_) throw Cancelled{};
+    queue_.push_back(std::move(b));
+    cv_.notify_all();
+  }
+
+  void run(const TextSourceSpec& spec, int index, int64_t batch_bytes) {
+    try {
+      Batch b;
+      stats_ = for_each_source_document(spec, index, [&](Document&& d) {
+        for (const Segment& s : d.segments) b.bytes += static_cast<int64_t>(s.text.size());
+        b.docs.push_back(std::move(d));
+        if (b.bytes >= batch_bytes) {
+          push(std::move(b));
+          b = Batch{};
+        }
+      });
+      b.last = true;
+      push(std::move(b));
+    } catch (const Cancelled&) {
+    } catch (...) {
+      std::lock_guard lock(mu_);
+      error_ = std::current_exception();
+      cv_.notify_all();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Batch> queue_;
+  std::exception_ptr error_;
+  bool cancelled_ = false;
+  TextSourceStats stats_;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+int64_t total_input_bytes(const PrepareOptions& opt) {
+  int64_t total = 0;
+  for (size_t i = 0; i < opt.sources.size(); ++i) {
+    const std::string key = "data.sources[" + std::to_string(i) + "]";
+    for (const auto& f : list_source_files(opt.sources[i].path, key, opt.sources[i].exclude)) {
+      std::error_code ec;
+      total += static_cast<int64_t>(fs::file_size(f, ec));
+    }
+  }
+  return total;
+}
+
+std::string eta_text(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60)
+                   : fmt::format("{}m{:02}s", t / 60, t % 60);
+}
+
+std::string packing_for(const PrepareOptions& opt, const TextSourceSpec& s, int index) {
+  if (opt.packing == "auto") return s.schema == "text" ? "continue" : "bin";
+  parse_packing_mode(opt.packing, "data.packing");
+  (void)index;
+  return opt.packing;
+}
+
+}  // namespace
+
+Manifest prepare_store(const PrepareOptions& opt) {
+  if (opt.sources.empty()) throw UserError("data.sources: at least one source is needed");
+  if (opt.seq_len < 1) throw UserError("data.seq_len: must be at least 1");
+  if (!(opt.val_fraction >= 0 && opt.val_fraction < 1))
+    throw UserError("data.val_fraction: " + std::to_string(opt.val_fraction) +
+                    " is not in [0, 1)");
+  if (opt.out_dir.empty()) throw UserError("prepare: no output directory (data.store)");
+  for (size_t i = 0; i < opt.sources.size(); ++i)
+    if (!(opt.sources[i].weight > 0))
+      throw UserError("data.sources[" + std::to_string(i) + "].weight: must be > 0");
+
+  Timer clock;
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(opt.tokenizer);
+  Manifest m;
+  m.tokenizer = opt.tokenizer;
+  m.tokenizer_kind = tok->kind();
+  m.tokenizer_hash = tokenizer_fingerprint(opt.tokenizer);
+  m.vocab_size = tok->vocab_size();
+  m.seq_len = opt.seq_len;
+  m.val_fraction = opt.val_fraction;
+  const StoreDtype dtype = store_dtype_for_vocab(m.vocab_size);
+  m.dtype = dtype == StoreDtype::kUInt16 ? "uint16" : "int32";
+
+  const fs::path final_dir = opt.out_dir;
+  const fs::path tmp_dir = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw UserError("data.store: cannot create '" + tmp_dir.string() + "': " + ec.message());
+  struct RemoveOnError {
+    fs::path dir;
+    bool armed = true;
+    ~RemoveOnError() {
+      std::error_code e;
+      if (armed) fs::remove_all(dir, e);
+    }
+  } cleanup{tmp_dir};
+
+  const int64_t total_bytes = total_input_bytes(opt);
+  int64_t done_bytes = 0, done_docs = 0, done_tokens = 0;
+  Timer since_progress;
+  auto progress = [&](size_t src, bool force) {
+    if (!opt.progress || (!force && since_progress.seconds() < 1.0)) return;
+    since_progress = Timer();
+    const double s = clock.seconds(), rate = done_bytes / std::max(s, 1e-9);
+    std::fprintf(stderr,
+                 "prepare: source %zu/%zu: %lld documents, %lld tokens, %.1f MB/s, %.0f%%, "
+                 "ETA %s\n",
+                 src + 1, opt.sources.size(), static_cast<long long>(done_docs),
+                 static_cast<long long>(done_tokens), rate / 1e6,
+                 total_bytes ? 100.0 * static_cast<double>(done_bytes) / total_bytes : 100.0,
+                 eta_text((total_bytes - done_bytes) / rate).c_str());
+  };
+
+  for (size_t i = 0; i < opt.sources.size(); ++i) {
+    const TextSourceSpec& spec = opt.sources[i];
+    const bool text_schema = spec.schema == "text";
+    SourceManifest sm;
+    sm.path = spec.path;
+    sm.format = spec.format;
+    sm.schema = spec.schema;
+    sm.weight = spec.weight;
+    sm.packing = packing_for(opt, spec, static_cast<int>(i));
+    const std::string num = fmt::format("{:05}", i);
+    sm.train.prefix = "train-" + num;
+    sm.validation.prefix = "validation-" + num;
+    sm.train.has_mask = sm.validation.has_mask = !text_schema;
+    TokenStoreWriter train_w((tmp_dir / sm.train.prefix).string(), dtype, !text_schema);
+    TokenStoreWriter val_w((tmp_dir / sm.validation.prefix).string(), dtype, !text_schema);
+    int64_t empty_after_tokenizing = 0;
+
+    SourceReader reader(spec, static_cast<int>(i), opt.batch_bytes);
+    for (;;) {
+      Batch b = reader.pop();
+      const int64_t n = static_cast<int64_t>(b.docs.size());
+      std::vector<std::vector<int32_t>> ids(b.docs.size());
+      std::vector<std::vector<uint8_t>> masks(b.docs.size());
+      std::vector<double> split(b.docs.size());
+      std::exception_ptr error;
+#pragma omp parallel for schedule(dynamic, 8)
+      for (int64_t d = 0; d < n; ++d) {
+        try {
+          const Document& doc = b.docs[static_cast<size_t>(d)];
+          tokenize_document(*tok, doc, text_schema, ids[d], masks[d]);
+          std::string all;
+          for (const Segment& s : doc.segments) all += s.text;
+          split[d] = document_split_value(all);
+        } catch (...) {
+#pragma omp critical(lmt_prepare_error)
+          if (!error) error = std::current_exception();
+        }
+      }
+      if (error) std::rethrow_exception(error);
+      for (int64_t d = 0; d < n; ++d) {
+        if (ids[d].empty()) {
+          ++empty_after_tokenizing;
+          continue;
+        }
+        const bool val = split[d] < opt.val_fraction;
+        ShardInfo& info = val ? sm.validation : sm.train;
+        (val ? val_w : train_w).add_document(ids[d], masks[d]);
+        ++info.documents;
+        info.tokens += static_cast<int64_t>(ids[d].size());
+        for (uint8_t x : masks[d]) info.loss_tokens += x;
+        done_tokens += static_cast<int64_t>(ids[d].size());
+      }
+      done_docs += n;
+      done_bytes += b.bytes;
+      progress(i, false);
+      if (b.last) break;
+    }
+    TextSourceStats st = reader.stats();
+    train_w.finish();
+    val_w.finish();
+    sm.files = st.files;
+    sm.documents = st.documents;
+    sm.bytes = st.bytes;
+    sm.skipped = st.skipped.total + empty_after_tokenizing;
+    sm.skipped_by_reason = st.skipped.by_reason;
+    if (empty_after_tokenizing) sm.skipped_by_reason["no tokens"] += empty_after_tokenizing;
+    m.sources.push_back(std::move(sm));
+  }
+  m.prepare_seconds = clock.seconds();
+  write_manifest(tmp_dir.string(), m);
+
+  // Swap the finished store into place.
+  const fs::path old_dir = final_dir.string() + ".old-" + std::to_string(::getpid());
+  if (fs::exists(final_dir)) {
+    if (!has_manifest(final_dir.string()) && !fs::is_empty(final_dir, ec))
+      throw UserError("data.store: '" + final_dir.string() +
+                      "' exists and is not a token store; not replacing it");
+    fs::rename(final_dir, old_dir, ec);
+    if (ec) throw UserError("data.store: cannot replace '" + final_dir.string() + "': " + ec.message());
+  }
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) throw UserError("data.store: cannot create '" + final_dir.string() + "': " + ec.message());
+  cleanup.armed = false;
+  fs::remove_all(old_dir, ec);
+  progress(opt.sources.size() - 1, true);
+  return m;
+}
+
+std::string manifest_summary(const Manifest& m) {
+  std::string out;
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    const SourceManifest& s = m.sources[i];
+    out += fmt::format(
+        "data.sources[{}] {} ({}, {}, weight {}, packing {}): {} files, {} documents; train {} "
+        "documents / {} tokens, validation {} / {}",
+        i, s.path, s.format, s.schema, s.weight, s.packing, s.files, s.documents, s.train.documents,
+        s.train.tokens, s.validation.documents, s.validation.tokens);
+    if (s.schema != "text")
+      out += fmt::format("; loss on {} of {} train tokens", s.train.loss_tokens, s.train.tokens);
+    if (s.skipped) {
+      out += fmt::format("; skipped {}:", s.skipped);
+      for (const auto& [reason, n] : s.skipped_by_reason) out += fmt::format(" {} {},", reason, n);
+      out.pop_back();
+    }
+    out += "\n";
+  }
+  out += fmt::format("tokenizer {} ({}, vocab {}), {} tokens, prepared in {:.1f}s", m.tokenizer,
+                     m.tokenizer_kind, m.vocab_size, m.tokens(false) + m.tokens(true),
+                     m.prepare_seconds);
+  return out;
+}
+
+}  // namespace lmt
