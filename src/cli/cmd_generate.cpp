@@ -7,7 +7,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "data/byte_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "io/hf_config.h"
 #include "train/checkpoint.h"
 #include "train/generation.h"
@@ -66,23 +66,24 @@ Run add_generate(CLI::App& app) {
                         "' is neither a checkpoint (no config.json) nor a run with checkpoints");
       dir = *latest;
     }
-    const std::string tok = checkpoint_tokenizer(dir);
-    if (tok != "bytes")
-      throw UserError((dir / "state.json").string() + ": unsupported tokenizer '" + tok + "'");
+    // The checkpoint holds a copy of its tokenizer (or was trained on bytes).
+    const std::string spec = checkpoint_tokenizer(dir) == "bytes" ? "bytes" : dir.string();
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(spec);
     set_threads(o->threads);
     ModelConfig mc = read_hf_config((dir / "config.json").string());
     auto be = make_backend(o->backend);
     Transformer model(be.get(), mc);
     load_model_weights(dir.string(), model);
 
-    ByteTokenizer bt;
     GenerateOptions g;
     g.max_new_tokens = o->max_new_tokens;
     g.sampling = SamplingParams{o->temperature, o->top_k, o->top_p};
     g.seed = o->seed;
-    g.stop_id = bt.eot_id();
-    std::vector<int32_t> ids = generate_ids(model, bt.encode(o->prompt), g);
-    fmt::print("{}{}\n", o->prompt, bt.decode(ids));
+    g.stop_id = tok->eos_id();
+    std::vector<int32_t> prompt = tok->special_prefix();
+    for (int32_t id : tok->encode(o->prompt)) prompt.push_back(id);
+    std::vector<int32_t> ids = generate_ids(model, prompt, g);
+    fmt::print("{}{}\n", o->prompt, tok->decode(ids));
     return 0;
   };
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "data/tokenizer/tokenizer.h"
 
 namespace lmt {
 
@@ -48,12 +49,7 @@ int64_t Manifest::documents(bool validation) const {
 
 std::string tokenizer_fingerprint(const std::string& spec) {
   if (spec == "bytes") return "bytes";
-  std::string file = spec;
-  if (fs::is_directory(spec)) {
-    file = (fs::path(spec) / "tokenizer.json").string();
-    if (!fs::exists(file)) file = (fs::path(spec) / "tokenizer.model").string();
-  }
-  MappedFile f(file, "data.tokenizer");
+  MappedFile f(tokenizer_file(spec), "data.tokenizer");
   uint64_t h = 0xcbf29ce484222325ull;
   for (char c : f.text()) {
     h ^= static_cast<unsigned char>(c);

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
+#include "data/tokenizer/tokenizer.h"
 #include "io/text_file.h"
 
 namespace lmt {
@@ -108,6 +109,14 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   write_text_file((tmp / "config.json").string(),
                   model_config_to_hf(model.config()).dump(2) + "\n");
   write_text_file((tmp / "config.yaml").string(), config_yaml);
+  // The tokenizer travels with the weights (as in a Hugging Face model directory), so generation
+  // and export need nothing but the checkpoint.
+  if (const std::string tf = tokenizer_file(state.tokenizer); !tf.empty()) {
+    std::error_code ec;
+    fs::copy_file(tf, tmp / fs::path(tf).filename(), fs::copy_options::overwrite_existing, ec);
+    if (ec) throw UserError("checkpoint: cannot copy the tokenizer '" + tf + "': " + ec.message());
+    fsync_path(tmp / fs::path(tf).filename());
+  }
   nlohmann::json sj = {{"step", state.step},
                        {"optimizer_step", state.optimizer_step},
                        {"tokens", state.tokens},

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "data/text_source.h"
-#include "data/token_dataset.h"
+#include "data/prepare.h"
 
 namespace lmt {
 namespace {
@@ -85,24 +85,31 @@ TEST(Jsonl, SourcesReportSkippedRecords) {
       f << "{\"text\": \"document number " << i << " with some words\"}\n";
     f << "not json\n";
   }
-  TextSourceSpec spec;
+  PrepareOptions opt;
+  opt.sources.resize(1);
+  TextSourceSpec& spec = opt.sources[0];
   spec.path = (dir / "d.jsonl").string();
   spec.format = "jsonl";
+  opt.seq_len = 16;
+  opt.val_fraction = 0.1;
+  opt.out_dir = (dir / "store").string();
+  opt.progress = false;
   try {
-    build_datasets({spec}, "bytes", 16, 0.1);
+    prepare_store(opt);
     FAIL() << "a bad record must stop the run by default";
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("d.jsonl:31: malformed JSON"), std::string::npos)
         << e.what();
   }
+  EXPECT_FALSE(fs::exists(dir / "store")) << "a failed prepare leaves no store";
   spec.on_error = "skip";
-  DatasetSplits d = build_datasets({spec}, "bytes", 16, 0.1);
-  EXPECT_EQ(d.sources[0].documents, 30);
-  EXPECT_EQ(d.sources[0].skipped.total, 1);
-  EXPECT_NE(d.summary(16).find("skipped 1 bad records (malformed JSON: 1)"), std::string::npos)
-      << d.summary(16);
+  Manifest m = prepare_store(opt);
+  EXPECT_EQ(m.sources[0].documents, 30);
+  EXPECT_EQ(m.sources[0].skipped, 1);
+  EXPECT_NE(manifest_summary(m).find("skipped 1: malformed JSON 1"), std::string::npos)
+      << manifest_summary(m);
   spec.on_error = "ignore";
-  EXPECT_THROW(build_datasets({spec}, "bytes", 16, 0.1), UserError);
+  EXPECT_THROW(prepare_store(opt), UserError);
   fs::remove_all(dir);
 }
 

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 
-#include "data/token_dataset.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -19,8 +18,8 @@ TEST(Learning, DemoEndsWellBelowUnigramEntropy) {
   fs::remove_all(out);
   RunConfig cfg = load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml",
                                   {"train.out_dir=" + out.string(), "train.sample_tokens=0"});
-  const double entropy = build_datasets(cfg.data).val.unigram_entropy();
   TrainResult r = train(cfg, false);
+  const double entropy = r.val_unigram_entropy;
   fs::remove_all(out);
   EXPECT_EQ(r.steps, cfg.train.max_steps);
   ASSERT_GT(r.last_val_loss, 0.0);

@@ -13,6 +13,13 @@ namespace lmt {
 
 namespace fs = std::filesystem;
 
+std::string tokenizer_file(const std::string& spec) {
+  if (spec == "bytes") return "";
+  if (!fs::is_directory(spec)) return spec;
+  fs::path json = fs::path(spec) / "tokenizer.json", model = fs::path(spec) / "tokenizer.model";
+  return (fs::exists(json) || !fs::exists(model) ? json : model).string();
+}
+
 std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
   std::vector<int32_t> ids = special_prefix();
   std::vector<int32_t> body = encode(text);

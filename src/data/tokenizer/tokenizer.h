@@ -30,6 +30,10 @@ class Tokenizer {
   std::vector<int32_t> encode_with_special(std::string_view text) const;
 };
 
+// The file a tokenizer spec names: the spec itself for a file, tokenizer.json (else
+// tokenizer.model) inside a directory, "" for "bytes".
+std::string tokenizer_file(const std::string& spec);
+
 // Throws UserError naming `spec` when it is none of the above or cannot be loaded.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
 

@@ -1,0 +1,136 @@
+// lmtrain prepare and train's checks of a store: progress and summary, the manifest compared with
+// the model and config (each mismatch one message, exit 2), and memory that stays bounded for an
+// input several times larger than the cap.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "cli/cli_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class PrepareCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("lmtrain_prep_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream f(dir_ / "data.txt");
+    for (int i = 0; i < 400; ++i) f << "line " << i << " of a small corpus for the store tests\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string config(const std::string& data_extra = "", int vocab = 257) {
+    const fs::path p = dir_ / "run.yaml";
+    std::ofstream f(p);
+    f << "model:\n  vocab_size: " << vocab
+      << "\n  hidden_size: 16\n  intermediate_size: 24\n"
+         "  num_hidden_layers: 1\n  num_attention_heads: 2\n  max_position_embeddings: 64\n"
+         "data:\n  sources:\n    - path: "
+      << (dir_ / "data.txt").string()
+      << "\n      split: line\n  seq_len: 16\n  val_fraction: 0.1\n  store: "
+      << (dir_ / "store").string() << "\n"
+      << data_extra
+      << "train:\n  max_steps: 2\n  micro_batch_size: 2\n  eval_every: 0\n  eval_steps: 0\n"
+         "  log_every: 1\n  out_dir: "
+      << (dir_ / "out").string() << "\n";
+    return p.string();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(PrepareCli, PrepareThenTrainFromTheStore) {
+  Result p = run("prepare --config " + config());
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("MB/s"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("ETA"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("data.sources[0]"), std::string::npos) << p.out;
+  EXPECT_TRUE(fs::exists(dir_ / "store" / "manifest.json"));
+  EXPECT_TRUE(fs::exists(dir_ / "store" / "train-00000.idx"));
+  Result t = run("train --config " + config());
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("data: store " + (dir_ / "store").string()), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("prepared now"), std::string::npos) << t.out;
+}
+
+TEST_F(PrepareCli, TrainRefusesAStoreThatDoesNotMatch) {
+  ASSERT_EQ(run("prepare --config " + config()).code, 0);
+  Result r = run("train --config " + config() + " --set data.seq_len=32");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("prepared for seq_len 16, but data.seq_len is 32"), std::string::npos)
+      << r.out;
+
+  const std::string bpe = std::string(LMT_TEST_DATA) + "/tokenizers/bytelevel_bpe.json";
+  r = run("train --config " + config("", 50000) + " --set data.tokenizer=" + bpe);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("prepared with tokenizer 'bytes'"), std::string::npos) << r.out;
+
+  ASSERT_EQ(run("prepare --config " + config() + " --set data.tokenizer=" + bpe).code, 0);
+  r = run("train --config " + config() + " --set data.tokenizer=" + bpe);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("but model.vocab_size is 257"), std::string::npos) << r.out;
+
+  r = run("train --config " + config() + " --set data.store=" + (dir_ / "nothing").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("manifest.json: no such file"), std::string::npos) << r.out;
+}
+
+TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
+  Result r = run("prepare --config " + config() + " --set data.store=");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--out DIR"), std::string::npos) << r.out;
+  r = run("prepare --config " + config() + " --set data.sources[0].path=" +
+          (dir_ / "missing.txt").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("missing.txt"), std::string::npos) << r.out;
+}
+
+// Peak resident memory (bytes) of a shell command run to completion, and its exit code.
+std::pair<long, int> peak_rss(const std::string& cmd) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  struct rusage ru{};
+  ::wait4(pid, &status, 0, &ru);
+  return {ru.ru_maxrss * 1024L, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+TEST_F(PrepareCli, MemoryStaysBoundedForAnInputThreeTimesTheCap) {
+  constexpr long kCap = 48L << 20;  // bytes of resident memory prepare may use
+  const fs::path big = dir_ / "big.jsonl";
+  {
+    std::ofstream f(big);
+    std::string words;
+    for (int k = 0; k < 60; ++k) words += "word" + std::to_string(k) + " ";
+    long written = 0;
+    for (int i = 0; written < 3 * kCap; ++i) {
+      std::string line = "{\"text\": \"" + std::to_string(i) + " " + words + "\"}\n";
+      f << line;
+      written += static_cast<long>(line.size());
+    }
+  }
+  const std::string cfg = config();
+  auto [rss, code] = peak_rss(std::string(LMT_BINARY) + " prepare --quiet --config " + cfg +
+                              " --set data.sources[0].path=" + big.string() +
+                              " --set data.sources[0].format=jsonl > /dev/null 2>&1");
+  ASSERT_EQ(code, 0);
+  std::printf("prepare of %.0f MB: peak RSS %.1f MB (cap %.0f MB)\n",
+              static_cast<double>(fs::file_size(big)) / 1e6, static_cast<double>(rss) / 1e6,
+              static_cast<double>(kCap) / 1e6);
+  EXPECT_LT(rss, kCap);
+}
+
+}  // namespace

@@ -1,0 +1,148 @@
+// The loader over a store: deterministic shuffles, every sample once per epoch, exact resume
+// (also across epoch boundaries), rank slices that add up to the single-rank batch, prefetching
+// that changes nothing, weighted mixing, and EvalLoader's fixed order.
+#include "data/loader.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "prepare_util.h"
+
+namespace lmt {
+namespace {
+
+using test::TempDir;
+
+struct Store {
+  TempDir dir{"loader"};
+  Manifest m;
+  std::unique_ptr<SampleSet> train, val;
+  Store(std::vector<std::pair<int, double>> sources, int64_t seq_len) {
+    PrepareOptions opt;
+    for (size_t s = 0; s < sources.size(); ++s)
+      opt.sources.push_back(test::line_source(
+          test::write_lines(dir.path / ("s" + std::to_string(s) + ".txt"),
+                            test::numbered_docs(sources[s].first, static_cast<int>(s))),
+          sources[s].second));
+    opt.seq_len = seq_len;
+    opt.val_fraction = 0.1;
+    opt.out_dir = (dir.path / "store").string();
+    opt.progress = false;
+    m = prepare_store(opt);
+    train = std::make_unique<SampleSet>(opt.out_dir, m, false, seq_len);
+    val = std::make_unique<SampleSet>(opt.out_dir, m, true, seq_len);
+  }
+};
+
+TEST(Loader, SameSeedSameOrderAndEverySampleOncePerEpoch) {
+  Store st({{60, 1.0}}, 16);
+  const int64_t n = st.train->num_samples();
+  ASSERT_GT(n, 20);
+  Loader a(*st.train, 1, 42), b(*st.train, 1, 42, 0, 1, 0), c(*st.train, 1, 43);
+  std::vector<int64_t> ea, eb, ec;
+  for (int64_t i = 0; i < n; ++i) {
+    ea.push_back(a.next().samples[0]);
+    eb.push_back(b.next().samples[0]);
+    ec.push_back(c.next().samples[0]);
+  }
+  EXPECT_EQ(ea, eb) << "prefetching must not change the order";
+  EXPECT_NE(ea, ec) << "another seed, another order";
+  EXPECT_EQ(std::set<int64_t>(ea.begin(), ea.end()).size(), static_cast<size_t>(n));
+  std::vector<int64_t> second;
+  for (int64_t i = 0; i < n; ++i) second.push_back(a.next().samples[0]);
+  EXPECT_NE(second, ea) << "each epoch has its own shuffle";
+  EXPECT_EQ(a.get_state().epoch, 2);
+  EXPECT_EQ(a.get_state().index, 0);
+}
+
+TEST(Loader, BatchesCarryTheSampleContent) {
+  Store st({{40, 1.0}}, 8);
+  Loader loader(*st.train, 3, 7);
+  const int64_t T = 8;
+  for (int k = 0; k < 10; ++k) {
+    const Batch& b = loader.next();
+    ASSERT_EQ(b.samples.size(), 3u);
+    for (int r = 0; r < 3; ++r) {
+      std::vector<int32_t> ids(T), labels(T), pos(T);
+      std::vector<int32_t> starts;
+      st.train->fill(b.samples[r], ids.data(), labels.data(), pos.data(), &starts);
+      EXPECT_EQ(std::vector<int32_t>(b.ids.begin() + r * T, b.ids.begin() + (r + 1) * T), ids);
+      EXPECT_EQ(std::vector<int32_t>(b.labels.begin() + r * T, b.labels.begin() + (r + 1) * T),
+                labels);
+      EXPECT_EQ(b.doc_starts[r], starts);
+      for (int j = 0; j + 1 < T; ++j) EXPECT_EQ(labels[j], ids[j + 1]);  // continue packing
+    }
+  }
+}
+
+TEST(Loader, ResumeReproducesTheUninterruptedRunAcrossEpochs) {
+  Store st({{30, 1.0}, {20, 0.5}}, 8);
+  const int64_t n = st.train->num_samples();
+  for (int64_t stop : {int64_t{1}, n / 3, n / 3 + 1, 2 * n / 3}) {  // batches of 3 cross epochs
+    Loader full(*st.train, 3, 99);
+    std::vector<int64_t> want;
+    for (int64_t k = 0; k < stop + n; ++k)
+      for (int64_t id : full.next().samples) want.push_back(id);
+    Loader first(*st.train, 3, 99);
+    std::vector<int64_t> got;
+    for (int64_t k = 0; k < stop; ++k)
+      for (int64_t id : first.next().samples) got.push_back(id);
+    nlohmann::json saved = first.get_state();  // through JSON, as a checkpoint does
+    Loader resumed(*st.train, 3, 0);            // the seed comes from the state
+    resumed.set_state(saved.get<LoaderState>());
+    for (int64_t k = 0; k < n; ++k)
+      for (int64_t id : resumed.next().samples) got.push_back(id);
+    EXPECT_EQ(got, want) << "stopped after " << stop << " batches";
+  }
+}
+
+TEST(Loader, TwoRanksReadTheSingleRankGlobalBatch) {
+  Store st({{50, 1.0}, {25, 2.0}}, 8);
+  Loader one(*st.train, 4, 3);
+  Loader r0(*st.train, 2, 3, 0, 2), r1(*st.train, 2, 3, 1, 2);
+  for (int k = 0; k < 3 * st.train->num_samples() / 4 + 5; ++k) {
+    std::vector<int64_t> whole = one.next().samples;
+    std::vector<int64_t> parts = r0.next().samples;
+    for (int64_t id : r1.next().samples) parts.push_back(id);
+    ASSERT_EQ(parts, whole) << "global batch " << k;
+    ASSERT_EQ(r0.get_state(), one.get_state());
+  }
+}
+
+TEST(Loader, SourcesAreDrawnByWeight) {
+  Store st({{80, 1.0}, {20, 3.0}}, 8);
+  const int64_t n = st.train->num_samples(), off1 = st.train->source_offset(1);
+  Loader loader(*st.train, 1, 5);
+  int64_t from1 = 0;
+  for (int64_t k = 0; k < n; ++k) from1 += loader.next().samples[0] >= off1;
+  // Weights 1 : 3 -> three quarters of the epoch from source 1 (largest remainder rounding).
+  EXPECT_NEAR(static_cast<double>(from1), 0.75 * static_cast<double>(n), 1.0);
+}
+
+TEST(Loader, StateOutsideTheDataIsAUserError) {
+  Store st({{30, 1.0}}, 8);
+  Loader loader(*st.train, 2, 1);
+  LoaderState s{1, 0, st.train->num_samples()};
+  EXPECT_THROW(loader.set_state(s), UserError);
+  Store tiny({{1, 1.0}}, 4096);
+  EXPECT_THROW(Loader(*tiny.train, 1, 1), UserError);
+}
+
+TEST(EvalLoader, FixedOrderWrapsAndResets) {
+  Store st({{200, 1.0}}, 8);
+  const int64_t n = st.val->num_samples();
+  ASSERT_GT(n, 2);
+  EvalLoader ev(*st.val, 2);
+  std::vector<int32_t> ids(16), labels(16), first(16);
+  ev.next(first.data(), labels.data());
+  for (int64_t k = 1; k < ev.batches_per_pass(); ++k) ev.next(ids.data(), labels.data());
+  ev.reset();
+  ev.next(ids.data(), labels.data());
+  EXPECT_EQ(ids, first);
+}
+
+}  // namespace
+}  // namespace lmt
