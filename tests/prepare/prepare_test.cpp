@@ -17,6 +17,7 @@ namespace lmt {
 namespace {
 
 using test::TempDir;
+namespace fs = std::filesystem;
 
 std::vector<int32_t> bytes_doc(const std::string& s) {
   std::vector<int32_t> t;
