@@ -87,43 +87,58 @@ class CsvReader {
 
 }  // namespace
 
-void csv_documents(std::string_view text, char sep, const std::string& file,
-                   const std::string& column, SkippedRecords* skipped,
-                   const std::function<void(std::string_view)>& fn, size_t* consumed) {
+size_t csv_column(const std::vector<std::string>& names, const std::string& column,
+                  const std::string& file, int64_t line, bool optional) {
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == column) return i;
+    list += (i ? ", " : "") + names[i];
+  }
+  if (optional) return names.size();
+  throw UserError(file + ":" + std::to_string(line) + ": no column '" + column +
+                  "' in the header (columns: " + list + ")");
+}
+
+void csv_rows(
+    std::string_view text, char sep, const std::string& file,
+    const std::function<void(const std::vector<std::string>& names, int64_t line)>& on_header,
+    const std::function<void(const std::vector<std::string>& fields, int64_t line)>& fn,
+    size_t* consumed) {
   CsvReader reader(text, sep, file);
   std::vector<std::string> fields;
   int64_t line = 0;
-  if (!reader.next(fields, line)) return;  // an empty file holds no documents
-  size_t col = fields.size();
-  std::string names;
-  for (size_t i = 0; i < fields.size(); ++i) {
-    if (fields[i] == column) col = i;
-    names += (i ? ", " : "") + fields[i];
-  }
-  if (col == fields.size())
-    throw UserError(file + ":" + std::to_string(line) + ": no column '" + column +
-                    "' in the header (columns: " + names + ")");
+  if (!reader.next(fields, line)) return;  // an empty file holds no records
+  on_header(fields, line);
   const size_t width = fields.size();
   while (reader.next(fields, line)) {
     if (consumed) *consumed = reader.position();
     if (fields.size() != width)
       throw UserError(file + ":" + std::to_string(line) + ": " + std::to_string(fields.size()) +
                       " fields, the header has " + std::to_string(width));
-    const std::string& doc = fields[col];
-    auto bad = [&](const std::string& reason) {
-      if (!skipped)
-        throw UserError(file + ":" + std::to_string(line) + ": " + reason +
-                        " (set on_error: skip on the source to skip and count such records)");
-      skipped->add(reason);
-    };
-    if (doc.empty()) {
-      bad("empty document");
-    } else if (!simdjson::validate_utf8(doc.data(), doc.size())) {
-      bad("invalid UTF-8");
-    } else {
-      fn(doc);
-    }
+    fn(fields, line);
   }
+}
+
+void csv_documents(std::string_view text, char sep, const std::string& file,
+                   const std::string& column, SkippedRecords* skipped,
+                   const std::function<void(std::string_view)>& fn, size_t* consumed) {
+  size_t col = 0;
+  csv_rows(
+      text, sep, file,
+      [&](const std::vector<std::string>& names, int64_t line) {
+        col = csv_column(names, column, file, line);
+      },
+      [&](const std::vector<std::string>& fields, int64_t line) {
+        const std::string& doc = fields[col];
+        if (doc.empty()) {
+          report_bad_record(skipped, file, line, "empty document", "empty document");
+        } else if (!simdjson::validate_utf8(doc.data(), doc.size())) {
+          report_bad_record(skipped, file, line, "invalid UTF-8", "invalid UTF-8");
+        } else {
+          fn(doc);
+        }
+      },
+      consumed);
 }
 
 }  // namespace lmt

@@ -6,6 +6,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "data/jsonl_source.h"
 
@@ -19,5 +20,20 @@ namespace lmt {
 void csv_documents(std::string_view text, char sep, const std::string& file,
                    const std::string& column, SkippedRecords* skipped,
                    const std::function<void(std::string_view)>& fn, size_t* consumed = nullptr);
+
+// The record-level loop under csv_documents: calls on_header(names, line) once with the header
+// row, then fn(fields, line) for every data row (as many fields as the header: a row of another
+// width, an unterminated quote or a stray quote is a UserError "FILE:LINE: ..."). Nothing is
+// validated beyond the structure: fn checks the fields it uses (UTF-8, emptiness).
+void csv_rows(
+    std::string_view text, char sep, const std::string& file,
+    const std::function<void(const std::vector<std::string>& names, int64_t line)>& on_header,
+    const std::function<void(const std::vector<std::string>& fields, int64_t line)>& fn,
+    size_t* consumed = nullptr);
+
+// The index of `column` in a header row; throws UserError "FILE:LINE: no column ..." naming the
+// columns there are. With `optional`, returns names.size() instead of throwing.
+size_t csv_column(const std::vector<std::string>& names, const std::string& column,
+                  const std::string& file, int64_t line, bool optional = false);
 
 }  // namespace lmt

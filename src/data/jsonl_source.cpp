@@ -16,9 +16,17 @@ bool blank(std::string_view line) {
 
 }  // namespace
 
-void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
-                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
-                     size_t* consumed) {
+void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t line,
+                       const std::string& reason, const std::string& detail) {
+  if (!skipped)
+    throw UserError(file + ":" + std::to_string(line) + ": " + detail +
+                    " (set on_error: skip on the source to skip and count such records)");
+  skipped->add(reason);
+}
+
+void jsonl_objects(std::string_view text, const std::string& file, SkippedRecords* skipped,
+                   const std::function<void(const simdjson::dom::object&, int64_t line)>& fn,
+                   size_t* consumed) {
   // The DOM parser validates each whole line (syntax, UTF-8, trailing content), so a record is
   // either good or reported; lines are short, so the tape costs little.
   simdjson::dom::parser parser;
@@ -32,12 +40,8 @@ void jsonl_documents(std::string_view text, const std::string& file, const std::
     if (consumed) *consumed = std::min(pos, text.size());
     ++line_no;
     if (blank(line)) continue;
-
     auto bad = [&](const std::string& reason) {
-      if (!skipped)
-        throw UserError(file + ":" + std::to_string(line_no) + ": " + reason +
-                        " (set on_error: skip on the source to skip and count such records)");
-      skipped->add(reason);
+      report_bad_record(skipped, file, line_no, reason, reason);
     };
     simdjson::dom::element doc;
     if (auto err = parser.parse(line.data(), line.size()).get(doc)) {
@@ -49,22 +53,27 @@ void jsonl_documents(std::string_view text, const std::string& file, const std::
       bad("not a JSON object");
       continue;
     }
-    simdjson::dom::element value;
-    if (obj.at_key(field).get(value)) {
-      bad("missing field '" + field + "'");
-      continue;
-    }
-    std::string_view s;
-    if (value.get_string().get(s)) {
-      bad("field '" + field + "' is not a string");
-      continue;
-    }
-    if (s.empty()) {
-      bad("empty document");
-      continue;
-    }
-    fn(s);
+    fn(obj, line_no);
   }
+}
+
+void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
+                     SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
+                     size_t* consumed) {
+  jsonl_objects(
+      text, file, skipped,
+      [&](const simdjson::dom::object& obj, int64_t line) {
+        auto bad = [&](const std::string& reason) {
+          report_bad_record(skipped, file, line, reason, reason);
+        };
+        simdjson::dom::element value;
+        if (obj.at_key(field).get(value)) return bad("missing field '" + field + "'");
+        std::string_view s;
+        if (value.get_string().get(s)) return bad("field '" + field + "' is not a string");
+        if (s.empty()) return bad("empty document");
+        fn(s);
+      },
+      consumed);
 }
 
 }  // namespace lmt

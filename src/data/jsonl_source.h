@@ -10,6 +10,10 @@
 #include <string>
 #include <string_view>
 
+namespace simdjson::dom {
+class object;
+}
+
 namespace lmt {
 
 // Bad records a source skipped, by reason ("malformed JSON", "missing field 'text'", ...).
@@ -22,6 +26,11 @@ struct SkippedRecords {
   }
 };
 
+// One bad record: a UserError "FILE:LINE: detail (set on_error: skip ...)" when `skipped` is null,
+// else counted under `reason`.
+void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t line,
+                       const std::string& reason, const std::string& detail);
+
 // Calls fn(document) for every record of a JSONL file held in `text`. `file` names it in
 // messages. Blank lines are not records. A record is bad when its line is not a JSON object,
 // the field is missing or not a string, the string is not valid UTF-8, or it is empty: a
@@ -31,5 +40,12 @@ struct SkippedRecords {
 void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
                      SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
                      size_t* consumed = nullptr);
+
+// The record-level loop under jsonl_documents: calls fn(object, line) for every line that is a
+// JSON object (valid UTF-8); malformed lines and non-objects are bad records as above. fn reads
+// the fields it needs (include <simdjson.h>) and reports its own bad records.
+void jsonl_objects(std::string_view text, const std::string& file, SkippedRecords* skipped,
+                   const std::function<void(const simdjson::dom::object&, int64_t line)>& fn,
+                   size_t* consumed = nullptr);
 
 }  // namespace lmt
