@@ -40,11 +40,17 @@ struct SourceConfig {
     v("on_error", on_error,
       "jsonl/csv/tsv: stop at a bad record (file:line), or skip and count it");
     v("schema", schema,
-      "text (one document per record), instruction (instruction / input / output fields) or "
-      "chat (a list of {role, content} messages)");
+      "text (each record is one document, all in the loss), instruction (instruction / "
+      "optional input / output fields as a user turn and an assistant turn) or chat (a list of "
+      "{role: system|user|assistant, content} messages; in CSV/TSV the column holds them as "
+      "JSON)");
     v("chat_template", chat_template,
-      "instruction/chat: chatml, llama3, gemma, plain, or a custom template string");
-    v("loss", loss, "instruction/chat: which tokens count in the loss: assistant or all");
+      "instruction/chat: chatml, qwen2.5 (chatml plus Qwen's default system prompt), llama3, "
+      "gemma (system folded into the first user turn; turns must alternate), plain (no special "
+      "tokens, for base models), or a custom pattern like '<s>{turn}<|{role}|>\\n{content}</s>\\n'");
+    v("loss", loss,
+      "instruction/chat: assistant (only the assistant turns' content and end-of-turn marker "
+      "count) or all (every token counts)");
     v("messages_field", messages_field, "chat: the field holding the list of messages");
     v("instruction_field", instruction_field, "instruction: the field holding the instruction");
     v("input_field", input_field, "instruction: the (optional) field holding the input");
