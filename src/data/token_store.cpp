@@ -32,7 +32,9 @@ constexpr char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
 constexpr size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;  // magic, version, dtype, S, D
 constexpr size_t kBufferBytes = size_t{1} << 20;
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 [[noreturn]] void store_error(const std::string& path, const std::string& what) {
   throw UserError("token store: '" + path + "': " + what);
@@ -112,7 +114,8 @@ void append_pod(OutFile& f, T v) {
 
 // ---- reading ----
 
-// A read-only map of a whole file (MappedFile advises sequential access; a store is read at random).
+// A read-only map of a whole file (MappedFile advises sequential access; a store is read at
+// random).
 struct Map {
   const uint8_t* data = nullptr;
   size_t size = 0;
@@ -125,7 +128,7 @@ struct Map {
   void open(const std::string& path) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) store_error(path, "cannot open: " + errno_text());
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       std::string why = S_ISREG(st.st_mode) ? errno_text() : "not a regular file";
       ::close(fd);
@@ -152,7 +155,9 @@ T load(const uint8_t* base, int64_t i) {
   return v;
 }
 
-bool known_dtype_code(uint8_t c) { return (c >= 1 && c <= 5) || c == 8; }
+bool known_dtype_code(uint8_t c) {
+  return (c >= 1 && c <= 5) || c == 8;
+}
 
 }  // namespace
 
@@ -163,11 +168,15 @@ StoreDtype store_dtype_for_vocab(int64_t vocab_size) {
 int store_dtype_size(StoreDtype d) {
   switch (d) {
     case StoreDtype::kUInt8:
-    case StoreDtype::kInt8: return 1;
+    case StoreDtype::kInt8:
+      return 1;
     case StoreDtype::kInt16:
-    case StoreDtype::kUInt16: return 2;
-    case StoreDtype::kInt32: return 4;
-    case StoreDtype::kInt64: return 8;
+    case StoreDtype::kUInt16:
+      return 2;
+    case StoreDtype::kInt32:
+      return 4;
+    case StoreDtype::kInt64:
+      return 8;
   }
   LMT_CHECK(false, "bad StoreDtype");
   return 0;
@@ -175,12 +184,18 @@ int store_dtype_size(StoreDtype d) {
 
 const char* store_dtype_name(StoreDtype d) {
   switch (d) {
-    case StoreDtype::kUInt8: return "uint8";
-    case StoreDtype::kInt8: return "int8";
-    case StoreDtype::kInt16: return "int16";
-    case StoreDtype::kInt32: return "int32";
-    case StoreDtype::kInt64: return "int64";
-    case StoreDtype::kUInt16: return "uint16";
+    case StoreDtype::kUInt8:
+      return "uint8";
+    case StoreDtype::kInt8:
+      return "int8";
+    case StoreDtype::kInt16:
+      return "int16";
+    case StoreDtype::kInt32:
+      return "int32";
+    case StoreDtype::kInt64:
+      return "int64";
+    case StoreDtype::kUInt16:
+      return "uint16";
   }
   return "?";
 }
@@ -247,8 +262,8 @@ void TokenStoreWriter::add_document(std::span<const int32_t> tokens,
     char* out = m.bin.reserve(k * tsize);
     for (size_t j = 0; j < k; ++j) {
       int32_t t = tokens[i + j];
-      LMT_CHECK(t >= 0 && t < limit, "token id " + std::to_string(t) + " does not fit " +
-                                         store_dtype_name(m.dtype));
+      LMT_CHECK(t >= 0 && t < limit,
+                "token id " + std::to_string(t) + " does not fit " + store_dtype_name(m.dtype));
       if (tsize == 2) {
         uint16_t v = static_cast<uint16_t>(t);
         std::memcpy(out + j * 2, &v, 2);
@@ -301,7 +316,9 @@ void TokenStoreWriter::finish() {
 int64_t TokenStoreWriter::num_documents() const {
   return static_cast<int64_t>(impl_->lengths.size());
 }
-int64_t TokenStoreWriter::num_tokens() const { return impl_->tokens; }
+int64_t TokenStoreWriter::num_tokens() const {
+  return impl_->tokens;
+}
 
 // ================================ TokenStore ================================
 
@@ -310,9 +327,9 @@ struct TokenStore::Impl {
   Map idx, bin, mask;
   StoreDtype dtype = StoreDtype::kInt32;
   int64_t tsize = 4;
-  int64_t S = 0, D = 0;  // sequences; entries of document_indices (documents + 1)
-  const uint8_t* lengths = nullptr;   // i32[S], unaligned
-  const uint8_t* pointers = nullptr;  // i64[S], unaligned
+  int64_t S = 0, D = 0;                // sequences; entries of document_indices (documents + 1)
+  const uint8_t* lengths = nullptr;    // i32[S], unaligned
+  const uint8_t* pointers = nullptr;   // i64[S], unaligned
   const uint8_t* doc_index = nullptr;  // i64[D], unaligned
   bool one_sequence_per_document = true;
   bool has_mask = false;
@@ -346,8 +363,9 @@ void TokenStore::Impl::validate_header() {
     store_error(p, std::string("dtype code ") + std::to_string(code) + " (" +
                        (code == 6 ? "float64" : "float32") + ") does not hold token ids");
   if (!known_dtype_code(code))
-    store_error(p, "unknown dtype code " + std::to_string(code) +
-                       " (Megatron's are 1-8: uint8 int8 int16 int32 int64 float64 float32 uint16)");
+    store_error(p,
+                "unknown dtype code " + std::to_string(code) +
+                    " (Megatron's are 1-8: uint8 int8 int16 int32 int64 float64 float32 uint16)");
   dtype = static_cast<StoreDtype>(code);
   tsize = store_dtype_size(dtype);
   uint64_t s = load<uint64_t>(idx.data + 18, 0), d = load<uint64_t>(idx.data + 26, 0);
@@ -355,14 +373,14 @@ void TokenStore::Impl::validate_header() {
   auto counts = [&] {
     return std::to_string(s) + " sequences and " + std::to_string(d) + " document indices";
   };
-  if (d == 0)
-    store_error(p, "document count 0: document_indices must hold at least the leading 0");
+  if (d == 0) store_error(p, "document count 0: document_indices must hold at least the leading 0");
   if (s > rest / 12 || d > rest / 8 || 12 * s + 8 * d > rest)
     store_error(p, "the header's counts (" + counts() + ") need more than the file's " +
                        std::to_string(idx.size) + " bytes");
   const uint64_t need = kHeaderBytes + 12 * s + 8 * d;
   if (idx.size == need + s && s > 0)
-    store_error(p, "holds sequence modes (a Megatron multimodal store), which lmtrain does not read");
+    store_error(p,
+                "holds sequence modes (a Megatron multimodal store), which lmtrain does not read");
   if (idx.size != need)
     store_error(p, "the header's counts (" + counts() + ") need " + std::to_string(need) +
                        " bytes, the file has " + std::to_string(idx.size));
@@ -386,8 +404,8 @@ void TokenStore::Impl::validate_arrays() {
     if (len < 0) store_error(p, at() + " has a negative length " + std::to_string(len));
     if (ptr < 0 || ptr % tsize != 0)
       store_error(p, at() + " starts at byte " + std::to_string(ptr) +
-                         ", which is not a non-negative multiple of the " +
-                         std::to_string(tsize) + "-byte token size");
+                         ", which is not a non-negative multiple of the " + std::to_string(tsize) +
+                         "-byte token size");
     if (ptr > bin_bytes || len * tsize > bin_bytes - ptr)
       store_error(p, at() + " (bytes " + std::to_string(ptr) + " + " + std::to_string(len) +
                          " tokens of " + std::to_string(tsize) + ") runs past the end of '" +
@@ -415,7 +433,7 @@ void TokenStore::Impl::validate_arrays() {
 }
 
 void TokenStore::Impl::open_mask() {
-  struct stat st{};
+  struct stat st {};
   if (::stat(mask_path.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
     store_error(mask_path, "cannot open: " + errno_text());
@@ -483,11 +501,21 @@ TokenStore::~TokenStore() = default;
 TokenStore::TokenStore(TokenStore&&) noexcept = default;
 TokenStore& TokenStore::operator=(TokenStore&&) noexcept = default;
 
-const std::string& TokenStore::prefix() const { return impl_->prefix; }
-StoreDtype TokenStore::dtype() const { return impl_->dtype; }
-bool TokenStore::has_mask() const { return impl_->has_mask; }
-int64_t TokenStore::num_documents() const { return impl_->D - 1; }
-int64_t TokenStore::num_tokens() const { return impl_->num_tokens; }
+const std::string& TokenStore::prefix() const {
+  return impl_->prefix;
+}
+StoreDtype TokenStore::dtype() const {
+  return impl_->dtype;
+}
+bool TokenStore::has_mask() const {
+  return impl_->has_mask;
+}
+int64_t TokenStore::num_documents() const {
+  return impl_->D - 1;
+}
+int64_t TokenStore::num_tokens() const {
+  return impl_->num_tokens;
+}
 
 int64_t TokenStore::document_length(int64_t doc) const {
   const Impl& m = *impl_;

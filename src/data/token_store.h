@@ -70,8 +70,9 @@ class TokenStore {
   // Throws UserError naming the file for: a missing file, a bad magic/version/dtype code, counts
   // that do not match the .idx size, a negative sequence length, a pointer that is not a multiple
   // of the token size or runs past the .bin, document indices that do not start at 0, decrease or
-  // do not end at the sequence count, a .mask whose size differs from the .bin's token count. Megatron stores with several sequences per document are
-  // read as documents (the concatenation of their sequences).
+  // do not end at the sequence count, a .mask whose size differs from the .bin's token count.
+  // Megatron stores with several sequences per document are read as documents (the concatenation of
+  // their sequences).
   explicit TokenStore(const std::string& prefix);
   ~TokenStore();
   TokenStore(TokenStore&&) noexcept;

@@ -35,7 +35,9 @@ class TempDir {
   std::string path_;
 };
 
-inline uint64_t fresh_seed() { return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}(); }
+inline uint64_t fresh_seed() {
+  return (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+}
 
 // Little-endian bytes, pushed one by one.
 inline void put_le(std::vector<uint8_t>& out, uint64_t v, int bytes) {

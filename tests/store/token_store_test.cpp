@@ -69,8 +69,8 @@ TEST(TokenStore, RoundTripBothDtypesWithAndWithoutMask) {
     for (bool with_mask : {false, true}) {
       const int32_t vocab = dtype == StoreDtype::kUInt16 ? 65536 : INT32_MAX;
       Docs d = random_docs(rng, 200 + static_cast<int>(rng() % 50), vocab, 700);
-      const std::string prefix = dir / ("rt_" + std::to_string(static_cast<int>(dtype)) +
-                                        (with_mask ? "_m" : ""));
+      const std::string prefix =
+          dir / ("rt_" + std::to_string(static_cast<int>(dtype)) + (with_mask ? "_m" : ""));
       write_store(prefix, d, dtype, with_mask);
       EXPECT_EQ(fs::exists(prefix + ".mask"), with_mask);
       EXPECT_FALSE(fs::exists(prefix + ".idx.tmp"));
@@ -89,8 +89,10 @@ TEST(TokenStore, RoundTripBothDtypesWithAndWithoutMask) {
         std::vector<uint8_t> m(t.size(), 9);
         s.read(static_cast<int64_t>(i), 0, len, out.data(), m.data());
         ASSERT_EQ(out, t) << "document " << i;
-        if (with_mask) ASSERT_EQ(m, d.mask[i]);
-        else ASSERT_EQ(m, std::vector<uint8_t>(t.size(), 1));
+        if (with_mask)
+          ASSERT_EQ(m, d.mask[i]);
+        else
+          ASSERT_EQ(m, std::vector<uint8_t>(t.size(), 1));
         // A random sub-range.
         int64_t b = static_cast<int64_t>(rng() % static_cast<uint64_t>(len));
         int64_t n = static_cast<int64_t>(rng() % static_cast<uint64_t>(len - b + 1));
@@ -147,8 +149,8 @@ TEST(TokenStore, HandBuiltMegatronStoreWithSeveralSequencesPerDocument) {
   spec.lengths = {3, 0, 4, 2, 1, 5};
   spec.pointers = {0, 6, 6, 16, 20, 22};  // a 2-byte gap after sequence 2
   spec.doc_index = {0, 3, 3, 4, 6};
-  std::vector<uint16_t> bin_tokens = {10, 11, 12, 20, 21, 22, 23, 999, 30, 31, 40, 50, 51, 52,
-                                      53, 54};
+  std::vector<uint16_t> bin_tokens = {10, 11, 12, 20, 21, 22, 23, 999,
+                                      30, 31, 40, 50, 51, 52, 53, 54};
   std::vector<uint8_t> bin;
   for (uint16_t t : bin_tokens) put_le(bin, t, 2);
   write_file(prefix + ".idx", idx_bytes(spec));
@@ -166,7 +168,8 @@ TEST(TokenStore, HandBuiltMegatronStoreWithSeveralSequencesPerDocument) {
     EXPECT_EQ(s.num_tokens(), 15);
     EXPECT_EQ(s.max_token_id(), 54);  // 999 sits in the gap, outside every sequence
     // Where each document token sits in .bin (for the mask).
-    std::vector<std::vector<int>> at = {{0, 1, 2, 3, 4, 5, 6}, {}, {8, 9}, {10, 11, 12, 13, 14, 15}};
+    std::vector<std::vector<int>> at = {
+        {0, 1, 2, 3, 4, 5, 6}, {}, {8, 9}, {10, 11, 12, 13, 14, 15}};
     for (int64_t doc = 0; doc < 4; ++doc) {
       const auto& w = want[doc];
       const int64_t len = static_cast<int64_t>(w.size());
@@ -197,11 +200,16 @@ TEST(TokenStore, OtherIntegerDtypes) {
     bool bad;
   };
   std::vector<Case> cases = {
-      {1, 1, {0, 7, 255}, false},           {2, 1, {0, 5, 127}, false},
-      {2, 1, {3, -1}, true},                {3, 2, {0, 300, 32767}, false},
-      {3, 2, {-300}, true},                 {5, 8, {0, 1, INT32_MAX}, false},
-      {5, 8, {int64_t{INT32_MAX} + 1}, true}, {5, 8, {-5}, true},
-      {4, 4, {0, INT32_MAX}, false},        {4, 4, {1, -2}, true},
+      {1, 1, {0, 7, 255}, false},
+      {2, 1, {0, 5, 127}, false},
+      {2, 1, {3, -1}, true},
+      {3, 2, {0, 300, 32767}, false},
+      {3, 2, {-300}, true},
+      {5, 8, {0, 1, INT32_MAX}, false},
+      {5, 8, {int64_t{INT32_MAX} + 1}, true},
+      {5, 8, {-5}, true},
+      {4, 4, {0, INT32_MAX}, false},
+      {4, 4, {1, -2}, true},
   };
   int k = 0;
   for (const Case& c : cases) {
@@ -254,7 +262,10 @@ TEST(TokenStore, EveryCorruptionIsAUserErrorNamingTheFile) {
     fs::remove(mask);
   };
   reset();
-  { TokenStore ok(prefix); EXPECT_EQ(ok.num_documents(), 2); }
+  {
+    TokenStore ok(prefix);
+    EXPECT_EQ(ok.num_documents(), 2);
+  }
 
   struct Case {
     std::string name, file, what;
@@ -288,15 +299,15 @@ TEST(TokenStore, EveryCorruptionIsAUserErrorNamingTheFile) {
       {"float64 dtype", idx, "dtype code 6", with_spec([](IdxSpec& s) { s.dtype_code = 6; })},
       {"unknown dtype", idx, "unknown dtype code 9",
        with_spec([](IdxSpec& s) { s.dtype_code = 9; })},
-      {"zero dtype", idx, "unknown dtype code 0",
-       with_spec([](IdxSpec& s) { s.dtype_code = 0; })},
+      {"zero dtype", idx, "unknown dtype code 0", with_spec([](IdxSpec& s) { s.dtype_code = 0; })},
       {"huge sequence count", idx, "need more than",
        with_idx([](auto& b) { b[25] = 0x10; })},  // S's top byte
       {"huge document count", idx, "need more than", with_idx([](auto& b) { b[33] = 0x7f; })},
       {"document count 0", idx, "document count 0", with_idx([](auto& b) { b[26] = 0; })},
       {"sequence count off by one", idx, "need", with_idx([](auto& b) { b[18] = 2; })},
       {"trailing byte", idx, "the file has", with_idx([](auto& b) { b.push_back(0); })},
-      {"truncated", idx, "need more than the file's 93 bytes", with_idx([](auto& b) { b.pop_back(); })},
+      {"truncated", idx, "need more than the file's 93 bytes",
+       with_idx([](auto& b) { b.pop_back(); })},
       {"multimodal", idx, "multimodal", with_idx([](auto& b) { b.insert(b.end(), 3, 0); })},
       {"negative length", idx, "negative length -1",
        with_spec([](IdxSpec& s) { s.lengths[1] = -1; })},
@@ -314,12 +325,15 @@ TEST(TokenStore, EveryCorruptionIsAUserErrorNamingTheFile) {
        with_spec([](IdxSpec& s) { s.lengths[0] = INT32_MAX; })},
       {"doc index start", idx, "document_indices[0] is 1",
        with_spec([](IdxSpec& s) { s.doc_index[0] = 1; })},
-      {"doc index decreasing", idx, "decrease at entry 2",
-       with_spec([](IdxSpec& s) { s.doc_index = {0, 2, 1}; })},
-      {"doc index end", idx, "not at the sequence count 3",
-       with_spec([](IdxSpec& s) { s.doc_index = {0, 2, 2}; })},
-      {"doc index past end", idx, "not at the sequence count",
-       with_spec([](IdxSpec& s) { s.doc_index = {0, 2, 4}; })},
+      {"doc index decreasing", idx, "decrease at entry 2", with_spec([](IdxSpec& s) {
+         s.doc_index = {0, 2, 1};
+       })},
+      {"doc index end", idx, "not at the sequence count 3", with_spec([](IdxSpec& s) {
+         s.doc_index = {0, 2, 2};
+       })},
+      {"doc index past end", idx, "not at the sequence count", with_spec([](IdxSpec& s) {
+         s.doc_index = {0, 2, 4};
+       })},
       {"bin not whole tokens", bin, "not a whole number of uint16 tokens",
        [&] { write_file(bin, std::vector<uint8_t>(19, 1)); }},
       {"bin too short", idx, "runs past the end",
