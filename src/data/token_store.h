@@ -6,7 +6,9 @@
 //                u64 sequence count S, u64 document count D (= documents + 1),
 //                i32 sequence_lengths[S], i64 sequence_pointers[S] (byte offset in .bin),
 //                i64 document_indices[D] (first sequence of each document, then S)
-//   PREFIX.mask  (lmtrain's addition, optional) one uint8 per token of .bin, in the same order:
+//                (Megatron's multimodal stores add i8 sequence_modes[S]; lmtrain refuses them)
+//   PREFIX.mask  (lmtrain's addition, optional) one uint8 per token of .bin, in the same order
+//                (the mask of the token at byte offset p of .bin is byte p / token size):
 //                1 when the token is a target of the loss, 0 when not (prompt, padding)
 //
 // lmtrain writes one sequence per document, so document i is sequence i. Files are read through
@@ -21,7 +23,19 @@
 
 namespace lmt {
 
-enum class StoreDtype : uint8_t { kUInt16 = 8, kInt32 = 4 };
+// Megatron's DType codes. lmtrain writes kUInt16 or kInt32; it also reads stores of the other
+// integer codes (ids converted to int32; a read throws UserError on an id outside [0, 2^31)).
+// The float codes (6, 7) are refused when a store is opened.
+enum class StoreDtype : uint8_t {
+  kUInt8 = 1,
+  kInt8 = 2,
+  kInt16 = 3,
+  kInt32 = 4,
+  kInt64 = 5,
+  kUInt16 = 8,
+};
+int store_dtype_size(StoreDtype d);          // bytes per token
+const char* store_dtype_name(StoreDtype d);  // "uint16", ...
 
 // uint16 when every id of a vocabulary of this size fits, else int32.
 StoreDtype store_dtype_for_vocab(int64_t vocab_size);
@@ -54,9 +68,11 @@ class TokenStoreWriter {
 class TokenStore {
  public:
   // Throws UserError naming the file for: a missing file, a bad magic/version/dtype code, counts
-  // or offsets that do not fit the .bin, a document index that is not increasing, a .mask whose
-  // size differs from the token count. Megatron stores with several sequences per document are
-  // read as documents (the concatenation of their sequences).
+  // that do not match the .idx size, a negative sequence length, a pointer that is not a multiple
+  // of the token size or runs past the .bin, document indices that do not start at 0, decrease or
+  // do not end at the sequence count, a .mask whose size differs from the .bin's token count.
+  // Megatron stores with several sequences per document are read as documents (the concatenation of
+  // their sequences).
   explicit TokenStore(const std::string& prefix);
   ~TokenStore();
   TokenStore(TokenStore&&) noexcept;
@@ -69,9 +85,11 @@ class TokenStore {
   int64_t num_tokens() const;
   int64_t document_length(int64_t doc) const;  // tokens
   // Copies tokens [begin, begin + n) of document `doc` into out (as int32) and, when mask is not
-  // null, their mask bytes into mask (all 1 when the store has no mask).
+  // null, their mask bytes into mask (all 1 when the store has no mask). Thread-safe. Throws
+  // UserError naming the .bin for an id outside [0, 2^31) (possible only with signed or int64
+  // dtypes); a range outside the document is an InternalError.
   void read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8_t* mask = nullptr) const;
-  // Largest token id in the store (scans once, then cached); -1 when empty.
+  // Largest token id in the store (scans once, then cached; thread-safe); -1 when empty.
   int32_t max_token_id() const;
 
  private:
