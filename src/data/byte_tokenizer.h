@@ -17,6 +17,9 @@ class ByteTokenizer {
 
   int32_t vocab_size() const { return kVocabSize; }
   int32_t eot_id() const { return kEot; }
+  // No beginning-of-sequence id; end of sequence is EOT.
+  int32_t bos_id() const { return -1; }
+  int32_t eos_id() const { return kEot; }
 
   std::vector<int32_t> encode(std::string_view text) const;
   // Appends the ids of `text` to `out` (no EOT).

@@ -226,8 +226,8 @@ TEST(BpeTokenizer, LoadErrorsNameTheFileAndField) {
                                    }),
                     "normalizer");
   expect_load_error(
-      edited_fixture("metaspace.json",
-                     [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = "Metaspace"; }),
+      edited_fixture("whitespace.json",
+                     [](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = "Whitespace"; }),
       "pre_tokenizer.pretokenizers[0].type");
   expect_load_error(
       edited_fixture(

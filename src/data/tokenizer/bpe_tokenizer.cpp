@@ -1,17 +1,14 @@
-// BpeTokenizer: loading tokenizer.json, added-token splitting, pre-tokenizers (PCRE2 with JIT),
-// byte-level mapping and the BPE merge loop. The merge loop copies HF's Word::merge_all (a heap of
+// BpeTokenizer: loading tokenizer.json, added-token splitting, normalizing, pre-tokenizers (PCRE2
+// with JIT, Metaspace), byte-level mapping, byte fallback and the BPE merge loop. The merge loop copies HF's Word::merge_all (a heap of
 // candidate pairs ordered by rank then position) so that ties resolve exactly as HF resolves them.
 #include "data/tokenizer/bpe_tokenizer.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-
 #include <algorithm>
 #include <array>
-#include <cctype>
+#include <atomic>
+#include <cstdio>
 #include <deque>
 #include <fstream>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
@@ -19,14 +16,15 @@
 
 #include "core/error.h"
 #include "data/tokenizer/byte_level.h"
+#include "data/tokenizer/hf_decoder.h"
+#include "data/tokenizer/normalizer.h"
+#include "data/tokenizer/regex_split.h"
 
 namespace lmt {
 namespace {
 
 using nlohmann::json;
 
-// Words the cache keeps before it is cleared (bounds memory on endless streams of new words).
-constexpr size_t kMaxCacheWords = 1 << 18;
 
 // Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
 size_t utf8_len(std::string_view s, size_t i) {
@@ -38,72 +36,34 @@ size_t utf8_len(std::string_view s, size_t i) {
   return n;
 }
 
-// A compiled PCRE2 pattern. Matching needs only per-call match data, so one Regex is shared by
-// all threads.
-class Regex {
- public:
-  Regex(const std::string& pattern, const std::string& where) {
-    int err = 0;
-    PCRE2_SIZE err_off = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
-    if (!code_) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(err, msg, sizeof(msg));
-      throw UserError(where + ": regex does not compile at offset " + std::to_string(err_off) +
-                      ": " + reinterpret_cast<char*>(msg));
-    }
-    pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
-  }
-  Regex(const Regex&) = delete;
-  Regex& operator=(const Regex&) = delete;
-  ~Regex() { pcre2_code_free(code_); }
-
-  // Appends to `out` the pieces of `s`: every match and every gap between matches (Isolated).
-  void split(std::string_view s, std::vector<std::string_view>& out) const {
-    std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> md(
-        pcre2_match_data_create_from_pattern(code_, nullptr), &pcre2_match_data_free);
-    const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
-    size_t pos = 0, gap_start = 0;
-    while (pos <= s.size()) {
-      int rc = pcre2_match(code_, subject, s.size(), pos, 0, md.get(), nullptr);
-      if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(rc, msg, sizeof(msg));
-        throw UserError(std::string("BpeTokenizer::encode: regex match failed: ") +
-                        reinterpret_cast<char*>(msg));
-      }
-      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
-      size_t b = ov[0], e = ov[1];
-      if (e == b) {  // empty match: no piece, step one character on
-        if (b >= s.size()) break;
-        pos = b + utf8_len(s, b);
-        continue;
-      }
-      if (b > gap_start) out.push_back(s.substr(gap_start, b - gap_start));
-      out.push_back(s.substr(b, e - b));
-      gap_start = pos = e;
-    }
-    if (gap_start < s.size()) out.push_back(s.substr(gap_start));
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-};
-
 struct PreTokenizer {
-  enum class Kind { kSplit, kByteLevel };
+  enum class Kind { kSplit, kByteLevel, kMetaspace };
+  enum class Prepend { kAlways, kFirst, kNever };
   Kind kind = Kind::kSplit;
   std::shared_ptr<Regex> regex;  // null for ByteLevel with use_regex false
-  bool add_prefix_space = false;
+  SplitBehavior behavior = SplitBehavior::kIsolated;
+  bool add_prefix_space = false;  // ByteLevel
+  std::string replacement;        // Metaspace
+  Prepend prepend = Prepend::kAlways;
+  bool split = true;
 };
 
 struct AddedToken {
   std::string content;
+  std::string pattern;  // what is matched: the content, normalized when `normalized`
   int32_t id = 0;
   bool normalized = false;
+  bool special = false;
 };
+
+// Per-thread word caches, so encoding scales across threads with no lock. Each thread keeps up
+// to kCacheSlots caches, one per tokenizer it used last (by the tokenizer's unique serial, never
+// reused, so a cache never outlives its meaning); words up to kMaxCachedWord bytes are cached,
+// and a cache is cleared when it reaches kMaxCacheWords.
+constexpr size_t kCacheSlots = 4;
+constexpr size_t kMaxCacheWords = 1 << 16;
+constexpr size_t kMaxCachedWord = 128;
+std::atomic<uint64_t> next_serial{1};
 
 // Lets the word cache be searched with a string_view, without building a std::string per word.
 struct StringHash {
@@ -125,10 +85,12 @@ uint64_t pair_key(int32_t a, int32_t b) {
 struct BpeTokenizer::Impl {
   std::string path;
   std::string json_text;                           // the file as loaded, written back by save()
-  std::unordered_map<std::string, int32_t> vocab;  // model vocab and added tokens
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;  // + added tokens
   std::vector<std::string> id_to_token;            // "" where an id is unused
   std::vector<bool> id_used;
-  std::vector<std::string> id_to_bytes;  // decoded bytes of each id
+  std::vector<std::string> id_to_bytes;  // decoded bytes of each id (ByteLevel decoder)
+  Normalizer normalizer;
+  HfDecoder decoder;
   std::unordered_map<uint64_t, Merge> merges;
   std::vector<PreTokenizer> pre_tokenizers;
   bool byte_level = false;              // a ByteLevel pre-tokenizer is present (and last)
@@ -144,15 +106,15 @@ struct BpeTokenizer::Impl {
   std::array<std::array<bool, 256>, 2> added_first_byte{};  // any token of the pass starts so
   std::array<bool, 2> pass_has_tokens{};
 
-  mutable std::mutex cache_mutex;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache;
+  uint64_t serial = next_serial++;  // names this tokenizer's per-thread word caches
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     throw UserError("tokenizer " + path + ": " + field + ": " + what);
   }
 
-  void split_added(std::string_view text, int pass, std::vector<int32_t>& out) const;
-  void encode_segment(std::string_view text, std::vector<int32_t>& out) const;
+  void split_added(std::string_view text, int pass, bool at_start, std::vector<int32_t>& out) const;
+  // `at_start`: the segment starts at offset 0 of the text given to encode (Metaspace "first").
+  void encode_segment(std::string_view text, bool at_start, std::vector<int32_t>& out) const;
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& syms) const;
   void merge_all(std::vector<int32_t>& syms) const;
@@ -170,18 +132,6 @@ const json& field(const json& j, const char* key, const std::string& path,
 bool flag(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_boolean() && it->get<bool>();
-}
-
-// A regex matching `s` literally: every ASCII character that is not a letter or digit is escaped
-// (safer than \Q...\E, which a literal containing "\E" would end).
-std::string quote_literal(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c)))
-      out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
 }
 
 void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string& name) {
@@ -212,12 +162,28 @@ void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string&
       t.fail(name + ".pattern", "expected Regex or String");
     }
     const std::string behavior = p.value("behavior", "");
-    if (behavior != "Isolated")
-      t.fail(name + ".behavior", "'" + behavior + "' is not supported (supported: Isolated)");
+    if (!parse_split_behavior(behavior, pt.behavior))
+      t.fail(name + ".behavior", "'" + behavior + "' is not a split behavior");
     if (flag(p, "invert")) t.fail(name + ".invert", "true is not supported");
+  } else if (type == "Metaspace") {
+    pt.kind = PreTokenizer::Kind::kMetaspace;
+    pt.replacement = p.value("replacement", "\u2581");
+    if (pt.replacement.empty()) t.fail(name + ".replacement", "empty");
+    pt.split = p.value("split", true);
+    // Files written before HF 0.19 say add_prefix_space instead of prepend_scheme.
+    const std::string scheme =
+        p.value("prepend_scheme", p.value("add_prefix_space", true) ? "always" : "never");
+    if (scheme == "always")
+      pt.prepend = PreTokenizer::Prepend::kAlways;
+    else if (scheme == "first")
+      pt.prepend = PreTokenizer::Prepend::kFirst;
+    else if (scheme == "never")
+      pt.prepend = PreTokenizer::Prepend::kNever;
+    else
+      t.fail(name + ".prepend_scheme", "'" + scheme + "' is not always, first or never");
   } else {
     t.fail(name + ".type",
-           "'" + type + "' is not supported (supported: ByteLevel, Split, Sequence)");
+           "'" + type + "' is not supported (supported: ByteLevel, Split, Metaspace, Sequence)");
   }
   t.pre_tokenizers.push_back(std::move(pt));
 }
@@ -278,20 +244,25 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
     const json& a = list[i];
     for (const char* k : {"lstrip", "rstrip", "single_word"})
       if (flag(a, k)) t.fail(name + "." + k, "true is not supported");
-    AddedToken tok{field(a, "content", t.path, name + ".content").get<std::string>(),
-                   field(a, "id", t.path, name + ".id").get<int32_t>()};
+    AddedToken tok;
+    tok.content = field(a, "content", t.path, name + ".content").get<std::string>();
+    tok.id = field(a, "id", t.path, name + ".id").get<int32_t>();
     if (tok.content.empty()) t.fail(name + ".content", "empty");
     if (tok.id < 0) t.fail(name + ".id", "negative");
     t.vocab[tok.content] = tok.id;
-    tok.normalized = a.value("normalized", !flag(a, "special"));
+    tok.special = flag(a, "special");
+    tok.normalized = a.value("normalized", !tok.special);
+    // HF matches a normalized token by its normalized content (Llama 2's Prepend gives "▁<tok>").
+    tok.pattern = tok.normalized ? t.normalizer.apply(tok.content) : tok.content;
+    if (tok.pattern.empty()) t.fail(name + ".content", "empty after normalization");
     t.added.push_back(std::move(tok));
   }
   std::stable_sort(t.added.begin(), t.added.end(), [](const AddedToken& x, const AddedToken& y) {
-    return x.content.size() > y.content.size();
+    return x.pattern.size() > y.pattern.size();
   });
   for (size_t i = 0; i < t.added.size(); ++i) {
     const int pass = t.added[i].normalized ? 1 : 0;
-    const auto first = static_cast<unsigned char>(t.added[i].content[0]);
+    const auto first = static_cast<unsigned char>(t.added[i].pattern[0]);
     t.added_by_first_byte[pass][first].push_back(static_cast<int32_t>(i));
     t.added_first_byte[pass][first] = true;
     t.pass_has_tokens[pass] = true;
@@ -301,7 +272,7 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
 // HF's ByteLevel decoder: a token whose characters all come from the byte table decodes to
 // those bytes; any other token (an added token, say) renders as its own UTF-8.
 std::string decode_token(const std::string& tok, bool byte_level) {
-  if (!byte_level) return tok;
+  if (!byte_level) return tok;  // LCOV_EXCL_LINE
   static const std::unordered_map<uint32_t, char> char_to_byte = [] {
     std::unordered_map<uint32_t, char> m;
     const auto table = gpt2_bytes_to_unicode();
@@ -334,11 +305,13 @@ void build_tables(BpeTokenizer::Impl& t) {
     t.id_to_token[id] = tok;
     t.id_used[id] = true;
   }
-  for (const auto& a : t.added) t.id_to_token[a.id] = a.content;  // the added content wins
-  t.id_to_bytes.resize(size);
-  for (int32_t i = 0; i < size; ++i)
-    t.id_to_bytes[i] = decode_token(t.id_to_token[i], t.byte_level);
-  for (const auto& a : t.added) t.id_to_bytes[a.id] = a.content;
+  // The added token wins, as HF gives it back: a normalized one in its normalized form.
+  for (const auto& a : t.added) t.id_to_token[a.id] = a.pattern;
+  if (t.decoder.is_byte_level_only()) {
+    t.id_to_bytes.resize(size);
+    for (int32_t i = 0; i < size; ++i) t.id_to_bytes[i] = decode_token(t.id_to_token[i], true);
+    for (const auto& a : t.added) t.id_to_bytes[a.id] = a.content;
+  }
   const auto table = gpt2_bytes_to_unicode();
   for (int b = 0; b < 256; ++b) {
     std::string s;
@@ -366,16 +339,12 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   }
   try {
     if (!j.is_object()) t->fail("(top level)", "expected a JSON object");
-    if (!j.value("normalizer", json()).is_null())
-      t->fail("normalizer", "'" + j["normalizer"].value("type", std::string("?")) +
-                                "' is not supported (only null)");
+    t->normalizer = Normalizer::from_json(j.value("normalizer", json()),
+                                          "tokenizer " + path + ": normalizer");
+    t->decoder = HfDecoder::from_json(j.value("decoder", json()), "tokenizer " + path + ": decoder");
     load_model(*t, field(j, "model", path, "model"));
     load_added_tokens(*t, j.value("added_tokens", json()));
     load_pre_tokenizer(*t, j.value("pre_tokenizer", json()), "pre_tokenizer");
-    const json decoder = j.value("decoder", json());
-    if (!decoder.is_null() && decoder.value("type", "") != "ByteLevel")
-      t->fail("decoder.type",
-              "'" + decoder.value("type", "") + "' is not supported (supported: ByteLevel)");
     build_tables(*t);
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": unexpected JSON content: " + e.what());
@@ -395,21 +364,23 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
 }
 
 void BpeTokenizer::encode_append(std::string_view text, std::vector<int32_t>& out) const {
-  impl_->split_added(text, 0, out);
+  impl_->split_added(text, 0, true, out);
 }
 
 // Splits on added tokens the way HF's aho-corasick (leftmost-longest) does: at the first position
-// where a token starts, the longest one that matches. Pass 0 looks for the tokens matched on the
-// raw text, and its gaps go to pass 1 for the ones matched after normalization, as in HF.
-void BpeTokenizer::Impl::split_added(std::string_view text, int pass,
+// where a token starts, the longest one that matches. Pass 0 looks in the raw text for the tokens
+// with normalized false; each gap between them is normalized, and pass 1 looks in it for the
+// tokens with normalized true (by their normalized content); what remains is pre-tokenized.
+void BpeTokenizer::Impl::split_added(std::string_view text, int pass, bool at_start,
                                      std::vector<int32_t>& out) const {
-  auto gap = [&](std::string_view g) {
-    if (pass == 0)
-      split_added(g, 1, out);
-    else
-      encode_segment(g, out);
+  auto gap = [&](std::string_view g, bool g_at_start) {
+    if (g.empty()) return;
+    if (pass == 1) return encode_segment(g, g_at_start, out);
+    if (normalizer.identity()) return split_added(g, 1, g_at_start, out);
+    const std::string normalized = normalizer.apply(g);
+    split_added(normalized, 1, g_at_start, out);
   };
-  if (!pass_has_tokens[pass]) return gap(text);
+  if (!pass_has_tokens[pass]) return gap(text, at_start);
   const auto& by_byte = added_by_first_byte[pass];
   const auto& is_first = added_first_byte[pass];
   size_t seg_start = 0;
@@ -420,7 +391,7 @@ void BpeTokenizer::Impl::split_added(std::string_view text, int pass,
     }
     const AddedToken* hit = nullptr;
     for (int32_t c : by_byte[static_cast<unsigned char>(text[i])]) {
-      if (text.substr(i).starts_with(added[c].content)) {
+      if (text.substr(i).starts_with(added[c].pattern)) {
         hit = &added[c];
         break;  // longest first
       }
@@ -429,42 +400,99 @@ void BpeTokenizer::Impl::split_added(std::string_view text, int pass,
       ++i;
       continue;
     }
-    gap(text.substr(seg_start, i - seg_start));
+    gap(text.substr(seg_start, i - seg_start), at_start && seg_start == 0);
     out.push_back(hit->id);
-    i += hit->content.size();
+    i += hit->pattern.size();
     seg_start = i;
   }
-  gap(text.substr(seg_start));
+  gap(text.substr(seg_start), at_start && seg_start == 0);
 }
 
-void BpeTokenizer::Impl::encode_segment(std::string_view text, std::vector<int32_t>& out) const {
+void BpeTokenizer::Impl::encode_segment(std::string_view text, bool at_start,
+                                        std::vector<int32_t>& out) const {
   if (text.empty()) return;
-  std::vector<std::string_view> pieces{text}, next;
-  std::deque<std::string> owned;  // pieces made by add_prefix_space
+  struct Piece {
+    std::string_view s;
+    bool at_start;  // begins at offset 0 of the encoded text
+  };
+  std::vector<Piece> pieces{{text, at_start}}, next;
+  std::vector<std::string_view> parts;
+  std::deque<std::string> owned;  // pieces rewritten by add_prefix_space or Metaspace
   for (const PreTokenizer& pt : pre_tokenizers) {
     next.clear();
-    for (std::string_view p : pieces) {
-      if (pt.add_prefix_space && !p.starts_with(' ')) {
-        std::string& prefixed = owned.emplace_back(1, ' ');
-        prefixed.append(p);
-        p = prefixed;
+    for (Piece p : pieces) {
+      if (pt.kind == PreTokenizer::Kind::kMetaspace) {
+        // HF's Metaspace: spaces become the replacement, which is prepended (always, or only at
+        // the very start of the text) unless already there; split cuts before every replacement.
+        std::string& m = owned.emplace_back();
+        for (char c : p.s) {
+          if (c == ' ')
+            m += pt.replacement;
+          else
+            m.push_back(c);
+        }
+        const bool prepend = pt.prepend == PreTokenizer::Prepend::kAlways ||
+                             (pt.prepend == PreTokenizer::Prepend::kFirst && p.at_start);
+        if (prepend && !m.starts_with(pt.replacement)) m.insert(0, pt.replacement);
+        if (!pt.split) {
+          next.push_back({m, p.at_start});
+          continue;
+        }
+        std::string_view v = m;
+        size_t start = 0;
+        for (size_t hit = v.find(pt.replacement, 1); hit != std::string_view::npos;
+             hit = v.find(pt.replacement, hit + pt.replacement.size())) {
+          next.push_back({v.substr(start, hit - start), p.at_start && start == 0});
+          start = hit;
+        }
+        next.push_back({v.substr(start), p.at_start && start == 0});
+        continue;
       }
-      if (pt.regex)
-        pt.regex->split(p, next);
-      else
+      if (pt.add_prefix_space && !p.s.starts_with(' ')) {
+        std::string& prefixed = owned.emplace_back(1, ' ');
+        prefixed.append(p.s);
+        p.s = prefixed;
+      }
+      if (!pt.regex) {
         next.push_back(p);
+        continue;
+      }
+      parts.clear();
+      pt.regex->split(p.s, pt.behavior, parts);
+      for (std::string_view q : parts) next.push_back({q, p.at_start && q.data() == p.s.data()});
     }
     pieces.swap(next);
   }
-  for (std::string_view p : pieces) encode_word(p, out);
+  for (const Piece& p : pieces) encode_word(p.s, out);
 }
+
+namespace {
+
+struct WordCache {
+  uint64_t serial = 0;  // the tokenizer it belongs to; 0: none
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
+};
+
+// This thread's cache for the tokenizer `serial`, taking over the least recently claimed slot.
+WordCache& thread_cache(uint64_t serial) {
+  thread_local std::array<WordCache, kCacheSlots> slots;
+  thread_local size_t next_slot = 0;
+  for (WordCache& c : slots)
+    if (c.serial == serial) return c;
+  WordCache& c = slots[next_slot++ % kCacheSlots];
+  c.serial = serial;
+  c.words.clear();
+  return c;
+}
+
+}  // namespace
 
 void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex);
-    auto it = cache.find(word);
-    if (it != cache.end()) {
+  WordCache* cache = word.size() <= kMaxCachedWord ? &thread_cache(serial) : nullptr;
+  if (cache) {
+    auto it = cache->words.find(word);
+    if (it != cache->words.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
@@ -489,44 +517,64 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
     merge_all(syms);
   }
   out.insert(out.end(), syms.begin(), syms.end());
-  std::lock_guard<std::mutex> lock(cache_mutex);
-  if (cache.size() >= kMaxCacheWords) cache.clear();
-  cache.emplace(std::string(word), std::move(syms));
+  if (!cache) return;
+  if (cache->words.size() >= kMaxCacheWords) cache->words.clear();
+  cache->words.emplace(std::string(word), std::move(syms));
 }
 
-// One symbol per byte (byte-level) or per UTF-8 character; a character missing from the vocab
-// falls back to <0xXX> byte tokens, then to unk, else it is an error in the tokenizer file.
+// HF's BPE::merge_word: one symbol per character (per byte for byte-level); a character missing
+// from the vocab becomes its <0xNN> byte tokens when byte_fallback and all of them exist, else
+// unk (consecutive unks fused into one when fuse_unk; a pending unk is written when the next
+// known character comes, as HF does), else nothing.
 void BpeTokenizer::Impl::initial_symbols(std::string_view word, std::vector<int32_t>& syms) const {
+  static const auto table = gpt2_bytes_to_unicode();
   syms.reserve(word.size());
+  bool pending_unk = false;
+  std::string mapped;
   for (size_t i = 0; i < word.size();) {
     const size_t n = byte_level ? 1 : utf8_len(word, i);
+    std::string_view ch = word.substr(i, n);
+    i += n;
     int32_t id = -1;
     if (byte_level) {
-      id = byte_ids[static_cast<unsigned char>(word[i])];
+      const auto b = static_cast<unsigned char>(ch[0]);
+      id = byte_ids[b];
+      if (id < 0) {
+        mapped.clear();
+        append_utf8(table[b], mapped);
+        ch = mapped;
+      }
     } else {
-      auto it = vocab.find(std::string(word.substr(i, n)));
+      auto it = vocab.find(ch);
       if (it != vocab.end()) id = it->second;
     }
     if (id >= 0) {
+      if (pending_unk) syms.push_back(*unk_id);
+      pending_unk = false;
       syms.push_back(id);
-    } else if (byte_fallback) {
-      for (size_t k = 0; k < n; ++k) {
+      continue;
+    }
+    if (byte_fallback) {
+      const size_t before = syms.size();
+      bool all = true;
+      for (char c : ch) {
         char hex[8];
-        std::snprintf(hex, sizeof(hex), "<0x%02X>", static_cast<unsigned char>(word[i + k]));
-        auto it = vocab.find(hex);
-        if (it == vocab.end()) fail("model.vocab", std::string("no byte-fallback token ") + hex);
+        std::snprintf(hex, sizeof(hex), "<0x%02X>", static_cast<unsigned char>(c));
+        auto it = vocab.find(std::string_view(hex));
+        if (it == vocab.end()) {
+          all = false;
+          break;
+        }
         syms.push_back(it->second);
       }
-    } else if (unk_id) {
-      if (!(fuse_unk && !syms.empty() && syms.back() == *unk_id)) syms.push_back(*unk_id);
-    } else {
-      std::ostringstream os;
-      os << "no token for byte 0x" << std::hex
-         << static_cast<int>(static_cast<unsigned char>(word[i])) << " and no unk_token";
-      fail("model.vocab", os.str());
+      if (all) continue;
+      syms.resize(before);
     }
-    i += n;
+    if (!unk_id) continue;
+    if (pending_unk && !fuse_unk) syms.push_back(*unk_id);
+    pending_unk = true;
   }
+  if (pending_unk) syms.push_back(*unk_id);
 }
 
 void BpeTokenizer::Impl::merge_all(std::vector<int32_t>& syms) const {
@@ -572,16 +620,24 @@ std::string BpeTokenizer::decode(const std::vector<int32_t>& ids) const {
 }
 
 std::string BpeTokenizer::decode(const int32_t* ids, int64_t n) const {
+  const bool byte_level = impl_->decoder.is_byte_level_only();
   std::string out;
-  out.reserve(static_cast<size_t>(n) * 4);
+  std::vector<std::string> tokens;
+  if (byte_level)
+    out.reserve(static_cast<size_t>(n) * 4);
+  else
+    tokens.reserve(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size() || !impl_->id_used[id])
       throw UserError("BpeTokenizer::decode: unknown id " + std::to_string(id) + " (tokenizer " +
                       impl_->path + ", vocab size " + std::to_string(vocab_size()) + ")");
-    out += impl_->id_to_bytes[id];
+    if (byte_level)
+      out += impl_->id_to_bytes[id];
+    else
+      tokens.push_back(impl_->id_to_token[id]);
   }
-  return out;
+  return byte_level ? out : impl_->decoder.decode(std::move(tokens));
 }
 
 int32_t BpeTokenizer::vocab_size() const {

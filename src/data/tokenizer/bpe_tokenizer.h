@@ -1,14 +1,17 @@
-// Byte-level BPE (GPT-2, Llama 3, Qwen) loaded from a Hugging Face tokenizer.json, producing the
-// same ids as Hugging Face tokenizers. The pipeline is HF's: split the text on added tokens
-// (leftmost, longest first), run each remaining piece through the pre-tokenizers (regex Split,
-// ByteLevel), map bytes to GPT-2's printable characters, then apply merges lowest rank first.
-// Anything in the file this cannot reproduce exactly (normalizers, other models or pre-tokenizers,
-// lstrip/rstrip added tokens) is rejected at load with a UserError naming the file and the field,
-// rather than silently producing different ids.
+// BPE loaded from a Hugging Face tokenizer.json, producing the same ids as Hugging Face tokenizers:
+// byte-level BPE (GPT-2, Llama 3, Qwen) and SentencePiece-style BPE with byte fallback (Llama 2,
+// Mistral, Gemma). The pipeline is HF's: split the text on added tokens (leftmost, longest first;
+// normalized=false ones on the raw text, the others on the normalized text), normalize (Prepend,
+// Replace), run each piece through the pre-tokenizers (regex Split, ByteLevel, Metaspace), map bytes
+// to GPT-2's printable characters (byte-level) or look characters up with <0xNN> byte fallback, then
+// apply merges lowest rank first. decode runs the file's decoder (ByteLevel, or Replace,
+// ByteFallback, Fuse, Strip, Metaspace). Anything this cannot reproduce exactly (other normalizers,
+// models or pre-tokenizers, lstrip/rstrip added tokens) is rejected at load with a UserError naming
+// the file and the field, rather than silently producing different ids.
 //
 // encode works on bytes: invalid UTF-8 is never matched by the regexes, so it becomes its own
-// pieces and still round-trips through decode. encode is const and thread-safe (the per-word
-// merge cache sits behind a mutex).
+// pieces and, byte-level, still round-trips through decode. encode is const and thread-safe with no
+// lock: each thread keeps its own per-word merge cache.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,8 @@ class BpeTokenizer {
   // No special tokens are added; added tokens that appear literally in `text` become their id.
   std::vector<int32_t> encode(std::string_view text) const;
   void encode_append(std::string_view text, std::vector<int32_t>& out) const;
-  // Bytes of the ids (ByteLevel decoding; added tokens render as their content). An id that is
-  // neither in the vocab nor an added token throws UserError.
+  // Text of the ids through the file's decoder (ByteLevel: the bytes, lossless; added tokens render
+  // as their content). An id that is neither in the vocab nor an added token throws UserError.
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(const int32_t* ids, int64_t n) const;
 

@@ -38,7 +38,8 @@ class BytesTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override { return bt_.decode(ids); }
   int32_t vocab_size() const override { return bt_.vocab_size(); }
   std::vector<int32_t> special_suffix() const override { return {bt_.eot_id()}; }
-  int32_t eos_id() const override { return bt_.eot_id(); }
+  int32_t bos_id() const override { return bt_.bos_id(); }
+  int32_t eos_id() const override { return bt_.eos_id(); }
 
  private:
   ByteTokenizer bt_;
@@ -47,7 +48,14 @@ class BytesTokenizer final : public Tokenizer {
 class HfBpeTokenizer final : public Tokenizer {
  public:
   explicit HfBpeTokenizer(const std::string& path) : bpe_(BpeTokenizer::load(path)) {
-    read_template(path);
+    std::ifstream f(path);
+    const auto j = nlohmann::json::parse(f, nullptr, false);
+    if (j.is_discarded()) return;  // load() above has already rejected a malformed file
+    read_template(path, j);
+    bos_ = !prefix_.empty() ? prefix_.front()
+                            : named_special(j, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
+    eos_ = !suffix_.empty() ? suffix_.front()
+                            : named_special(j, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
   }
   std::string kind() const override { return "bpe"; }
   std::vector<int32_t> encode(std::string_view t) const override { return bpe_.encode(t); }
@@ -55,15 +63,24 @@ class HfBpeTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return bpe_.vocab_size(); }
   std::vector<int32_t> special_prefix() const override { return prefix_; }
   std::vector<int32_t> special_suffix() const override { return suffix_; }
+  int32_t bos_id() const override { return bos_; }
+  int32_t eos_id() const override { return eos_; }
 
  private:
+  // The id of the first of `names` that is an added token marked special; -1 when none is.
+  static int32_t named_special(const nlohmann::json& j, std::initializer_list<const char*> names) {
+    const auto& added = j.value("added_tokens", nlohmann::json::array());
+    for (const char* name : names)
+      for (const auto& a : added)
+        if (a.is_object() && a.value("special", false) && a.value("content", "") == name)
+          return a.value("id", -1);
+    return -1;
+  }
+
   // TemplateProcessing: "single" lists SpecialToken and Sequence items; the special tokens before
   // the sequence form the prefix, those after it the suffix.
-  void read_template(const std::string& path) {
-    std::ifstream f(path);
-    auto j = nlohmann::json::parse(f, nullptr, false);
-    if (j.is_discarded() || !j.contains("post_processor") || !j["post_processor"].is_object())
-      return;
+  void read_template(const std::string& path, const nlohmann::json& j) {
+    if (!j.contains("post_processor") || !j["post_processor"].is_object()) return;
     const auto& pp = j["post_processor"];
     if (pp.value("type", "") != "TemplateProcessing") return;
     bool after = false;
@@ -84,6 +101,7 @@ class HfBpeTokenizer final : public Tokenizer {
 
   BpeTokenizer bpe_;
   std::vector<int32_t> prefix_, suffix_;
+  int32_t bos_ = -1, eos_ = -1;
 };
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -97,6 +115,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     if (sp_.bos_id() >= 0) return {sp_.bos_id()};
     return {};
   }
+  int32_t bos_id() const override { return sp_.bos_id(); }
+  int32_t eos_id() const override { return sp_.eos_id(); }
 
  private:
   SpTokenizer sp_;

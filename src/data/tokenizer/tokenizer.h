@@ -1,5 +1,6 @@
 // One interface over lmtrain's tokenizers, chosen from what the user names: "bytes" (256 byte ids
-// + end-of-text), a Hugging Face tokenizer.json (byte-level BPE), a SentencePiece .model, or a
+// + end-of-text), a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE), a
+// SentencePiece .model, or a
 // model directory holding either. Data preparation, `lmtrain tokenize` and generation speak to
 // this interface only.
 #pragma once
@@ -24,7 +25,16 @@ class Tokenizer {
   // tokenizers do); the byte tokenizer's end-of-text after the text.
   virtual std::vector<int32_t> special_prefix() const { return {}; }
   virtual std::vector<int32_t> special_suffix() const { return {}; }
-  // The end-of-text id, -1 when the tokenizer has none.
+  // Beginning / end of sequence ids, -1 when the tokenizer has none. Data preparation puts
+  // eos_id() between pretraining documents when special_suffix() is empty.
+  //   bytes: -1 / 256 (end-of-text).
+  //   SentencePiece .model: the model's bos / eos pieces.
+  //   tokenizer.json: the first special token before / after $A in the TemplateProcessing
+  //     post-processor's "single" template; where the template has none on that side, the first
+  //     added token marked special whose content is, in this order,
+  //     BOS: <|begin_of_text|>, <s>, <bos>, <|startoftext|>;
+  //     EOS: <|endoftext|>, <|end_of_text|>, </s>, <eos>.
+  virtual int32_t bos_id() const { return -1; }
   virtual int32_t eos_id() const { return -1; }
 
   std::vector<int32_t> encode_with_special(std::string_view text) const;
