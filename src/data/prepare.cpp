@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -170,6 +171,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
       throw UserError("data.sources[" + std::to_string(i) + "].weight: must be > 0");
 
   Timer clock;
+  const int threads = std::max(1, omp_get_max_threads());  // train.threads, via set_threads
   std::unique_ptr<Tokenizer> tok = load_tokenizer(opt.tokenizer);
   Manifest m;
   m.tokenizer = opt.tokenizer;
@@ -237,18 +239,30 @@ Manifest prepare_store(const PrepareOptions& opt) {
       std::vector<std::vector<uint8_t>> masks(b.docs.size());
       std::vector<double> split(b.docs.size());
       std::exception_ptr error;
-#pragma omp parallel for schedule(dynamic, 8)
-      for (int64_t d = 0; d < n; ++d) {
-        try {
-          const Document& doc = b.docs[static_cast<size_t>(d)];
-          tokenize_document(*tok, doc, text_schema, ids[d], masks[d]);
-          std::string all;
-          for (const Segment& s : doc.segments) all += s.text;
-          split[d] = document_split_value(all);
-        } catch (...) {
-#pragma omp critical(lmt_prepare_error)
-          if (!error) error = std::current_exception();
+      std::mutex error_mu;
+      std::atomic<int64_t> next{0};
+      auto work = [&] {
+        for (int64_t d; (d = next.fetch_add(8)) < n;) {
+          for (int64_t e = d; e < std::min(d + 8, n); ++e) {
+            try {
+              const Document& doc = b.docs[static_cast<size_t>(e)];
+              tokenize_document(*tok, doc, text_schema, ids[e], masks[e]);
+              std::string all;
+              for (const Segment& s : doc.segments) all += s.text;
+              split[e] = document_split_value(all);
+            } catch (...) {
+              std::lock_guard lock(error_mu);
+              if (!error) error = std::current_exception();
+            }
+          }
         }
+      };
+      {
+        // Plain threads rather than OpenMP: OpenMP's workers would spin through the sequential
+        // write below and take the core the reader thread needs.
+        std::vector<std::jthread> pool;
+        for (int t = 1; t < threads && t * 8 < n; ++t) pool.emplace_back(work);
+        work();
       }
       if (error) std::rethrow_exception(error);
       for (int64_t d = 0; d < n; ++d) {

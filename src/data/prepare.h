@@ -4,7 +4,7 @@
 // one train and one validation shard per source (data/token_store.h) plus manifest.json.
 //
 // It streams: a reader thread fills batches of a few MiB of documents into a queue two deep,
-// the main thread tokenizes each batch on all cores (OpenMP) and appends it to the shards in
+// the main thread and its workers tokenize each batch on all cores, then append it to the shards in
 // source order. Memory stays at a few batches whatever the input size, and the output is the same
 // for any thread count. The store is built in DIR.tmp-PID and renamed to DIR when complete.
 #pragma once
@@ -30,7 +30,7 @@ struct PrepareOptions {
   std::string packing = "auto";  // auto (text: continue, instruction/chat: bin) | continue | bin
   std::string out_dir;
   bool progress = true;                // progress lines on stderr, at most one per second
-  int64_t batch_bytes = int64_t{4} << 20;  // text per tokenization batch
+  int64_t batch_bytes = int64_t{1} << 20;  // text per tokenization batch
 };
 
 // Any DataConfig-like struct (sources, tokenizer, seq_len, val_fraction, packing).

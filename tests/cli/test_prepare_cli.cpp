@@ -89,7 +89,7 @@ TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
   Result r = run("prepare --config " + config() + " --set data.store=");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--out DIR"), std::string::npos) << r.out;
-  r = run("prepare --config " + config() + " --set data.sources[0].path=" +
+  r = run("prepare --config " + config() + " --set data.sources.0.path=" +
           (dir_ / "missing.txt").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("missing.txt"), std::string::npos) << r.out;
@@ -124,8 +124,8 @@ TEST_F(PrepareCli, MemoryStaysBoundedForAnInputThreeTimesTheCap) {
   }
   const std::string cfg = config();
   auto [rss, code] = peak_rss(std::string(LMT_BINARY) + " prepare --quiet --config " + cfg +
-                              " --set data.sources[0].path=" + big.string() +
-                              " --set data.sources[0].format=jsonl > /dev/null 2>&1");
+                              " --set data.sources.0.path=" + big.string() +
+                              " --set data.sources.0.format=jsonl > /dev/null 2>&1");
   ASSERT_EQ(code, 0);
   std::printf("prepare of %.0f MB: peak RSS %.1f MB (cap %.0f MB)\n",
               static_cast<double>(fs::file_size(big)) / 1e6, static_cast<double>(rss) / 1e6,

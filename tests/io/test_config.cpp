@@ -177,7 +177,10 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"optimizer.eps must be > 0"});
   expect_user_error([&] { load_run_config(f, {"model.vocab_size=256"}); },
                     {"model.vocab_size (256) must be >= 257 for data.tokenizer 'bytes'"});
-  expect_user_error([&] { load_run_config(f, {"data.tokenizer=bpe"}); }, {"data.tokenizer 'bpe'"});
+  expect_user_error([&] { load_run_config(f, {"data.packing=tight"}); },
+                    {"data.packing must be one of auto, continue, bin"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.0.schema=qa"}); },
+                    {"data.sources[0].schema must be one of text, instruction, chat"});
   expect_user_error([&] { load_run_config(f, {"data.sources=[]"}); },
                     {"data.sources must list at least one source"});
   expect_user_error([&] { load_run_config(f, {"data.sources.1.weight=0"}); },
@@ -186,8 +189,8 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"data.sources[0].path must not be empty"});
   expect_user_error([&] { load_run_config(f, {"data.sources.0.split=para"}); },
                     {"data.sources[0].split must be one of file, line, delimiter"});
-  expect_user_error([&] { load_run_config(f, {"data.sources.0.format=parquet"}); },
-                    {"data.sources[0].format must be one of text"});
+  expect_user_error([&] { load_run_config(f, {"data.sources.0.format=xml"}); },
+                    {"data.sources[0].format must be one of text, jsonl, csv, tsv, parquet"});
   expect_user_error([&] { load_run_config(f, {"data.val_fraction=0.6"}); },
                     {"data.val_fraction must be in [0, 0.5]"});
   // ModelConfig::validate
