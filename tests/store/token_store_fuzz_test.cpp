@@ -63,6 +63,8 @@ std::vector<Base> bases() {
 }
 
 int64_t interesting(std::mt19937_64& rng, int64_t current, int64_t bin_size) {
+  auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };  // two's complement, no UB
+  const uint64_t c = static_cast<uint64_t>(current);
   const int64_t v[] = {0,
                        1,
                        -1,
@@ -71,10 +73,10 @@ int64_t interesting(std::mt19937_64& rng, int64_t current, int64_t bin_size) {
                        INT32_MIN,
                        INT64_MAX,
                        INT64_MIN,
-                       current + 1,
-                       current - 1,
-                       current + 2,
-                       current * 2,
+                       wrap(c + 1),
+                       wrap(c - 1),
+                       wrap(c + 2),
+                       wrap(c * 2),
                        bin_size,
                        bin_size - 1,
                        bin_size / 2,
