@@ -2,7 +2,7 @@
 // fsync included) and random samples per second through a packing plan and fill_sample (the
 // .bin in the page cache). Disabled in CI; run with
 //   test_store --gtest_also_run_disabled_tests --gtest_filter='*Perf*'
-// LMT_STORE_PERF_TOKENS sets the store size (default 64M tokens).
+// LMT_STORE_PERF_TOKENS sets the store size (default 64M tokens), LMT_STORE_PERF_DIR its folder.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -49,7 +49,9 @@ TEST(StorePerf, DISABLED_WriterAndRandomReads) {
   int64_t total = int64_t{64} << 20;
   if (const char* e = std::getenv("LMT_STORE_PERF_TOKENS")) total = std::atoll(e);
   std::mt19937_64 rng(fresh_seed());
-  TempDir dir;
+  const char* where = std::getenv("LMT_STORE_PERF_DIR");  // e.g. /dev/shm: the CPU cost alone
+  TempDir dir(where ? where : "");
+  std::cout << "[ perf     ] store in " << dir.path() << "\n";
   for (StoreDtype dtype : {StoreDtype::kUInt16, StoreDtype::kInt32}) {
     // Documents of 1..4000 tokens (mean ~2000), ids below 50257.
     std::vector<int32_t> doc(4000);
@@ -58,6 +60,7 @@ TEST(StorePerf, DISABLED_WriterAndRandomReads) {
     std::vector<int64_t> lengths;
     const std::string prefix = dir / ("perf" + std::to_string(static_cast<int>(dtype)));
     auto t0 = Clock::now();
+    double append_s = 0;
     {
       TokenStoreWriter w(prefix, dtype, true);
       for (int64_t written = 0; written < total;) {
@@ -66,6 +69,7 @@ TEST(StorePerf, DISABLED_WriterAndRandomReads) {
         lengths.push_back(static_cast<int64_t>(len));
         written += static_cast<int64_t>(len);
       }
+      append_s = seconds_since(t0);
       w.finish();
     }
     const double dt = seconds_since(t0);
@@ -74,7 +78,8 @@ TEST(StorePerf, DISABLED_WriterAndRandomReads) {
     const double mb = static_cast<double>(tokens) * (store_dtype_size(dtype) + 1) / 1e6;
     std::cout << "[ perf     ] writer " << store_dtype_name(dtype) << " + mask: " << tokens
               << " tokens, " << mb << " MB in " << dt << " s = " << mb / dt << " MB/s ("
-              << tokens / dt / 1e6 << " M tokens/s)\n";
+              << tokens / dt / 1e6 << " M tokens/s); add_document " << append_s
+              << " s, finish (fsync) " << dt - append_s << " s\n";
     t0 = Clock::now();
     TokenStore s(prefix);
     std::cout << "[ perf     ] open + validate " << lengths.size()
