@@ -142,8 +142,10 @@ void fill_sample(const TokenStore& store, const std::vector<SamplePiece>& pieces
                  int32_t* ids, int32_t* labels, int32_t* positions,
                  std::vector<int32_t>* doc_starts) {
   const size_t window = static_cast<size_t>(seq_len) + 1;
-  std::vector<int32_t> tok(window, 0);
-  std::vector<uint8_t> mask(window, 0);
+  thread_local std::vector<int32_t> tok;  // the window's tokens and mask bytes; reused
+  thread_local std::vector<uint8_t> mask;
+  tok.assign(window, 0);
+  mask.assign(window, 0);
   doc_starts->clear();
   int64_t j = 0;
   for (const SamplePiece& p : pieces) {

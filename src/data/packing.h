@@ -5,11 +5,18 @@
 //
 //   continue: the documents of a range, back to back, cut every seq_len tokens (windows share one
 //             token at their edges, so no label is lost); a document may run on into the next
-//             sample. Pretraining.
+//             sample. Pretraining. With T tokens in the range there are floor((T - 1) / seq_len)
+//             samples (0 when T <= seq_len), as TokenDataset has; every sample is full, and the
+//             tail after the last window (fewer than seq_len tokens) is left out and counted.
 //   bin:      whole documents only: first-fit decreasing bin packing of documents into samples of
 //             seq_len + 1 tokens, the rest padded (padding: token 0, label -1, its own segment).
 //             A document longer than seq_len + 1 is not split: the plan leaves it out and counts
-//             it. SFT.
+//             it. SFT. Documents are placed longest first (ties: lower document index first),
+//             each into the lowest-numbered sample with room; samples are numbered in the order
+//             they are opened, and a sample's pieces are in the order they were placed.
+//
+// Empty documents never appear in a plan (nor are they counted as dropped). A sample's pieces are
+// found by a binary search over prefix sums (continue) or read from a CSR table (bin).
 //
 // Every sample says where each document in it starts, so attention can stay inside a document
 // and positions can restart at 0; the store's loss mask decides which labels count.
@@ -45,9 +52,12 @@ class PackingPlan {
   int64_t num_samples() const;
   int64_t seq_len() const { return seq_len_; }
   PackingMode mode() const { return mode_; }
-  int64_t dropped_documents() const { return dropped_docs_; }  // bin: longer than seq_len + 1
+  // bin: documents longer than seq_len + 1 and their tokens; continue: the tail after the last
+  // window (its tokens, and the documents wholly inside it).
+  int64_t dropped_documents() const { return dropped_docs_; }
   int64_t dropped_tokens() const { return dropped_tokens_; }
-  std::vector<SamplePiece> pieces(int64_t sample) const;  // in order; lengths sum to <= seq_len+1
+  // In order; lengths > 0 summing to seq_len + 1 (continue) or <= seq_len + 1 (bin).
+  std::vector<SamplePiece> pieces(int64_t sample) const;
 
  private:
   int64_t seq_len_;
@@ -64,9 +74,11 @@ class PackingPlan {
 // One materialised sample.
 //   ids[seq_len], labels[seq_len]: labels[j] = token j + 1 when its mask byte is 1, else -1;
 //     padding has id 0 and label -1.
-//   positions[seq_len]: position of token j inside its document (restarts at 0 at each start).
-//   doc_starts: indices j in [0, seq_len) where a new document (or padding run) begins; always
+//   positions[seq_len]: position of token j inside its document (restarts at 0 at each start;
+//     a piece that begins inside its document continues from its offset); padding counts 0, 1, ...
+//   doc_starts: indices j in [0, seq_len) where a piece (or the padding run) begins; always
 //     starts with 0.
+// Thread-safe (the store's reads are).
 void fill_sample(const TokenStore& store, const std::vector<SamplePiece>& pieces, int64_t seq_len,
                  int32_t* ids, int32_t* labels, int32_t* positions,
                  std::vector<int32_t>* doc_starts);

@@ -255,15 +255,18 @@ void TokenStoreWriter::add_document(std::span<const int32_t> tokens,
                                                 " tokens");
     for (uint8_t b : mask) LMT_CHECK(b <= 1, "mask byte " + std::to_string(b) + " is not 0/1");
   }
-  const size_t tsize = static_cast<size_t>(store_dtype_size(m.dtype));
+  int32_t lo = INT32_MAX, hi = 0;
+  for (int32_t t : tokens) lo = std::min(lo, t), hi = std::max(hi, t);
   const int64_t limit = m.dtype == StoreDtype::kUInt16 ? 65536 : int64_t{INT32_MAX} + 1;
+  LMT_CHECK(lo >= 0 && hi < limit, "token ids in [" + std::to_string(lo) + ", " +
+                                       std::to_string(hi) + "] do not fit " +
+                                       store_dtype_name(m.dtype));
+  const size_t tsize = static_cast<size_t>(store_dtype_size(m.dtype));
   for (size_t i = 0; i < tokens.size();) {
     size_t k = std::min(tokens.size() - i, kBufferBytes / tsize);
     char* out = m.bin.reserve(k * tsize);
     for (size_t j = 0; j < k; ++j) {
       int32_t t = tokens[i + j];
-      LMT_CHECK(t >= 0 && t < limit,
-                "token id " + std::to_string(t) + " does not fit " + store_dtype_name(m.dtype));
       if (tsize == 2) {
         uint16_t v = static_cast<uint16_t>(t);
         std::memcpy(out + j * 2, &v, 2);

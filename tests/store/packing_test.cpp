@@ -58,6 +58,10 @@ TEST(Packing, ContinueCoversEveryLabelOnce) {
     ASSERT_EQ(plan.num_samples(), ns);
     EXPECT_EQ(plan.dropped_tokens(), ns ? total - (ns * L + 1) : total);
     EXPECT_LT(plan.dropped_tokens(), ns ? L : total + 1);
+    int64_t tail_docs = 0;  // documents wholly after the last window
+    for (int64_t d = b, at = 0; d < e; at += lengths[d], ++d)
+      tail_docs += lengths[d] > 0 && at >= (ns ? ns * L + 1 : 0);
+    EXPECT_EQ(plan.dropped_documents(), tail_docs);
     std::vector<int> label_count(static_cast<size_t>(total), 0);
     for (int64_t i = 0; i < ns; ++i) {
       std::vector<SamplePiece> ps = plan.pieces(i);

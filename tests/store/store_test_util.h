@@ -18,8 +18,10 @@ namespace lmt::store_test {
 
 class TempDir {
  public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lmt_store_XXXXXX").string();
+  explicit TempDir(const std::string& parent = "") {
+    std::filesystem::path base =
+        parent.empty() ? std::filesystem::temp_directory_path() : std::filesystem::path(parent);
+    std::string tmpl = (base / "lmt_store_XXXXXX").string();
     char* p = ::mkdtemp(tmpl.data());
     if (!p) throw std::runtime_error("mkdtemp failed");
     path_ = p;

@@ -398,6 +398,16 @@ TEST(TokenStoreWriter, RefusesBadInput) {
   EXPECT_THROW(w.add_document({}, {}), InternalError);
   EXPECT_THROW(w.add_document(ok, m1), InternalError);  // mask length
   EXPECT_THROW(w.add_document(ok, bad_mask), InternalError);
+  // A refused document leaves no trace: the store holds exactly the documents accepted.
+  std::vector<int32_t> long_bad(3 << 20, 7);  // several buffer flushes before the bad id
+  long_bad.back() = 70000;
+  std::vector<uint8_t> long_mask(long_bad.size(), 1);
+  EXPECT_THROW(w.add_document(long_bad, long_mask), InternalError);
+  w.add_document(ok, m2);
+  w.finish();
+  TokenStore s(dir / "x");
+  ASSERT_EQ(s.num_documents(), 1);
+  EXPECT_EQ(fs::file_size(dir / "x.bin"), 4u);
   EXPECT_EQ(store_dtype_for_vocab(65536), StoreDtype::kUInt16);
   EXPECT_EQ(store_dtype_for_vocab(65537), StoreDtype::kInt32);
 }
