@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "data/token_store.h"
 #include "data/tokenizer/tokenizer.h"
 
 namespace lmt {
@@ -102,6 +103,35 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   std::error_code ec;
   fs::rename(tmp, path, ec);
   if (ec) throw UserError("prepare: cannot rename to '" + path.string() + "': " + ec.message());
+}
+
+bool is_megatron_prefix(const std::string& prefix) {
+  return fs::is_regular_file(prefix + ".idx") && fs::is_regular_file(prefix + ".bin");
+}
+
+Manifest megatron_manifest(const std::string& prefix, int64_t seq_len) {
+  TokenStore store(prefix);
+  Manifest m;
+  m.tokenizer = "megatron:" + prefix;
+  m.tokenizer_kind = "unknown";
+  m.tokenizer_hash = "unknown";
+  m.vocab_size = static_cast<int64_t>(store.max_token_id()) + 1;
+  m.seq_len = seq_len;
+  m.dtype = store_dtype_name(store.dtype());
+  SourceManifest s;
+  s.path = prefix;
+  s.format = "megatron";
+  s.schema = "text";
+  s.packing = "continue";
+  s.files = 1;
+  s.documents = store.num_documents();
+  s.train.prefix = fs::absolute(prefix).string();
+  s.train.documents = store.num_documents();
+  s.train.tokens = store.num_tokens();
+  s.train.loss_tokens = store.num_tokens();
+  s.train.has_mask = store.has_mask();
+  m.sources.push_back(s);
+  return m;
 }
 
 bool has_manifest(const std::string& dir) { return fs::exists(fs::path(dir) / "manifest.json"); }

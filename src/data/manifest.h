@@ -57,4 +57,10 @@ void write_manifest(const std::string& dir, const Manifest& m);
 Manifest read_manifest(const std::string& dir);
 bool has_manifest(const std::string& dir);
 
+// A Megatron-LM / NeMo indexed dataset used as it is: PREFIX.bin + PREFIX.idx (no manifest). Its
+// documents become one pretraining source (packing continue) with no validation shard; the
+// vocabulary size is the largest id + 1 and the tokenizer is unknown ("megatron:PREFIX").
+bool is_megatron_prefix(const std::string& prefix);
+Manifest megatron_manifest(const std::string& prefix, int64_t seq_len);
+
 }  // namespace lmt

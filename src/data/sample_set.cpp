@@ -13,7 +13,9 @@ SampleSet::SampleSet(const std::string& dir, const Manifest& m, bool validation,
   LMT_CHECK(seq_len >= 1);
   for (const SourceManifest& s : m.sources) {
     const ShardInfo& shard = validation ? s.validation : s.train;
-    TokenStore store((std::filesystem::path(dir) / shard.prefix).string());
+    if (shard.prefix.empty()) continue;  // no such shard (a Megatron store has no validation)
+    const std::filesystem::path prefix = shard.prefix;
+    TokenStore store((prefix.is_absolute() ? prefix : std::filesystem::path(dir) / prefix).string());
     if (store.num_documents() != shard.documents || store.num_tokens() != shard.tokens)
       throw UserError(store.prefix() + ": holds " + std::to_string(store.num_documents()) +
                       " documents / " + std::to_string(store.num_tokens()) +

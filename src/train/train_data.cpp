@@ -15,13 +15,14 @@ void check_manifest(const Manifest& m, const std::string& dir, const RunConfig& 
   if (m.vocab_size > cfg.model.vocab_size)
     throw UserError(fmt::format(
         "{}: its tokenizer ({}) has {} ids but model.vocab_size is {}: the model must have at "
-        "least as many embeddings as the tokenizer has ids",
+        "least as many embeddings as the store has ids",
         where, m.tokenizer, m.vocab_size, cfg.model.vocab_size));
   if (m.seq_len != cfg.data.seq_len)
     throw UserError(fmt::format(
         "{}: prepared for seq_len {}, but data.seq_len is {} (prepare it again with this "
         "data.seq_len, or set data.seq_len: {})",
         where, m.seq_len, cfg.data.seq_len, m.seq_len));
+  if (m.tokenizer_hash == "unknown") return;  // a Megatron store does not say
   const std::string fp = tokenizer_fingerprint(cfg.data.tokenizer);
   if (fp != m.tokenizer_hash)
     throw UserError(fmt::format(
@@ -49,7 +50,12 @@ TrainData open_train_data(const RunConfig& cfg, bool reuse_prepared) {
       td.prepared_now = true;
     }
   }
-  td.manifest = read_manifest(td.dir);
+  if (!has_manifest(td.dir) && is_megatron_prefix(td.dir)) {
+    td.manifest = megatron_manifest(td.dir, cfg.data.seq_len);
+    td.megatron = true;
+  } else {
+    td.manifest = read_manifest(td.dir);
+  }
   check_manifest(td.manifest, td.dir, cfg);
   td.train = std::make_unique<SampleSet>(td.dir, td.manifest, false, cfg.data.seq_len);
   td.validation = std::make_unique<SampleSet>(td.dir, td.manifest, true, cfg.data.seq_len);

@@ -1,5 +1,5 @@
 // The data side of a training run: the token store named by data.store (or one prepared into
-// <out_dir>/data when data.store is empty), checked against the model and config before any
+// <out_dir>/data when data.store is empty, or a Megatron-LM PREFIX used as it is), checked against the model and config before any
 // step, and opened as train and validation sample sets.
 #pragma once
 
@@ -16,6 +16,7 @@ struct TrainData {
   std::string dir;
   Manifest manifest;
   bool prepared_now = false;
+  bool megatron = false;  // data.store named a Megatron-LM PREFIX (no manifest, no validation)
   std::unique_ptr<SampleSet> train, validation;
 };
 

@@ -129,7 +129,11 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   write_text_file((run_dir / "config.yaml").string(), config_yaml);
   Metrics metrics(run_dir.string(), cfg.logging.console, cfg.logging.jsonl, ckpt ? step : -1);
   metrics.log_line(fmt::format("data: store {}{}", data.dir,
-                               data.prepared_now ? " (prepared now)" : ""));
+                               data.prepared_now ? " (prepared now)"
+                               : data.megatron   ? " (a Megatron-LM indexed dataset: it does not "
+                                                   "name its tokenizer, so data.tokenizer must be "
+                                                   "the one that made it; no validation split)"
+                                                 : ""));
   metrics.log_line(manifest_summary(data.manifest));
   metrics.log_line(fmt::format("samples of {} tokens: train {}, validation {}", T,
                                data.train->num_samples(), data.validation->num_samples()));

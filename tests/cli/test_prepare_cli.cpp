@@ -85,6 +85,22 @@ TEST_F(PrepareCli, TrainRefusesAStoreThatDoesNotMatch) {
   EXPECT_NE(r.out.find("manifest.json: no such file"), std::string::npos) << r.out;
 }
 
+TEST_F(PrepareCli, TrainReadsAMegatronIndexedDatasetAsItIs) {
+  ASSERT_EQ(run("prepare --config " + config()).code, 0);
+  // A store shard is a Megatron PREFIX (.bin + .idx); name it alone, without the manifest.
+  const std::string prefix = (dir_ / "store" / "train-00000").string();
+  Result t = run("train --config " + config() + " --set data.store=" + prefix);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("a Megatron-LM indexed dataset"), std::string::npos) << t.out;
+  // The config's own check of vocab_size against 'bytes' aside (another tokenizer named), the
+  // store's largest id decides.
+  Result small = run("train --config " + config("", 100) + " --set data.store=" + prefix +
+                     " --set data.tokenizer=" + LMT_TEST_DATA + "/tokenizers/bytelevel_bpe.json");
+  EXPECT_EQ(small.code, 2) << small.out;
+  EXPECT_NE(small.out.find("257 ids but model.vocab_size is 100"), std::string::npos)
+      << small.out;
+}
+
 TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
   Result r = run("prepare --config " + config() + " --set data.store=");
   EXPECT_EQ(r.code, 2) << r.out;
