@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "data/schema.h"
+#include "train/run_config.h"
 #include "core/error.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
@@ -71,13 +73,19 @@ namespace lmt::cli {
 Run add_tokenizer(CLI::App& app) {
   struct Opts {
     std::vector<std::string> inputs;
+    std::string config;
+    std::vector<std::string> sets;
     std::string out;
     BpeTrainOptions train;
   };
   auto o = std::make_shared<Opts>();
   app.require_subcommand(1);
   CLI::App* train = app.add_subcommand("train", "train a byte-level BPE tokenizer");
-  train->add_option("--input", o->inputs, "text files to learn from")->required();
+  auto* input = train->add_option("--input", o->inputs, "text files to learn from");
+  auto* config = train->add_option("--config", o->config,
+                                   "learn from every document of this config's data sources");
+  input->excludes(config);
+  train->add_option("--set", o->sets, "with --config: override a key (section.key=value)");
   train->add_option("--vocab-size", o->train.vocab_size, "tokens: 256 bytes + merges + specials")
       ->capture_default_str();
   train->add_option("--special", o->train.special_tokens, "special tokens (repeatable)")
@@ -86,7 +94,29 @@ Run add_tokenizer(CLI::App& app) {
       ->capture_default_str();
   train->add_option("--out", o->out, "the tokenizer.json to write")->required();
   return [o]() {
-    const int64_t merges = train_bpe_tokenizer(o->inputs, o->train, o->out);
+    if (o->inputs.empty() && o->config.empty())
+      throw UserError("tokenizer train: give --input FILES or --config FILE");
+    int64_t merges = 0;
+    if (!o->config.empty()) {
+      const RunConfig cfg = load_run_config(o->config, o->sets);
+      if (cfg.data.sources.empty())
+        throw UserError(o->config + ": data.sources is empty: nothing to learn from");
+      int64_t invalid = 0, docs = 0;
+      merges = train_bpe_tokenizer(
+          [&](const TextSink& sink) {
+            for (size_t i = 0; i < cfg.data.sources.size(); ++i)
+              for_each_source_document(to_text_source_spec(cfg.data.sources[i]),
+                                       static_cast<int>(i), [&](Document&& d) {
+                                         ++docs;
+                                         for (const Segment& s : d.segments) sink(s.text);
+                                       });
+          },
+          o->train, o->out, &invalid);
+      fmt::print("learned from {} documents of {} source(s){}\n", docs, cfg.data.sources.size(),
+                 invalid ? fmt::format(" ({} texts that are not UTF-8 left out)", invalid) : "");
+    } else {
+      merges = train_bpe_tokenizer(o->inputs, o->train, o->out);
+    }
     fmt::print("{}: {} merges, vocabulary {}\n", o->out, merges,
                256 + merges + static_cast<int64_t>(o->train.special_tokens.size()));
     return 0;

@@ -1,10 +1,13 @@
 #include "data/tokenizer/bpe_trainer.h"
 
+#include <simdjson.h>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -19,7 +22,8 @@ namespace lmt {
 namespace {
 
 // Counts the pre-tokenized words of a text.
-void count_words(const std::string& text, pcre2_code* re, pcre2_match_data* md,
+// `text` must be valid UTF-8 (PCRE2 runs without its own check).
+void count_words(std::string_view text, pcre2_code* re, pcre2_match_data* md,
                  std::unordered_map<std::string, int64_t>& counts) {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t offset = 0;
@@ -31,7 +35,7 @@ void count_words(const std::string& text, pcre2_code* re, pcre2_match_data* md,
       ++offset;
       continue;
     }
-    ++counts[text.substr(ov[0], ov[1] - ov[0])];
+    ++counts[std::string(text.substr(ov[0], ov[1] - ov[0]))];
     offset = ov[1];
   }
 }
@@ -40,11 +44,30 @@ void count_words(const std::string& text, pcre2_code* re, pcre2_match_data* md,
 
 int64_t train_bpe_tokenizer(const std::vector<std::string>& inputs, const BpeTrainOptions& opt,
                             const std::string& out) {
+  if (inputs.empty()) throw UserError("--input: no input files given");
+  return train_bpe_tokenizer(
+      [&](const TextSink& sink) {
+        for (const std::string& path : inputs) {
+          std::ifstream f(path, std::ios::binary);
+          if (!f) throw UserError("--input: cannot read '" + path + "'");
+          std::stringstream ss;
+          ss << f.rdbuf();
+          const std::string text = ss.str();
+          if (!simdjson::validate_utf8(text.data(), text.size()))
+            throw UserError("--input: '" + path + "' is not valid UTF-8 text");
+          sink(text);
+        }
+      },
+      opt, out);
+}
+
+int64_t train_bpe_tokenizer(const std::function<void(const TextSink&)>& for_each_text,
+                            const BpeTrainOptions& opt, const std::string& out,
+                            int64_t* skipped_invalid) {
   const int64_t specials = static_cast<int64_t>(opt.special_tokens.size());
   if (opt.vocab_size < 256 + specials)
     throw UserError("--vocab-size must be at least " + std::to_string(256 + specials) +
                     " (256 bytes + special tokens), got " + std::to_string(opt.vocab_size));
-  if (inputs.empty()) throw UserError("--input: no input files given");
 
   int err = 0;
   PCRE2_SIZE err_off = 0;
@@ -54,19 +77,23 @@ int64_t train_bpe_tokenizer(const std::vector<std::string>& inputs, const BpeTra
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(re, nullptr);
   std::unordered_map<std::string, int64_t> word_counts;
-  for (const std::string& path : inputs) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) {
-      pcre2_match_data_free(md);
-      pcre2_code_free(re);
-      throw UserError("--input: cannot read '" + path + "'");
-    }
-    std::stringstream ss;
-    ss << f.rdbuf();
-    count_words(ss.str(), re, md, word_counts);
+  int64_t invalid = 0;
+  try {
+    for_each_text([&](std::string_view text) {
+      if (!simdjson::validate_utf8(text.data(), text.size())) {
+        ++invalid;
+        return;
+      }
+      count_words(text, re, md, word_counts);
+    });
+  } catch (...) {
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    throw;
   }
   pcre2_match_data_free(md);
   pcre2_code_free(re);
+  if (skipped_invalid) *skipped_invalid = invalid;
 
   // Symbols: ids 0..255 are the bytes (in byte order); merges append.
   std::vector<std::string> symbol(256);
@@ -168,6 +195,9 @@ int64_t train_bpe_tokenizer(const std::vector<std::string>& inputs, const BpeTra
                                 {"merges", merge_list}}}};
   const std::string tmp = out + ".tmp";
   {
+    std::error_code ec;
+    if (const auto parent = std::filesystem::path(out).parent_path(); !parent.empty())
+      std::filesystem::create_directories(parent, ec);
     std::ofstream f(tmp, std::ios::trunc);
     f << j.dump(2) << '\n';
     if (!f) throw UserError("--out: cannot write '" + out + "'");

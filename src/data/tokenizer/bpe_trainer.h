@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace lmt {
@@ -20,5 +22,13 @@ struct BpeTrainOptions {
 // Returns the number of merges learned.
 int64_t train_bpe_tokenizer(const std::vector<std::string>& inputs, const BpeTrainOptions& opt,
                             const std::string& out);
+
+// The same from texts that `for_each_text` hands, one by one, to the sink it is given (e.g. every
+// document of a config's data sources). Texts that are not valid UTF-8 are left out and counted
+// in *skipped_invalid.
+using TextSink = std::function<void(std::string_view)>;
+int64_t train_bpe_tokenizer(const std::function<void(const TextSink&)>& for_each_text,
+                            const BpeTrainOptions& opt, const std::string& out,
+                            int64_t* skipped_invalid = nullptr);
 
 }  // namespace lmt
