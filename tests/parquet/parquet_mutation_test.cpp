@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <random>
 
 #include "core/error.h"
@@ -80,9 +81,12 @@ TEST(ParquetMutation, NeverCrashesOnlyUserErrors) {
   test::TempDir dir;
   const std::string path = dir.file("mutated.parquet");
   long errors = 0, successes = 0;
+  double slowest_ms = 0;
+  int slowest_kind = -1;
   uint64_t checksum = 0;
   for (long i = 0; i < count; ++i) {
     int kind = -1;
+    const auto t0 = std::chrono::steady_clock::now();
     std::string data = mutate(fixtures[rng() % fixtures.size()], rng, &kind);
     test::write_file_bytes(path, data);
     try {
@@ -105,7 +109,11 @@ TEST(ParquetMutation, NeverCrashesOnlyUserErrors) {
       FAIL() << "input " << i << " (mutation " << kind << ", LMT_PARQUET_SEED=" << seed
              << "): not a UserError: " << e.what();
     }
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (ms > slowest_ms) slowest_ms = ms, slowest_kind = kind;
   }
+  std::printf("slowest input: %.1f ms (mutation %d)\n", slowest_ms, slowest_kind);
   std::printf("parquet mutation test: %ld inputs survived (%ld UserErrors, %ld read fine), "
               "seed %llu, checksum %llu\n",
               count, errors, successes, static_cast<unsigned long long>(seed),

@@ -68,7 +68,12 @@ inline std::vector<std::optional<std::string>> expected_column(const std::string
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "lmt_parquet_XXXXXX").string();
+    // Memory-backed where there is one: the mutation test writes thousands of files.
+    std::error_code ec;
+    std::filesystem::path base = std::filesystem::is_directory("/dev/shm", ec)
+                                     ? std::filesystem::path("/dev/shm")
+                                     : std::filesystem::temp_directory_path();
+    std::string tmpl = (base / "lmt_parquet_XXXXXX").string();
     path = ::mkdtemp(tmpl.data());
   }
   ~TempDir() {

@@ -229,9 +229,7 @@ ColumnChunkReader::ColumnChunkReader(const ParquetFile& file, const ColumnInfo& 
   values_left_ = c.num_values;
 }
 
-ColumnChunkReader::~ColumnChunkReader() {
-  if (zstd_) ZSTD_freeDCtx(static_cast<ZSTD_DCtx*>(zstd_));
-}
+ColumnChunkReader::~ColumnChunkReader() = default;
 
 void ColumnChunkReader::fail(const std::string& reason) const {
   throw UserError(what_ + ": " + reason);
@@ -262,9 +260,11 @@ const uint8_t* ColumnChunkReader::decompress(const uint8_t* in, size_t n, size_t
       (first != ZSTD_CONTENTSIZE_UNKNOWN && first > static_cast<unsigned long long>(out_n)) ||
       (first != ZSTD_CONTENTSIZE_UNKNOWN && one_frame && first != out_n))
     fail("corrupt ZSTD page (its size does not match the page header's)");
-  if (!zstd_) zstd_ = ZSTD_createDCtx();
-  size_t got = ZSTD_decompressDCtx(static_cast<ZSTD_DCtx*>(zstd_), page_.reserve(out_n), out_n,
-                                   src, n);
+  // One decompression context per thread, reused by every reader (making one costs ~100 KB).
+  static thread_local std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> dctx(ZSTD_createDCtx(),
+                                                                              ZSTD_freeDCtx);
+  if (!dctx) fail("out of memory for a ZSTD context");
+  size_t got = ZSTD_decompressDCtx(dctx.get(), page_.reserve(out_n), out_n, src, n);
   if (ZSTD_isError(got) || got != out_n)
     fail(std::string("corrupt ZSTD page: ") +
          (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short output"));

@@ -108,7 +108,6 @@ class ColumnChunkReader {
   std::vector<std::string_view> values_;
   std::string arena_;
   size_t level_ = 0, value_ = 0;
-  void* zstd_ = nullptr;  // ZSTD_DCtx, made on first use
 };
 
 }  // namespace lmt::parquet
