@@ -20,8 +20,8 @@ namespace lmt {
 // Calls fn(value) for the `column` value of every row, in file order. Null and empty values and
 // invalid UTF-8 are bad records: UserError "FILE: row N: reason" unless `skipped` is given,
 // which counts them by reason. The view is valid only during the call.
-void parquet_documents(const std::string& path, const std::string& column,
-                       SkippedRecords* skipped, const std::function<void(std::string_view)>& fn);
+void parquet_documents(const std::string& path, const std::string& column, SkippedRecords* skipped,
+                       const std::function<void(std::string_view)>& fn);
 
 // Several string columns per row (instruction data: instruction / input / output); a null is
 // std::nullopt, values are passed as stored (not checked for UTF-8). `row` is 1-based. The views

@@ -5,9 +5,9 @@
 // replays a run.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <chrono>
 #include <random>
 
 #include "core/error.h"
@@ -21,13 +21,13 @@ std::string mutate(std::string d, std::mt19937_64& rng, int* kind_out) {
   auto uniform = [&](size_t n) { return static_cast<size_t>(rng() % std::max<size_t>(n, 1)); };
   uint32_t footer_len = 0;
   if (d.size() >= 8) std::memcpy(&footer_len, &d[d.size() - 8], 4);
-  const size_t footer_start =
-      footer_len + 8 <= d.size() ? d.size() - 8 - footer_len : d.size() / 2;
+  const size_t footer_start = footer_len + 8 <= d.size() ? d.size() - 8 - footer_len : d.size() / 2;
   const int kind = static_cast<int>(rng() % 6);
   *kind_out = kind;
   switch (kind) {
     case 0:  // flip a few bytes anywhere
-      for (size_t n = 1 + uniform(8); n > 0; --n) d[uniform(d.size())] ^= static_cast<char>(1 + uniform(255));
+      for (size_t n = 1 + uniform(8); n > 0; --n)
+        d[uniform(d.size())] ^= static_cast<char>(1 + uniform(255));
       break;
     case 1:  // flip a few bytes of the footer (it steers every read)
       for (size_t n = 1 + uniform(4); n > 0; --n)
@@ -76,7 +76,8 @@ TEST(ParquetMutation, NeverCrashesOnlyUserErrors) {
   const uint64_t seed = seed_env ? std::strtoull(seed_env, nullptr, 10) : std::random_device{}();
   std::mt19937_64 rng(seed);
   std::vector<std::string> fixtures;
-  for (const std::string& f : test::parquet_fixtures(true)) fixtures.push_back(test::read_file_bytes(f));
+  for (const std::string& f : test::parquet_fixtures(true))
+    fixtures.push_back(test::read_file_bytes(f));
   ASSERT_FALSE(fixtures.empty());
   test::TempDir dir;
   const std::string path = dir.file("mutated.parquet");
@@ -114,10 +115,11 @@ TEST(ParquetMutation, NeverCrashesOnlyUserErrors) {
     if (ms > slowest_ms) slowest_ms = ms, slowest_kind = kind;
   }
   std::printf("slowest input: %.1f ms (mutation %d)\n", slowest_ms, slowest_kind);
-  std::printf("parquet mutation test: %ld inputs survived (%ld UserErrors, %ld read fine), "
-              "seed %llu, checksum %llu\n",
-              count, errors, successes, static_cast<unsigned long long>(seed),
-              static_cast<unsigned long long>(checksum));
+  std::printf(
+      "parquet mutation test: %ld inputs survived (%ld UserErrors, %ld read fine), "
+      "seed %llu, checksum %llu\n",
+      count, errors, successes, static_cast<unsigned long long>(seed),
+      static_cast<unsigned long long>(checksum));
   EXPECT_GT(errors, 0);
   EXPECT_GT(successes, 0);  // some mutations hit bytes that do not matter (statistics, padding)
 }

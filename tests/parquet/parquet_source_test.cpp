@@ -2,13 +2,14 @@
 // DuckDB; scripts/make_parquet_fixtures.mjs): every value of every string column, in order,
 // equals the writer's input; documents, skipping, several columns per row; and one clear
 // UserError for each kind of bad input.
+#include "data/parquet_source.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "core/error.h"
 #include "data/parquet/parquet_reader.h"
-#include "data/parquet_source.h"
 #include "data/text_source.h"
 #include "parquet/parquet_test_util.h"
 
@@ -24,11 +25,12 @@ const char* kStringColumns[] = {"text", "title", "blob"};
 Column read_column(const std::string& path, const std::string& column) {
   Column out;
   int64_t expect_row = 0;
-  parquet_rows(path, {column}, [&](int64_t row, std::span<const std::optional<std::string_view>> v) {
-    EXPECT_EQ(row, ++expect_row);
-    EXPECT_EQ(v.size(), 1u);
-    out.emplace_back(v[0] ? std::optional<std::string>(std::string(*v[0])) : std::nullopt);
-  });
+  parquet_rows(
+      path, {column}, [&](int64_t row, std::span<const std::optional<std::string_view>> v) {
+        EXPECT_EQ(row, ++expect_row);
+        EXPECT_EQ(v.size(), 1u);
+        out.emplace_back(v[0] ? std::optional<std::string>(std::string(*v[0])) : std::nullopt);
+      });
   return out;
 }
 
@@ -76,8 +78,8 @@ TEST(Parquet, SeveralColumnsPerRowWithNulls) {
                                   const std::optional<std::string>& b) {
                      return a.has_value() == b.has_value() && (!a || *a == *b);
                    };
-                   EXPECT_TRUE(same(v[0], blob[i]) && same(v[1], text[i]) &&
-                               same(v[2], title[i]) && same(v[3], text[i]))
+                   EXPECT_TRUE(same(v[0], blob[i]) && same(v[1], text[i]) && same(v[2], title[i]) &&
+                               same(v[3], text[i]))
                        << "row " << row;
                    nulls += !v[1];
                    ++rows;
@@ -96,10 +98,14 @@ TEST(Parquet, DocumentsSkipNullEmptyAndInvalidUtf8) {
       int64_t nulls = 0, empty = 0, bad_utf8 = 0, first_bad = 0;
       for (size_t i = 0; i < want.size(); ++i) {
         bool bad = true;
-        if (!want[i]) ++nulls;
-        else if (want[i]->empty()) ++empty;
-        else if (!valid_utf8(*want[i])) ++bad_utf8;
-        else bad = false, want_docs.push_back(*want[i]);
+        if (!want[i])
+          ++nulls;
+        else if (want[i]->empty())
+          ++empty;
+        else if (!valid_utf8(*want[i]))
+          ++bad_utf8;
+        else
+          bad = false, want_docs.push_back(*want[i]);
         if (bad && !first_bad) first_bad = static_cast<int64_t>(i) + 1;
       }
       SkippedRecords skipped;
@@ -151,8 +157,9 @@ TEST(Parquet, ColumnsAndTypes) {
 TEST(Parquet, WrongColumnErrors) {
   const std::string path = test::parquet_dir() + "/arrowrs_snappy_v1_dict.parquet";
   std::string msg = error_of([&] { parquet_documents(path, "body", nullptr, [](auto) {}); });
-  EXPECT_EQ(msg, path + ": no column 'body' (columns: id: INT64, score: DOUBLE, text: STRING, "
-                        "title: STRING, tags: LIST, blob: BYTE_ARRAY)");
+  EXPECT_EQ(msg, path +
+                     ": no column 'body' (columns: id: INT64, score: DOUBLE, text: STRING, "
+                     "title: STRING, tags: LIST, blob: BYTE_ARRAY)");
   msg = error_of([&] { parquet_rows(path, {"text", "id"}, [](auto, auto) {}); });
   EXPECT_EQ(msg, path + ": column 'id' is INT64, not a string column");
   msg = error_of([&] { parquet_rows(path, {"score"}, [](auto, auto) {}); });
@@ -164,8 +171,9 @@ TEST(Parquet, WrongColumnErrors) {
 TEST(Parquet, UnsupportedCodecNamesFileColumnAndCodec) {
   const std::string path = test::parquet_dir() + "/arrowrs_gzip_v1.parquet";
   std::string msg = error_of([&] { parquet_documents(path, "text", nullptr, [](auto) {}); });
-  EXPECT_EQ(msg, path + ": column 'text', row group 0: compression codec GZIP is not supported "
-                        "(supported: UNCOMPRESSED, SNAPPY, ZSTD)");
+  EXPECT_EQ(msg, path +
+                     ": column 'text', row group 0: compression codec GZIP is not supported "
+                     "(supported: UNCOMPRESSED, SNAPPY, ZSTD)");
 }
 
 // ---- damaged files ----
@@ -218,8 +226,8 @@ TEST_F(DamagedParquet, FooterLengthBeforeStart) {
   uint32_t len = static_cast<uint32_t>(d.size());
   std::memcpy(&d[d.size() - 8], &len, 4);
   EXPECT_EQ(read_error(d), path + ": footer length " + std::to_string(len) +
-                               " points before the start of the file (" +
-                               std::to_string(d.size()) + " bytes; truncated or corrupt)");
+                               " points before the start of the file (" + std::to_string(d.size()) +
+                               " bytes; truncated or corrupt)");
 }
 
 TEST_F(DamagedParquet, CorruptFooter) {
@@ -267,10 +275,34 @@ TEST_F(DamagedParquet, PageSizePastTheChunk) {
   ASSERT_GT(claimed, text_chunk_end() - text_chunk_start());
   std::string msg = read_error(d);
   EXPECT_NE(msg.find(path + ": column 'text', row group 0: page at byte "), std::string::npos);
-  EXPECT_NE(msg.find(": page size " + std::to_string(claimed) +
-                     " runs past the end of the column chunk"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find(": page size " + std::to_string(claimed) + " runs past the end of the column chunk"),
+      std::string::npos)
       << msg;
+}
+
+TEST_F(DamagedParquet, UnsupportedEncodingNamesIt) {
+  // Page header: type, uncompressed size, compressed size (each 0x15 + varint), then the data
+  // page header (0x2c: field 5, a struct): num_values (0x15 + varint), encoding (0x15 + zigzag
+  // varint; 0 = PLAIN). The encoding is rewritten to BYTE_STREAM_SPLIT (9, zigzag 18).
+  std::string d = bytes;
+  size_t p = static_cast<size_t>(text_chunk_start());
+  auto skip_field = [&] {
+    ASSERT_EQ(static_cast<uint8_t>(d[p++]), 0x15);
+    while (static_cast<uint8_t>(d[p]) & 0x80) ++p;
+    ++p;
+  };
+  skip_field();
+  skip_field();
+  skip_field();
+  ASSERT_EQ(static_cast<uint8_t>(d[p++]), 0x2c);
+  skip_field();
+  ASSERT_EQ(static_cast<uint8_t>(d[p++]), 0x15);
+  ASSERT_EQ(d[p], 0);
+  d[p] = 18;
+  EXPECT_EQ(read_error(d), path + ": column 'text', row group 0: encoding BYTE_STREAM_SPLIT is "
+                                  "not supported (supported: PLAIN, PLAIN_DICTIONARY, "
+                                  "RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY)");
 }
 
 bool valid_utf8(const std::string& s) {

@@ -13,7 +13,9 @@
 
 namespace lmt::test {
 
-inline std::string parquet_dir() { return std::string(LMT_TEST_DATA) + "/parquet"; }
+inline std::string parquet_dir() {
+  return std::string(LMT_TEST_DATA) + "/parquet";
+}
 
 // Every fixture (.parquet) but the one written with a codec we do not support.
 inline std::vector<std::string> parquet_fixtures(bool include_unsupported = false) {

@@ -27,13 +27,14 @@ TEST(ParquetThroughput, LargeFile) {
     sum += static_cast<uint8_t>(d.back());  // touch the value
   });
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  struct rusage ru{};
+  struct rusage ru {};
   getrusage(RUSAGE_SELF, &ru);
-  std::printf("%s: %lld documents, %.1f MB of text in %.2f s = %.0f MB/s (skipped %lld; peak RSS "
-              "%.0f MB; %llu)\n",
-              file, static_cast<long long>(docs), bytes / 1e6, s, bytes / 1e6 / s,
-              static_cast<long long>(skipped.total), ru.ru_maxrss / 1024.0,
-              static_cast<unsigned long long>(sum));
+  std::printf(
+      "%s: %lld documents, %.1f MB of text in %.2f s = %.0f MB/s (skipped %lld; peak RSS "
+      "%.0f MB; %llu)\n",
+      file, static_cast<long long>(docs), bytes / 1e6, s, bytes / 1e6 / s,
+      static_cast<long long>(skipped.total), ru.ru_maxrss / 1024.0,
+      static_cast<unsigned long long>(sum));
   EXPECT_GT(docs, 0);
 }
 

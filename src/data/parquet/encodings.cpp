@@ -100,8 +100,9 @@ void decode_rle_hybrid(Bytes in, int bit_width, size_t count, uint32_t* out,
   const size_t value_bytes = static_cast<size_t>(bit_width + 7) / 8;
   size_t n = 0;
   while (n < count) {
-    if (in.p >= in.end) fail(what, "RLE data ends after " + std::to_string(n) + " of " +
-                                       std::to_string(count) + " values");
+    if (in.p >= in.end)
+      fail(what,
+           "RLE data ends after " + std::to_string(n) + " of " + std::to_string(count) + " values");
     uint64_t h = uleb(in, what);
     if (h & 1) {  // bit-packed: (h >> 1) groups of 8 values; a short last group may be cut off
       uint64_t values = (h >> 1) * 8;
@@ -130,24 +131,24 @@ void decode_rle_hybrid(Bytes in, int bit_width, size_t count, uint32_t* out,
 void decode_plain_byte_arrays(Bytes in, size_t count, std::vector<std::string_view>& out,
                               const std::string& what) {
   out.clear();
-  if (count > in.size() / 4) fail(what, "PLAIN data holds fewer than " + std::to_string(count) +
-                                            " values");
+  if (count > in.size() / 4)
+    fail(what, "PLAIN data holds fewer than " + std::to_string(count) + " values");
   out.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     if (in.size() < 4) fail(what, "PLAIN data ends early");
     uint32_t len;
     std::memcpy(&len, in.p, 4);
     in.p += 4;
-    if (len > in.size()) fail(what, "PLAIN value length " + std::to_string(len) +
-                                        " runs past the page");
+    if (len > in.size())
+      fail(what, "PLAIN value length " + std::to_string(len) + " runs past the page");
     out.emplace_back(reinterpret_cast<const char*>(in.p), len);
     in.p += len;
   }
 }
 
 const uint8_t* decode_delta_length_byte_arrays(Bytes in, size_t count,
-                                              std::vector<std::string_view>& out,
-                                              const std::string& what) {
+                                               std::vector<std::string_view>& out,
+                                               const std::string& what) {
   std::vector<int64_t> lengths;
   decode_delta_binary(in, count, lengths, what);
   out.clear();

@@ -31,8 +31,8 @@ void decode_plain_byte_arrays(Bytes in, size_t count, std::vector<std::string_vi
 
 // DELTA_LENGTH_BYTE_ARRAY: `count` values; views into `in`. Returns where the data ends.
 const uint8_t* decode_delta_length_byte_arrays(Bytes in, size_t count,
-                                              std::vector<std::string_view>& out,
-                                              const std::string& what);
+                                               std::vector<std::string_view>& out,
+                                               const std::string& what);
 
 // DELTA_BYTE_ARRAY: `count` values rebuilt from prefixes and suffixes into `arena`; the views in
 // `out` point into arena (which is not resized after they are made).

@@ -14,16 +14,10 @@ std::string codec_name(int32_t codec) {
 }
 
 std::string encoding_name(int32_t encoding) {
-  static const char* names[] = {"PLAIN",
-                                "GROUP_VAR_INT",
-                                "PLAIN_DICTIONARY",
-                                "RLE",
-                                "BIT_PACKED",
-                                "DELTA_BINARY_PACKED",
-                                "DELTA_LENGTH_BYTE_ARRAY",
-                                "DELTA_BYTE_ARRAY",
-                                "RLE_DICTIONARY",
-                                "BYTE_STREAM_SPLIT"};
+  static const char* names[] = {
+      "PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+      "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+      "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
   if (encoding >= 0 && encoding < 10) return names[encoding];
   return "encoding " + std::to_string(encoding);
 }
@@ -40,11 +34,21 @@ SchemaElement read_schema_element(ThriftReader& r) {
   SchemaElement e;
   r.read_struct([&](int16_t id, TType t) {
     switch (id) {
-      case 1: e.type = i32(r, t); return true;
-      case 3: e.repetition = i32(r, t); return true;
-      case 4: e.name = std::string(r.read_binary(t)); return true;
-      case 5: e.num_children = i32(r, t); return true;
-      case 6: e.converted_type = i32(r, t); return true;
+      case 1:
+        e.type = i32(r, t);
+        return true;
+      case 3:
+        e.repetition = i32(r, t);
+        return true;
+      case 4:
+        e.name = std::string(r.read_binary(t));
+        return true;
+      case 5:
+        e.num_children = i32(r, t);
+        return true;
+      case 6:
+        e.converted_type = i32(r, t);
+        return true;
       case 10:
         if (t != TType::kStruct) return false;
         r.read_struct([&](int16_t lid, TType lt) {
@@ -53,7 +57,8 @@ SchemaElement read_schema_element(ThriftReader& r) {
           return true;
         });
         return true;
-      default: return false;
+      default:
+        return false;
     }
   });
   return e;
@@ -63,13 +68,26 @@ void read_column_meta(ThriftReader& r, ColumnChunk& c) {
   c.has_meta = true;
   r.read_struct([&](int16_t id, TType t) {
     switch (id) {
-      case 1: c.type = i32(r, t); return true;
-      case 4: c.codec = i32(r, t); return true;
-      case 5: c.num_values = r.read_int(t); return true;
-      case 7: c.total_compressed_size = r.read_int(t); return true;
-      case 9: c.data_page_offset = r.read_int(t); return true;
-      case 11: c.dictionary_page_offset = r.read_int(t); return true;
-      default: return false;
+      case 1:
+        c.type = i32(r, t);
+        return true;
+      case 4:
+        c.codec = i32(r, t);
+        return true;
+      case 5:
+        c.num_values = r.read_int(t);
+        return true;
+      case 7:
+        c.total_compressed_size = r.read_int(t);
+        return true;
+      case 9:
+        c.data_page_offset = r.read_int(t);
+        return true;
+      case 11:
+        c.dictionary_page_offset = r.read_int(t);
+        return true;
+      default:
+        return false;
     }
   });
 }
@@ -78,12 +96,15 @@ ColumnChunk read_column_chunk(ThriftReader& r) {
   ColumnChunk c;
   r.read_struct([&](int16_t id, TType t) {
     switch (id) {
-      case 1: c.external = !r.read_binary(t).empty(); return true;
+      case 1:
+        c.external = !r.read_binary(t).empty();
+        return true;
       case 3:
         if (t != TType::kStruct) return false;
         read_column_meta(r, c);
         return true;
-      default: return false;
+      default:
+        return false;
     }
   });
   return c;
@@ -100,8 +121,11 @@ RowGroup read_row_group(ThriftReader& r) {
           g.columns.push_back(read_column_chunk(r));
         });
         return true;
-      case 3: g.num_rows = r.read_int(t); return true;
-      default: return false;
+      case 3:
+        g.num_rows = r.read_int(t);
+        return true;
+      default:
+        return false;
     }
   });
   return g;
@@ -122,7 +146,9 @@ FileMetaData decode_file_metadata(const uint8_t* data, size_t size, const std::s
             m.schema.push_back(read_schema_element(r));
           });
           return true;
-        case 3: m.num_rows = r.read_int(t); return true;
+        case 3:
+          m.num_rows = r.read_int(t);
+          return true;
         case 4:
           if (t != TType::kList) return false;
           r.read_list([&](TType e) {
@@ -130,8 +156,11 @@ FileMetaData decode_file_metadata(const uint8_t* data, size_t size, const std::s
             m.row_groups.push_back(read_row_group(r));
           });
           return true;
-        case 6: m.created_by = std::string(r.read_binary(t)); return true;
-        default: return false;
+        case 6:
+          m.created_by = std::string(r.read_binary(t));
+          return true;
+        default:
+          return false;
       }
     });
   } catch (const ThriftTruncated&) {
@@ -148,22 +177,61 @@ PageHeader decode_page_header(const uint8_t* data, size_t size, const std::strin
     h.has_data_header = true;
     r.read_struct([&](int16_t id, TType t) {
       switch (id) {
-        case 1: h.num_values = i32(r, t); return true;
-        case 2: if (!v2) { h.encoding = i32(r, t); return true; } return false;
-        case 3: if (!v2) { h.def_level_encoding = i32(r, t); return true; } return false;
-        case 4: if (v2) { h.encoding = i32(r, t); return true; } return false;
-        case 5: if (v2) { h.def_levels_length = i32(r, t); return true; } return false;
-        case 6: if (v2) { h.rep_levels_length = i32(r, t); return true; } return false;
-        case 7: if (v2) { h.is_compressed = r.read_bool(t); return true; } return false;
-        default: return false;
+        case 1:
+          h.num_values = i32(r, t);
+          return true;
+        case 2:
+          if (!v2) {
+            h.encoding = i32(r, t);
+            return true;
+          }
+          return false;
+        case 3:
+          if (!v2) {
+            h.def_level_encoding = i32(r, t);
+            return true;
+          }
+          return false;
+        case 4:
+          if (v2) {
+            h.encoding = i32(r, t);
+            return true;
+          }
+          return false;
+        case 5:
+          if (v2) {
+            h.def_levels_length = i32(r, t);
+            return true;
+          }
+          return false;
+        case 6:
+          if (v2) {
+            h.rep_levels_length = i32(r, t);
+            return true;
+          }
+          return false;
+        case 7:
+          if (v2) {
+            h.is_compressed = r.read_bool(t);
+            return true;
+          }
+          return false;
+        default:
+          return false;
       }
     });
   };
   r.read_struct([&](int16_t id, TType t) {
     switch (id) {
-      case 1: h.type = i32(r, t); return true;
-      case 2: h.uncompressed_size = i32(r, t); return true;
-      case 3: h.compressed_size = i32(r, t); return true;
+      case 1:
+        h.type = i32(r, t);
+        return true;
+      case 2:
+        h.uncompressed_size = i32(r, t);
+        return true;
+      case 3:
+        h.compressed_size = i32(r, t);
+        return true;
       case 5:
         if (t != TType::kStruct || h.type != static_cast<int32_t>(PageType::kData)) return false;
         data_header(false);
@@ -173,9 +241,12 @@ PageHeader decode_page_header(const uint8_t* data, size_t size, const std::strin
           return false;
         h.has_data_header = true;
         r.read_struct([&](int16_t did, TType dt) {
-          if (did == 1) h.num_values = i32(r, dt);
-          else if (did == 2) h.encoding = i32(r, dt);
-          else return false;
+          if (did == 1)
+            h.num_values = i32(r, dt);
+          else if (did == 2)
+            h.encoding = i32(r, dt);
+          else
+            return false;
           return true;
         });
         return true;
@@ -183,7 +254,8 @@ PageHeader decode_page_header(const uint8_t* data, size_t size, const std::strin
         if (t != TType::kStruct || h.type != static_cast<int32_t>(PageType::kDataV2)) return false;
         data_header(true);
         return true;
-      default: return false;
+      default:
+        return false;
     }
   });
   *used = r.position();

@@ -12,17 +12,36 @@
 namespace lmt::parquet {
 
 enum class PhysicalType : int32_t {
-  kBoolean = 0, kInt32 = 1, kInt64 = 2, kInt96 = 3, kFloat = 4, kDouble = 5, kByteArray = 6,
+  kBoolean = 0,
+  kInt32 = 1,
+  kInt64 = 2,
+  kInt96 = 3,
+  kFloat = 4,
+  kDouble = 5,
+  kByteArray = 6,
   kFixedLenByteArray = 7,
 };
 enum class Repetition : int32_t { kRequired = 0, kOptional = 1, kRepeated = 2 };
 enum class Codec : int32_t {
-  kUncompressed = 0, kSnappy = 1, kGzip = 2, kLzo = 3, kBrotli = 4, kLz4 = 5, kZstd = 6,
+  kUncompressed = 0,
+  kSnappy = 1,
+  kGzip = 2,
+  kLzo = 3,
+  kBrotli = 4,
+  kLz4 = 5,
+  kZstd = 6,
   kLz4Raw = 7,
 };
 enum class Encoding : int32_t {
-  kPlain = 0, kPlainDictionary = 2, kRle = 3, kBitPacked = 4, kDeltaBinaryPacked = 5,
-  kDeltaLengthByteArray = 6, kDeltaByteArray = 7, kRleDictionary = 8, kByteStreamSplit = 9,
+  kPlain = 0,
+  kPlainDictionary = 2,
+  kRle = 3,
+  kBitPacked = 4,
+  kDeltaBinaryPacked = 5,
+  kDeltaLengthByteArray = 6,
+  kDeltaByteArray = 7,
+  kRleDictionary = 8,
+  kByteStreamSplit = 9,
 };
 enum class PageType : int32_t { kData = 0, kIndex = 1, kDictionary = 2, kDataV2 = 3 };
 

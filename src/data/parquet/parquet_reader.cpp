@@ -19,8 +19,8 @@ namespace lmt::parquet {
 
 namespace {
 
-constexpr int64_t kMaxPage = int64_t{1} << 30;         // larger pages are taken as corruption
-constexpr size_t kMaxPageHeader = size_t{64} << 20;    // statistics can make headers long
+constexpr int64_t kMaxPage = int64_t{1} << 30;       // larger pages are taken as corruption
+constexpr size_t kMaxPageHeader = size_t{64} << 20;  // statistics can make headers long
 constexpr int kMaxSchemaDepth = 100;
 // Writers keep pages to ~20k values (parquet-mr, arrow-rs) or one row group (DuckDB); a page of
 // more than 16M values is taken as corruption (its levels and views would take ~400 MB).
@@ -60,7 +60,7 @@ std::string group_type(const SchemaElement& e) {
 ParquetFile::ParquetFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw UserError(path + ": cannot open: " + std::strerror(errno));
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
     throw UserError(path + ": not a regular file");
@@ -95,7 +95,9 @@ ParquetFile::ParquetFile(const std::string& path) : path_(path) {
   }
 }
 
-ParquetFile::~ParquetFile() { ::close(fd_); }
+ParquetFile::~ParquetFile() {
+  ::close(fd_);
+}
 
 void ParquetFile::read_at(int64_t offset, size_t n, uint8_t* out) const {
   size_t done = 0;
@@ -120,8 +122,7 @@ void ParquetFile::build_columns() {
     if (next >= s.size() || depth > kMaxSchemaDepth)
       throw UserError(path_ + ": footer: the schema's child counts do not match its elements");
     const SchemaElement& e = s[next++];
-    if (e.num_children < 0)
-      throw UserError(path_ + ": footer: negative child count in the schema");
+    if (e.num_children < 0) throw UserError(path_ + ": footer: negative child count in the schema");
     if (e.num_children == 0) return e.type ? 1 : 0;
     int n = 0;
     for (int32_t c = 0; c < e.num_children; ++c) n += self(self, depth + 1);
@@ -208,7 +209,8 @@ ColumnChunkReader::ColumnChunkReader(const ParquetFile& file, const ColumnInfo& 
          " values but the schema says BYTE_ARRAY");
   codec_ = c.codec;
   if (codec_ != static_cast<int32_t>(Codec::kUncompressed) &&
-      codec_ != static_cast<int32_t>(Codec::kSnappy) && codec_ != static_cast<int32_t>(Codec::kZstd))
+      codec_ != static_cast<int32_t>(Codec::kSnappy) &&
+      codec_ != static_cast<int32_t>(Codec::kZstd))
     fail("compression codec " + codec_name(codec_) +
          " is not supported (supported: UNCOMPRESSED, SNAPPY, ZSTD)");
   int64_t start = c.data_page_offset;
@@ -354,8 +356,7 @@ bool ColumnChunkReader::load_data_page() {
     const int64_t body = pos_ + static_cast<int64_t>(used);
     if (h.compressed_size > end_ - body)
       throw UserError(where + ": page size " + std::to_string(h.compressed_size) +
-                      " runs past the end of the column chunk (byte " + std::to_string(end_) +
-                      ")");
+                      " runs past the end of the column chunk (byte " + std::to_string(end_) + ")");
     pos_ = body + h.compressed_size;
     const auto type = static_cast<PageType>(h.type);
     if (type != PageType::kData && type != PageType::kDataV2 && type != PageType::kDictionary)

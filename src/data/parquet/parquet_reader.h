@@ -21,11 +21,11 @@ namespace lmt::parquet {
 // A top-level field of the schema.
 struct ColumnInfo {
   std::string name;
-  std::string type;      // for messages: STRING, BYTE_ARRAY, INT64, LIST, STRUCT, ...
-  bool nested = false;   // a group or a repeated field: several or no leaf columns
-  bool readable = false; // a BYTE_ARRAY leaf that is a string or plain bytes
-  int leaf = -1;         // index of its column chunk in each row group (flat fields only)
-  int max_def = 0;       // 1 when optional
+  std::string type;       // for messages: STRING, BYTE_ARRAY, INT64, LIST, STRUCT, ...
+  bool nested = false;    // a group or a repeated field: several or no leaf columns
+  bool readable = false;  // a BYTE_ARRAY leaf that is a string or plain bytes
+  int leaf = -1;          // index of its column chunk in each row group (flat fields only)
+  int max_def = 0;        // 1 when optional
 };
 
 // Owns a file descriptor; reads are pread, so several ColumnChunkReaders can share one file.

@@ -19,8 +19,7 @@ using parquet::ParquetFile;
 
 using RowFn = std::function<void(int64_t, std::span<const std::optional<std::string_view>>)>;
 
-void for_each_row(const std::string& path, const std::vector<std::string>& names,
-                  const RowFn& fn) {
+void for_each_row(const std::string& path, const std::vector<std::string>& names, const RowFn& fn) {
   ParquetFile file(path);
   std::vector<const ColumnInfo*> cols;
   for (const std::string& name : names) cols.push_back(&file.string_column(name));
@@ -50,25 +49,26 @@ void for_each_row(const std::string& path, const std::vector<std::string>& names
 
 }  // namespace
 
-void parquet_documents(const std::string& path, const std::string& column,
-                       SkippedRecords* skipped, const std::function<void(std::string_view)>& fn) {
-  for_each_row(path, {column}, [&](int64_t row, std::span<const std::optional<std::string_view>> v) {
-    auto bad = [&](const std::string& reason) {
-      if (!skipped)
-        throw UserError(path + ": row " + std::to_string(row) + ": " + reason +
-                        " (set on_error: skip on the source to skip and count such records)");
-      skipped->add(reason);
-    };
-    const std::optional<std::string_view>& doc = v[0];
-    if (!doc)
-      bad("null in column '" + column + "'");
-    else if (doc->empty())
-      bad("empty document");
-    else if (!simdjson::validate_utf8(doc->data(), doc->size()))
-      bad("invalid UTF-8");
-    else
-      fn(*doc);
-  });
+void parquet_documents(const std::string& path, const std::string& column, SkippedRecords* skipped,
+                       const std::function<void(std::string_view)>& fn) {
+  for_each_row(
+      path, {column}, [&](int64_t row, std::span<const std::optional<std::string_view>> v) {
+        auto bad = [&](const std::string& reason) {
+          if (!skipped)
+            throw UserError(path + ": row " + std::to_string(row) + ": " + reason +
+                            " (set on_error: skip on the source to skip and count such records)");
+          skipped->add(reason);
+        };
+        const std::optional<std::string_view>& doc = v[0];
+        if (!doc)
+          bad("null in column '" + column + "'");
+        else if (doc->empty())
+          bad("empty document");
+        else if (!simdjson::validate_utf8(doc->data(), doc->size()))
+          bad("invalid UTF-8");
+        else
+          fn(*doc);
+      });
 }
 
 void parquet_rows(const std::string& path, const std::vector<std::string>& columns,

@@ -31,8 +31,8 @@ uint64_t ThriftReader::varint() {
 
 void ThriftReader::expect(TType got, TType want, bool allow_int) {
   if (got == want) return;
-  if (allow_int && (got == TType::kByte || got == TType::kI16 || got == TType::kI32 ||
-                    got == TType::kI64))
+  if (allow_int &&
+      (got == TType::kByte || got == TType::kI16 || got == TType::kI32 || got == TType::kI64))
     return;
   fail("unexpected field type " + std::to_string(static_cast<int>(got)));
 }
