@@ -75,9 +75,10 @@ function writeExpected(name, rows) {
   fs.writeFileSync(path.join(out, name + '.json'), JSON.stringify({ rows: rows.length, columns }) + '\n');
 }
 
+// `title` is declared non-nullable, so arrow-rs writes it as a REQUIRED column (no levels).
 function arrowTable(rows) {
   const { vectorFromArray, Utf8, Float64, Int64, Binary, List, Field, makeTable } = arrow;
-  return makeTable({
+  const t = makeTable({
     id: vectorFromArray(BigInt64Array.from(rows.map((r) => r.id)), new Int64()),
     score: vectorFromArray(rows.map((r) => r.score), new Float64()),
     text: vectorFromArray(rows.map((r) => expand(r.text)), new Utf8()),
@@ -85,6 +86,9 @@ function arrowTable(rows) {
     tags: vectorFromArray(rows.map((r) => r.tags), new List(new Field('item', new Utf8(), true))),
     blob: vectorFromArray(rows.map((r) => r.blob), new Binary()),
   });
+  const fields = t.schema.fields.map((f) => (f.name === 'title' ? new Field(f.name, f.type, false) : f));
+  const schema = new arrow.Schema(fields, t.schema.metadata);
+  return new arrow.Table(schema, t.batches.map((b) => new arrow.RecordBatch(schema, b.data)));
 }
 
 const manifest = [];

@@ -151,6 +151,11 @@ TEST(Parquet, ColumnsAndTypes) {
     std::string listed;
     for (const auto& c : cols) listed += c.name + ":" + c.type + " ";
     EXPECT_EQ(listed, "id:INT64 score:DOUBLE text:STRING title:STRING tags:LIST blob:BYTE_ARRAY ");
+    // arrow-rs writes `title` REQUIRED (no definition levels), DuckDB OPTIONAL: both paths run.
+    parquet::ParquetFile f(path);
+    const bool arrow_rs = path.find("/arrowrs_") != std::string::npos;
+    EXPECT_EQ(f.string_column("title").max_def, arrow_rs ? 0 : 1);
+    EXPECT_EQ(f.string_column("text").max_def, 1);
   }
 }
 
