@@ -290,6 +290,10 @@ void ColumnChunkReader::decode_values(const PageHeader& h, const uint8_t* p, con
                                       size_t count) {
   const std::string what = what_ + ": data page";
   Bytes in{p, end};
+  if (count == 0) {  // all nulls: writers may leave the value section empty
+    values_.clear();
+    return;
+  }
   switch (static_cast<Encoding>(h.encoding)) {
     case Encoding::kPlain:
       decode_plain_byte_arrays(in, count, values_, what);
@@ -298,7 +302,6 @@ void ColumnChunkReader::decode_values(const PageHeader& h, const uint8_t* p, con
     case Encoding::kRleDictionary: {
       if (!has_dict_) fail("a dictionary-encoded page but no dictionary page");
       values_.resize(count);
-      if (count == 0) return;
       if (in.p >= in.end) fail("dictionary-encoded page without data");
       int bw = *in.p++;
       scratch_.resize(count);
