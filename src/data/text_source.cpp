@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "data/csv_source.h"
+#include "data/parquet_source.h"
 
 namespace lmt {
 
@@ -105,9 +106,10 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
   const std::string key = "data.sources[" + std::to_string(index) + "]";
   const bool jsonl = spec.format == "jsonl";
   const bool csv = spec.format == "csv" || spec.format == "tsv";
-  if (spec.format != "text" && !jsonl && !csv)
+  const bool parquet = spec.format == "parquet";
+  if (spec.format != "text" && !jsonl && !csv && !parquet)
     throw UserError(key + ".format: '" + spec.format +
-                    "' is not supported yet (supported: text, jsonl, csv, tsv)");
+                    "' is not supported yet (supported: text, jsonl, csv, tsv, parquet)");
   if (spec.on_error != "stop" && spec.on_error != "skip")
     throw UserError(key + ".on_error: '" + spec.on_error + "' must be stop or skip");
   if (spec.format == "text" && spec.split != "file" && spec.split != "line" &&
@@ -116,6 +118,16 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
                     "' is not a split mode (file, line or delimiter)");
   TextSourceStats stats;
   for (const std::string& file : list_source_files(spec.path, key, spec.exclude)) {
+    SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
+    if (parquet) {  // read a page at a time by its own reader, not through the map
+      ++stats.files;
+      parquet_documents(file, spec.field, skipped, [&](std::string_view doc) {
+        ++stats.documents;
+        stats.bytes += static_cast<int64_t>(doc.size());
+        fn(doc);
+      });
+      continue;
+    }
     MappedFile mapped(file, key);
     std::string_view text = mapped.text();
     ++stats.files;
@@ -124,7 +136,6 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
       stats.bytes += static_cast<int64_t>(doc.size());
       fn(doc);
     };
-    SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
     // Hands the pages of records already passed to fn back to the kernel (bounded memory).
     size_t consumed = 0;
     auto take_and_release = [&](std::string_view doc) {
