@@ -112,6 +112,7 @@ const int kAllThreads = static_cast<int>(std::max(1u, std::thread::hardware_conc
 
 LMT_TOKENIZER_BENCH(gpt2_style_bpe, "bytelevel_bpe.json");
 LMT_TOKENIZER_BENCH(llama3_style_bpe, "llama3_style_bpe.json");
+LMT_TOKENIZER_BENCH(llama2_style_json_bpe, "llama2_style_bpe.json");  // sp_bpe's vocab, HF rules
 LMT_TOKENIZER_BENCH(sentencepiece_bpe, "sp_bpe.model");
 LMT_TOKENIZER_BENCH(sentencepiece_unigram, "sp_unigram.model");
 

@@ -58,10 +58,11 @@ struct AddedToken {
 
 // Per-thread word caches, so encoding scales across threads with no lock. Each thread keeps up
 // to kCacheSlots caches, one per tokenizer it used last (by the tokenizer's unique serial, never
-// reused, so a cache never outlives its meaning); words up to kMaxCachedWord bytes are cached,
-// and a cache is cleared when it reaches kMaxCacheWords.
+// reused, so a cache never outlives its meaning). Words up to kMaxCachedWord bytes are cached
+// until a cache holds kMaxCacheWords; then it keeps what it has, as HF's cache does (clearing
+// instead would thrash on streams of unique words such as numbers). A full cache takes about 4 MB.
 constexpr size_t kCacheSlots = 4;
-constexpr size_t kMaxCacheWords = 1 << 16;
+constexpr size_t kMaxCacheWords = 1 << 17;
 constexpr size_t kMaxCachedWord = 128;
 std::atomic<uint64_t> next_serial{1};
 
@@ -468,9 +469,58 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, bool at_start,
 
 namespace {
 
-struct WordCache {
+// Word -> ids, an open-addressing table over flat arrays: a lookup touches one 8-byte slot (a
+// 32-bit hash tag and an entry index) and, on a tag match, the entry and its key bytes. This is
+// about twice as fast as std::unordered_map, whose node walk missed the CPU cache on every word.
+class WordCache {
+ public:
   uint64_t serial = 0;  // the tokenizer it belongs to; 0: none
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
+
+  void clear() {
+    slots_.assign(2 * kMaxCacheWords, Slot{});
+    entries_.clear();
+    keys_.clear();
+    ids_.clear();
+  }
+  // Appends the cached ids of `word` to `out`; false when it is not cached.
+  bool find(std::string_view word, uint64_t h, std::vector<int32_t>& out) const {
+    if (slots_.empty()) return false;
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Slot s = slots_[i];
+      if (s.index == 0) return false;
+      if (s.tag != static_cast<uint32_t>(h >> 32)) continue;
+      const Entry& e = entries_[s.index - 1];
+      if (std::string_view(keys_).substr(e.key_off, e.key_len) != word) continue;
+      out.insert(out.end(), ids_.begin() + e.ids_off, ids_.begin() + e.ids_off + e.ids_len);
+      return true;
+    }
+  }
+  // Caches `ids` for a word not cached yet, while there is room.
+  void insert(std::string_view word, uint64_t h, const std::vector<int32_t>& ids) {
+    if (entries_.size() >= kMaxCacheWords) return;
+    if (slots_.empty()) clear();
+    const size_t mask = slots_.size() - 1;
+    size_t i = h & mask;
+    while (slots_[i].index != 0) i = (i + 1) & mask;
+    entries_.push_back({static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
+                        static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(ids.size())});
+    keys_.append(word);
+    ids_.insert(ids_.end(), ids.begin(), ids.end());
+    slots_[i] = {static_cast<uint32_t>(h >> 32), static_cast<uint32_t>(entries_.size())};
+  }
+
+ private:
+  struct Slot {
+    uint32_t tag = 0, index = 0;  // index: entry + 1; 0: empty
+  };
+  struct Entry {
+    uint32_t key_off, key_len, ids_off, ids_len;
+  };
+  std::vector<Slot> slots_;  // a power of two, at most half full
+  std::vector<Entry> entries_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
 };
 
 // This thread's cache for the tokenizer `serial`, taking over the least recently claimed slot.
@@ -481,7 +531,7 @@ WordCache& thread_cache(uint64_t serial) {
     if (c.serial == serial) return c;
   WordCache& c = slots[next_slot++ % kCacheSlots];
   c.serial = serial;
-  c.words.clear();
+  c.clear();
   return c;
 }
 
@@ -490,13 +540,8 @@ WordCache& thread_cache(uint64_t serial) {
 void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   WordCache* cache = word.size() <= kMaxCachedWord ? &thread_cache(serial) : nullptr;
-  if (cache) {
-    auto it = cache->words.find(word);
-    if (it != cache->words.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  const uint64_t h = cache ? std::hash<std::string_view>{}(word) : 0;
+  if (cache && cache->find(word, h, out)) return;
   std::vector<int32_t> syms;
   std::optional<int32_t> whole;
   if (ignore_merges) {
@@ -517,9 +562,7 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
     merge_all(syms);
   }
   out.insert(out.end(), syms.begin(), syms.end());
-  if (!cache) return;
-  if (cache->words.size() >= kMaxCacheWords) cache->words.clear();
-  cache->words.emplace(std::string(word), std::move(syms));
+  if (cache) cache->insert(word, h, syms);
 }
 
 // HF's BPE::merge_word: one symbol per character (per byte for byte-level); a character missing
