@@ -5,11 +5,14 @@
 // from many threads at once.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
@@ -112,6 +115,36 @@ TEST(HfReference, RandomTextsRoundTripThroughByteFallback) {
     if (t.find("<s>") != std::string::npos || t.find("</s>") != std::string::npos) continue;
     EXPECT_EQ(tok->decode(ids), t) << ids_str(ids);
   }
+}
+
+TEST(HfReference, CuttingWordsAtMetaspaceKeepsTheIds) {
+  // The loader cuts SentencePiece-style words before each "▁" that follows another character
+  // when no vocab token could merge across the cut. A vocab token with an inner "▁" (reachable by
+  // no merge, so the ids cannot change) turns the cut off: both must agree on random texts.
+  json j = read_json(data_path("llama2_style_bpe.json"));
+  j["model"]["vocab"]["q\u2581z"] = 700;
+  const std::string path = ::testing::TempDir() + "/lmt_no_cut_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << j.dump();
+  const auto cut = load_tokenizer(data_path("llama2_style_bpe.json"));
+  const auto whole = load_tokenizer(path);
+  std::mt19937 rng(std::random_device{}());
+  const char* pool[] = {"a", "e", "t", "h", "th", "in", " ", " ", "  ", "\u2581", "\n", "x", "q", "z"};
+  for (int n = 0; n < 300; ++n) {
+    std::string t;
+    for (int k = static_cast<int>(rng() % 30); k > 0; --k) t += pool[rng() % std::size(pool)];
+    EXPECT_EQ(cut->encode(t), whole->encode(t)) << "'" << t << "'";
+  }
+  std::remove(path.c_str());
+
+  // A merge that does cross ("e" + "▁", rank 0) must be applied: the cut is off for this vocab.
+  json m = read_json(data_path("llama2_style_bpe.json"));
+  m["model"]["vocab"]["e\u2581"] = 700;
+  m["model"]["merges"].insert(m["model"]["merges"].begin(), json::array({"e", "\u2581"}));
+  std::ofstream(path) << m.dump();
+  const auto crossing = load_tokenizer(path);
+  const auto ids = crossing->encode("the cat");
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 700), ids.end()) << ids_str(ids);
+  std::remove(path.c_str());
 }
 
 TEST(Tokenizer, BosAndEosIds) {

@@ -100,6 +100,11 @@ struct BpeTokenizer::Impl {
   bool byte_fallback = false;
   std::optional<int32_t> unk_id;
   bool fuse_unk = false;
+  // Words may be cut before every "▁" that follows another character without changing the ids:
+  // true when no model token holds "▁" after a character other than "▁" (so no merge can cross
+  // such a cut), the model is not byte-level and ignore_merges is off. SentencePiece vocabularies
+  // are so; it turns Llama 2's one word per text into one cacheable word per "▁word".
+  bool cut_at_metaspace = false;
   std::vector<AddedToken> added;  // longest first
   // Indices into `added` by first byte, for the two passes HF makes: [0] tokens matched on the raw
   // text (normalized false), [1] tokens matched on the normalized text (normalized true).
@@ -297,7 +302,18 @@ std::string decode_token(const std::string& tok, bool byte_level) {
   return out;
 }
 
+bool merges_never_cross_metaspace(const BpeTokenizer::Impl& t) {
+  static const std::string kMeta = "\u2581";
+  for (const auto& [tok, id] : t.vocab) {
+    for (size_t at = tok.find(kMeta, 1); at != std::string::npos; at = tok.find(kMeta, at + 1))
+      if (at < kMeta.size() || tok.compare(at - kMeta.size(), kMeta.size(), kMeta) != 0)
+        return false;
+  }
+  return true;
+}
+
 void build_tables(BpeTokenizer::Impl& t) {
+  t.cut_at_metaspace = !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
   int32_t size = 0;
   for (const auto& [tok, id] : t.vocab) size = std::max(size, id + 1);
   t.id_to_token.assign(size, "");
@@ -464,7 +480,22 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, bool at_start,
     }
     pieces.swap(next);
   }
-  for (const Piece& p : pieces) encode_word(p.s, out);
+  static const std::string_view kMeta = "\u2581";
+  for (const Piece& p : pieces) {
+    if (!cut_at_metaspace) {
+      encode_word(p.s, out);
+      continue;
+    }
+    size_t start = 0;
+    for (size_t at = p.s.find(kMeta, 1); at != std::string_view::npos;
+         at = p.s.find(kMeta, at + kMeta.size())) {
+      if (at >= kMeta.size() && p.s.substr(at - kMeta.size(), kMeta.size()) == kMeta)
+        continue;  // inside a run of "▁"
+      encode_word(p.s.substr(start, at - start), out);
+      start = at;
+    }
+    encode_word(p.s.substr(start), out);
+  }
 }
 
 namespace {
