@@ -1,6 +1,7 @@
 // tokenizer.json files of every kind we load against Hugging Face tokenizers' own ids (hf_ref.json,
 // made by scripts/make_tokenizer_fixtures.mjs with HF's Node bindings): the SentencePiece-style
-// ones (Llama 2 normalizer, Metaspace first / always+split / never), the byte-level ones, and the
+// ones (Llama 2 normalizer, Metaspace first / always+split / never, Gemma-like Replace with Split
+// pre-tokenizers of every behavior), the byte-level ones, and the
 // file `lmtrain tokenizer train` wrote. Also bos_id / eos_id of every tokenizer kind, and encoding
 // from many threads at once.
 #include <gtest/gtest.h>
@@ -69,6 +70,7 @@ TEST_P(HfReference, IdsSpecialIdsAndDecodeMatch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference,
                          ::testing::Values("llama2_style_bpe", "metaspace_bpe",
                                            "metaspace_split_bpe", "metaspace_never_bpe",
+                                           "split_behaviors_bpe",
                                            "bytelevel_bpe", "llama3_style_bpe",
                                            "lmtrain_trained_bpe"));
 
