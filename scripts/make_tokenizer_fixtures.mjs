@@ -80,9 +80,11 @@ const spStyle = {
   metaspace_bpe: { version: '1.0', truncation: null, padding: null, added_tokens: baseAdded,
     normalizer: null, pre_tokenizer: metaspace('first', false),
     post_processor: template(['<s>', '$A', '</s>']), decoder: llamaDecoder, model: bpeModel({}) },
-  // Metaspace that splits words, prepends to every segment, decoder Metaspace, ignore_merges.
+  // Metaspace that splits words, prepends to every segment, decoder Metaspace, ignore_merges, added
+  // tokens that strip whitespace (lstrip / rstrip).
   metaspace_split_bpe: { version: '1.0', truncation: null, padding: null,
-    added_tokens: [...baseAdded, special('<eos>', 601), special('<|user|>', 600)],
+    added_tokens: [...baseAdded, { ...special('<eos>', 601), rstrip: true },
+      { ...special('<|user|>', 600), lstrip: true, rstrip: true }],
     normalizer: null, pre_tokenizer: metaspace('always', true), post_processor: null,
     decoder: metaspace('always', true), model: bpeModel({ ignore_merges: true }) },
   // No prepend, no byte fallback: unknown characters become one fused <unk>.
@@ -122,7 +124,7 @@ const hard = ['', ' ', '  ', '   leading', 'trailing   ', 'many     spaces   her
   'x <|sep|> y<|sep|>z', '<|user|>hi<eos>', '<|endoftext|> in text <|end_of_text|><|begin_of_text|>',
   '▁already▁has▁metaspace', ' ▁ mixed ▁', '<0x41> a literal byte token', 'ẞ ǅ ﬁ ligature \u{10FFFF}',
   'the the the the quick quick brown', 'Supercalifragilisticexpialidocious',
-  'well-known, right?! yes... 12-34 a--b\n\nnext\n', '-leading-and-trailing-', '!!!?? 2024-11-23'];
+  'hi  <|user|>  there', 'x\t<eos>\n y <eos>', ' \u00a0<|user|>\u2003', 'well-known, right?! yes... 12-34 a--b\n\nnext\n', '-leading-and-trailing-', '!!!?? 2024-11-23'];
 const texts = [...ref.texts, ...hard];
 const names = ['llama2_style_bpe', 'metaspace_bpe', 'metaspace_split_bpe', 'metaspace_never_bpe',
   'split_behaviors_bpe',

@@ -54,7 +54,15 @@ struct AddedToken {
   int32_t id = 0;
   bool normalized = false;
   bool special = false;
+  bool lstrip = false, rstrip = false;  // the token takes the whitespace on its left / right
 };
+
+// Unicode White_Space, which HF's \s matches when it strips around lstrip / rstrip tokens.
+bool is_unicode_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
 
 // Per-thread word caches, so encoding scales across threads with no lock. Each thread keeps up
 // to kCacheSlots caches, one per tokenizer it used last (by the tokenizer's unique serial, never
@@ -76,6 +84,16 @@ struct Merge {
   int32_t rank;
   int32_t new_id;
 };
+
+// Code point of the UTF-8 character at s[i] and its length; (0xFFFD, 1) for an invalid byte.
+std::pair<uint32_t, size_t> decode_utf8(std::string_view s, size_t i) {
+  const size_t n = utf8_len(s, i);
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (n == 1) return {c < 0x80 ? c : 0xFFFD, 1};
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return {cp, n};
+}
 
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -248,8 +266,7 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string name = "added_tokens[" + std::to_string(i) + "]";
     const json& a = list[i];
-    for (const char* k : {"lstrip", "rstrip", "single_word"})
-      if (flag(a, k)) t.fail(name + "." + k, "true is not supported");
+    if (flag(a, "single_word")) t.fail(name + ".single_word", "true is not supported");
     AddedToken tok;
     tok.content = field(a, "content", t.path, name + ".content").get<std::string>();
     tok.id = field(a, "id", t.path, name + ".id").get<int32_t>();
@@ -257,6 +274,8 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
     if (tok.id < 0) t.fail(name + ".id", "negative");
     t.vocab[tok.content] = tok.id;
     tok.special = flag(a, "special");
+    tok.lstrip = flag(a, "lstrip");
+    tok.rstrip = flag(a, "rstrip");
     tok.normalized = a.value("normalized", !tok.special);
     // HF matches a normalized token by its normalized content (Llama 2's Prepend gives "▁<tok>").
     tok.pattern = tok.normalized ? t.normalizer.apply(tok.content) : tok.content;
@@ -417,10 +436,28 @@ void BpeTokenizer::Impl::split_added(std::string_view text, int pass, bool at_st
       ++i;
       continue;
     }
-    gap(text.substr(seg_start, i - seg_start), at_start && seg_start == 0);
+    // HF's find_matches: lstrip takes the whitespace before the token back to the previous split,
+    // rstrip the whitespace after it.
+    size_t start = i, stop = i + hit->pattern.size();
+    if (hit->lstrip) {
+      while (start > seg_start) {
+        size_t prev = start - 1;
+        while (prev > seg_start && (static_cast<unsigned char>(text[prev]) & 0xC0) == 0x80) --prev;
+        const auto [cp, n] = decode_utf8(text, prev);
+        if (prev + n != start || !is_unicode_space(cp)) break;
+        start = prev;
+      }
+    }
+    if (hit->rstrip) {
+      while (stop < text.size()) {
+        const auto [cp, n] = decode_utf8(text, stop);
+        if (!is_unicode_space(cp)) break;
+        stop += n;
+      }
+    }
+    gap(text.substr(seg_start, start - seg_start), at_start && seg_start == 0);
     out.push_back(hit->id);
-    i += hit->pattern.size();
-    seg_start = i;
+    i = seg_start = stop;
   }
   gap(text.substr(seg_start), at_start && seg_start == 0);
 }
