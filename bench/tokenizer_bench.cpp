@@ -1,8 +1,9 @@
 // Encode throughput (MB/s of UTF-8 text) of every tokenizer kind through the Tokenizer interface,
-// on one thread and on all threads at once (an OpenMP loop over the documents, wall-clock time). The corpus is generated: the
-// lines of tests/data/tokenizers/train.txt in a seeded random order, with random numbers and a few
-// non-ASCII words mixed in, cut into documents of 1-4 KB, about 4 MB in all. Before timing, each
-// tokenizer's ids are checked: in range, and decoding to the text where the tokenizer is lossless.
+// on one thread and on all threads at once (an OpenMP loop over the documents, wall-clock time).
+// The corpus is generated: the lines of tests/data/tokenizers/train.txt in a seeded random order,
+// with random numbers and a few non-ASCII words mixed in, cut into documents of 1-4 KB, about 4 MB
+// in all. Before timing, each tokenizer's ids are checked: in range, and decoding to the text where
+// the tokenizer is lossless.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -85,9 +86,9 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-// Encodes the whole corpus once per iteration on `state.range(0)` OpenMP threads (a persistent pool,
-// as data preparation uses, so per-thread caches stay warm across iterations); wall-clock time.
-// cpu_MB/s divides the bytes by the CPU time all threads spent, which a busy shared machine
+// Encodes the whole corpus once per iteration on `state.range(0)` OpenMP threads (a persistent
+// pool, as data preparation uses, so per-thread caches stay warm across iterations); wall-clock
+// time. cpu_MB/s divides the bytes by the CPU time all threads spent, which a busy shared machine
 // disturbs far less than the wall-clock rate: if it holds from 1 to N threads, the encoders scale.
 void BM_TokenizerEncode(benchmark::State& state, const std::string& spec) {
   const Tokenizer& tok = tokenizer(spec);
@@ -103,7 +104,8 @@ void BM_TokenizerEncode(benchmark::State& state, const std::string& spec) {
     {
       const double c0 = thread_cpu_seconds();
 #pragma omp for schedule(dynamic, 4)
-      for (int64_t i = 0; i < n; ++i) iter_tokens += static_cast<int64_t>(tok.encode(docs[i]).size());
+      for (int64_t i = 0; i < n; ++i)
+        iter_tokens += static_cast<int64_t>(tok.encode(docs[i]).size());
       iter_cpu += thread_cpu_seconds() - c0;
     }
     tokens += iter_tokens;
@@ -119,13 +121,13 @@ void BM_TokenizerEncode(benchmark::State& state, const std::string& spec) {
 const int kAllThreads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
 // The first iteration warms the caches of every thread; MinWarmUpTime runs it untimed.
-#define LMT_TOKENIZER_BENCH(name, spec)                                                  \
-  BENCHMARK_CAPTURE(BM_TokenizerEncode, name, std::string(spec))                         \
-      ->Unit(benchmark::kMillisecond)                                                    \
-      ->UseRealTime()                                                                    \
-      ->MinWarmUpTime(0.5)                                                               \
-      ->MinTime(1.5)                                                                     \
-      ->Arg(1)                                                                           \
+#define LMT_TOKENIZER_BENCH(name, spec)                          \
+  BENCHMARK_CAPTURE(BM_TokenizerEncode, name, std::string(spec)) \
+      ->Unit(benchmark::kMillisecond)                            \
+      ->UseRealTime()                                            \
+      ->MinWarmUpTime(0.5)                                       \
+      ->MinTime(1.5)                                             \
+      ->Arg(1)                                                   \
       ->Arg(kAllThreads)
 
 LMT_TOKENIZER_BENCH(gpt2_style_bpe, "bytelevel_bpe.json");

@@ -5,6 +5,7 @@
 // file `lmtrain tokenizer train` wrote. Also bos_id / eos_id of every tokenizer kind, and encoding
 // from many threads at once.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -13,7 +14,6 @@
 #include <random>
 #include <sstream>
 #include <thread>
-#include <unistd.h>
 
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
@@ -70,16 +70,16 @@ TEST_P(HfReference, IdsSpecialIdsAndDecodeMatch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference,
                          ::testing::Values("llama2_style_bpe", "metaspace_bpe",
                                            "metaspace_split_bpe", "metaspace_never_bpe",
-                                           "split_behaviors_bpe",
-                                           "bytelevel_bpe", "llama3_style_bpe",
-                                           "lmtrain_trained_bpe"));
+                                           "split_behaviors_bpe", "bytelevel_bpe",
+                                           "llama3_style_bpe", "lmtrain_trained_bpe"));
 
 TEST(HfReference, SentencePieceStyleAgreesWithLibSentencePiece) {
   // llama2_style_bpe.json is sp_bpe.model converted as transformers does; on plain text (no
   // normalization differences) both give the same ids.
   const auto hf = load_tokenizer(data_path("llama2_style_bpe.json"));
   const auto sp = load_tokenizer(data_path("sp_bpe.model"));
-  for (const char* t : {"Hello world!", "The quick brown fox jumps over the lazy dog.", "it's fine"})
+  for (const char* t :
+       {"Hello world!", "The quick brown fox jumps over the lazy dog.", "it's fine"})
     EXPECT_EQ(hf->encode(t), sp->encode(t)) << t;
 }
 
@@ -89,8 +89,8 @@ TEST(HfReference, RandomTextsRoundTripThroughByteFallback) {
   // space the normalizer prepends).
   const auto tok = load_tokenizer(data_path("llama2_style_bpe.json"));
   std::mt19937 rng(std::random_device{}());
-  const char32_t pool[] = {U'a', U'Z', U' ', U' ', U'\n', U'\t', U'é', U'中', U'🙂', U'\u0301',
-                           U'<', U'>', U's', U'/', U'0', U'\u00a0'};
+  const char32_t pool[] = {U'a',    U'Z',      U' ', U' ', U'\n', U'\t', U'é', U'中',
+                           U'🙂', U'\u0301', U'<', U'>', U's',  U'/',  U'0', U'\u00a0'};
   for (int n = 0; n < 200; ++n) {
     std::string t;
     const int len = static_cast<int>(rng() % 40);
@@ -125,12 +125,14 @@ TEST(HfReference, CuttingWordsAtMetaspaceKeepsTheIds) {
   // no merge, so the ids cannot change) turns the cut off: both must agree on random texts.
   json j = read_json(data_path("llama2_style_bpe.json"));
   j["model"]["vocab"]["q\u2581z"] = 700;
-  const std::string path = ::testing::TempDir() + "/lmt_no_cut_" + std::to_string(::getpid()) + ".json";
+  const std::string path =
+      ::testing::TempDir() + "/lmt_no_cut_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << j.dump();
   const auto cut = load_tokenizer(data_path("llama2_style_bpe.json"));
   const auto whole = load_tokenizer(path);
   std::mt19937 rng(std::random_device{}());
-  const char* pool[] = {"a", "e", "t", "h", "th", "in", " ", " ", "  ", "\u2581", "\n", "x", "q", "z"};
+  const char* pool[] = {"a", "e",  "t",      "h",  "th", "in", " ",
+                        " ", "  ", "\u2581", "\n", "x",  "q",  "z"};
   for (int n = 0; n < 300; ++n) {
     std::string t;
     for (int k = static_cast<int>(rng() % 30); k > 0; --k) t += pool[rng() % std::size(pool)];

@@ -1,11 +1,11 @@
 // BpeTokenizer: loading tokenizer.json, added-token splitting, normalizing, pre-tokenizers (PCRE2
-// with JIT, Metaspace), byte-level mapping, byte fallback and the BPE merge loop. The merge loop copies HF's Word::merge_all (a heap of
-// candidate pairs ordered by rank then position) so that ties resolve exactly as HF resolves them.
+// with JIT, Metaspace), byte-level mapping, byte fallback and the BPE merge loop. The merge loop
+// copies HF's Word::merge_all (a heap of candidate pairs ordered by rank then position) so that
+// ties resolve exactly as HF resolves them.
 #include "data/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -19,12 +19,12 @@
 #include "data/tokenizer/hf_decoder.h"
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/regex_split.h"
+#include "data/tokenizer/word_cache.h"
 
 namespace lmt {
 namespace {
 
 using nlohmann::json;
-
 
 // Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
 size_t utf8_len(std::string_view s, size_t i) {
@@ -64,16 +64,6 @@ bool is_unicode_space(uint32_t cp) {
          cp == 0x205F || cp == 0x3000;
 }
 
-// Per-thread word caches, so encoding scales across threads with no lock. Each thread keeps up
-// to kCacheSlots caches, one per tokenizer it used last (by the tokenizer's unique serial, never
-// reused, so a cache never outlives its meaning). Words up to kMaxCachedWord bytes are cached
-// until a cache holds kMaxCacheWords; then it keeps what it has, as HF's cache does (clearing
-// instead would thrash on streams of unique words such as numbers). A full cache takes about 4 MB.
-constexpr size_t kCacheSlots = 4;
-constexpr size_t kMaxCacheWords = 1 << 17;
-constexpr size_t kMaxCachedWord = 128;
-std::atomic<uint64_t> next_serial{1};
-
 // Lets the word cache be searched with a string_view, without building a std::string per word.
 struct StringHash {
   using is_transparent = void;
@@ -103,9 +93,9 @@ uint64_t pair_key(int32_t a, int32_t b) {
 
 struct BpeTokenizer::Impl {
   std::string path;
-  std::string json_text;                           // the file as loaded, written back by save()
+  std::string json_text;  // the file as loaded, written back by save()
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;  // + added tokens
-  std::vector<std::string> id_to_token;            // "" where an id is unused
+  std::vector<std::string> id_to_token;  // "" where an id is unused
   std::vector<bool> id_used;
   std::vector<std::string> id_to_bytes;  // decoded bytes of each id (ByteLevel decoder)
   Normalizer normalizer;
@@ -130,7 +120,7 @@ struct BpeTokenizer::Impl {
   std::array<std::array<bool, 256>, 2> added_first_byte{};  // any token of the pass starts so
   std::array<bool, 2> pass_has_tokens{};
 
-  uint64_t serial = next_serial++;  // names this tokenizer's per-thread word caches
+  uint64_t serial = new_word_cache_serial();  // names this tokenizer's per-thread word caches
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     throw UserError("tokenizer " + path + ": " + field + ": " + what);
@@ -375,9 +365,10 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   }
   try {
     if (!j.is_object()) t->fail("(top level)", "expected a JSON object");
-    t->normalizer = Normalizer::from_json(j.value("normalizer", json()),
-                                          "tokenizer " + path + ": normalizer");
-    t->decoder = HfDecoder::from_json(j.value("decoder", json()), "tokenizer " + path + ": decoder");
+    t->normalizer =
+        Normalizer::from_json(j.value("normalizer", json()), "tokenizer " + path + ": normalizer");
+    t->decoder =
+        HfDecoder::from_json(j.value("decoder", json()), "tokenizer " + path + ": decoder");
     load_model(*t, field(j, "model", path, "model"));
     load_added_tokens(*t, j.value("added_tokens", json()));
     load_pre_tokenizer(*t, j.value("pre_tokenizer", json()), "pre_tokenizer");
@@ -535,79 +526,9 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, bool at_start,
   }
 }
 
-namespace {
-
-// Word -> ids, an open-addressing table over flat arrays: a lookup touches one 8-byte slot (a
-// 32-bit hash tag and an entry index) and, on a tag match, the entry and its key bytes. This is
-// about twice as fast as std::unordered_map, whose node walk missed the CPU cache on every word.
-class WordCache {
- public:
-  uint64_t serial = 0;  // the tokenizer it belongs to; 0: none
-
-  void clear() {
-    slots_.assign(2 * kMaxCacheWords, Slot{});
-    entries_.clear();
-    keys_.clear();
-    ids_.clear();
-  }
-  // Appends the cached ids of `word` to `out`; false when it is not cached.
-  bool find(std::string_view word, uint64_t h, std::vector<int32_t>& out) const {
-    if (slots_.empty()) return false;
-    const size_t mask = slots_.size() - 1;
-    for (size_t i = h & mask;; i = (i + 1) & mask) {
-      const Slot s = slots_[i];
-      if (s.index == 0) return false;
-      if (s.tag != static_cast<uint32_t>(h >> 32)) continue;
-      const Entry& e = entries_[s.index - 1];
-      if (std::string_view(keys_).substr(e.key_off, e.key_len) != word) continue;
-      out.insert(out.end(), ids_.begin() + e.ids_off, ids_.begin() + e.ids_off + e.ids_len);
-      return true;
-    }
-  }
-  // Caches `ids` for a word not cached yet, while there is room.
-  void insert(std::string_view word, uint64_t h, const std::vector<int32_t>& ids) {
-    if (entries_.size() >= kMaxCacheWords) return;
-    if (slots_.empty()) clear();
-    const size_t mask = slots_.size() - 1;
-    size_t i = h & mask;
-    while (slots_[i].index != 0) i = (i + 1) & mask;
-    entries_.push_back({static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(word.size()),
-                        static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(ids.size())});
-    keys_.append(word);
-    ids_.insert(ids_.end(), ids.begin(), ids.end());
-    slots_[i] = {static_cast<uint32_t>(h >> 32), static_cast<uint32_t>(entries_.size())};
-  }
-
- private:
-  struct Slot {
-    uint32_t tag = 0, index = 0;  // index: entry + 1; 0: empty
-  };
-  struct Entry {
-    uint32_t key_off, key_len, ids_off, ids_len;
-  };
-  std::vector<Slot> slots_;  // a power of two, at most half full
-  std::vector<Entry> entries_;
-  std::string keys_;
-  std::vector<int32_t> ids_;
-};
-
-// This thread's cache for the tokenizer `serial`, taking over the least recently claimed slot.
-WordCache& thread_cache(uint64_t serial) {
-  thread_local std::array<WordCache, kCacheSlots> slots;
-  thread_local size_t next_slot = 0;
-  for (WordCache& c : slots)
-    if (c.serial == serial) return c;
-  WordCache& c = slots[next_slot++ % kCacheSlots];
-  c.serial = serial;
-  c.clear();
-  return c;
-}
-
-}  // namespace
-
 void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  WordCache* cache = word.size() <= kMaxCachedWord ? &thread_cache(serial) : nullptr;
+  WordCache* cache = word.size() <= WordCache::kMaxWordBytes ? &thread_word_cache(serial) : nullptr;
   const uint64_t h = cache ? std::hash<std::string_view>{}(word) : 0;
   if (cache && cache->find(word, h, out)) return;
   std::vector<int32_t> syms;
