@@ -4,11 +4,13 @@
 //
 //   cd scripts/tokenizer_fixtures && npm install && cd ../.. && node scripts/make_tokenizer_fixtures.mjs
 //
-// 1. llama2_style_bpe.json, metaspace_bpe.json, metaspace_split_bpe.json, metaspace_never_bpe.json:
+// 1. llama2_style_bpe.json, metaspace_bpe.json, metaspace_split_bpe.json, metaspace_never_bpe.json,
+//    split_behaviors_bpe.json:
 //    sp_bpe.vocab's pieces (ids in order) and scores converted the way transformers' LlamaConverter
 //    does (merges: every split of a piece into two vocab pieces, ordered by the piece's score), with
 //    the "▁" handling of Llama 2 (normalizer Prepend + Replace) or of a Metaspace pre-tokenizer with
-//    prepend_scheme first / always / never, split false / true. Each is loaded into HF and saved back,
+//    prepend_scheme first / always / never, split false / true, or Gemma's Replace-only normalizer
+//    with Split pre-tokenizers of every behavior. Each is loaded into HF and saved back,
 //    so the files are what HF writes.
 // 2. hf_ref.json: for each tokenizer.json fixture (these four, the byte-level ones, and the file that
 //    `lmtrain tokenizer train` wrote, lmtrain_trained_bpe.json), HF's ids without and with special
@@ -78,9 +80,11 @@ const spStyle = {
   metaspace_bpe: { version: '1.0', truncation: null, padding: null, added_tokens: baseAdded,
     normalizer: null, pre_tokenizer: metaspace('first', false),
     post_processor: template(['<s>', '$A', '</s>']), decoder: llamaDecoder, model: bpeModel({}) },
-  // Metaspace that splits words, prepends to every segment, decoder Metaspace, ignore_merges.
+  // Metaspace that splits words, prepends to every segment, decoder Metaspace, ignore_merges, added
+  // tokens that strip whitespace (lstrip / rstrip).
   metaspace_split_bpe: { version: '1.0', truncation: null, padding: null,
-    added_tokens: [...baseAdded, special('<eos>', 601), special('<|user|>', 600)],
+    added_tokens: [...baseAdded, { ...special('<eos>', 601), rstrip: true },
+      { ...special('<|user|>', 600), lstrip: true, rstrip: true }],
     normalizer: null, pre_tokenizer: metaspace('always', true), post_processor: null,
     decoder: metaspace('always', true), model: bpeModel({ ignore_merges: true }) },
   // No prepend, no byte fallback: unknown characters become one fused <unk>.
@@ -89,6 +93,20 @@ const spStyle = {
     decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: '▁' },
       content: ' ' }, { type: 'Fuse' }] },
     model: bpeModel({ byte_fallback: false, fuse_unk: true }) },
+  // Gemma-like normalizer (Replace only, no prepend) and a chain of Split pre-tokenizers that
+  // exercises every split behavior.
+  split_behaviors_bpe: { version: '1.0', truncation: null, padding: null, added_tokens: baseAdded,
+    normalizer: { type: 'Replace', pattern: { String: ' ' }, content: '▁' },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { Regex: '[0-9]' }, behavior: 'Isolated', invert: false },
+      { type: 'Split', pattern: { String: '-' }, behavior: 'Removed', invert: false },
+      { type: 'Split', pattern: { Regex: '[.,!?;:]' }, behavior: 'Contiguous', invert: false },
+      { type: 'Split', pattern: { String: '\n' }, behavior: 'MergedWithPrevious', invert: false },
+      { type: 'Split', pattern: { String: '▁' }, behavior: 'MergedWithNext', invert: false }] },
+    post_processor: null,
+    decoder: { type: 'Sequence', decoders: [{ type: 'Replace', pattern: { String: '▁' },
+      content: ' ' }, { type: 'ByteFallback' }, { type: 'Fuse' }] },
+    model: bpeModel({}) },
 };
 for (const [name, json] of Object.entries(spStyle)) {
   const file = path.join(dir, `${name}.json`);
@@ -105,9 +123,11 @@ const hard = ['', ' ', '  ', '   leading', 'trailing   ', 'many     spaces   her
   '<s>Hello</s> world', 'Hello <s> world </s>', '<s> leading special', '<unk>', 'a<unk>b',
   'x <|sep|> y<|sep|>z', '<|user|>hi<eos>', '<|endoftext|> in text <|end_of_text|><|begin_of_text|>',
   '▁already▁has▁metaspace', ' ▁ mixed ▁', '<0x41> a literal byte token', 'ẞ ǅ ﬁ ligature \u{10FFFF}',
-  'the the the the quick quick brown', 'Supercalifragilisticexpialidocious'];
+  'the the the the quick quick brown', 'Supercalifragilisticexpialidocious',
+  'hi  <|user|>  there', 'x\t<eos>\n y <eos>', ' \u00a0<|user|>\u2003', 'well-known, right?! yes... 12-34 a--b\n\nnext\n', '-leading-and-trailing-', '!!!?? 2024-11-23'];
 const texts = [...ref.texts, ...hard];
 const names = ['llama2_style_bpe', 'metaspace_bpe', 'metaspace_split_bpe', 'metaspace_never_bpe',
+  'split_behaviors_bpe',
   'bytelevel_bpe', 'llama3_style_bpe', 'lmtrain_trained_bpe'];
 const out = { generator: `scripts/make_tokenizer_fixtures.mjs, HF tokenizers ${hfVersion} (npm)`,
   texts, tokenizers: {} };

@@ -240,8 +240,9 @@ TEST(BpeTokenizer, LoadErrorsNameTheFileAndField) {
                                    }),
                     "model.merges[0]");
   expect_load_error(
-      edited_fixture("lstrip.json", [](json& j) { j["added_tokens"][0]["lstrip"] = true; }),
-      "added_tokens[0].lstrip");
+      edited_fixture("single_word.json",
+                     [](json& j) { j["added_tokens"][0]["single_word"] = true; }),
+      "added_tokens[0].single_word");
   expect_load_error(edited_fixture("nomodel.json", [](json& j) { j.erase("model"); }), "model");
 }
 

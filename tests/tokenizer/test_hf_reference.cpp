@@ -1,10 +1,14 @@
 // tokenizer.json files of every kind we load against Hugging Face tokenizers' own ids (hf_ref.json,
 // made by scripts/make_tokenizer_fixtures.mjs with HF's Node bindings): the SentencePiece-style
-// ones (Llama 2 normalizer, Metaspace first / always+split / never), the byte-level ones, and the
+// ones (Llama 2 normalizer, Metaspace first / always+split / never, Gemma-like Replace with Split
+// pre-tokenizers of every behavior), the byte-level ones, and the
 // file `lmtrain tokenizer train` wrote. Also bos_id / eos_id of every tokenizer kind, and encoding
 // from many threads at once.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -66,15 +70,16 @@ TEST_P(HfReference, IdsSpecialIdsAndDecodeMatch) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference,
                          ::testing::Values("llama2_style_bpe", "metaspace_bpe",
                                            "metaspace_split_bpe", "metaspace_never_bpe",
-                                           "bytelevel_bpe", "llama3_style_bpe",
-                                           "lmtrain_trained_bpe"));
+                                           "split_behaviors_bpe", "bytelevel_bpe",
+                                           "llama3_style_bpe", "lmtrain_trained_bpe"));
 
 TEST(HfReference, SentencePieceStyleAgreesWithLibSentencePiece) {
   // llama2_style_bpe.json is sp_bpe.model converted as transformers does; on plain text (no
   // normalization differences) both give the same ids.
   const auto hf = load_tokenizer(data_path("llama2_style_bpe.json"));
   const auto sp = load_tokenizer(data_path("sp_bpe.model"));
-  for (const char* t : {"Hello world!", "The quick brown fox jumps over the lazy dog.", "it's fine"})
+  for (const char* t :
+       {"Hello world!", "The quick brown fox jumps over the lazy dog.", "it's fine"})
     EXPECT_EQ(hf->encode(t), sp->encode(t)) << t;
 }
 
@@ -84,8 +89,8 @@ TEST(HfReference, RandomTextsRoundTripThroughByteFallback) {
   // space the normalizer prepends).
   const auto tok = load_tokenizer(data_path("llama2_style_bpe.json"));
   std::mt19937 rng(std::random_device{}());
-  const char32_t pool[] = {U'a', U'Z', U' ', U' ', U'\n', U'\t', U'é', U'中', U'🙂', U'\u0301',
-                           U'<', U'>', U's', U'/', U'0', U'\u00a0'};
+  const char32_t pool[] = {U'a',    U'Z',      U' ', U' ', U'\n', U'\t', U'é', U'中',
+                           U'🙂', U'\u0301', U'<', U'>', U's',  U'/',  U'0', U'\u00a0'};
   for (int n = 0; n < 200; ++n) {
     std::string t;
     const int len = static_cast<int>(rng() % 40);
@@ -112,6 +117,38 @@ TEST(HfReference, RandomTextsRoundTripThroughByteFallback) {
     if (t.find("<s>") != std::string::npos || t.find("</s>") != std::string::npos) continue;
     EXPECT_EQ(tok->decode(ids), t) << ids_str(ids);
   }
+}
+
+TEST(HfReference, CuttingWordsAtMetaspaceKeepsTheIds) {
+  // The loader cuts SentencePiece-style words before each "▁" that follows another character
+  // when no vocab token could merge across the cut. A vocab token with an inner "▁" (reachable by
+  // no merge, so the ids cannot change) turns the cut off: both must agree on random texts.
+  json j = read_json(data_path("llama2_style_bpe.json"));
+  j["model"]["vocab"]["q\u2581z"] = 700;
+  const std::string path =
+      ::testing::TempDir() + "/lmt_no_cut_" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << j.dump();
+  const auto cut = load_tokenizer(data_path("llama2_style_bpe.json"));
+  const auto whole = load_tokenizer(path);
+  std::mt19937 rng(std::random_device{}());
+  const char* pool[] = {"a", "e",  "t",      "h",  "th", "in", " ",
+                        " ", "  ", "\u2581", "\n", "x",  "q",  "z"};
+  for (int n = 0; n < 300; ++n) {
+    std::string t;
+    for (int k = static_cast<int>(rng() % 30); k > 0; --k) t += pool[rng() % std::size(pool)];
+    EXPECT_EQ(cut->encode(t), whole->encode(t)) << "'" << t << "'";
+  }
+  std::remove(path.c_str());
+
+  // A merge that does cross ("e" + "▁", rank 0) must be applied: the cut is off for this vocab.
+  json m = read_json(data_path("llama2_style_bpe.json"));
+  m["model"]["vocab"]["e\u2581"] = 700;
+  m["model"]["merges"].insert(m["model"]["merges"].begin(), json::array({"e", "\u2581"}));
+  std::ofstream(path) << m.dump();
+  const auto crossing = load_tokenizer(path);
+  const auto ids = crossing->encode("the cat");
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 700), ids.end()) << ids_str(ids);
+  std::remove(path.c_str());
 }
 
 TEST(Tokenizer, BosAndEosIds) {

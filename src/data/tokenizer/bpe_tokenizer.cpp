@@ -1,11 +1,11 @@
 // BpeTokenizer: loading tokenizer.json, added-token splitting, normalizing, pre-tokenizers (PCRE2
-// with JIT, Metaspace), byte-level mapping, byte fallback and the BPE merge loop. The merge loop copies HF's Word::merge_all (a heap of
-// candidate pairs ordered by rank then position) so that ties resolve exactly as HF resolves them.
+// with JIT, Metaspace), byte-level mapping, byte fallback and the BPE merge loop. The merge loop
+// copies HF's Word::merge_all (a heap of candidate pairs ordered by rank then position) so that
+// ties resolve exactly as HF resolves them.
 #include "data/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cstdio>
 #include <deque>
 #include <fstream>
@@ -19,12 +19,12 @@
 #include "data/tokenizer/hf_decoder.h"
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/regex_split.h"
+#include "data/tokenizer/word_cache.h"
 
 namespace lmt {
 namespace {
 
 using nlohmann::json;
-
 
 // Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
 size_t utf8_len(std::string_view s, size_t i) {
@@ -54,16 +54,15 @@ struct AddedToken {
   int32_t id = 0;
   bool normalized = false;
   bool special = false;
+  bool lstrip = false, rstrip = false;  // the token takes the whitespace on its left / right
 };
 
-// Per-thread word caches, so encoding scales across threads with no lock. Each thread keeps up
-// to kCacheSlots caches, one per tokenizer it used last (by the tokenizer's unique serial, never
-// reused, so a cache never outlives its meaning); words up to kMaxCachedWord bytes are cached,
-// and a cache is cleared when it reaches kMaxCacheWords.
-constexpr size_t kCacheSlots = 4;
-constexpr size_t kMaxCacheWords = 1 << 16;
-constexpr size_t kMaxCachedWord = 128;
-std::atomic<uint64_t> next_serial{1};
+// Unicode White_Space, which HF's \s matches when it strips around lstrip / rstrip tokens.
+bool is_unicode_space(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
 
 // Lets the word cache be searched with a string_view, without building a std::string per word.
 struct StringHash {
@@ -76,6 +75,16 @@ struct Merge {
   int32_t new_id;
 };
 
+// Code point of the UTF-8 character at s[i] and its length; (0xFFFD, 1) for an invalid byte.
+std::pair<uint32_t, size_t> decode_utf8(std::string_view s, size_t i) {
+  const size_t n = utf8_len(s, i);
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (n == 1) return {c < 0x80 ? c : 0xFFFD, 1};
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return {cp, n};
+}
+
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
@@ -84,9 +93,9 @@ uint64_t pair_key(int32_t a, int32_t b) {
 
 struct BpeTokenizer::Impl {
   std::string path;
-  std::string json_text;                           // the file as loaded, written back by save()
+  std::string json_text;  // the file as loaded, written back by save()
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> vocab;  // + added tokens
-  std::vector<std::string> id_to_token;            // "" where an id is unused
+  std::vector<std::string> id_to_token;  // "" where an id is unused
   std::vector<bool> id_used;
   std::vector<std::string> id_to_bytes;  // decoded bytes of each id (ByteLevel decoder)
   Normalizer normalizer;
@@ -99,6 +108,11 @@ struct BpeTokenizer::Impl {
   bool byte_fallback = false;
   std::optional<int32_t> unk_id;
   bool fuse_unk = false;
+  // Words may be cut before every "▁" that follows another character without changing the ids:
+  // true when no model token holds "▁" after a character other than "▁" (so no merge can cross
+  // such a cut), the model is not byte-level and ignore_merges is off. SentencePiece vocabularies
+  // are so; it turns Llama 2's one word per text into one cacheable word per "▁word".
+  bool cut_at_metaspace = false;
   std::vector<AddedToken> added;  // longest first
   // Indices into `added` by first byte, for the two passes HF makes: [0] tokens matched on the raw
   // text (normalized false), [1] tokens matched on the normalized text (normalized true).
@@ -106,7 +120,7 @@ struct BpeTokenizer::Impl {
   std::array<std::array<bool, 256>, 2> added_first_byte{};  // any token of the pass starts so
   std::array<bool, 2> pass_has_tokens{};
 
-  uint64_t serial = next_serial++;  // names this tokenizer's per-thread word caches
+  uint64_t serial = new_word_cache_serial();  // names this tokenizer's per-thread word caches
 
   [[noreturn]] void fail(const std::string& field, const std::string& what) const {
     throw UserError("tokenizer " + path + ": " + field + ": " + what);
@@ -242,8 +256,7 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string name = "added_tokens[" + std::to_string(i) + "]";
     const json& a = list[i];
-    for (const char* k : {"lstrip", "rstrip", "single_word"})
-      if (flag(a, k)) t.fail(name + "." + k, "true is not supported");
+    if (flag(a, "single_word")) t.fail(name + ".single_word", "true is not supported");
     AddedToken tok;
     tok.content = field(a, "content", t.path, name + ".content").get<std::string>();
     tok.id = field(a, "id", t.path, name + ".id").get<int32_t>();
@@ -251,6 +264,8 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
     if (tok.id < 0) t.fail(name + ".id", "negative");
     t.vocab[tok.content] = tok.id;
     tok.special = flag(a, "special");
+    tok.lstrip = flag(a, "lstrip");
+    tok.rstrip = flag(a, "rstrip");
     tok.normalized = a.value("normalized", !tok.special);
     // HF matches a normalized token by its normalized content (Llama 2's Prepend gives "▁<tok>").
     tok.pattern = tok.normalized ? t.normalizer.apply(tok.content) : tok.content;
@@ -296,7 +311,18 @@ std::string decode_token(const std::string& tok, bool byte_level) {
   return out;
 }
 
+bool merges_never_cross_metaspace(const BpeTokenizer::Impl& t) {
+  static const std::string kMeta = "\u2581";
+  for (const auto& [tok, id] : t.vocab) {
+    for (size_t at = tok.find(kMeta, 1); at != std::string::npos; at = tok.find(kMeta, at + 1))
+      if (at < kMeta.size() || tok.compare(at - kMeta.size(), kMeta.size(), kMeta) != 0)
+        return false;
+  }
+  return true;
+}
+
 void build_tables(BpeTokenizer::Impl& t) {
+  t.cut_at_metaspace = !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
   int32_t size = 0;
   for (const auto& [tok, id] : t.vocab) size = std::max(size, id + 1);
   t.id_to_token.assign(size, "");
@@ -339,9 +365,10 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   }
   try {
     if (!j.is_object()) t->fail("(top level)", "expected a JSON object");
-    t->normalizer = Normalizer::from_json(j.value("normalizer", json()),
-                                          "tokenizer " + path + ": normalizer");
-    t->decoder = HfDecoder::from_json(j.value("decoder", json()), "tokenizer " + path + ": decoder");
+    t->normalizer =
+        Normalizer::from_json(j.value("normalizer", json()), "tokenizer " + path + ": normalizer");
+    t->decoder =
+        HfDecoder::from_json(j.value("decoder", json()), "tokenizer " + path + ": decoder");
     load_model(*t, field(j, "model", path, "model"));
     load_added_tokens(*t, j.value("added_tokens", json()));
     load_pre_tokenizer(*t, j.value("pre_tokenizer", json()), "pre_tokenizer");
@@ -400,10 +427,28 @@ void BpeTokenizer::Impl::split_added(std::string_view text, int pass, bool at_st
       ++i;
       continue;
     }
-    gap(text.substr(seg_start, i - seg_start), at_start && seg_start == 0);
+    // HF's find_matches: lstrip takes the whitespace before the token back to the previous split,
+    // rstrip the whitespace after it.
+    size_t start = i, stop = i + hit->pattern.size();
+    if (hit->lstrip) {
+      while (start > seg_start) {
+        size_t prev = start - 1;
+        while (prev > seg_start && (static_cast<unsigned char>(text[prev]) & 0xC0) == 0x80) --prev;
+        const auto [cp, n] = decode_utf8(text, prev);
+        if (prev + n != start || !is_unicode_space(cp)) break;
+        start = prev;
+      }
+    }
+    if (hit->rstrip) {
+      while (stop < text.size()) {
+        const auto [cp, n] = decode_utf8(text, stop);
+        if (!is_unicode_space(cp)) break;
+        stop += n;
+      }
+    }
+    gap(text.substr(seg_start, start - seg_start), at_start && seg_start == 0);
     out.push_back(hit->id);
-    i += hit->pattern.size();
-    seg_start = i;
+    i = seg_start = stop;
   }
   gap(text.substr(seg_start), at_start && seg_start == 0);
 }
@@ -463,40 +508,29 @@ void BpeTokenizer::Impl::encode_segment(std::string_view text, bool at_start,
     }
     pieces.swap(next);
   }
-  for (const Piece& p : pieces) encode_word(p.s, out);
+  static const std::string_view kMeta = "\u2581";
+  for (const Piece& p : pieces) {
+    if (!cut_at_metaspace) {
+      encode_word(p.s, out);
+      continue;
+    }
+    size_t start = 0;
+    for (size_t at = p.s.find(kMeta, 1); at != std::string_view::npos;
+         at = p.s.find(kMeta, at + kMeta.size())) {
+      if (at >= kMeta.size() && p.s.substr(at - kMeta.size(), kMeta.size()) == kMeta)
+        continue;  // inside a run of "▁"
+      encode_word(p.s.substr(start, at - start), out);
+      start = at;
+    }
+    encode_word(p.s.substr(start), out);
+  }
 }
-
-namespace {
-
-struct WordCache {
-  uint64_t serial = 0;  // the tokenizer it belongs to; 0: none
-  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> words;
-};
-
-// This thread's cache for the tokenizer `serial`, taking over the least recently claimed slot.
-WordCache& thread_cache(uint64_t serial) {
-  thread_local std::array<WordCache, kCacheSlots> slots;
-  thread_local size_t next_slot = 0;
-  for (WordCache& c : slots)
-    if (c.serial == serial) return c;
-  WordCache& c = slots[next_slot++ % kCacheSlots];
-  c.serial = serial;
-  c.words.clear();
-  return c;
-}
-
-}  // namespace
 
 void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  WordCache* cache = word.size() <= kMaxCachedWord ? &thread_cache(serial) : nullptr;
-  if (cache) {
-    auto it = cache->words.find(word);
-    if (it != cache->words.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  WordCache* cache = word.size() <= WordCache::kMaxWordBytes ? &thread_word_cache(serial) : nullptr;
+  const uint64_t h = cache ? std::hash<std::string_view>{}(word) : 0;
+  if (cache && cache->find(word, h, out)) return;
   std::vector<int32_t> syms;
   std::optional<int32_t> whole;
   if (ignore_merges) {
@@ -517,9 +551,7 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
     merge_all(syms);
   }
   out.insert(out.end(), syms.begin(), syms.end());
-  if (!cache) return;
-  if (cache->words.size() >= kMaxCacheWords) cache->words.clear();
-  cache->words.emplace(std::string(word), std::move(syms));
+  if (cache) cache->insert(word, h, syms);
 }
 
 // HF's BPE::merge_word: one symbol per character (per byte for byte-level); a character missing

@@ -2,12 +2,13 @@
 // byte-level BPE (GPT-2, Llama 3, Qwen) and SentencePiece-style BPE with byte fallback (Llama 2,
 // Mistral, Gemma). The pipeline is HF's: split the text on added tokens (leftmost, longest first;
 // normalized=false ones on the raw text, the others on the normalized text), normalize (Prepend,
-// Replace), run each piece through the pre-tokenizers (regex Split, ByteLevel, Metaspace), map bytes
-// to GPT-2's printable characters (byte-level) or look characters up with <0xNN> byte fallback, then
-// apply merges lowest rank first. decode runs the file's decoder (ByteLevel, or Replace,
-// ByteFallback, Fuse, Strip, Metaspace). Anything this cannot reproduce exactly (other normalizers,
-// models or pre-tokenizers, lstrip/rstrip added tokens) is rejected at load with a UserError naming
-// the file and the field, rather than silently producing different ids.
+// Replace), run each piece through the pre-tokenizers (regex Split, ByteLevel, Metaspace), map
+// bytes to GPT-2's printable characters (byte-level) or look characters up with <0xNN> byte
+// fallback, then apply merges lowest rank first. decode runs the file's decoder (ByteLevel, or
+// Replace, ByteFallback, Fuse, Strip, Metaspace). Anything this cannot reproduce exactly (other
+// normalizers such as NFC or Precompiled, other models or pre-tokenizers, single_word added tokens)
+// is rejected at load with a UserError naming the file and the field, rather than silently
+// producing different ids.
 //
 // encode works on bytes: invalid UTF-8 is never matched by the regexes, so it becomes its own
 // pieces and, byte-level, still round-trips through decode. encode is const and thread-safe with no

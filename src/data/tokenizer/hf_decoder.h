@@ -5,10 +5,9 @@
 // U+FFFD), so byte-level BPE decoding stays a lossless round trip of any input bytes.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace lmt {
 

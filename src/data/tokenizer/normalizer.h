@@ -4,11 +4,10 @@
 // naming the file and field, rather than silently giving different ids.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace lmt {
 

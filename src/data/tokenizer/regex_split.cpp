@@ -54,14 +54,14 @@ struct Regex::Code {
 Regex::Regex(const std::string& pattern, const std::string& where) : code_(new Code) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                              PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off,
-                              nullptr);
+  code_->code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &err_off, nullptr);
   if (!code_->code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof(msg));
-    throw UserError(where + ": regex does not compile at offset " + std::to_string(err_off) +
-                    ": " + reinterpret_cast<char*>(msg));
+    throw UserError(where + ": regex does not compile at offset " + std::to_string(err_off) + ": " +
+                    reinterpret_cast<char*>(msg));
   }
   pcre2_jit_compile(code_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter on failure
 }

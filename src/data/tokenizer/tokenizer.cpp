@@ -52,10 +52,12 @@ class HfBpeTokenizer final : public Tokenizer {
     const auto j = nlohmann::json::parse(f, nullptr, false);
     if (j.is_discarded()) return;  // load() above has already rejected a malformed file
     read_template(path, j);
-    bos_ = !prefix_.empty() ? prefix_.front()
-                            : named_special(j, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
-    eos_ = !suffix_.empty() ? suffix_.front()
-                            : named_special(j, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
+    bos_ = !prefix_.empty()
+               ? prefix_.front()
+               : named_special(j, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
+    eos_ = !suffix_.empty()
+               ? suffix_.front()
+               : named_special(j, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
   }
   std::string kind() const override { return "bpe"; }
   std::vector<int32_t> encode(std::string_view t) const override { return bpe_.encode(t); }
