@@ -12,6 +12,7 @@
 #include "core/mapped_file.h"
 #include "data/chat_template.h"
 #include "data/csv_source.h"
+#include "data/parquet_source.h"
 
 namespace lmt {
 
@@ -127,20 +128,69 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
   if (spec.on_error != "stop" && spec.on_error != "skip")
     throw UserError(key + ".on_error: '" + spec.on_error + "' must be stop or skip");
   const ChatTemplate tmpl = ChatTemplate::from_setting(spec.chat_template, key + ".chat_template");
-  // ---- parquet: wired by the Parquet reader (data/parquet_source.h, parquet_rows) ----
-  if (spec.format == "parquet")
-    throw UserError(key + ".format: parquet with schema " + spec.schema +
-                    " is not supported yet (use jsonl, csv or tsv)");
-  // ----
+  SchemaReader reader{spec, tmpl, spec.schema == "chat", spec.loss == "all", {}, {}};
+  TextSourceStats stats;
+  SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
+  // A rendered record goes on (or is reported, naming FILE and LINE / row).
+  auto pass_on = [&](const Problem& p, const std::string& file, int64_t row) {
+    if (p) {
+      if (!skipped)
+        throw UserError(file + ": row " + std::to_string(row) + ": " + p->detail +
+                        " (set on_error: skip on the source to skip and count such records)");
+      skipped->add(p->reason);
+      return;
+    }
+    ++stats.documents;
+    for (const Segment& s : reader.doc.segments) stats.bytes += static_cast<int64_t>(s.text.size());
+    fn(std::move(reader.doc));
+    reader.doc = Document{};
+  };
+  if (spec.format == "parquet") {
+    simdjson::dom::parser parser;  // chat: the messages column holds JSON, as in CSV
+    for (const std::string& file : list_source_files(spec.path, key, spec.exclude)) {
+      ++stats.files;
+      bool has_input = false;
+      for (const ParquetColumn& c : parquet_columns(file)) has_input |= c.name == spec.input_field;
+      std::vector<std::string> cols =
+          reader.chat ? std::vector<std::string>{spec.messages_field}
+                      : std::vector<std::string>{spec.instruction_field, spec.output_field};
+      if (!reader.chat && has_input) cols.push_back(spec.input_field);
+      parquet_rows(file, cols, [&](int64_t row, std::span<const std::optional<std::string_view>> v) {
+        auto cell = [&](size_t i, std::string& out) -> Problem {
+          if (!v[i]) return problem("null in column '" + cols[i] + "'");
+          out.assign(*v[i]);
+          return utf8(out, cols[i]);
+        };
+        pass_on(
+            [&]() -> Problem {
+              std::string a, b, c;
+              if (reader.chat) {
+                if (Problem p = cell(0, a)) return p;
+                simdjson::dom::element list;
+                if (parser.parse(a).get(list))
+                  return problem("malformed JSON",
+                                 "column '" + spec.messages_field + "': malformed JSON");
+                if (Problem p = read_messages(list, spec.messages_field, reader.messages)) return p;
+                return tmpl.render_chat(reader.messages, reader.loss_all, reader.doc,
+                                        spec.messages_field);
+              }
+              if (Problem p = cell(0, a)) return p;
+              if (Problem p = cell(1, b)) return p;
+              if (has_input && v[2])
+                if (Problem p = cell(2, c)) return p;
+              return reader.render_instruction(a, c, b);
+            }(),
+            file, row);
+      });
+    }
+    return stats;
+  }
   const bool jsonl = spec.format == "jsonl";
   const bool csv = spec.format == "csv" || spec.format == "tsv";
   if (!jsonl && !csv)
     throw UserError(key + ".format: '" + spec.format + "' cannot hold " + spec.schema +
                     " records (use jsonl, csv or tsv)");
 
-  SchemaReader reader{spec, tmpl, spec.schema == "chat", spec.loss == "all", {}, {}};
-  TextSourceStats stats;
-  SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
   for (const std::string& file : list_source_files(spec.path, key, spec.exclude)) {
     MappedFile mapped(file, key);
     const std::string_view text = mapped.text();

@@ -127,7 +127,7 @@ TEST(TextSource, ErrorsNameTheSource) {
   EXPECT_NE(msg.find("data.sources[1].path"), std::string::npos) << msg;
 
   std::string file = dir.write("x.txt", "x");
-  msg = error_of([&] { read_documents({file, "parquet", "line", "%", 1.0}, 2); });
+  msg = error_of([&] { read_documents({file, "xml", "line", "%", 1.0}, 2); });
   EXPECT_NE(msg.find("data.sources[2].format"), std::string::npos) << msg;
   msg = error_of([&] { read_documents({file, "text", "words", "%", 1.0}, 2); });
   EXPECT_NE(msg.find("data.sources[2].split"), std::string::npos) << msg;

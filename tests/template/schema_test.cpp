@@ -359,5 +359,55 @@ TEST(PlainTemplate, ChatTurnsAreRolePrefixed) {
   EXPECT_FALSE(d.has_special);
 }
 
+// Parquet records (written by DuckDB: scripts/make_sft_parquet_fixtures.mjs) render exactly as
+// the same records from JSONL do.
+TEST_F(Schema, ParquetInstructionAndChatRecords) {
+  const std::string pq = std::string(LMT_TEST_DATA) + "/parquet/";
+  TextSourceSpec inst;
+  inst.path = pq + "sft_instruction.parquet";
+  inst.format = "parquet";
+  inst.schema = "instruction";
+  inst.chat_template = "plain";
+  std::vector<Document> got = read_all(inst);
+  TextSourceSpec json = spec(
+      "i.jsonl",
+      "{\"instruction\": \"Name a colour.\", \"output\": \"Blue.\"}\n"
+      "{\"instruction\": \"Translate to French.\", \"input\": \"cheese\", \"output\": \"fromage\"}\n"
+      "{\"instruction\": \"Add the numbers.\", \"input\": \"2 and 3\", \"output\": \"5\"}\n"
+      "{\"instruction\": \"Say hello in Greek.\", \"input\": \"\", \"output\": \"γειά σου\"}\n",
+      "instruction");
+  json.chat_template = "plain";
+  std::vector<Document> want = read_all(json);
+  ASSERT_EQ(got.size(), 4u);
+  ASSERT_EQ(want.size(), 4u);
+  for (size_t k = 0; k < 4; ++k) {
+    ASSERT_EQ(got[k].segments.size(), want[k].segments.size()) << k;
+    for (size_t j = 0; j < got[k].segments.size(); ++j) {
+      EXPECT_EQ(got[k].segments[j].text, want[k].segments[j].text) << k;
+      EXPECT_EQ(got[k].segments[j].loss, want[k].segments[j].loss) << k;
+    }
+  }
+
+  TextSourceSpec chat;
+  chat.path = pq + "sft_chat.parquet";
+  chat.format = "parquet";
+  chat.schema = "chat";
+  const std::string msg = error_of(chat);
+  EXPECT_NE(msg.find("sft_chat.parquet: row 3: messages[1]: unknown role 'robot'"),
+            std::string::npos)
+      << msg;
+  chat.on_error = "skip";
+  TextSourceStats st;
+  std::vector<Document> docs = read_all(chat, &st);
+  ASSERT_EQ(docs.size(), 2u);
+  EXPECT_EQ(st.skipped.total, 1);
+  EXPECT_EQ(st.skipped.by_reason["unknown role"], 1);
+  std::string text;
+  for (const Segment& g : docs[1].segments) text += g.text;
+  EXPECT_EQ(text,
+            "<|im_start|>system\nterse<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n"
+            "<|im_start|>assistant\n4<|im_end|>\n");
+}
+
 }  // namespace
 }  // namespace lmt
