@@ -80,6 +80,7 @@ Run add_generate(CLI::App& app) {
     g.sampling = SamplingParams{o->temperature, o->top_k, o->top_p};
     g.seed = o->seed;
     g.stop_id = tok->eos_id();
+    g.num_ids = tok->vocab_size();
     std::vector<int32_t> prompt = tok->special_prefix();
     for (int32_t id : tok->encode(o->prompt)) prompt.push_back(id);
     std::vector<int32_t> ids = generate_ids(model, prompt, g);

@@ -112,10 +112,12 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   // The tokenizer travels with the weights (as in a Hugging Face model directory), so generation
   // and export need nothing but the checkpoint.
   if (const std::string tf = tokenizer_file(state.tokenizer); !tf.empty()) {
+    // Under the name Hugging Face model directories use.
+    const char* name = fs::path(tf).extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
     std::error_code ec;
-    fs::copy_file(tf, tmp / fs::path(tf).filename(), fs::copy_options::overwrite_existing, ec);
+    fs::copy_file(tf, tmp / name, fs::copy_options::overwrite_existing, ec);
     if (ec) throw UserError("checkpoint: cannot copy the tokenizer '" + tf + "': " + ec.message());
-    fsync_path(tmp / fs::path(tf).filename());
+    fsync_path(tmp / name);
   }
   nlohmann::json sj = {{"step", state.step},
                        {"optimizer_step", state.optimizer_step},

@@ -21,6 +21,8 @@ std::vector<int32_t> generate_ids(Transformer& model, const std::vector<int32_t>
   std::vector<float> logits =
       model.feed(*cache, prompt.data(), static_cast<int64_t>(prompt.size()));
   while (static_cast<int64_t>(prompt.size() + out.size()) < total) {
+    if (opt.num_ids > 0 && opt.num_ids < static_cast<int64_t>(logits.size()))
+      logits.resize(static_cast<size_t>(opt.num_ids));  // ids past the tokenizer's are never drawn
     int32_t next = sample_token(logits, opt.sampling, rng);
     if (next == opt.stop_id) break;
     out.push_back(next);

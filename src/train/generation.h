@@ -16,6 +16,9 @@ struct GenerateOptions {
   SamplingParams sampling;
   uint64_t seed = 0;
   int32_t stop_id = -1;  // stop when this id is drawn (not included)
+  // Ids the tokenizer knows: [0, num_ids). A model's vocabulary is often padded beyond the
+  // tokenizer's (e.g. to a multiple of 64); those rows are never drawn. 0 = all.
+  int64_t num_ids = 0;
 };
 
 // Token-level generation: returns the new ids.

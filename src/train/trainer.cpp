@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/loader.h"
+#include "data/mixture.h"
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/text_file.h"
@@ -137,6 +138,21 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   metrics.log_line(manifest_summary(data.manifest));
   metrics.log_line(fmt::format("samples of {} tokens: train {}, validation {}", T,
                                data.train->num_samples(), data.validation->num_samples()));
+  if (data.train->num_sources() > 1) {
+    std::vector<int64_t> sizes;
+    std::vector<double> weights;
+    for (int i = 0; i < data.train->num_sources(); ++i) {
+      sizes.push_back(data.train->source_samples(i));
+      weights.push_back(data.train->weight(i));
+    }
+    const std::vector<int64_t> drawn = mixture_counts(sizes, weights);
+    std::string mix = "mixture per epoch:";
+    for (size_t i = 0; i < sizes.size(); ++i)
+      mix += fmt::format(" source {} weight {} draws {} of its {} samples;", i, weights[i],
+                         drawn[i], sizes[i]);
+    mix.pop_back();
+    metrics.log_line(mix);
+  }
   metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
                                model.num_params(), cfg.model.num_hidden_layers,
                                cfg.model.hidden_size, be->name(), omp_get_max_threads()));
@@ -249,6 +265,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     g.seed = static_cast<uint64_t>(tc.seed);
     std::unique_ptr<Tokenizer> tok = load_tokenizer(cfg.data.tokenizer);
     g.stop_id = tok->eos_id();
+    g.num_ids = tok->vocab_size();
     const std::string prompt = tc.sample_prompt.empty() ? std::string("\n") : tc.sample_prompt;
     std::vector<int32_t> in = tok->special_prefix();
     for (int32_t id : tok->encode(prompt)) in.push_back(id);

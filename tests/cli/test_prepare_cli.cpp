@@ -101,6 +101,30 @@ TEST_F(PrepareCli, TrainReadsAMegatronIndexedDatasetAsItIs) {
       << small.out;
 }
 
+TEST_F(PrepareCli, MixedSourcesAreReportedAndCheckpointsCarryTheTokenizer) {
+  {
+    std::ofstream f(dir_ / "more.txt");
+    for (int i = 0; i < 100; ++i) f << "another source, line " << i << "\n";
+  }
+  const std::string bpe = std::string(LMT_TEST_DATA) + "/tokenizers/bytelevel_bpe.json";
+  const std::string sets = " --set data.tokenizer=" + bpe +
+                           " --set 'data.sources=[{path: " + (dir_ / "data.txt").string() +
+                           ", split: line}, {path: " + (dir_ / "more.txt").string() +
+                           ", split: line, weight: 3}]'";
+  Result p = run("prepare --config " + config("", 1024) + sets);
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("data.sources[1]"), std::string::npos) << p.out;
+  Result t = run("train --config " + config("", 1024) + sets);
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("mixture per epoch: source 0 weight 1"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("source 1 weight 3"), std::string::npos) << t.out;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "checkpoints" / "step_0000002" / "tokenizer.json"));
+  Result g = run("generate --checkpoint " + (dir_ / "out").string() +
+                 " --prompt 'line 1' --max-new-tokens 4");
+  EXPECT_EQ(g.code, 0) << g.out;
+  EXPECT_EQ(g.out.rfind("line 1", 0), 0u) << g.out;
+}
+
 TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
   Result r = run("prepare --config " + config() + " --set data.store=");
   EXPECT_EQ(r.code, 2) << r.out;
