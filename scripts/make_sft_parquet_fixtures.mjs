@@ -1,4 +1,4 @@
-// Writes tests/data/parquet/sft_instruction.parquet (instruction / input / output, input sometimes
+// Writes tests/data/parquet_sft/sft_instruction.parquet (instruction / input / output, input sometimes
 // null) and sft_chat.parquet (messages: the chat as a JSON string), with DuckDB, for the
 // instruction / chat schema tests. Run: cd scripts/parquet_fixtures && npm install &&
 // node ../make_sft_parquet_fixtures.mjs
@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 const require = createRequire(path.join(here, 'parquet_fixtures', 'package.json'));
 const { DuckDBInstance } = require('@duckdb/node-api');
-const out = path.join(here, '..', 'tests', 'data', 'parquet');
+const out = path.join(here, '..', 'tests', 'data', 'parquet_sft');
 
 const db = await DuckDBInstance.create(':memory:');
 const con = await db.connect();
