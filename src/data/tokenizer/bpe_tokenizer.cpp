@@ -26,16 +26,6 @@ namespace {
 
 using nlohmann::json;
 
-// Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
-size_t utf8_len(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-  if (i + n > s.size()) return 1;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
-  return n;
-}
-
 struct PreTokenizer {
   enum class Kind { kSplit, kByteLevel, kMetaspace };
   enum class Prepend { kAlways, kFirst, kNever };
@@ -77,7 +67,7 @@ struct Merge {
 
 // Code point of the UTF-8 character at s[i] and its length; (0xFFFD, 1) for an invalid byte.
 std::pair<uint32_t, size_t> decode_utf8(std::string_view s, size_t i) {
-  const size_t n = utf8_len(s, i);
+  const size_t n = utf8_char_len(s, i);
   const auto c = static_cast<unsigned char>(s[i]);
   if (n == 1) return {c < 0x80 ? c : 0xFFFD, 1};
   uint32_t cp = c & (0x7F >> n);
@@ -296,7 +286,7 @@ std::string decode_token(const std::string& tok, bool byte_level) {
   }();
   std::string out;
   for (size_t i = 0; i < tok.size();) {
-    const size_t n = utf8_len(tok, i);
+    const size_t n = utf8_char_len(tok, i);
     uint32_t cp = static_cast<unsigned char>(tok[i]);
     if (n > 1) {
       cp &= 0x7F >> n;
@@ -564,7 +554,7 @@ void BpeTokenizer::Impl::initial_symbols(std::string_view word, std::vector<int3
   bool pending_unk = false;
   std::string mapped;
   for (size_t i = 0; i < word.size();) {
-    const size_t n = byte_level ? 1 : utf8_len(word, i);
+    const size_t n = byte_level ? 1 : utf8_char_len(word, i);
     std::string_view ch = word.substr(i, n);
     i += n;
     int32_t id = -1;

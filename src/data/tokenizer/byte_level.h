@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace lmt {
 
@@ -18,5 +19,7 @@ std::array<uint32_t, 256> gpt2_bytes_to_unicode();
 
 // Appends the UTF-8 encoding of code point cp.
 void append_utf8(uint32_t cp, std::string& out);
+// Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
+size_t utf8_char_len(std::string_view s, size_t i);
 
 }  // namespace lmt

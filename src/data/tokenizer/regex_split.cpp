@@ -9,20 +9,11 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "data/tokenizer/byte_level.h"
 
 namespace lmt {
 
 namespace {
-
-// Length in bytes of the UTF-8 character starting at s[i]; 1 for an invalid or truncated one.
-size_t utf8_char_len(std::string_view s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-  if (i + n > s.size()) return 1;
-  for (size_t k = 1; k < n; ++k)
-    if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return 1;
-  return n;
-}
 
 struct Span {
   size_t b, e;
