@@ -150,10 +150,9 @@ std::string eta_text(double s) {
                    : fmt::format("{}m{:02}s", t / 60, t % 60);
 }
 
-std::string packing_for(const PrepareOptions& opt, const TextSourceSpec& s, int index) {
+std::string packing_for(const PrepareOptions& opt, const TextSourceSpec& s) {
   if (opt.packing == "auto") return s.schema == "text" ? "continue" : "bin";
-  parse_packing_mode(opt.packing, "data.packing");
-  (void)index;
+  parse_packing_mode(opt.packing, "data.packing");  // throws for anything else
   return opt.packing;
 }
 
@@ -222,7 +221,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
     sm.format = spec.format;
     sm.schema = spec.schema;
     sm.weight = spec.weight;
-    sm.packing = packing_for(opt, spec, static_cast<int>(i));
+    sm.packing = packing_for(opt, spec);
     const std::string num = fmt::format("{:05}", i);
     sm.train.prefix = "train-" + num;
     sm.validation.prefix = "validation-" + num;
