@@ -33,6 +33,9 @@ struct AttentionArgs {
   double scale = 0.125;                              // multiplies q.k before the softmax
   double softcap = 0.0;  // > 0: scores become softcap * tanh(scores / softcap)
   int64_t window = 0;    // > 0: sliding window size in keys (the query's own key included)
+  // Packed samples: host array [batch, q_len], the first key query i may see (the start of its
+  // document); non-decreasing along a sequence. null = no document masking.
+  const int32_t* doc_start = nullptr;
 };
 
 class Backend {

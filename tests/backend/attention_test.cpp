@@ -2,7 +2,8 @@
 // query row), and its backward against that reference and against central finite differences.
 // Table-driven: each case names its shapes, masking and memory layout. "packed" cases interleave
 // q, k, v in one row buffer [N, (Hq + 2 Hkv) D + pad] the way the model does; the others put k and
-// v in a cache-like buffer longer than kv_len. Row and batch strides always carry padding, whose
+// v in a cache-like buffer longer than kv_len; "documents" cases are packed samples whose
+// queries see only their own document's keys. Row and batch strides always carry padding, whose
 // content must survive untouched.
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -28,6 +29,7 @@ struct AttnCase {
   double softcap = 0;
   bool packed = true;
   double scale = 0;  // 0: 1 / sqrt(D)
+  int docs = 0;      // > 0: packed samples of about this many documents per sequence
 };
 
 constexpr double kSentinel = 777.0;
@@ -37,6 +39,7 @@ struct Layout {
   AttentionArgs a;
   int64_t q0 = 0, k0 = 0, v0 = 0, in_size = 0, out_size = 0;
   std::vector<int64_t> q_idx, k_idx, v_idx, o_idx;  // [b, t, h, d] order
+  std::vector<int32_t> doc_start;                    // [B, Tq] when the case has documents
 };
 
 Layout make_layout(const AttnCase& c) {
@@ -60,6 +63,16 @@ Layout make_layout(const AttnCase& c) {
   }
   a.out_row_stride = Q + 1, a.out_batch_stride = c.Tq * (Q + 1) + 2;
   l.out_size = c.B * a.out_batch_stride;
+  if (c.docs > 0) {  // documents start at scattered places, a different cut per sequence
+    for (int64_t b = 0; b < c.B; ++b) {
+      int32_t start = 0;
+      for (int64_t t = 0; t < c.Tq; ++t) {
+        if (t > 0 && (t * 7919 + b * 104729) % (c.Tq / c.docs + 1) == 0)
+          start = static_cast<int32_t>(t);
+        l.doc_start.push_back(start);
+      }
+    }
+  }
   for (int64_t b = 0; b < c.B; ++b) {
     for (int64_t t = 0; t < c.Tq; ++t)
       for (int64_t i = 0; i < Q; ++i) {
@@ -90,7 +103,8 @@ struct RefOut {
 };
 
 RefOut reference(const Layout& l, const std::vector<double>& in, const std::vector<double>* dout) {
-  const AttentionArgs& a = l.a;
+  AttentionArgs a = l.a;
+  a.doc_start = l.doc_start.empty() ? nullptr : l.doc_start.data();
   const int64_t D = a.head_dim, G = a.num_heads / a.num_kv_heads;
   RefOut r;
   r.out.assign(static_cast<size_t>(l.out_size), kSentinel);
@@ -111,7 +125,9 @@ RefOut reference(const Layout& l, const std::vector<double>& in, const std::vect
         const int64_t p = a.q_offset + i;
         std::vector<int64_t> keys;
         for (int64_t j = 0; j < a.kv_len; ++j)
-          if (j <= p && (a.window <= 0 || p - j < a.window)) keys.push_back(j);
+          if (j <= p && (a.window <= 0 || p - j < a.window) &&
+              (!a.doc_start || j >= a.doc_start[b * a.q_len + i]))
+            keys.push_back(j);
         double& lse = r.lse[(b * a.num_heads + h) * a.q_len + i];
         if (keys.empty()) {
           lse = -INFINITY;
@@ -163,8 +179,10 @@ struct KernelOut {
 };
 
 template <class T>
-KernelOut<T> run_kernel(const Layout& l, const std::vector<double>& in_d,
+KernelOut<T> run_kernel(const Layout& layout, const std::vector<double>& in_d,
                         const std::vector<double>* dout_d) {
+  Layout l = layout;  // doc_start points into this copy's vector
+  l.a.doc_start = l.doc_start.empty() ? nullptr : l.doc_start.data();
   CpuBackend be;
   const DType dt = dtype_of<T>();
   std::vector<T> in = test::cast<T>(in_d);
@@ -286,6 +304,9 @@ const AttnCase kCases[] = {
     {"head_dim_64_two_tiles", 1, 130, 130, 2, 1, 64},
     {"head_dim_80", 1, 65, 65, 2, 2, 80},
     {"rows_without_keys", 1, 5, 3, 2, 1, 8, 2, 1, 0, false},
+    {"documents_gqa_batch2", 2, 150, 150, 6, 2, 24, 0, 0, 0, true, 0, 5},
+    {"documents_window_softcap", 2, 131, 131, 4, 2, 16, 0, 30, 2.0, true, 0, 4},
+    {"documents_many_short", 1, 97, 97, 2, 1, 8, 0, 0, 0, true, 0, 20},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, Attention, ::testing::ValuesIn(kCases),

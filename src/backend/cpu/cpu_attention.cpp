@@ -1,4 +1,5 @@
-// Flash attention on the CPU: causal, grouped-query, sliding window, softcap, KV-cache offsets.
+// Flash attention on the CPU: causal, grouped-query, sliding window, softcap, KV-cache offsets,
+// document masking for packed samples.
 // Work is cut into 64-query x 64-key tiles; only one tile of scores exists at a time, with a
 // running max and sum per query row (online softmax), so memory is O(T) per head, never T x T.
 // The backward is FlashAttention-2's: P is recomputed from the saved log-sum-exp.
@@ -66,17 +67,21 @@ struct Attn {
   const T* ks_at(int64_t b, int g) const { return ks + pair(b, g) * ldt * Dp; }
   const T* vs_at(int64_t b, int g) const { return vs + pair(b, g) * ldt * Dp; }
 
-  // Keys visible to query i: [lo(i), hi(i)], empty when lo > hi.
-  int64_t lo(int64_t i) const {
-    return window > 0 ? std::max<int64_t>(0, off + i - window + 1) : 0;
+  const int32_t* doc_start;  // [B, Tq] or null: first key of query i's document
+  // Keys visible to query i of sequence b: [lo(b, i), hi(i)], empty when lo > hi. lo is
+  // non-decreasing in i (windows slide, documents follow each other), so lo(b, i0) bounds a tile.
+  int64_t lo(int64_t b, int64_t i) const {
+    int64_t l = window > 0 ? std::max<int64_t>(0, off + i - window + 1) : 0;
+    if (doc_start) l = std::max<int64_t>(l, doc_start[b * Tq + i]);
+    return l;
   }
   int64_t hi(int64_t i) const { return std::min(off + i, Tk - 1); }
   int64_t qoff(int64_t b, int64_t i, int h) const { return b * qbs + i * qrs + int64_t{h} * D; }
   int64_t kvoff(int64_t b, int64_t j, int g) const { return b * kvbs + j * kvrs + int64_t{g} * D; }
   int64_t ooff(int64_t b, int64_t i, int h) const { return b * obs + i * ors + int64_t{h} * D; }
   // Whether key tile [j, j + nk) holds a key visible to some query of [i0, i0 + nq).
-  bool tile_live(int64_t i0, int nq, int64_t j, int nk) const {
-    return j <= hi(i0 + nq - 1) && j + nk - 1 >= lo(i0);
+  bool tile_live(int64_t b, int64_t i0, int nq, int64_t j, int nk) const {
+    return j <= hi(i0 + nq - 1) && j + nk - 1 >= lo(b, i0);
   }
 };
 
@@ -154,8 +159,8 @@ struct Span {
   int first, last;
 };
 template <class T>
-LMT_INLINE Span visible(const Attn<T>& a, int64_t i, int64_t j, int nk) {
-  const int64_t f = std::clamp<int64_t>(a.lo(i) - j, 0, nk);
+LMT_INLINE Span visible(const Attn<T>& a, int64_t b, int64_t i, int64_t j, int nk) {
+  const int64_t f = std::clamp<int64_t>(a.lo(b, i) - j, 0, nk);
   const int64_t e = std::clamp<int64_t>(a.hi(i) - j + 1, 0, nk);
   return {static_cast<int>(f), static_cast<int>(std::max(f, e))};
 }
@@ -193,13 +198,13 @@ LMT_INLINE void forward_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
   std::fill(s.acc.begin(), s.acc.end(), T(0));
   std::fill(s.m.begin(), s.m.end(), -std::numeric_limits<T>::infinity());
   std::fill(s.l.begin(), s.l.end(), T(0));
-  for (int64_t j = a.lo(i0) / kBk * kBk; j <= a.hi(i0 + nq - 1); j += kBk) {
+  for (int64_t j = a.lo(b, i0) / kBk * kBk; j <= a.hi(i0 + nq - 1); j += kBk) {
     const int nk = static_cast<int>(std::min<int64_t>(kBk, a.Tk - j));
-    if (!a.tile_live(i0, nq, j, nk)) continue;
+    if (!a.tile_live(b, i0, nq, j, nk)) continue;
     tile_gemm<T, false>(s.s.data(), kBk, s.qs.data(), Dp, kt + j, a.ldt, nq, kBk, a.D);
     for (int ii = 0; ii < nq; ++ii) {
       T* row = s.s.data() + ii * kBk;
-      const Span sp = visible(a, i0 + ii, j, nk);
+      const Span sp = visible(a, b, i0 + ii, j, nk);
       if (sp.first >= sp.last) {
         std::fill(row, row + kBk, T(0));
         continue;
@@ -262,7 +267,7 @@ LMT_INLINE void backward_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int g,
   for (int ii = 0; ii < nq; ++ii) {
     T* row = S + ii * kBk;
     T* prow = P + ii * kBk;
-    const Span sp = visible(a, i0 + ii, j, nk);
+    const Span sp = visible(a, b, i0 + ii, j, nk);
     score_row(a, row, s.tt.data() + ii * kBk, sp);
     const T lse = s.lse[ii];
     for (int jj = 0; jj < kBk; ++jj)
@@ -311,9 +316,9 @@ LMT_INLINE void dq_for_query_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, in
   const int nq = static_cast<int>(std::min<int64_t>(kBq, a.Tq - i0));
   pack_q(a, s, b, h, i0, nq, true);
   std::fill(s.acc.begin(), s.acc.end(), T(0));
-  for (int64_t j = a.lo(i0) / kBk * kBk; j <= a.hi(i0 + nq - 1); j += kBk) {
+  for (int64_t j = a.lo(b, i0) / kBk * kBk; j <= a.hi(i0 + nq - 1); j += kBk) {
     const int nk = static_cast<int>(std::min<int64_t>(kBk, a.Tk - j));
-    if (!a.tile_live(i0, nq, j, nk)) continue;
+    if (!a.tile_live(b, i0, nq, j, nk)) continue;
     backward_tile(a, s, b, h / a.group, i0, nq, j, nk, s.acc.data(),
                   dk_all ? dk_all + j * a.Dp : nullptr, dv_all ? dv_all + j * a.Dp : nullptr);
   }
@@ -348,7 +353,7 @@ LMT_INLINE void backward_kv_item(const Attn<T>& a, Scratch<T>& s, int64_t item) 
     for (int64_t ib = 0; ib < a.nqb; ++ib) {
       const int64_t i0 = ib * kBq;
       const int nq = static_cast<int>(std::min<int64_t>(kBq, a.Tq - i0));
-      if (!a.tile_live(i0, nq, j, nk)) continue;
+      if (!a.tile_live(b, i0, nq, j, nk)) continue;
       pack_q(a, s, b, h, i0, nq, true);
       backward_tile(a, s, b, g, i0, nq, j, nk, static_cast<T*>(nullptr), s.dk.data(), s.dv.data());
     }
@@ -399,6 +404,14 @@ Attn<T> make_attn(const AttentionArgs& x, const char* kernel) {
   a.kvrs = x.kv_row_stride, a.kvbs = x.kv_batch_stride;
   a.ors = x.out_row_stride, a.obs = x.out_batch_stride;
   a.scale = static_cast<T>(x.scale), a.softcap = static_cast<T>(x.softcap);
+  a.doc_start = x.doc_start;
+  if (x.doc_start)
+    for (int64_t b = 0; b < a.B; ++b)
+      for (int64_t i = 0; i < a.Tq; ++i) {
+        const int32_t d = x.doc_start[b * a.Tq + i];
+        LMT_CHECK(d >= 0 && d <= a.off + i && (i == 0 || d >= x.doc_start[b * a.Tq + i - 1]),
+                  k + "doc_start must be non-decreasing and at most the query's own key");
+      }
   return a;
 }
 
