@@ -258,7 +258,8 @@ void Transformer::plan(int64_t B, int64_t T) {
   plan_ = std::move(p);
 }
 
-void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T) {
+void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                               const Packing* packing) {
   plan(B, T);
   const int64_t N = B * T;
   for (int64_t i = 0; i < N; ++i) {
@@ -268,6 +269,16 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   }
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(i % T);
+  doc_start_.clear();
+  if (packing && packing->positions) {
+    for (int64_t i = 0; i < N; ++i) {
+      if (packing->positions[i] < 0 || packing->positions[i] >= cfg_.max_position_embeddings)
+        throw UserError("model: position " + std::to_string(packing->positions[i]) +
+                        " is outside [0, max_position_embeddings)");
+      pos[i] = packing->positions[i];
+    }
+  }
+  if (packing && packing->doc_start) doc_start_.assign(packing->doc_start, packing->doc_start + N);
   be_->from_host(plan_->ids, ids, sizeof(int32_t) * N);
   be_->from_host(plan_->pos, pos.data(), sizeof(int32_t) * N);
   plan_->host_labels.assign(static_cast<size_t>(N), kIgnoreIndex);
@@ -362,6 +373,7 @@ AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
   a.out_row_stride = d.Q;
   a.out_batch_stride = T * d.Q;
   a.scale = 1.0 / std::sqrt(static_cast<double>(d.D));
+  a.doc_start = doc_start_.empty() ? nullptr : doc_start_.data();
   return a;
 }
 
@@ -415,9 +427,9 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
 }
 
 LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels, int64_t B,
-                                      int64_t T, double grad_scale) {
+                                      int64_t T, double grad_scale, const Packing* packing) {
   LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
-  upload_batch(ids, labels, B, T);
+  upload_batch(ids, labels, B, T, packing);
   forward_trunk();
   LossSum loss = head_loss(true, grad_scale);
   const Plan& p = *plan_;
@@ -434,14 +446,16 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   return loss;
 }
 
-LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T) {
-  upload_batch(ids, labels, B, T);
+LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                                  const Packing* packing) {
+  upload_batch(ids, labels, B, T, packing);
   forward_trunk();
   return head_loss(false, 0.0);
 }
 
-std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, int64_t T) {
-  upload_batch(ids, nullptr, B, T);
+std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, int64_t T,
+                                               const Packing* packing) {
+  upload_batch(ids, nullptr, B, T, packing);
   forward_trunk();
   const Plan& p = *plan_;
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;

@@ -57,14 +57,25 @@ class Transformer {
   void set_activation_checkpointing(bool on);
   void set_loss_chunk_tokens(int64_t n) { loss_chunk_ = n; }
 
+  // Packed samples (host arrays [B, T]): positions restart at every document (RoPE), and
+  // doc_start says where each token's document begins, so attention stays inside it. A row then
+  // computes exactly what its documents would compute as separate sequences. Null: positions
+  // 0..T-1 and plain causal attention over the whole row.
+  struct Packing {
+    const int32_t* positions = nullptr;
+    const int32_t* doc_start = nullptr;
+  };
+
   // One micro-batch: ids and labels are host arrays [B, T] (labels == kIgnoreIndex: no loss).
   // Adds grad_scale * d(sum of token losses)/dparams to the gradient buffer.
   LossSum forward_backward(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
-                           double grad_scale);
+                           double grad_scale, const Packing* packing = nullptr);
   // Loss only (evaluation).
-  LossSum forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T);
+  LossSum forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                       const Packing* packing = nullptr);
   // Logits of every position for one batch, copied to the host as f64 [B, T, V] (tests, small T).
-  std::vector<double> forward_logits(const int32_t* ids, int64_t B, int64_t T);
+  std::vector<double> forward_logits(const int32_t* ids, int64_t B, int64_t T,
+                                     const Packing* packing = nullptr);
 
   // Generation with a KV cache (batch 1). feed() runs n new tokens at positions
   // [cache.length, cache.length + n) and returns the last token's logits (f32, [V]).
@@ -110,7 +121,8 @@ class Transformer {
   void plan(int64_t B, int64_t T);
   LayerWeights layer_weights(int64_t l, bool grads) const;
   LayerActs layer_acts(int64_t l) const;
-  void upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T);
+  void upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                    const Packing* packing);
   void forward_trunk();
   void block_qkv(const LayerWeights& w, const LayerActs& a, const void* x, const int32_t* pos,
                  int64_t N);
@@ -134,6 +146,7 @@ class Transformer {
   bool checkpointing_ = false;
   int64_t loss_chunk_ = 1024;
   std::unique_ptr<Plan> plan_;
+  std::vector<int32_t> doc_start_;  // host [B, T] of the current batch, or empty (no packing)
 };
 
 }  // namespace lmt
