@@ -22,6 +22,21 @@ void from_json(const nlohmann::json& j, LoaderState& s) {
   }
 }
 
+void packed_layout(const std::vector<std::vector<int32_t>>& starts, int64_t seq_len,
+                   int32_t* doc_start, int32_t* positions) {
+  for (size_t r = 0; r < starts.size(); ++r) {
+    int32_t* ds = doc_start + static_cast<int64_t>(r) * seq_len;
+    int32_t* ps = positions + static_cast<int64_t>(r) * seq_len;
+    int32_t cur = 0;
+    size_t k = 0;
+    for (int64_t j = 0; j < seq_len; ++j) {
+      while (k < starts[r].size() && starts[r][k] <= j) cur = starts[r][k++];
+      ds[j] = cur;
+      ps[j] = static_cast<int32_t>(j - cur);
+    }
+  }
+}
+
 Loader::Loader(const SampleSet& data, int64_t micro_batch, uint64_t seed, int rank, int world,
                int prefetch)
     : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world), prefetch_(prefetch) {
@@ -143,13 +158,14 @@ EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int rank, int
   data.require_samples();
 }
 
-void EvalLoader::next(int32_t* ids, int32_t* labels) {
+void EvalLoader::next(int32_t* ids, int32_t* labels, int32_t* doc_start, int32_t* positions) {
   const int64_t T = data_.seq_len(), n = data_.num_samples();
   const int64_t first = position_ + rank_ * micro_batch_;
-  std::vector<int32_t> positions(static_cast<size_t>(T));
-  std::vector<int32_t> starts;
+  std::vector<int32_t> in_doc(static_cast<size_t>(T));
+  std::vector<std::vector<int32_t>> starts(static_cast<size_t>(micro_batch_));
   for (int64_t b = 0; b < micro_batch_; ++b)
-    data_.fill((first + b) % n, ids + b * T, labels + b * T, positions.data(), &starts);
+    data_.fill((first + b) % n, ids + b * T, labels + b * T, in_doc.data(), &starts[b]);
+  if (doc_start && positions) packed_layout(starts, T, doc_start, positions);
   position_ = (position_ + micro_batch_ * world_) % n;
 }
 

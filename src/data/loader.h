@@ -43,6 +43,12 @@ struct Batch {
   LoaderState after;                             // the loader's state once this batch is taken
 };
 
+// Per-token attention layout of rows [rows, seq_len] from each row's document starts: doc_start[j]
+// = the start of token j's document, positions[j] = j - doc_start[j] (positions restart at every
+// document start in the sample, also for a document continued from an earlier sample).
+void packed_layout(const std::vector<std::vector<int32_t>>& starts, int64_t seq_len,
+                   int32_t* doc_start, int32_t* positions);
+
 class Loader {
  public:
   // `data` must outlive the loader. Throws UserError when data has no sample. prefetch = number
@@ -102,7 +108,9 @@ class EvalLoader {
   // Throws UserError (naming the split and seq_len) when data has no sample.
   EvalLoader(const SampleSet& data, int64_t micro_batch, int rank = 0, int world = 1);
 
-  void next(int32_t* ids, int32_t* labels);
+  // With doc_start / positions given (each [micro_batch, seq_len]), also the packed layout.
+  void next(int32_t* ids, int32_t* labels, int32_t* doc_start = nullptr,
+            int32_t* positions = nullptr);
   void reset() { position_ = 0; }
   int64_t num_samples() const { return data_.num_samples(); }
   // Global batches that cover every sample once (the last one may wrap).

@@ -159,13 +159,13 @@ void fill_sample(const TokenStore& store, const std::vector<SamplePiece>& pieces
     if (j < seq_len) doc_starts->push_back(static_cast<int32_t>(j));
     j += p.length;
   }
-  if (j < seq_len) {  // padding: token 0, label -1, a segment of its own
+  if (j < seq_len) {  // padding: token 0, label kNoLabel, a segment of its own
     doc_starts->push_back(static_cast<int32_t>(j));
     for (int64_t k = j; k < seq_len; ++k) positions[k] = static_cast<int32_t>(k - j);
   }
   // tok and mask beyond j are already padding (0, 0).
   std::memcpy(ids, tok.data(), static_cast<size_t>(seq_len) * sizeof(int32_t));
-  for (int64_t k = 0; k < seq_len; ++k) labels[k] = mask[k + 1] ? tok[k + 1] : -1;
+  for (int64_t k = 0; k < seq_len; ++k) labels[k] = mask[k + 1] ? tok[k + 1] : kNoLabel;
 }
 
 }  // namespace lmt

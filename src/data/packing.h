@@ -9,7 +9,7 @@
 //             samples (0 when T <= seq_len), as TokenDataset has; every sample is full, and the
 //             tail after the last window (fewer than seq_len tokens) is left out and counted.
 //   bin:      whole documents only: first-fit decreasing bin packing of documents into samples of
-//             seq_len + 1 tokens, the rest padded (padding: token 0, label -1, its own segment).
+//             seq_len + 1 tokens, the rest padded (padding: token 0, label kNoLabel, its own segment).
 //             A document longer than seq_len + 1 is not split: the plan leaves it out and counts
 //             it. SFT. Documents are placed longest first (ties: lower document index first),
 //             each into the lowest-numbered sample with room; samples are numbered in the order
@@ -32,6 +32,10 @@
 namespace lmt {
 
 enum class PackingMode { kContinue, kBin };
+
+// The label of a position that is not a loss target: Hugging Face's ignore_index, and the
+// model's Transformer::kIgnoreIndex.
+constexpr int32_t kNoLabel = -100;
 
 // "continue" or "bin"; throws UserError naming `key` otherwise.
 PackingMode parse_packing_mode(const std::string& s, const std::string& key);
@@ -72,8 +76,8 @@ class PackingPlan {
 };
 
 // One materialised sample.
-//   ids[seq_len], labels[seq_len]: labels[j] = token j + 1 when its mask byte is 1, else -1;
-//     padding has id 0 and label -1.
+//   ids[seq_len], labels[seq_len]: labels[j] = token j + 1 when its mask byte is 1, else kNoLabel;
+//     padding has id 0 and label kNoLabel.
 //   positions[seq_len]: position of token j inside its document (restarts at 0 at each start;
 //     a piece that begins inside its document continues from its offset); padding counts 0, 1, ...
 //   doc_starts: indices j in [0, seq_len) where a piece (or the padding run) begins; always

@@ -57,10 +57,16 @@ void SampleSet::require_samples() const {
   std::string hint = name_ == "validation" ? "add documents, or lower data.seq_len or raise "
                                              "data.val_fraction (0 turns evaluation data off)"
                                            : "add documents or lower data.seq_len";
+  const int64_t dropped = dropped_documents();
+  const std::string why =
+      dropped > 0 ? "; bin packing never splits a document, and " + std::to_string(dropped) +
+                        " of them are longer than seq_len + 1 = " + std::to_string(seq_len_ + 1) +
+                        " tokens"
+                  : "";
   throw UserError("data: the " + name_ + " split has " + std::to_string(tokens) + " tokens (" +
                   std::to_string(docs) + " documents); data.seq_len = " +
                   std::to_string(seq_len_) + " needs at least " + std::to_string(seq_len_ + 1) +
-                  " tokens for one sample: " + hint);
+                  " tokens for one sample" + why + ": " + hint);
 }
 
 double SampleSet::unigram_entropy() const {

@@ -31,7 +31,7 @@ struct KvCache {
 
 class Transformer {
  public:
-  static constexpr int32_t kIgnoreIndex = -100;
+  static constexpr int32_t kIgnoreIndex = -100;  // = kNoLabel of data/packing.h
 
   // dt: f32 for training on the CPU, f64 for gradient checks.
   Transformer(Backend* be, const ModelConfig& cfg, DType dt = DType::f32);

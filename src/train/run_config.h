@@ -104,6 +104,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string out_dir = "runs/default";
   bool activation_checkpointing = false;
+  bool document_masking = false;
   int64_t loss_chunk_tokens = 1024;
   int64_t threads = 0;
   std::string sample_prompt;
@@ -131,6 +132,9 @@ struct TrainConfig {
     v("log_every", log_every, "steps between progress lines");
     v("out_dir", out_dir, "run directory");
     v("activation_checkpointing", activation_checkpointing, "recompute each layer in backward");
+    v("document_masking", document_masking,
+      "packed samples: attention stays inside each document and positions restart at its start "
+      "(recommended with bin packing / SFT)");
     v("loss_chunk_tokens", loss_chunk_tokens, "tokens per cross-entropy chunk");
     v("threads", threads, "CPU threads; 0 = all cores");
     v("sample_prompt", sample_prompt, "text to continue at the end of the run");

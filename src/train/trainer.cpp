@@ -16,6 +16,7 @@
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/mixture.h"
+#include "data/packing.h"
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/text_file.h"
@@ -28,6 +29,8 @@
 #include "train/train_data.h"
 
 namespace lmt {
+
+static_assert(kNoLabel == Transformer::kIgnoreIndex, "the loader's and the model's ignore label");
 
 namespace fs = std::filesystem;
 
@@ -66,13 +69,16 @@ class StopSignals {
 };
 
 // Mean loss over the evaluation batches (token-weighted).
-double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T) {
+double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T,
+                bool masking) {
   loader.reset();
-  std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size());
+  std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size()), starts(ids.size()),
+      pos(ids.size());
   LossSum total;
   for (int64_t i = 0; i < batches; ++i) {
-    loader.next(ids.data(), labels.data());
-    LossSum s = model.forward_loss(ids.data(), labels.data(), B, T);
+    loader.next(ids.data(), labels.data(), starts.data(), pos.data());
+    const Transformer::Packing packing{pos.data(), starts.data()};
+    LossSum s = model.forward_loss(ids.data(), labels.data(), B, T, masking ? &packing : nullptr);
     total.sum += s.sum;
     total.tokens += s.tokens;
   }
@@ -161,6 +167,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   TrainResult result;
   result.val_unigram_entropy = data.validation->unigram_entropy();
   std::vector<int32_t> ids(static_cast<size_t>(B * T * accum)), labels(ids.size());
+  std::vector<int32_t> doc_start(ids.size()), positions(ids.size());  // packed layout
   double window_s = 0;
   int64_t window_tokens = 0, window_steps = 0;
   Timer since_start;
@@ -180,7 +187,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   auto run_eval = [&]() {
     if (!eval_loader) return;
     const int64_t batches = tc.eval_steps > 0 ? tc.eval_steps : eval_loader->batches_per_pass();
-    result.last_val_loss = evaluate(model, *eval_loader, batches, B, T);
+    result.last_val_loss = evaluate(model, *eval_loader, batches, B, T, tc.document_masking);
     metrics.log_eval(step, result.last_val_loss, batches * B * T);
   };
 
@@ -195,14 +202,21 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     // All micro-batches of the step first: the loss is the mean over every labelled token of
     // the step, whatever the split into micro-batches.
     int64_t labelled = 0;
-    for (int64_t a = 0; a < accum; ++a) loader.next(&ids[a * B * T], &labels[a * B * T]);
+    for (int64_t a = 0; a < accum; ++a) {
+      const Batch& b = loader.next();
+      std::copy(b.ids.begin(), b.ids.end(), ids.begin() + a * B * T);
+      std::copy(b.labels.begin(), b.labels.end(), labels.begin() + a * B * T);
+      packed_layout(b.doc_starts, T, &doc_start[a * B * T], &positions[a * B * T]);
+    }
     for (int32_t l : labels) labelled += l != Transformer::kIgnoreIndex;
     if (labelled == 0) throw UserError("data: a training step has no labelled tokens");
     model.zero_grads();
     LossSum loss;
     for (int64_t a = 0; a < accum; ++a) {
+      const Transformer::Packing packing{&positions[a * B * T], &doc_start[a * B * T]};
       LossSum s = model.forward_backward(&ids[a * B * T], &labels[a * B * T], B, T,
-                                         1.0 / static_cast<double>(labelled));
+                                         1.0 / static_cast<double>(labelled),
+                                         tc.document_masking ? &packing : nullptr);
       loss.sum += s.sum;
       loss.tokens += s.tokens;
     }

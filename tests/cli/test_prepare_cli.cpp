@@ -125,6 +125,34 @@ TEST_F(PrepareCli, MixedSourcesAreReportedAndCheckpointsCarryTheTokenizer) {
   EXPECT_EQ(g.out.rfind("line 1", 0), 0u) << g.out;
 }
 
+TEST_F(PrepareCli, SftChatsTrainWithDocumentMasking) {
+  {
+    std::ofstream f(dir_ / "chats.jsonl");
+    for (int i = 0; i < 80; ++i)
+      f << "{\"messages\": [{\"role\": \"user\", \"content\": \"what is " << i
+        << "?\"}, {\"role\": \"assistant\", \"content\": \"it is " << i << ".\"}]}\n";
+  }
+  const std::string sets = " --set 'data.sources=[{path: " + (dir_ / "chats.jsonl").string() +
+                           ", format: jsonl, schema: chat}]' --set data.seq_len=64";
+  ASSERT_EQ(run("prepare --config " + config() + sets).code, 0);
+  Result small = run("train --config " + config() + sets);  // every chat is > 65 tokens
+  EXPECT_EQ(small.code, 2) << small.out;
+  EXPECT_NE(small.out.find("bin packing never splits a document, and 74 of them are longer"),
+            std::string::npos)
+      << small.out;
+  const std::string cfg = config() + sets +
+                          " --set data.seq_len=200 --set model.max_position_embeddings=256";
+  Result p = run("prepare --config " + cfg);
+  ASSERT_EQ(p.code, 0) << p.out;
+  EXPECT_NE(p.out.find("packing bin"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("loss on"), std::string::npos) << p.out;
+  Result t = run("train --config " + cfg +
+                 " --set train.document_masking=true --set train.eval_every=1"
+                 " --set train.eval_steps=1");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
+}
+
 TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
   Result r = run("prepare --config " + config() + " --set data.store=");
   EXPECT_EQ(r.code, 2) << r.out;

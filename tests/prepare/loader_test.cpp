@@ -131,6 +131,14 @@ TEST(Loader, StateOutsideTheDataIsAUserError) {
   EXPECT_THROW(Loader(*tiny.train, 1, 1), UserError);
 }
 
+TEST(PackedLayout, DocStartsAndPositionsPerToken) {
+  std::vector<std::vector<int32_t>> starts{{0, 3, 4}, {0}};
+  std::vector<int32_t> ds(12), pos(12);
+  packed_layout(starts, 6, ds.data(), pos.data());
+  EXPECT_EQ(ds, (std::vector<int32_t>{0, 0, 0, 3, 4, 4, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(pos, (std::vector<int32_t>{0, 1, 2, 0, 0, 1, 0, 1, 2, 3, 4, 5}));
+}
+
 TEST(EvalLoader, FixedOrderWrapsAndResets) {
   Store st({{200, 1.0}}, 8);
   const int64_t n = st.val->num_samples();

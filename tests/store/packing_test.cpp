@@ -209,7 +209,7 @@ void check_sample(const TestStore& ts, const std::vector<SamplePiece>& ps, int64
   fill_sample(*ts.store, ps, L, ids.data(), labels.data(), positions.data(), &doc_starts);
   for (int64_t j = 0; j < L; ++j) {
     ASSERT_EQ(ids[j], tok[j]) << j;
-    ASSERT_EQ(labels[j], msk[j + 1] ? tok[j + 1] : -1) << j;
+    ASSERT_EQ(labels[j], msk[j + 1] ? tok[j + 1] : kNoLabel) << j;
     ASSERT_EQ(positions[j], pos[j]) << j;
   }
   ASSERT_EQ(doc_starts, starts);
@@ -240,8 +240,8 @@ TEST(Packing, FillSampleHandExamples) {
   EXPECT_EQ(positions, (std::vector<int32_t>{0, 1, 2, 0, 1, 2, 3, 0}));
   EXPECT_EQ(starts, (std::vector<int32_t>{0, 3, 7}));
   EXPECT_EQ(ids[7], 0);
-  EXPECT_EQ(labels[6], -1);  // the next token is padding
-  EXPECT_EQ(labels[7], -1);
+  EXPECT_EQ(labels[6], kNoLabel);  // the next token is padding
+  EXPECT_EQ(labels[7], kNoLabel);
   // A document that began in an earlier sample: positions continue, no start but 0.
   ps = {{1, 2, 9}};
   fill_sample(*ts.store, ps, L, ids.data(), labels.data(), positions.data(), &starts);
