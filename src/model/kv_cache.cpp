@@ -58,6 +58,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   args.out_row_stride = Q;
   args.out_batch_stride = n * Q;
   args.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  args.window = cfg_.sliding_window;
 
   be_->embedding_forward(dt_, x.data(), ids_d.as<int32_t>(), weights_.data(), n, C);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {

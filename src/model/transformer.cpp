@@ -77,10 +77,9 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
-  // RoPE inverse frequencies, as Hugging Face computes them: theta^(-2i/d).
-  std::vector<float> inv(static_cast<size_t>(D / 2));
-  for (int i = 0; i < D / 2; ++i)
-    inv[i] = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, static_cast<double>(2 * i) / D));
+  // RoPE inverse frequencies, as Hugging Face computes them (theta^(-2i/d), then rope scaling).
+  const std::vector<double> inv_d = cfg_.rope_inv_freq();
+  std::vector<float> inv(inv_d.begin(), inv_d.end());
   inv_freq_ = Buffer(be_, inv.size() * sizeof(float));
   be_->from_host(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
 }
@@ -373,6 +372,7 @@ AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
   a.out_row_stride = d.Q;
   a.out_batch_stride = T * d.Q;
   a.scale = 1.0 / std::sqrt(static_cast<double>(d.D));
+  a.window = cfg_.sliding_window;
   a.doc_start = doc_start_.empty() ? nullptr : doc_start_.data();
   return a;
 }
