@@ -19,7 +19,9 @@ bool is_plain_key(const char* name) {
 }
 
 const char* architecture_of(const std::string& family) {
-  return family == "mistral" ? "MistralForCausalLM" : "LlamaForCausalLM";
+  if (family == "mistral") return "MistralForCausalLM";
+  if (family == "qwen2") return "Qwen2ForCausalLM";
+  return "LlamaForCausalLM";
 }
 
 // The RoPE keys, from transformers 5's rope_parameters or the older rope_theta / rope_scaling.
@@ -105,7 +107,7 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
     j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
   else if (c.sliding_window > 0)
     j["sliding_window"] = c.sliding_window;
-  j["attention_bias"] = false;
+  if (c.family != "qwen2") j["attention_bias"] = false;
   j["mlp_bias"] = false;
   j["torch_dtype"] = "float32";
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
@@ -117,8 +119,9 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& whe
   if (!j.is_object()) throw UserError(where + ": not a JSON object");
   ModelConfig c;
   std::string type = j.value("model_type", std::string());
-  if (type != "llama" && type != "mistral")
-    throw UserError(where + ": unsupported model_type '" + type + "' (supported: llama, mistral)");
+  if (type != "llama" && type != "mistral" && type != "qwen2")
+    throw UserError(where + ": unsupported model_type '" + type +
+                    "' (supported: llama, mistral, qwen2)");
   c.family = type;
   if (j.contains("architectures") && j["architectures"].is_array()) {
     for (const auto& a : j["architectures"])
@@ -130,6 +133,9 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& whe
     if (j.contains(key) && j[key] == true)
       throw UserError(where + ": '" + key + "': true is not supported (lmtrain's " + type +
                       " has no biases)");
+  c.attention_bias = type == "qwen2";  // Qwen2's q/k/v projections always have biases
+  if (type == "qwen2" && j.value("use_sliding_window", false) == true)
+    throw UserError(where + ": 'use_sliding_window': true is not supported for qwen2");
   HfReader r{j, where};
   c.visit(r);
   read_rope(j, where, c);

@@ -72,7 +72,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   }
   cache.length += n;
   // Only the last position's logits are needed.
-  const ParamInfo& norm = params_[1 + 9 * static_cast<size_t>(cfg_.num_hidden_layers)];
+  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(cfg_.num_hidden_layers)];
   const ParamInfo& head = cfg_.tie_word_embeddings ? params_.front() : params_.back();
   void* last = at(x.data(), (n - 1) * C);
   be_->rmsnorm_forward(dt_, h.data(), rstd.data(), last, at(weights_.data(), norm.offset), 1, C,

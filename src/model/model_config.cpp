@@ -18,8 +18,9 @@ void require(bool ok, const char* key, const char* rule, T got) {
 }  // namespace
 
 void ModelConfig::validate() const {
-  if (family != "llama" && family != "mistral")
-    throw UserError("model.family '" + family + "' is not supported (supported: llama, mistral)");
+  if (family != "llama" && family != "mistral" && family != "qwen2")
+    throw UserError("model.family '" + family +
+                    "' is not supported (supported: llama, mistral, qwen2)");
   require(vocab_size >= 1, "vocab_size", ">= 1", vocab_size);
   require(hidden_size > 0, "hidden_size", "> 0", hidden_size);
   require(intermediate_size > 0, "intermediate_size", "> 0", intermediate_size);

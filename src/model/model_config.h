@@ -27,6 +27,7 @@ struct ModelConfig {
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
   int64_t rope_original_max_position_embeddings = 8192;
+  bool attention_bias = false;  // q/k/v projections have biases (qwen2)
   int64_t sliding_window = 0;  // > 0: each query attends to this many keys (itself included)
   // The RoPE scaling and window fields above come from config.json only (hf_config.cpp reads and
   // writes them); they are not in visit() and so not yet settable from a YAML run config.

@@ -237,6 +237,27 @@ TEST(HfConfigRope, ReadsRopeParametersAndLegacyKeysAlike) {
                           {"d/config.json", "'yarn'", "rope_scaling"});
 }
 
+// Incremental decoding with the KV cache computes the full forward's logits, also with q/k/v
+// biases (qwen2) and a sliding window shorter than the sequence (mistral_swa).
+TEST(HfModel, KvCacheMatchesFullForward) {
+  for (const char* family : {"qwen2", "mistral_swa"}) {
+    CpuBackend be;
+    auto m = load_hf_model(test::hf_fixture(family), &be);
+    std::mt19937 rng(std::random_device{}());
+    std::vector<int32_t> ids(20);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % 256);
+    const auto T = static_cast<int64_t>(ids.size());
+    const std::vector<double> full = m->forward_logits(ids.data(), 1, T);
+    auto cache = m->make_kv_cache(T);
+    std::vector<float> last = m->feed(*cache, ids.data(), 5);  // a prompt, then one at a time
+    for (int64_t t = 5; t < T; ++t) last = m->feed(*cache, ids.data() + t, 1);
+    double diff = 0;
+    for (int64_t v = 0; v < 256; ++v)
+      diff = std::max(diff, std::abs(last[v] - full[(T - 1) * 256 + v]));
+    EXPECT_LT(diff, 1e-5) << family;
+  }
+}
+
 // llama3 scaling by hand (transformers' _compute_llama3_parameters) on a head whose four
 // frequencies fall into all three bands: kept (short), smoothed (medium), divided (long).
 TEST(HfConfigRope, Llama3AndLinearScaling) {
