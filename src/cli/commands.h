@@ -15,5 +15,6 @@ Run add_generate(CLI::App& app);
 Run add_bench(CLI::App& app);
 Run add_tokenize(CLI::App& app);
 Run add_tokenizer(CLI::App& app);
+Run add_logits(CLI::App& app);
 
 }  // namespace lmt::cli

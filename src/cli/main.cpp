@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   add(lmt::cli::add_bench, "bench", "measure training throughput for a config");
   add(lmt::cli::add_tokenize, "tokenize", "encode text with a tokenizer (ids as JSON)");
   add(lmt::cli::add_tokenizer, "tokenizer", "tokenizer tools: train");
+  add(lmt::cli::add_logits, "logits", "logits and loss of a Hugging Face model for a list of ids");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

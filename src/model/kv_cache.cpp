@@ -58,6 +58,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   args.out_row_stride = Q;
   args.out_batch_stride = n * Q;
   args.scale = 1.0 / std::sqrt(static_cast<double>(D));
+  args.window = cfg_.sliding_window;
 
   be_->embedding_forward(dt_, x.data(), ids_d.as<int32_t>(), weights_.data(), n, C);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
@@ -71,7 +72,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   }
   cache.length += n;
   // Only the last position's logits are needed.
-  const ParamInfo& norm = params_[1 + 9 * static_cast<size_t>(cfg_.num_hidden_layers)];
+  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(cfg_.num_hidden_layers)];
   const ParamInfo& head = cfg_.tie_word_embeddings ? params_.front() : params_.back();
   void* last = at(x.data(), (n - 1) * C);
   be_->rmsnorm_forward(dt_, h.data(), rstd.data(), last, at(weights_.data(), norm.offset), 1, C,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lmt {
 
@@ -19,6 +20,17 @@ struct ModelConfig {
   int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
   int64_t max_position_embeddings = 2048;
   double rope_theta = 10000.0;
+  // RoPE scaling (Hugging Face rope_scaling / rope_parameters): "default", "linear" (factor) or
+  // "llama3" (factor, low/high_freq_factor, original_max_position_embeddings).
+  std::string rope_type = "default";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_position_embeddings = 8192;
+  bool attention_bias = false;  // q/k/v projections have biases (qwen2)
+  int64_t sliding_window = 0;  // > 0: each query attends to this many keys (itself included)
+  // The RoPE scaling and window fields above come from config.json only (hf_config.cpp reads and
+  // writes them); they are not in visit() and so not yet settable from a YAML run config.
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
@@ -50,6 +62,9 @@ struct ModelConfig {
     return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads;
   }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
+  // RoPE inverse frequencies [head_size / 2], scaled as rope_type says, as transformers computes
+  // them.
+  std::vector<double> rope_inv_freq() const;
   // Throws UserError naming the key when the shape is inconsistent.
   void validate() const;
 };

@@ -62,6 +62,7 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
     : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
+  if (cfg_.family == "qwen2") cfg_.attention_bias = true;  // a family trait, also from YAML
   const int Hq = static_cast<int>(cfg_.num_attention_heads),
             Hkv = static_cast<int>(cfg_.kv_heads());
   const int D = static_cast<int>(cfg_.head_size());
@@ -77,10 +78,9 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
-  // RoPE inverse frequencies, as Hugging Face computes them: theta^(-2i/d).
-  std::vector<float> inv(static_cast<size_t>(D / 2));
-  for (int i = 0; i < D / 2; ++i)
-    inv[i] = static_cast<float>(1.0 / std::pow(cfg_.rope_theta, static_cast<double>(2 * i) / D));
+  // RoPE inverse frequencies, as Hugging Face computes them (theta^(-2i/d), then rope scaling).
+  const std::vector<double> inv_d = cfg_.rope_inv_freq();
+  std::vector<float> inv(inv_d.begin(), inv_d.end());
   inv_freq_ = Buffer(be_, inv.size() * sizeof(float));
   be_->from_host(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
 }
@@ -108,6 +108,11 @@ void Transformer::build_layout() {
     add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::matrix);
     add(p + "mlp.up_proj.weight", {F, C}, ParamKind::matrix, true);
     add(p + "mlp.down_proj.weight", {C, F}, ParamKind::matrix);
+    if (cfg_.attention_bias) {  // last in the layer, so the indices above stay fixed
+      add(p + "self_attn.q_proj.bias", {Q}, ParamKind::bias);
+      add(p + "self_attn.k_proj.bias", {KV}, ParamKind::bias, true);
+      add(p + "self_attn.v_proj.bias", {KV}, ParamKind::bias, true);
+    }
   }
   add("model.norm.weight", {C}, ParamKind::norm);
   if (!cfg_.tie_word_embeddings) add("lm_head.weight", {V, C}, ParamKind::matrix);
@@ -132,11 +137,15 @@ void* Transformer::at(void* base, int64_t elems) const {
 
 Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) const {
   void* base = grads ? grads_.data() : weights_.data();
-  // Parameters of layer l start at index 1 + 9 l in params_ (after the embedding).
-  const size_t i = 1 + 9 * static_cast<size_t>(l);
-  return LayerWeights{at(base, params_[i].offset),     at(base, params_[i + 1].offset),
-                      at(base, params_[i + 4].offset), at(base, params_[i + 5].offset),
-                      at(base, params_[i + 6].offset), at(base, params_[i + 8].offset)};
+  // Parameters of layer l start at index 1 + per_layer() l in params_ (after the embedding).
+  const size_t i = 1 + per_layer() * static_cast<size_t>(l);
+  return LayerWeights{at(base, params_[i].offset),
+                      at(base, params_[i + 1].offset),
+                      at(base, params_[i + 4].offset),
+                      at(base, params_[i + 5].offset),
+                      at(base, params_[i + 6].offset),
+                      at(base, params_[i + 8].offset),
+                      cfg_.attention_bias ? at(base, params_[i + 9].offset) : nullptr};
 }
 
 Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
@@ -151,7 +160,8 @@ void Transformer::init_weights(uint64_t seed) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_[i];
     host.assign(static_cast<size_t>(p.numel()), 1.0);
-    if (p.kind != ParamKind::norm) {
+    if (p.kind == ParamKind::bias) host.assign(host.size(), 0.0);
+    if (p.kind != ParamKind::norm && p.kind != ParamKind::bias) {
       const bool resid = p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
       fill_normal(host.data(), p.numel(), 0.0, resid ? resid_std : std, seed, /*stream=*/i);
     }
@@ -298,6 +308,7 @@ void Transformer::block_qkv(const LayerWeights& w, const LayerActs& a, const voi
   const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
   be_->rmsnorm_forward(dt_, a.h1, a.rstd1, x, w.ln1, N, C, cfg_.rms_norm_eps, 0.0);
   be_->gemm(dt_, false, true, N, QKV, C, 1.0, a.h1, C, w.qkv, C, 0.0, a.qkv, QKV);
+  if (w.qkv_bias) be_->add_bias(dt_, a.qkv, w.qkv_bias, N, QKV);
   const auto* inv = inv_freq_.as<float>();
   be_->rope(dt_, a.qkv, pos, inv, N, QKV, Hq, D, D, 1.0, false);
   be_->rope(dt_, at(a.qkv, Q), pos, inv, N, QKV, Hkv, D, D, 1.0, false);
@@ -352,6 +363,7 @@ void Transformer::layer_backward(int64_t l) {
   const auto* inv = inv_freq_.as<float>();
   be_->rope(dt_, p.dqkv, p.pos, inv, N, QKV, Hq, D, D, 1.0, true);
   be_->rope(dt_, at(p.dqkv, Q), p.pos, inv, N, QKV, Hkv, D, D, 1.0, true);
+  if (g.qkv_bias) be_->bias_backward(dt_, g.qkv_bias, p.dqkv, N, QKV);
   be_->gemm(dt_, true, false, QKV, C, N, 1.0, p.dqkv, QKV, a.h1, C, 1.0, g.qkv, C);
   be_->gemm(dt_, false, false, N, C, QKV, 1.0, p.dqkv, QKV, w.qkv, C, 0.0, p.dh, C);
   be_->rmsnorm_backward(dt_, p.dx, g.ln1, p.dh, p.res[l], w.ln1, a.rstd1, N, C, 0.0);
@@ -373,6 +385,7 @@ AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
   a.out_row_stride = d.Q;
   a.out_batch_stride = T * d.Q;
   a.scale = 1.0 / std::sqrt(static_cast<double>(d.D));
+  a.window = cfg_.sliding_window;
   a.doc_start = doc_start_.empty() ? nullptr : doc_start_.data();
   return a;
 }
@@ -381,7 +394,7 @@ void Transformer::forward_trunk() {
   const Plan& p = *plan_;
   be_->embedding_forward(dt_, p.res[0], p.ids, weights_.data(), p.N, cfg_.hidden_size);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) layer_forward(l);
-  const ParamInfo& norm = params_[1 + 9 * static_cast<size_t>(cfg_.num_hidden_layers)];
+  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(cfg_.num_hidden_layers)];
   be_->rmsnorm_forward(dt_, p.hf, p.rstdf, p.res[cfg_.num_hidden_layers],
                        at(weights_.data(), norm.offset), p.N, cfg_.hidden_size, cfg_.rms_norm_eps,
                        0.0);
@@ -434,7 +447,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   LossSum loss = head_loss(true, grad_scale);
   const Plan& p = *plan_;
   const int64_t L = cfg_.num_hidden_layers, C = cfg_.hidden_size;
-  const ParamInfo& norm = params_[1 + 9 * static_cast<size_t>(L)];
+  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(L)];
   be_->zero(p.dx, static_cast<size_t>(p.N * C) * es_);
   be_->rmsnorm_backward(dt_, p.dx, at(grads_.data(), norm.offset), p.dh, p.res[L],
                         at(weights_.data(), norm.offset), p.rstdf, p.N, C, 0.0);

@@ -115,7 +115,10 @@ class Transformer {
     void* ln2;      // [C]
     void* gate_up;  // [2F, C]
     void* down;     // [C, F]
+    void* qkv_bias;  // [Q + 2 KV] (q|k|v biases, fused), or null without attention_bias
   };
+  // Parameters per layer in params_ (9, plus the 3 q/k/v biases with attention_bias).
+  size_t per_layer() const { return cfg_.attention_bias ? 12 : 9; }
 
   void build_layout();
   void plan(int64_t B, int64_t T);

@@ -1,0 +1,73 @@
+// `lmtrain logits`: one forward pass of a Hugging Face model directory over a list of ids, for
+// comparing with other implementations: writes the logits ([T, vocab], f32) as safetensors and
+// prints the mean next-token cross-entropy (labels = the ids, shifted) as JSON on stdout.
+#include <fmt/core.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/hf_model.h"
+#include "io/safetensors.h"
+#include "train/trainer.h"
+
+namespace lmt::cli {
+
+namespace {
+
+std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
+  std::ifstream in(path);
+  if (!in) throw UserError("--ids-file: '" + path + "' not found");
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw UserError(path + ": not valid JSON");
+  if (!j.is_array() || j.empty())
+    throw UserError(path + ": expected one non-empty JSON array of token ids");
+  std::vector<int32_t> ids;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= vocab)
+      throw UserError(fmt::format("{}: element {} ({}) is not a token id below the vocabulary "
+                                  "size {}",
+                                  path, i, j[i].dump(), vocab));
+    ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
+  }
+  return ids;
+}
+
+}  // namespace
+
+Run add_logits(CLI::App& app) {
+  struct Opts {
+    std::string model, ids_file, out, backend = "cpu";
+    int64_t threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option("--model", o->model, "Hugging Face model directory (config.json, safetensors)")
+      ->required();
+  app.add_option("--ids-file", o->ids_file, "JSON file with one array of token ids")->required();
+  app.add_option("--out", o->out, "safetensors file to write the logits to")->required();
+  app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
+  app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();
+  return [o]() {
+    set_threads(o->threads);
+    auto be = make_backend(o->backend);
+    std::unique_ptr<Transformer> model = load_hf_model(o->model, be.get());
+    const int64_t V = model->config().vocab_size;
+    const std::vector<int32_t> ids = read_ids(o->ids_file, V);
+    const auto T = static_cast<int64_t>(ids.size());
+    std::vector<int32_t> labels(ids.size(), Transformer::kIgnoreIndex);
+    for (int64_t t = 0; t + 1 < T; ++t) labels[t] = ids[t + 1];
+    const std::vector<double> logits = model->forward_logits(ids.data(), 1, T);
+    const LossSum loss = model->forward_loss(ids.data(), labels.data(), 1, T);
+    std::vector<float> f(logits.begin(), logits.end());
+    SafetensorsWriter w;
+    w.add("logits", DType::f32, Shape{T, V}, f.data());
+    w.write(o->out);
+    const double mean = loss.tokens > 0 ? loss.sum / static_cast<double>(loss.tokens) : 0.0;
+    fmt::print("{}\n", nlohmann::json{{"loss", mean}}.dump());
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli

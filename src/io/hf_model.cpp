@@ -1,0 +1,126 @@
+// load_hf_model: the weight files of a directory are opened once (one, or every shard the index
+// names, checked to exist before any is read), each parameter is found by its Hugging Face name,
+// and its shape and dtype are checked before it is converted into the flat parameter buffer.
+#include "io/hf_model.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Tensors that checkpoints in the wild carry but that are not parameters (RoPE caches).
+bool is_ignored_buffer(const std::string& name) {
+  return name.ends_with(".rotary_emb.inv_freq");
+}
+
+// Which file holds each tensor, and the opened files.
+struct WeightFiles {
+  std::map<std::string, SafetensorsFile> files;  // path -> file
+  std::map<std::string, std::string> where;      // tensor -> path
+};
+
+WeightFiles open_weights(const fs::path& dir) {
+  WeightFiles w;
+  const fs::path single = dir / "model.safetensors";
+  const fs::path index = dir / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    SafetensorsFile f = SafetensorsFile::open(single.string());
+    for (const std::string& n : f.names()) w.where[n] = single.string();
+    w.files.emplace(single.string(), std::move(f));
+    return w;
+  }
+  if (!fs::exists(index))
+    throw UserError(dir.string() + ": neither model.safetensors nor model.safetensors.index.json");
+  std::ifstream in(index);
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw UserError(index.string() + ": not valid JSON");
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw UserError(index.string() + ": no 'weight_map' object");
+  for (const auto& [tensor, shard] : j["weight_map"].items()) {
+    if (!shard.is_string())
+      throw UserError(index.string() + ": weight_map entry '" + tensor + "' is not a file name");
+    const std::string name = shard.get<std::string>();
+    if (name.empty() || name.find('/') != std::string::npos || name == "..")
+      throw UserError(index.string() + ": shard '" + name + "' of tensor '" + tensor +
+                      "' is not a plain file name");
+    const fs::path p = dir / name;
+    if (!w.files.count(p.string())) {
+      if (!fs::exists(p))
+        throw UserError(index.string() + ": shard '" + name + "' (tensor '" + tensor +
+                        "') does not exist");
+      w.files.emplace(p.string(), SafetensorsFile::open(p.string()));
+    }
+    if (!w.files.at(p.string()).contains(tensor))
+      throw UserError(p.string() + ": tensor '" + tensor + "' is missing (" +
+                      index.filename().string() + " places it there)");
+    w.where[tensor] = p.string();
+  }
+  // Tensors in shards that the index does not list are extras too.
+  for (const auto& [path, f] : w.files)
+    for (const std::string& n : f.names())
+      if (!w.where.count(n))
+        throw UserError(path + ": tensor '" + n + "' is not listed in " + index.string());
+  return w;
+}
+
+}  // namespace
+
+ModelConfig read_hf_model_config(const std::string& dir) {
+  const fs::path cfg = fs::path(dir) / "config.json";
+  if (!fs::is_directory(dir)) throw UserError("model directory '" + dir + "' does not exist");
+  if (!fs::exists(cfg)) throw UserError("'" + cfg.string() + "' not found");
+  return read_hf_config(cfg.string());
+}
+
+void load_hf_weights(const std::string& dir, Transformer& model) {
+  WeightFiles w = open_weights(dir);
+  std::set<std::string> wanted;
+  for (const ParamInfo& p : model.params()) {
+    wanted.insert(p.name);
+    auto it = w.where.find(p.name);
+    if (it == w.where.end())
+      throw UserError(dir + ": tensor '" + p.name + "' is missing from the weights");
+    const SafetensorsFile& f = w.files.at(it->second);
+    const SafetensorsMeta& m = f.meta(p.name);
+    const bool floating = m.dtype && (*m.dtype == DType::f32 || *m.dtype == DType::f64 ||
+                                      *m.dtype == DType::bf16 || *m.dtype == DType::f16);
+    if (!floating)
+      throw UserError(f.path() + ": tensor '" + p.name + "' has dtype " + m.file_dtype +
+                      " (expected F32, BF16, F16 or F64)");
+    if (m.shape != p.shape)
+      throw UserError(f.path() + ": tensor '" + p.name + "' has shape " + m.shape.str() +
+                      ", the model expects " + p.shape.str());
+    HostTensor t = f.read_as(p.name, model.dtype());
+    char* dst = static_cast<char*>(model.params_data()) +
+                static_cast<size_t>(p.offset) * dtype_size(model.dtype());
+    model.backend()->from_host(dst, t.data(), t.nbytes());
+  }
+  const bool tied = model.config().tie_word_embeddings;
+  for (const auto& [name, path] : w.where) {
+    if (wanted.count(name) || is_ignored_buffer(name)) continue;
+    // Some tied checkpoints also store the head (a copy of the embedding); it is not used.
+    if (tied && name == "lm_head.weight") continue;
+    throw UserError(path + ": unexpected tensor '" + name + "' for this " +
+                    model.config().family + " model");
+  }
+}
+
+std::unique_ptr<Transformer> load_hf_model(const std::string& dir, Backend* be, DType dt) {
+  ModelConfig cfg = read_hf_model_config(dir);
+  auto model = std::make_unique<Transformer>(be, cfg, dt);
+  load_hf_weights(dir, *model);
+  return model;
+}
+
+}  // namespace lmt
