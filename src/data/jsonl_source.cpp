@@ -16,12 +16,17 @@ bool blank(std::string_view line) {
 
 }  // namespace
 
-void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t line,
+void report_bad_record(SkippedRecords* skipped, const std::string& where,
                        const std::string& reason, const std::string& detail) {
   if (!skipped)
-    throw UserError(file + ":" + std::to_string(line) + ": " + detail +
+    throw UserError(where + ": " + detail +
                     " (set on_error: skip on the source to skip and count such records)");
   skipped->add(reason);
+}
+
+void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t line,
+                       const std::string& reason, const std::string& detail) {
+  report_bad_record(skipped, file + ":" + std::to_string(line), reason, detail);
 }
 
 void jsonl_objects(std::string_view text, const std::string& file, SkippedRecords* skipped,

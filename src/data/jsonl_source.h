@@ -30,6 +30,9 @@ struct SkippedRecords {
 // else counted under `reason`.
 void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t line,
                        const std::string& reason, const std::string& detail);
+// The same for a record located otherwise ("FILE: row N" for Parquet): `where` opens the message.
+void report_bad_record(SkippedRecords* skipped, const std::string& where,
+                       const std::string& reason, const std::string& detail);
 
 // Calls fn(document) for every record of a JSONL file held in `text`. `file` names it in
 // messages. Blank lines are not records. A record is bad when its line is not a JSON object,

@@ -42,6 +42,10 @@ Loader::Loader(const SampleSet& data, int64_t micro_batch, uint64_t seed, int ra
     : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world), prefetch_(prefetch) {
   LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world && prefetch >= 0);
   data.require_samples();
+  for (int i = 0; i < data.num_sources(); ++i) {
+    source_sizes_.push_back(data.source_samples(i));
+    source_weights_.push_back(data.weight(i));
+  }
   state_.seed = seed;
   start();
 }
@@ -55,15 +59,9 @@ Batch Loader::assemble(Cursor& c) const {
   b.labels.resize(b.ids.size());
   b.positions.resize(b.ids.size());
   b.doc_starts.resize(static_cast<size_t>(micro_batch_));
-  std::vector<double> weights;
-  std::vector<int64_t> sizes;
-  for (int i = 0; i < data_.num_sources(); ++i) {
-    sizes.push_back(data_.source_samples(i));
-    weights.push_back(data_.weight(i));
-  }
   for (int64_t k = 0; k < global; ++k) {
     if (c.order_epoch != c.pos.epoch) {
-      c.order = epoch_order(c.pos.seed, c.pos.epoch, sizes, weights);
+      c.order = epoch_order(c.pos.seed, c.pos.epoch, source_sizes_, source_weights_);
       c.order_epoch = c.pos.epoch;
     }
     if (k / micro_batch_ == rank_) {

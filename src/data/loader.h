@@ -85,6 +85,8 @@ class Loader {
   void produce();
 
   const SampleSet& data_;
+  std::vector<int64_t> source_sizes_;  // samples per source, and
+  std::vector<double> source_weights_;  // weights: the inputs of every epoch's order
   int64_t micro_batch_;
   int rank_, world_, prefetch_;
   LoaderState state_;

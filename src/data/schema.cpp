@@ -131,13 +131,10 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
   SchemaReader reader{spec, tmpl, spec.schema == "chat", spec.loss == "all", {}, {}};
   TextSourceStats stats;
   SkippedRecords* skipped = spec.on_error == "skip" ? &stats.skipped : nullptr;
-  // A rendered record goes on (or is reported, naming FILE and LINE / row).
-  auto pass_on = [&](const Problem& p, const std::string& file, int64_t row) {
+  // A rendered record goes on, or is reported at FILE + sep + n ("FILE:LINE", "FILE: row N").
+  auto pass_on = [&](const Problem& p, const std::string& file, const char* sep, int64_t n) {
     if (p) {
-      if (!skipped)
-        throw UserError(file + ": row " + std::to_string(row) + ": " + p->detail +
-                        " (set on_error: skip on the source to skip and count such records)");
-      skipped->add(p->reason);
+      report_bad_record(skipped, file + sep + std::to_string(n), p->reason, p->detail);
       return;
     }
     ++stats.documents;
@@ -180,7 +177,7 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
                 if (Problem p = cell(2, c)) return p;
               return reader.render_instruction(a, c, b);
             }(),
-            file, row);
+            file, ": row ", row);
       });
     }
     return stats;
@@ -198,15 +195,7 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
     size_t consumed = 0;
     // Passes a rendered record on (or reports why it cannot be), then hands back read pages.
     auto finish = [&](const Problem& p, int64_t line) {
-      if (p) {
-        report_bad_record(skipped, file, line, p->reason, p->detail);
-      } else {
-        ++stats.documents;
-        for (const Segment& s : reader.doc.segments)
-          stats.bytes += static_cast<int64_t>(s.text.size());
-        fn(std::move(reader.doc));
-        reader.doc = Document{};
-      }
+      pass_on(p, file, ":", line);
       mapped.release_before(text.data() + consumed);
     };
     if (jsonl) {

@@ -35,7 +35,7 @@ nlohmann::json fixture_config() {
 // A fresh model directory holding `config` and `tensors` (converted to `dt`) in one file.
 std::string make_dir(const std::string& name, const nlohmann::json& config,
                      const std::map<std::string, HostTensor>& tensors, DType dt = DType::f32) {
-  const fs::path dir = test::hf_temp_dir() / name;
+  const fs::path dir = test::temp_dir() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << config.dump(2);
@@ -108,7 +108,7 @@ TEST(HfModel, Bf16AndF16AreConvertedOnLoad) {
 TEST(HfModel, ShardedEqualsSingleFile) {
   const auto cfg = fixture_config();
   const auto tensors = fixture_tensors();
-  const fs::path dir = test::hf_temp_dir() / "sharded";
+  const fs::path dir = test::temp_dir() / "sharded";
   fs::remove_all(dir);
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << cfg.dump();
@@ -176,9 +176,9 @@ TEST(HfModel, BadDirectoriesAreUserErrorsNamingTheCulprit) {
   fs::resize_file(file, fs::file_size(file) - 100);
   test::expect_user_error([&] { load(dir.string()); }, {file.string()});
 
-  test::expect_user_error([&] { load((test::hf_temp_dir() / "nowhere").string()); },
+  test::expect_user_error([&] { load((test::temp_dir() / "nowhere").string()); },
                           {"nowhere", "does not exist"});
-  const fs::path empty = test::hf_temp_dir() / "noweights";
+  const fs::path empty = test::temp_dir() / "noweights";
   fs::create_directories(empty);
   std::ofstream(empty / "config.json") << cfg.dump();
   test::expect_user_error([&] { load(empty.string()); }, {"noweights", "model.safetensors"});

@@ -17,9 +17,9 @@ TEST(LogitsCli, WritesTheReferenceLogitsAndLoss) {
   const std::string dir = test::hf_fixture("mistral_swa");
   std::ifstream in(dir + "/ref_b.json");
   const auto ref = nlohmann::json::parse(in);
-  const std::string ids = (test::hf_temp_dir() / "ids.json").string();
+  const std::string ids = (test::temp_dir() / "ids.json").string();
   std::ofstream(ids) << ref["input_ids"].dump();
-  const std::string out = (test::hf_temp_dir() / "logits.safetensors").string();
+  const std::string out = (test::temp_dir() / "logits.safetensors").string();
   Result r = run("logits --model " + dir + " --ids-file " + ids + " --out " + out + " --threads 1");
   ASSERT_EQ(r.code, 0) << r.out;
   const double loss = nlohmann::json::parse(r.out).at("loss").get<double>();
@@ -39,8 +39,8 @@ TEST(LogitsCli, WritesTheReferenceLogitsAndLoss) {
 
 TEST(LogitsCli, BadIdsAreUserErrors) {
   const std::string dir = test::hf_fixture("llama");
-  const std::string out = (test::hf_temp_dir() / "bad.safetensors").string();
-  const std::string ids = (test::hf_temp_dir() / "bad_ids.json").string();
+  const std::string out = (test::temp_dir() / "bad.safetensors").string();
+  const std::string ids = (test::temp_dir() / "bad_ids.json").string();
   std::ofstream(ids) << "[1, 2, 256]";
   Result r = run("logits --model " + dir + " --ids-file " + ids + " --out " + out);
   EXPECT_EQ(r.code, 2) << r.out;

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+
 namespace lmt::test {
 
 inline std::filesystem::path temp_dir() {
