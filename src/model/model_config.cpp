@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/rope.h"
 
 namespace lmt {
 
@@ -44,17 +45,7 @@ void ModelConfig::validate() const {
         fmt::format("the head size ({}) must be even for RoPE: set model.head_dim or "
                     "model.hidden_size / model.num_attention_heads to an even number",
                     head_size()));
-  require(rope_theta > 0, "rope_theta", "> 0", rope_theta);
-  if (rope_type != "default" && rope_type != "linear" && rope_type != "llama3")
-    throw UserError("model.rope_type '" + rope_type +
-                    "' is not supported (supported: default, linear, llama3)");
-  require(rope_factor > 0, "rope_factor", "> 0", rope_factor);
-  if (rope_type == "llama3") {
-    require(rope_high_freq_factor > rope_low_freq_factor && rope_low_freq_factor > 0,
-            "rope_high_freq_factor", "> model.rope_low_freq_factor > 0", rope_high_freq_factor);
-    require(rope_original_max_position_embeddings > 0, "rope_original_max_position_embeddings",
-            "> 0", rope_original_max_position_embeddings);
-  }
+  validate_rope(*this);
   require(sliding_window >= 0, "sliding_window", ">= 0 (0 = none)", sliding_window);
   require(rms_norm_eps > 0, "rms_norm_eps", "> 0", rms_norm_eps);
   require(initializer_range >= 0, "initializer_range", ">= 0", initializer_range);
@@ -64,35 +55,6 @@ void ModelConfig::validate() const {
           "-1 or an id below model.vocab_size", bos_token_id);
   require(eos_token_id >= -1 && eos_token_id < vocab_size, "eos_token_id",
           "-1 or an id below model.vocab_size", eos_token_id);
-}
-
-std::vector<double> ModelConfig::rope_inv_freq() const {
-  const int64_t D = head_size();
-  std::vector<double> inv(static_cast<size_t>(D / 2));
-  // transformers: 1 / theta^(2i / d), computed in float32.
-  for (int64_t i = 0; i < D / 2; ++i)
-    inv[i] = 1.0f / std::pow(static_cast<float>(rope_theta),
-                             static_cast<float>(2 * i) / static_cast<float>(D));
-  if (rope_type == "linear") {
-    for (double& f : inv) f /= rope_factor;
-  } else if (rope_type == "llama3") {
-    // _compute_llama3_parameters: long wavelengths are divided by factor, short ones kept, and the
-    // band between is interpolated smoothly.
-    const double old_len = static_cast<double>(rope_original_max_position_embeddings);
-    const double low_wavelen = old_len / rope_low_freq_factor;
-    const double high_wavelen = old_len / rope_high_freq_factor;
-    for (double& f : inv) {
-      const double wavelen = 2 * M_PI / f;
-      if (wavelen > low_wavelen) {
-        f = f / rope_factor;
-      } else if (wavelen >= high_wavelen) {
-        const double smooth = (old_len / wavelen - rope_low_freq_factor) /
-                              (rope_high_freq_factor - rope_low_freq_factor);
-        f = (1 - smooth) * f / rope_factor + smooth * f;
-      }
-    }
-  }
-  return inv;
 }
 
 }  // namespace lmt

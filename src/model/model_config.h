@@ -20,27 +20,42 @@ struct ModelConfig {
   int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
   int64_t max_position_embeddings = 2048;
   double rope_theta = 10000.0;
-  // RoPE scaling (Hugging Face rope_scaling / rope_parameters): "default", "linear" (factor) or
-  // "llama3" (factor, low/high_freq_factor, original_max_position_embeddings).
+  // RoPE scaling (Hugging Face rope_scaling / rope_parameters): "default", "linear" (factor),
+  // "dynamic" (NTK, factor), "llama3" (factor, low/high_freq_factor,
+  // original_max_position_embeddings) or "yarn" (factor, original_max_position_embeddings,
+  // attention_factor, beta_fast, beta_slow, mscale, mscale_all_dim, truncate).
   std::string rope_type = "default";
   double rope_factor = 1.0;
   double rope_low_freq_factor = 1.0;
   double rope_high_freq_factor = 4.0;
-  int64_t rope_original_max_position_embeddings = 8192;
-  bool attention_bias = false;  // q/k/v projections have biases (qwen2)
-  int64_t sliding_window = 0;  // > 0: each query attends to this many keys (itself included)
-  // The RoPE scaling and window fields above come from config.json only (hf_config.cpp reads and
-  // writes them); they are not in visit() and so not yet settable from a YAML run config.
-  double rms_norm_eps = 1e-5;
+  int64_t rope_original_max_position_embeddings = 0;  // 0: max_position_embeddings
+  double rope_attention_factor = 0.0;                 // yarn: 0 = derived from factor / mscale
+  double rope_beta_fast = 32.0;
+  double rope_beta_slow = 1.0;
+  double rope_mscale = 0.0;
+  double rope_mscale_all_dim = 0.0;
+  bool rope_truncate = true;
+  // gemma3: sliding-window layers use plain RoPE with this base; 0 = rope_theta and the scaling.
+  double rope_local_base_freq = 0.0;
+  bool attention_bias = false;  // q/k/v projections have biases (qwen2; a family trait there)
+  int64_t sliding_window = 0;   // > 0: a windowed query attends to this many keys (itself included)
+  // Which layers use the window: 0 = all; n > 0 = all but every n-th (layer i is global when
+  // (i + 1) % n == 0): gemma2 is 2, gemma3 6.
+  int64_t sliding_window_pattern = 0;
+  double attn_logit_softcapping = 0.0;   // > 0: scores = cap * tanh(scores / cap) (gemma2)
+  double final_logit_softcapping = 0.0;  // > 0: the same on the output logits (gemma2)
+  double query_pre_attn_scalar = 0.0;    // > 0: scores scale by its -1/2 power, not head_dim's
+  double rms_norm_eps = 1e-5;            // also LayerNorm's epsilon (gpt2)
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
-  std::string hidden_act = "silu";
-  int64_t bos_token_id = -1;  // -1: none
+  std::string hidden_act = "silu";  // silu or gelu_pytorch_tanh
+  int64_t bos_token_id = -1;        // -1: none
   int64_t eos_token_id = -1;
 
   template <class V>
   void visit(V& v) {
-    v("family", family, "model family: llama");
+    v("family", family,
+      "model family: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 or gpt2");
     v("vocab_size", vocab_size, "number of token ids");
     v("hidden_size", hidden_size, "width of the residual stream");
     v("intermediate_size", intermediate_size, "hidden width of the MLP");
@@ -50,10 +65,35 @@ struct ModelConfig {
     v("head_dim", head_dim, "width of one head; 0 = hidden_size / num_attention_heads");
     v("max_position_embeddings", max_position_embeddings, "longest sequence the model supports");
     v("rope_theta", rope_theta, "RoPE base frequency");
-    v("rms_norm_eps", rms_norm_eps, "epsilon of RMSNorm");
+    v("rope_type", rope_type, "RoPE scaling: default, linear, dynamic, llama3 or yarn");
+    v("rope_factor", rope_factor, "RoPE scaling factor (linear, dynamic, llama3, yarn)");
+    v("rope_low_freq_factor", rope_low_freq_factor, "llama3 RoPE: low-frequency factor");
+    v("rope_high_freq_factor", rope_high_freq_factor, "llama3 RoPE: high-frequency factor");
+    v("rope_original_max_position_embeddings", rope_original_max_position_embeddings,
+      "llama3 / yarn RoPE: the pre-scaling context; 0 = max_position_embeddings");
+    v("rope_attention_factor", rope_attention_factor,
+      "yarn RoPE: cos/sin multiplier; 0 = derived from rope_factor and the mscales");
+    v("rope_beta_fast", rope_beta_fast, "yarn RoPE: fast rotation boundary");
+    v("rope_beta_slow", rope_beta_slow, "yarn RoPE: slow rotation boundary");
+    v("rope_mscale", rope_mscale, "yarn RoPE: mscale (0 = unset)");
+    v("rope_mscale_all_dim", rope_mscale_all_dim, "yarn RoPE: mscale_all_dim (0 = unset)");
+    v("rope_truncate", rope_truncate, "yarn RoPE: round the correction range to integers");
+    v("rope_local_base_freq", rope_local_base_freq,
+      "RoPE base of sliding-window layers (gemma3); 0 = rope_theta with the scaling");
+    v("attention_bias", attention_bias, "q/k/v projections have biases (always on for qwen2)");
+    v("sliding_window", sliding_window, "keys a windowed query sees (itself included); 0 = none");
+    v("sliding_window_pattern", sliding_window_pattern,
+      "0 = every layer windowed; n = every n-th layer global, the rest windowed");
+    v("attn_logit_softcapping", attn_logit_softcapping,
+      "> 0: attention scores become cap * tanh(score / cap)");
+    v("final_logit_softcapping", final_logit_softcapping,
+      "> 0: output logits become cap * tanh(logit / cap)");
+    v("query_pre_attn_scalar", query_pre_attn_scalar,
+      "> 0: attention scores scale by its -1/2 power instead of head_dim's");
+    v("rms_norm_eps", rms_norm_eps, "epsilon of RMSNorm (LayerNorm for gpt2)");
     v("tie_word_embeddings", tie_word_embeddings, "share the embedding with the output head");
     v("initializer_range", initializer_range, "std of the normal initialisation");
-    v("hidden_act", hidden_act, "MLP activation: silu");
+    v("hidden_act", hidden_act, "MLP activation: silu or gelu_pytorch_tanh");
     v("bos_token_id", bos_token_id, "beginning-of-sequence id, -1 for none");
     v("eos_token_id", eos_token_id, "end-of-sequence id, -1 for none");
   }
@@ -62,9 +102,24 @@ struct ModelConfig {
     return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads;
   }
   int64_t head_size() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
-  // RoPE inverse frequencies [head_size / 2], scaled as rope_type says, as transformers computes
-  // them.
-  std::vector<double> rope_inv_freq() const;
+  // Layer l attends through the sliding window.
+  bool is_sliding_layer(int64_t l) const {
+    if (sliding_window <= 0) return false;
+    return sliding_window_pattern <= 0 || (l + 1) % sliding_window_pattern != 0;
+  }
+  // What the family fixes (not configurable): see family_traits().
+  struct Traits {
+    bool layernorm = false;          // LayerNorm with bias instead of RMSNorm (gpt2)
+    double norm_offset = 0.0;        // RMSNorm scales by (norm_offset + w): 1 for gemma
+    bool embed_scale = false;        // embeddings multiplied by sqrt(hidden_size) (gemma)
+    bool qk_norm = false;            // RMSNorm per head on q and k before RoPE (qwen3, gemma3)
+    bool sandwich_norms = false;     // also a norm after attention and after the MLP (gemma2/3)
+    bool learned_positions = false;  // a position table, no RoPE (gpt2)
+    bool linear_biases = false;      // every linear layer and norm has a bias (gpt2)
+    bool gated_mlp = true;           // act(gate) * up; false: act(fc) (gpt2)
+    bool conv1d = false;             // weights stored [in, out] (gpt2's Conv1D)
+  };
+  Traits traits() const;
   // Throws UserError naming the key when the shape is inconsistent.
   void validate() const;
 };

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/rope.h"
 
 namespace lmt {
 
@@ -79,7 +80,7 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   // RoPE inverse frequencies, as Hugging Face computes them (theta^(-2i/d), then rope scaling).
-  const std::vector<double> inv_d = cfg_.rope_inv_freq();
+  const std::vector<double> inv_d = rope_frequencies(cfg_, false, 0).inv_freq;
   std::vector<float> inv(inv_d.begin(), inv_d.end());
   inv_freq_ = Buffer(be_, inv.size() * sizeof(float));
   be_->from_host(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));

@@ -13,6 +13,7 @@
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
+#include "model/rope.h"
 
 namespace lmt {
 namespace {
@@ -230,7 +231,8 @@ TEST(HfConfigRope, ReadsRopeParametersAndLegacyKeysAlike) {
   EXPECT_EQ(a.rope_type, "llama3");
   EXPECT_EQ(a.rope_theta, 5e5);
   EXPECT_EQ(a.rope_original_max_position_embeddings, 64);
-  EXPECT_EQ(model_config_from_hf(model_config_to_hf(a), "c").rope_inv_freq(), a.rope_inv_freq());
+  EXPECT_EQ(rope_frequencies(model_config_from_hf(model_config_to_hf(a), "c"), false, 0).inv_freq,
+            rope_frequencies(a, false, 0).inv_freq);
 
   cfg["rope_scaling"]["type"] = "yarn";
   test::expect_user_error([&] { model_config_from_hf(cfg, "d/config.json"); },
@@ -270,7 +272,7 @@ TEST(HfConfigRope, Llama3AndLinearScaling) {
   c.rope_low_freq_factor = 1;
   c.rope_high_freq_factor = 4;
   c.rope_original_max_position_embeddings = 1024;  // wavelengths: short < 256 <= medium <= 1024
-  const std::vector<double> inv = c.rope_inv_freq();
+  const std::vector<double> inv = rope_frequencies(c, false, 0).inv_freq;
   ASSERT_EQ(inv.size(), 4u);
   EXPECT_NEAR(inv[0], 1.0, 1e-7);
   EXPECT_NEAR(inv[1], 0.1, 1e-8);
@@ -280,7 +282,7 @@ TEST(HfConfigRope, Llama3AndLinearScaling) {
   EXPECT_NEAR(inv[3], 0.001 / 8, 1e-11);
   c.rope_type = "linear";
   c.rope_factor = 4;
-  EXPECT_NEAR(c.rope_inv_freq()[1], 0.1 / 4, 1e-8);
+  EXPECT_NEAR(rope_frequencies(c, false, 0).inv_freq[1], 0.1 / 4, 1e-8);
 }
 
 }  // namespace
