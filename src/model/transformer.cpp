@@ -89,16 +89,24 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
 Transformer::~Transformer() = default;
 
 void Transformer::build_layout() {
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
+  params_ = param_layout(cfg_, &flat_size_);
+}
+
+std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t* flat_size) {
+  std::vector<ParamInfo> params;
+  ModelConfig c = cfg;
+  c.validate();
+  if (c.family == "qwen2") c.attention_bias = true;
+  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
+  const int64_t Q = c.num_attention_heads * c.head_size(), KV = c.kv_heads() * c.head_size();
   int64_t off = 0;
-  // `fused_with_previous` keeps a tensor directly after the previous one (no alignment gap).
   auto add = [&](std::string name, Shape shape, ParamKind kind, bool fused_with_previous = false) {
     if (!fused_with_previous) off = align_up(off, kAlignElems);
-    params_.push_back(ParamInfo{std::move(name), shape, off, kind});
+    params.push_back(ParamInfo{std::move(name), shape, off, kind});
     off += shape.numel();
   };
   add("model.embed_tokens.weight", {V, C}, ParamKind::embedding);
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", {C}, ParamKind::norm);
     add(p + "self_attn.q_proj.weight", {Q, C}, ParamKind::matrix);
@@ -109,15 +117,56 @@ void Transformer::build_layout() {
     add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::matrix);
     add(p + "mlp.up_proj.weight", {F, C}, ParamKind::matrix, true);
     add(p + "mlp.down_proj.weight", {C, F}, ParamKind::matrix);
-    if (cfg_.attention_bias) {  // last in the layer, so the indices above stay fixed
+    if (c.attention_bias) {  // last in the layer, so the indices above stay fixed
       add(p + "self_attn.q_proj.bias", {Q}, ParamKind::bias);
       add(p + "self_attn.k_proj.bias", {KV}, ParamKind::bias, true);
       add(p + "self_attn.v_proj.bias", {KV}, ParamKind::bias, true);
     }
   }
   add("model.norm.weight", {C}, ParamKind::norm);
-  if (!cfg_.tie_word_embeddings) add("lm_head.weight", {V, C}, ParamKind::matrix);
-  flat_size_ = align_up(off, kAlignElems);
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, C}, ParamKind::matrix);
+  if (flat_size) *flat_size = align_up(off, kAlignElems);
+  return params;
+}
+
+size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
+                                     bool checkpointing, int64_t loss_chunk_tokens) {
+  ModelConfig c = cfg;
+  c.validate();
+  const int64_t N = B * T, L = c.num_hidden_layers;
+  const int64_t C = c.hidden_size, F = c.intermediate_size;
+  const int64_t Hq = c.num_attention_heads, Q = Hq * c.head_size();
+  const int64_t QKV = Q + 2 * c.kv_heads() * c.head_size();
+  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), N);
+  const size_t es = dtype_size(dt);
+  ArenaCarver a(0);
+  auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
+  a.take(3 * sizeof(int32_t) * N);
+  for (int64_t l = 0; l <= L; ++l) a.take(e(N * C));
+  const int64_t sets = checkpointing ? 1 : L;
+  for (int64_t s = 0; s < sets; ++s) {
+    a.take(e(N * C));
+    a.take(e(N));
+    a.take(e(N * QKV));
+    a.take(e(N * Q));
+    a.take(e(B * Hq * T));
+    a.take(e(N * C));
+    a.take(e(N * C));
+    a.take(e(N));
+    a.take(e(N * 2 * F));
+    a.take(e(N * F));
+  }
+  a.take(e(N * C));
+  a.take(e(N));
+  a.take(e(N * C));
+  a.take(e(N * C));
+  a.take(e(N * QKV));
+  a.take(e(N * Q));
+  a.take(e(N * 2 * F));
+  a.take(e(N * F));
+  a.take(e(chunk * c.vocab_size));
+  a.take(e(chunk));
+  return a.used();
 }
 
 const ParamInfo& Transformer::param(const std::string& name) const {
@@ -186,37 +235,7 @@ void Transformer::set_activation_checkpointing(bool on) {
 }
 
 size_t Transformer::activation_bytes(int64_t B, int64_t T) const {
-  const int64_t N = B * T, L = cfg_.num_hidden_layers;
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
-  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), N);
-  ArenaCarver c(0);
-  auto e = [&](int64_t n) { return static_cast<size_t>(n) * es_; };
-  c.take(3 * sizeof(int32_t) * N);
-  for (int64_t l = 0; l <= L; ++l) c.take(e(N * C));
-  const int64_t sets = checkpointing_ ? 1 : L;
-  for (int64_t s = 0; s < sets; ++s) {
-    c.take(e(N * C));
-    c.take(e(N));
-    c.take(e(N * QKV));
-    c.take(e(N * Q));
-    c.take(e(B * Hq * T));
-    c.take(e(N * C));
-    c.take(e(N * C));
-    c.take(e(N));
-    c.take(e(N * 2 * F));
-    c.take(e(N * F));
-  }
-  c.take(e(N * C));
-  c.take(e(N));
-  c.take(e(N * C));
-  c.take(e(N * C));
-  c.take(e(N * QKV));
-  c.take(e(N * Q));
-  c.take(e(N * 2 * F));
-  c.take(e(N * F));
-  c.take(e(chunk * cfg_.vocab_size));
-  c.take(e(chunk));
-  return c.used();
+  return activation_bytes(cfg_, dt_, B, T, checkpointing_, loss_chunk_);
 }
 
 void Transformer::plan(int64_t B, int64_t T) {

@@ -85,6 +85,13 @@ class Transformer {
   // Bytes of the activation arena for a batch shape, as planned.
   size_t activation_bytes(int64_t B, int64_t T) const;
 
+  // The parameters of a config in flat-buffer order (names, Hugging Face shapes, offsets), and
+  // the flat buffer's size in elements, without allocating anything.
+  static std::vector<ParamInfo> param_layout(const ModelConfig& cfg, int64_t* flat_size = nullptr);
+  // Bytes of the activation arena a model of this config plans for (B, T), without one.
+  static size_t activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
+                                 bool checkpointing, int64_t loss_chunk_tokens);
+
  private:
   struct Plan;
   // Saved activations of one layer (N = B * T tokens).
