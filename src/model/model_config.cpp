@@ -18,10 +18,80 @@ void require(bool ok, const char* key, const char* rule, T got) {
 }
 }  // namespace
 
+namespace {
+bool known_family(const std::string& f) {
+  for (const char* k : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2"})
+    if (f == k) return true;
+  return false;
+}
+}  // namespace
+
+ModelConfig family_defaults(const std::string& family) {
+  if (!known_family(family))
+    throw UserError("model family '" + family + "' is not supported (supported: " + kFamilies +
+                    ")");
+  ModelConfig c;
+  c.family = family;
+  if (family == "mistral") {
+    c.sliding_window = 4096;
+  } else if (family == "qwen2") {
+    c.attention_bias = true;
+    c.rope_theta = 1e6;
+    c.rms_norm_eps = 1e-6;
+  } else if (family == "qwen3") {
+    c.rope_theta = 1e6;
+    c.rms_norm_eps = 1e-6;
+  } else if (family.starts_with("gemma")) {
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.tie_word_embeddings = true;
+    c.rms_norm_eps = 1e-6;
+    c.head_dim = 256;
+    if (family == "gemma2") {
+      c.attn_logit_softcapping = 50.0;
+      c.final_logit_softcapping = 30.0;
+      c.query_pre_attn_scalar = 256;
+      c.sliding_window = 4096;
+      c.sliding_window_pattern = 2;
+    } else if (family == "gemma3") {
+      c.query_pre_attn_scalar = 256;
+      c.sliding_window = 512;
+      c.sliding_window_pattern = 6;
+      c.rope_theta = 1e6;
+      c.rope_local_base_freq = 10000;
+    }
+  } else if (family == "gpt2") {
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.tie_word_embeddings = true;
+    c.intermediate_size = 4 * c.hidden_size;
+    c.vocab_size = 50257;
+    c.max_position_embeddings = 1024;
+  }
+  return c;
+}
+
+ModelConfig::Traits ModelConfig::traits() const {
+  Traits t;
+  if (family.starts_with("gemma")) {
+    t.norm_offset = 1.0;
+    t.embed_scale = true;
+    t.sandwich_norms = family != "gemma";
+    t.qk_norm = family == "gemma3";
+  } else if (family == "qwen3") {
+    t.qk_norm = true;
+  } else if (family == "gpt2") {
+    t.layernorm = true;
+    t.learned_positions = true;
+    t.linear_biases = true;
+    t.gated_mlp = false;
+    t.conv1d = true;
+  }
+  return t;
+}
+
 void ModelConfig::validate() const {
-  if (family != "llama" && family != "mistral" && family != "qwen2")
-    throw UserError("model.family '" + family +
-                    "' is not supported (supported: llama, mistral, qwen2)");
+  if (!known_family(family))
+    throw UserError("model.family '" + family + "' is not supported (supported: " + kFamilies +
+                    ")");
   require(vocab_size >= 1, "vocab_size", ">= 1", vocab_size);
   require(hidden_size > 0, "hidden_size", "> 0", hidden_size);
   require(intermediate_size > 0, "intermediate_size", "> 0", intermediate_size);
@@ -49,8 +119,20 @@ void ModelConfig::validate() const {
   require(sliding_window >= 0, "sliding_window", ">= 0 (0 = none)", sliding_window);
   require(rms_norm_eps > 0, "rms_norm_eps", "> 0", rms_norm_eps);
   require(initializer_range >= 0, "initializer_range", ">= 0", initializer_range);
-  if (hidden_act != "silu")
-    throw UserError("model.hidden_act '" + hidden_act + "' is not supported (supported: silu)");
+  if (hidden_act != "silu" && hidden_act != "gelu_pytorch_tanh")
+    throw UserError("model.hidden_act '" + hidden_act +
+                    "' is not supported (supported: silu, gelu_pytorch_tanh)");
+  require(sliding_window_pattern >= 0, "sliding_window_pattern", ">= 0", sliding_window_pattern);
+  require(attn_logit_softcapping >= 0, "attn_logit_softcapping", ">= 0 (0 = off)",
+          attn_logit_softcapping);
+  require(final_logit_softcapping >= 0, "final_logit_softcapping", ">= 0 (0 = off)",
+          final_logit_softcapping);
+  require(query_pre_attn_scalar >= 0, "query_pre_attn_scalar", ">= 0 (0 = head_dim)",
+          query_pre_attn_scalar);
+  if (family == "gpt2" && (num_key_value_heads != 0 && num_key_value_heads != num_attention_heads))
+    throw UserError("model.num_key_value_heads must be 0 or num_attention_heads for gpt2");
+  if (family == "gpt2" && head_size() * num_attention_heads != hidden_size)
+    throw UserError("model.head_dim must be 0 or hidden_size / num_attention_heads for gpt2");
   require(bos_token_id >= -1 && bos_token_id < vocab_size, "bos_token_id",
           "-1 or an id below model.vocab_size", bos_token_id);
   require(eos_token_id >= -1 && eos_token_id < vocab_size, "eos_token_id",

@@ -124,4 +124,12 @@ struct ModelConfig {
   void validate() const;
 };
 
+// A small model of a family with that family's fixed choices (activation, norms, tied head,
+// soft-capping, window pattern, RoPE bases) set as Hugging Face's configs set them; the shape keys
+// keep ModelConfig's defaults. Throws UserError naming the family when it is unknown.
+ModelConfig family_defaults(const std::string& family);
+
+// The families lmtrain implements, for messages.
+inline constexpr const char* kFamilies = "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2";
+
 }  // namespace lmt

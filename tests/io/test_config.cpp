@@ -194,8 +194,8 @@ TEST(RunConfig, ValidationNamesKeys) {
   expect_user_error([&] { load_run_config(f, {"data.val_fraction=0.6"}); },
                     {"data.val_fraction must be in [0, 0.5]"});
   // ModelConfig::validate
-  expect_user_error([&] { load_run_config(f, {"model.family=gpt2"}); },
-                    {"model.family 'gpt2'", "supported: llama"});
+  expect_user_error([&] { load_run_config(f, {"model.family=gpt3"}); },
+                    {"model.family 'gpt3'", "supported: llama"});
   expect_user_error([&] { load_run_config(f, {"model.num_attention_heads=3"}); },
                     {"model.hidden_size (64) must be divisible by model.num_attention_heads (3)"});
   expect_user_error(
