@@ -101,6 +101,18 @@ class Backend {
                                   const void* x, const void* w, const void* mean, const void* rstd,
                                   int64_t N, int64_t C) = 0;
 
+  // Per-head RMSNorm (q/k norm of qwen3 and gemma3): N token rows `row_stride` elements apart in
+  // x and out, each holding `heads` heads of head_dim at h * head_dim; every head is normalised
+  // over its head_dim values and scaled by (w_offset + w[head_dim]). rstd[N, heads] (dtype as
+  // rmsnorm's). out must not alias x.
+  virtual void head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
+                                    int64_t N, int64_t row_stride, int heads, int head_dim,
+                                    double eps, double w_offset) = 0;
+  // dx (layout of x) is overwritten and may alias dout; dw[head_dim] +=.
+  virtual void head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
+                                     const void* w, const void* rstd, int64_t N, int64_t row_stride,
+                                     int heads, int head_dim, double w_offset) = 0;
+
   // ---- rotary position embedding (Hugging Face "rotate_half" layout) ----
   // In place on x: N token rows, `row_stride` elements apart, each holding `heads` heads of
   // head_dim at offsets h * head_dim. The first rotary_dim dims of each head rotate:

@@ -1,5 +1,12 @@
+// config.json <-> ModelConfig for every family. Each family's file speaks its own dialect
+// (gpt2's n_embd / n_layer, gemma's hidden_activation, gemma2/3's layer_types and soft-caps,
+// gemma3's model_type gemma3_text); reading starts from family_defaults() so keys a file leaves
+// out take the family's value, and a key lmtrain cannot honour (a bias it does not have, a
+// window pattern it cannot express) is an error naming the key rather than a silently different
+// model.
 #include "io/hf_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <type_traits>
 
@@ -10,61 +17,229 @@ namespace lmt {
 
 namespace {
 
-// config.json holds the model's fields under the same names (ModelConfig::visit lists them), but
-// for family (written as model_type) and the token ids, which Hugging Face omits when unset and
-// some models store as lists.
-bool is_plain_key(const char* name) {
-  const std::string n = name;
-  return n != "family" && n != "bos_token_id" && n != "eos_token_id" &&
-         n != "sliding_window" && !n.starts_with("rope_") ;
-}
-
-const char* architecture_of(const std::string& family) {
-  if (family == "mistral") return "MistralForCausalLM";
-  if (family == "qwen2") return "Qwen2ForCausalLM";
-  return "LlamaForCausalLM";
-}
-
-struct HfWriter {
-  nlohmann::json& j;
-  template <class T>
-  void operator()(const char* name, T& field, const char*) {
-    if (is_plain_key(name)) j[name] = field;
-  }
+struct FamilyNames {
+  const char* family;
+  const char* model_type;
+  const char* architecture;
+};
+constexpr FamilyNames kNames[] = {
+    {"llama", "llama", "LlamaForCausalLM"},       {"mistral", "mistral", "MistralForCausalLM"},
+    {"qwen2", "qwen2", "Qwen2ForCausalLM"},       {"qwen3", "qwen3", "Qwen3ForCausalLM"},
+    {"gemma", "gemma", "GemmaForCausalLM"},       {"gemma2", "gemma2", "Gemma2ForCausalLM"},
+    {"gemma3", "gemma3_text", "Gemma3ForCausalLM"}, {"gpt2", "gpt2", "GPT2LMHeadModel"},
 };
 
-struct HfReader {
-  const nlohmann::json& j;
-  const std::string& where;
+const FamilyNames& names_of(const std::string& family) {
+  for (const FamilyNames& n : kNames)
+    if (family == n.family) return n;
+  throw UserError("model family '" + family + "' has no Hugging Face config");
+}
+
+// Reads j[key] into field when present and not null; a wrong type names the key.
+class Keys {
+ public:
+  Keys(const nlohmann::json& j, const std::string& where) : j_(j), where_(where) {}
+  bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
+  bool present(const char* key) const { return j_.contains(key); }
   template <class T>
-  void operator()(const char* name, T& field, const char*) {
-    if (!is_plain_key(name) || !j.contains(name) || j[name].is_null()) return;
-    try {
-      field = j[name].get<T>();
-    } catch (const nlohmann::json::exception&) {
-      throw UserError(where + ": key '" + name + "' has the wrong type (" + j[name].dump() + ")");
+  bool get(const char* key, T& field) const {
+    if (!has(key)) return false;
+    const nlohmann::json& v = j_[key];
+    bool ok = false;
+    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+    else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+    else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+    else ok = v.is_string();
+    if (!ok)
+      throw UserError(where_ + ": key '" + key + "' has the wrong type (" + v.dump() + ")");
+    field = v.get<T>();
+    return true;
+  }
+  [[noreturn]] void fail(const std::string& key, const std::string& why) const {
+    throw UserError(where_ + ": key '" + key + "' " + why);
+  }
+  const nlohmann::json& operator[](const char* key) const { return j_[key]; }
+
+ private:
+  const nlohmann::json& j_;
+  const std::string& where_;
+};
+
+// "gelu_new" (gpt2) and "gelu_pytorch_tanh" are the same tanh approximation.
+std::string activation_of(const std::string& name, const Keys& k, const char* key) {
+  if (name == "silu" || name == "swish") return "silu";
+  if (name == "gelu_pytorch_tanh" || name == "gelu_new") return "gelu_pytorch_tanh";
+  k.fail(key, "'" + name + "' is not supported (supported: silu, gelu_pytorch_tanh, gelu_new)");
+}
+
+// layer_types (a list of "sliding_attention" / "full_attention") as sliding_window_pattern.
+void read_layer_types(const Keys& k, ModelConfig& c) {
+  if (!k.has("layer_types")) return;
+  const nlohmann::json& lt = k["layer_types"];
+  if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.num_hidden_layers)
+    k.fail("layer_types", "must list one type per layer (" +
+                              std::to_string(c.num_hidden_layers) + ")");
+  std::vector<bool> sliding;
+  for (const auto& t : lt) {
+    if (t != "sliding_attention" && t != "full_attention")
+      k.fail("layer_types", "holds " + t.dump() +
+                                " (supported: \"sliding_attention\", \"full_attention\")");
+    sliding.push_back(t == "sliding_attention");
+  }
+  const int64_t L = c.num_hidden_layers;
+  if (std::none_of(sliding.begin(), sliding.end(), [](bool s) { return s; })) {
+    c.sliding_window = 0;
+    return;
+  }
+  for (int64_t n = 0; n <= L + 1; ++n) {  // n = 0: all sliding; else every n-th layer full
+    bool fits = true;
+    for (int64_t i = 0; i < L; ++i)
+      fits &= sliding[i] == (n == 0 || (i + 1) % n != 0);
+    if (fits) {
+      c.sliding_window_pattern = n;
+      return;
     }
   }
-};
+  k.fail("layer_types",
+         "is not a repeating pattern of sliding layers ending in a full one (lmtrain's "
+         "sliding_window_pattern)");
+}
+
+nlohmann::json layer_types_of(const ModelConfig& c) {
+  nlohmann::json lt = nlohmann::json::array();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    lt.push_back(c.is_sliding_layer(l) ? "sliding_attention" : "full_attention");
+  return lt;
+}
+
+ModelConfig read_gpt2(const Keys& k, ModelConfig c) {
+  k.get("vocab_size", c.vocab_size);
+  k.get("n_embd", c.hidden_size);
+  k.get("n_layer", c.num_hidden_layers);
+  k.get("n_head", c.num_attention_heads);
+  k.get("n_positions", c.max_position_embeddings);
+  c.intermediate_size = 4 * c.hidden_size;
+  k.get("n_inner", c.intermediate_size);
+  k.get("layer_norm_epsilon", c.rms_norm_eps);
+  std::string act = "gelu_new";
+  k.get("activation_function", act);
+  c.hidden_act = activation_of(act, k, "activation_function");
+  bool flag = true;
+  if (k.get("scale_attn_weights", flag) && !flag)
+    k.fail("scale_attn_weights", "false is not supported");
+  if (k.get("scale_attn_by_inverse_layer_idx", flag) && flag)
+    k.fail("scale_attn_by_inverse_layer_idx", "true is not supported");
+  return c;
+}
+
+ModelConfig read_llama_style(const Keys& k, ModelConfig c, const std::string& type) {
+  k.get("vocab_size", c.vocab_size);
+  k.get("hidden_size", c.hidden_size);
+  k.get("intermediate_size", c.intermediate_size);
+  k.get("num_hidden_layers", c.num_hidden_layers);
+  k.get("num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = 0;
+  k.get("num_key_value_heads", c.num_key_value_heads);
+  if (!k.get("head_dim", c.head_dim) && !c.family.starts_with("gemma")) c.head_dim = 0;
+  k.get("max_position_embeddings", c.max_position_embeddings);
+  k.get("rms_norm_eps", c.rms_norm_eps);
+  std::string act;
+  if (c.family.starts_with("gemma")) {
+    // transformers' Gemma uses hidden_activation, and the tanh GELU when it is unset.
+    if (k.get("hidden_activation", act)) c.hidden_act = activation_of(act, k, "hidden_activation");
+  } else if (k.get("hidden_act", act)) {
+    c.hidden_act = activation_of(act, k, "hidden_act");
+  }
+  bool flag = false;
+  if (k.get("mlp_bias", flag) && flag) k.fail("mlp_bias", "true is not supported");
+  if (k.get("attention_bias", flag)) {
+    if (type == "qwen2") {
+      // qwen2 always has q/k/v biases
+    } else if (flag && c.family != "llama") {
+      k.fail("attention_bias", "true is not supported for " + type);
+    } else if (flag) {
+      // llama with attention_bias also has an o_proj bias, which lmtrain does not have
+      k.fail("attention_bias", "true is not supported (lmtrain's llama has no o_proj bias)");
+    }
+  }
+  // Windows: mistral's applies to every layer; others name their layers in layer_types.
+  const bool use_window = !k.has("use_sliding_window") || k["use_sliding_window"] == true;
+  if (!use_window || !k.get("sliding_window", c.sliding_window)) {
+    if (!use_window || k.present("sliding_window")) c.sliding_window = 0;  // null: no window
+  }
+  if (type == "qwen2" || type == "qwen3") {
+    if (use_window && c.sliding_window > 0 && k.has("use_sliding_window"))
+      k.fail("use_sliding_window", "true is not supported for " + type);
+    c.sliding_window = 0;
+  } else if (c.sliding_window > 0 && type != "mistral") {
+    if (type == "gemma3_text" && !k.has("layer_types"))
+      k.get("sliding_window_pattern", c.sliding_window_pattern);
+    read_layer_types(k, c);
+  }
+  if (c.family == "gemma2" || c.family == "gemma3") {
+    c.attn_logit_softcapping = 0;
+    c.final_logit_softcapping = 0;
+    k.get("attn_logit_softcapping", c.attn_logit_softcapping);
+    k.get("final_logit_softcapping", c.final_logit_softcapping);
+    k.get("query_pre_attn_scalar", c.query_pre_attn_scalar);
+  }
+  return c;
+}
 
 }  // namespace
 
 nlohmann::json model_config_to_hf(const ModelConfig& config) {
   ModelConfig c = config;
-  c.num_key_value_heads = c.kv_heads();  // resolved, as Hugging Face writes them
-  c.head_dim = c.head_size();
+  const FamilyNames& n = names_of(c.family);
   nlohmann::json j;
-  j["architectures"] = {architecture_of(c.family)};
-  j["model_type"] = c.family;
-  HfWriter w{j};
-  c.visit(w);
-  write_hf_rope(c, j);
-  if (c.family == "mistral")
-    j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
-  else if (c.sliding_window > 0)
-    j["sliding_window"] = c.sliding_window;
-  if (c.family != "qwen2") j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  j["architectures"] = {n.architecture};
+  j["model_type"] = n.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["initializer_range"] = c.initializer_range;
+  if (c.family == "gpt2") {
+    j["n_embd"] = c.hidden_size;
+    j["n_layer"] = c.num_hidden_layers;
+    j["n_head"] = c.num_attention_heads;
+    j["n_positions"] = c.max_position_embeddings;
+    j["n_ctx"] = c.max_position_embeddings;
+    j["n_inner"] = c.intermediate_size;
+    j["layer_norm_epsilon"] = c.rms_norm_eps;
+    j["activation_function"] = "gelu_new";
+    j["scale_attn_weights"] = true;
+    // lmtrain trains without dropout; so does the exported model when fine-tuned further.
+    for (const char* key : {"attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout"})
+      j[key] = 0.0;
+  } else {
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_hidden_layers;
+    j["num_attention_heads"] = c.num_attention_heads;
+    j["num_key_value_heads"] = c.kv_heads();
+    j["head_dim"] = c.head_size();
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["hidden_act"] = c.hidden_act;
+    if (c.family.starts_with("gemma")) j["hidden_activation"] = c.hidden_act;
+    write_hf_rope(c, j);
+    if (c.family == "llama" || c.family == "qwen3" || c.family.starts_with("gemma"))
+      j["attention_bias"] = false;
+    if (c.family == "llama") j["mlp_bias"] = false;
+    if (c.family == "mistral") {
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+    } else if (c.family == "qwen2" || c.family == "qwen3") {
+      j["use_sliding_window"] = false;
+      j["sliding_window"] = nullptr;
+    } else if (c.family == "gemma2" || c.family == "gemma3") {
+      j["sliding_window"] = c.sliding_window > 0 ? nlohmann::json(c.sliding_window) : nullptr;
+      j["layer_types"] = layer_types_of(c);
+      auto cap = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
+      j["attn_logit_softcapping"] = cap(c.attn_logit_softcapping);
+      j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
+      j["query_pre_attn_scalar"] =
+          c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<double>(c.head_size());
+    }
+  }
   j["torch_dtype"] = "float32";
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
@@ -73,39 +248,45 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
 
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw UserError(where + ": not a JSON object");
-  ModelConfig c;
-  std::string type = j.value("model_type", std::string());
-  if (type != "llama" && type != "mistral" && type != "qwen2")
+  const std::string type = j.value("model_type", std::string());
+  const FamilyNames* names = nullptr;
+  for (const FamilyNames& n : kNames)
+    if (type == n.model_type) names = &n;
+  if (!names) {
+    std::string hint;
+    if (type == "gemma3")
+      hint = "; for the text model of a multimodal gemma3 checkpoint use its text_config as a "
+             "gemma3_text config";
     throw UserError(where + ": unsupported model_type '" + type +
-                    "' (supported: llama, mistral, qwen2)");
-  c.family = type;
+                    "' (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, "
+                    "gpt2" + hint + ")");
+  }
   if (j.contains("architectures") && j["architectures"].is_array()) {
     for (const auto& a : j["architectures"])
-      if (a != architecture_of(type))
+      if (a != names->architecture)
         throw UserError(where + ": unsupported architecture " + a.dump() + " for model_type '" +
-                        type + "' (supported: " + architecture_of(type) + ")");
+                        type + "' (supported: " + names->architecture + ")");
   }
-  for (const char* key : {"attention_bias", "mlp_bias"})
-    if (j.contains(key) && j[key] == true)
-      throw UserError(where + ": '" + key + "': true is not supported (lmtrain's " + type +
-                      " has no biases)");
-  c.attention_bias = type == "qwen2";  // Qwen2's q/k/v projections always have biases
-  if (type == "qwen2" && j.value("use_sliding_window", false) == true)
-    throw UserError(where + ": 'use_sliding_window': true is not supported for qwen2");
-  HfReader r{j, where};
-  c.visit(r);
-  read_hf_rope(j, where, c);
-  if (j.contains("sliding_window") && !j["sliding_window"].is_null() &&
-      j.value("use_sliding_window", true)) {
-    if (!j["sliding_window"].is_number_integer())
-      throw UserError(where + ": key 'sliding_window' must be an integer or null (got " +
-                      j["sliding_window"].dump() + ")");
-    c.sliding_window = j["sliding_window"].get<int64_t>();
+  const Keys k(j, where);
+  ModelConfig c = family_defaults(names->family);
+  c = c.family == "gpt2" ? read_gpt2(k, c) : read_llama_style(k, c, type);
+  k.get("tie_word_embeddings", c.tie_word_embeddings);
+  k.get("initializer_range", c.initializer_range);
+  if (c.family != "gpt2") read_hf_rope(j, where, c);
+  // Token ids as lmtrain uses them: one id inside the vocabulary (lists, as Llama 3 stores its
+  // several end ids, and ids past the vocabulary, as tiny test models keep, are left unset).
+  auto token_id = [&](const char* key) -> int64_t {
+    if (!j.contains(key) || !j[key].is_number_integer()) return -1;
+    const int64_t id = j[key].get<int64_t>();
+    return id >= 0 && id < c.vocab_size ? id : -1;
+  };
+  c.bos_token_id = token_id("bos_token_id");
+  c.eos_token_id = token_id("eos_token_id");
+  try {
+    c.validate();
+  } catch (const UserError& e) {
+    throw UserError(where + ": " + e.what());
   }
-  if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer())
-    c.bos_token_id = j["bos_token_id"].get<int64_t>();
-  if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer())
-    c.eos_token_id = j["eos_token_id"].get<int64_t>();
   return c;
 }
 

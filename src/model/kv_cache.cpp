@@ -1,5 +1,6 @@
-// Incremental decoding with a KV cache (batch 1): the same kernels as training, with keys and
-// values of past positions kept per layer so each new token costs one row of work per layer.
+// Incremental decoding with a KV cache (batch 1): the same block functions as training, with
+// keys and values of past positions kept per layer so each new token costs one row of work per
+// layer.
 #include <cmath>
 
 #include "core/error.h"
@@ -24,11 +25,16 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
     throw UserError("generate: " + std::to_string(cache.length + n) +
                     " tokens exceed the KV cache of " + std::to_string(cache.max_len) +
                     " (max_position_embeddings or --max-new-tokens)");
+  if (tr_.learned_positions && cache.length + n > cfg_.max_position_embeddings)
+    throw UserError("generate: " + std::to_string(cache.length + n) +
+                    " tokens exceed max_position_embeddings (" +
+                    std::to_string(cfg_.max_position_embeddings) + ")");
   for (int64_t i = 0; i < n; ++i)
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       throw UserError("generate: token id " + std::to_string(ids[i]) +
                       " is outside the vocabulary");
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
+  const Dims& d = dims_;
+  const int64_t C = d.C, V = d.V, Q = d.Q, KV = d.KV, QKV = d.QKV;
   const int64_t past = cache.length;
   auto e = [&](int64_t k) { return static_cast<size_t>(k) * es_; };
 
@@ -37,58 +43,42 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(past + i);
   be_->from_host(ids_d.data(), ids, sizeof(int32_t) * n);
   be_->from_host(pos_d.data(), pos.data(), sizeof(int32_t) * n);
-  // One working set for every layer (h1 and h2, rstd1 and rstd2 share storage).
-  Buffer x(be_, e(n * C)), h(be_, e(n * C)), rstd(be_, e(n)), qkv(be_, e(n * QKV));
-  Buffer att(be_, e(n * Q)), lse(be_, e(n * Hq)), mid(be_, e(n * C)), gu(be_, e(n * 2 * F));
-  Buffer act(be_, e(n * F));
-  const LayerActs a{h.data(),   rstd.data(), qkv.data(),  att.data(), lse.data(),
-                    mid.data(), h.data(),    rstd.data(), gu.data(),  act.data()};
-  AttentionArgs args;
-  args.batch = 1;
-  args.q_len = n;
-  args.kv_len = past + n;
-  args.q_offset = past;
-  args.num_heads = Hq;
-  args.num_kv_heads = Hkv;
-  args.head_dim = D;
-  args.q_row_stride = QKV;
-  args.q_batch_stride = n * QKV;
-  args.kv_row_stride = KV;  // keys and values come from the cache rows
-  args.kv_batch_stride = cache.max_len * KV;
-  args.out_row_stride = Q;
-  args.out_batch_stride = n * Q;
-  args.scale = 1.0 / std::sqrt(static_cast<double>(D));
-  args.window = cfg_.sliding_window;
-
-  be_->embedding_forward(dt_, x.data(), ids_d.as<int32_t>(), weights_.data(), n, C);
+  set_rope(past + n);
+  Buffer x(be_, e(n * C)), scratch(be_, e(n * C)), arena;
+  const LayerActs a = alloc_layer_acts(arena, n);
+  embed(x.data(), ids_d.as<int32_t>(), pos_d.as<int32_t>(), scratch.data(), n);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    AttentionArgs args = attention_args(l, 1, n);
+    args.kv_len = past + n;
+    args.q_offset = past;
+    args.kv_row_stride = KV;  // keys and values come from the cache rows
+    args.kv_batch_stride = cache.max_len * KV;
+    args.doc_start = nullptr;
     const LayerWeights w = layer_weights(l, false);
-    block_qkv(w, a, x.data(), pos_d.as<int32_t>(), n);
+    block_qkv(l, w, a, x.data(), pos_d.as<int32_t>(), n);
     for (int64_t i = 0; i < n; ++i) {
-      be_->copy(at(cache.k[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q), e(KV));
-      be_->copy(at(cache.v[l].data(), (past + i) * KV), at(qkv.data(), i * QKV + Q + KV), e(KV));
+      be_->copy(at(cache.k[l].data(), (past + i) * KV), at(a.qkv, i * QKV + Q), e(KV));
+      be_->copy(at(cache.v[l].data(), (past + i) * KV), at(a.qkv, i * QKV + Q + KV), e(KV));
     }
     block_rest(w, a, x.data(), x.data(), n, args, cache.k[l].data(), cache.v[l].data());
   }
   cache.length += n;
   // Only the last position's logits are needed.
-  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(cfg_.num_hidden_layers)];
-  const ParamInfo& head = cfg_.tie_word_embeddings ? params_.front() : params_.back();
-  void* last = at(x.data(), (n - 1) * C);
-  be_->rmsnorm_forward(dt_, h.data(), rstd.data(), last, at(weights_.data(), norm.offset), 1, C,
-                       cfg_.rms_norm_eps, 0.0);
+  Buffer h(be_, e(C)), stats(be_, e(2));
+  final_norm(h.data(), stats.data(), at(stats.data(), 1), at(x.data(), (n - 1) * C), 1);
   Buffer logits(be_, e(V));
-  be_->gemm(dt_, false, true, 1, V, C, 1.0, h.data(), C, at(weights_.data(), head.offset), C, 0.0,
+  be_->gemm(dt_, false, true, 1, V, C, 1.0, h.data(), C, param_ptr(head_, false), C, 0.0,
             logits.data(), V);
-  std::vector<float> out(static_cast<size_t>(V));
-  if (dt_ == DType::f32) {
-    be_->to_host(out.data(), logits.data(), out.size() * 4);
+  std::vector<double> d64(static_cast<size_t>(V));
+  if (dt_ == DType::f64) {
+    be_->to_host(d64.data(), logits.data(), d64.size() * 8);
   } else {
-    std::vector<double> d(out.size());
-    be_->to_host(d.data(), logits.data(), d.size() * 8);
-    for (size_t i = 0; i < d.size(); ++i) out[i] = static_cast<float>(d[i]);
+    std::vector<float> f(d64.size());
+    be_->to_host(f.data(), logits.data(), f.size() * 4);
+    std::copy(f.begin(), f.end(), d64.begin());
   }
-  return out;
+  softcap_logits(d64);
+  return std::vector<float>(d64.begin(), d64.end());
 }
 
 }  // namespace lmt

@@ -1,10 +1,15 @@
+// The forward and backward pass of one transformer block for every family, the chunked loss head
+// and the activation arena. A layer runs: norm1 -> q|k|v (+ bias) -> [q/k norm] -> [RoPE] ->
+// attention -> o_proj (+ bias) -> [post-attention norm] -> residual -> norm2 -> up (+ bias) ->
+// act / gated act -> down (+ bias) -> [post-MLP norm] -> residual; bracketed steps are family
+// switches (ModelConfig::traits()).
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/error.h"
-#include "core/rng.h"
 #include "model/rope.h"
 
 namespace lmt {
@@ -21,12 +26,13 @@ struct Transformer::Plan {
   std::vector<void*> res;       // L + 1 residual streams [N, C]; res[l] is layer l's input
   std::vector<LayerActs> sets;  // L sets, or 1 shared set with checkpointing
   void* hf = nullptr;           // [N, C] final norm output
+  void* meanf = nullptr;        // [N] (LayerNorm)
   void* rstdf = nullptr;        // [N]
   void* dx = nullptr;           // [N, C] gradient of the residual stream
-  void* dh = nullptr;           // [N, C] gradient of a norm output
-  void* dqkv = nullptr;         // [N, Q + 2 KV]
+  void* dh = nullptr;           // [N, C] gradient of a norm output / branch output; scratch
+  void* dqkv = nullptr;         // [N, QKV]
   void* datt = nullptr;         // [N, Q]
-  void* dgu = nullptr;          // [N, 2F]
+  void* dgu = nullptr;          // [N, G]
   void* da = nullptr;           // [N, F]
   void* logits = nullptr;       // [chunk, V]
   void* losses = nullptr;       // [chunk]
@@ -35,17 +41,12 @@ struct Transformer::Plan {
 
 namespace {
 
-constexpr int64_t kAlignElems = 64;
-
-int64_t align_up(int64_t x, int64_t a) {
-  return (x + a - 1) / a * a;
-}
-
 // Hands out 64-byte aligned regions of one arena; a dry run (base 0) only measures.
 class ArenaCarver {
  public:
   explicit ArenaCarver(uintptr_t base) : base_(base) {}
   void* take(size_t bytes) {
+    if (bytes == 0) return nullptr;
     size_t off = used_;
     used_ += (bytes + 63) / 64 * 64;
     return reinterpret_cast<void*>(base_ + off);
@@ -59,114 +60,42 @@ class ArenaCarver {
 
 }  // namespace
 
+// ---- construction and the activation arena ----
+
 Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
     : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
   if (cfg_.family == "qwen2") cfg_.attention_bias = true;  // a family trait, also from YAML
-  const int Hq = static_cast<int>(cfg_.num_attention_heads),
-            Hkv = static_cast<int>(cfg_.kv_heads());
-  const int D = static_cast<int>(cfg_.head_size());
-  dims_ = Dims{cfg_.hidden_size,
-               cfg_.intermediate_size,
-               cfg_.vocab_size,
-               int64_t{Hq} * D,
-               int64_t{Hkv} * D,
-               int64_t{Hq + 2 * Hkv} * D,
-               Hq,
-               Hkv,
-               D};
+  tr_ = cfg_.traits();
+  dims_ = dims_of(cfg_);
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
   grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
-  // RoPE inverse frequencies, as Hugging Face computes them (theta^(-2i/d), then rope scaling).
-  const std::vector<double> inv_d = rope_frequencies(cfg_, false, 0).inv_freq;
-  std::vector<float> inv(inv_d.begin(), inv_d.end());
-  inv_freq_ = Buffer(be_, inv.size() * sizeof(float));
-  be_->from_host(inv_freq_.data(), inv.data(), inv.size() * sizeof(float));
+  set_rope(0);
 }
 
 Transformer::~Transformer() = default;
 
-void Transformer::build_layout() {
-  params_ = param_layout(cfg_, &flat_size_);
-}
-
-std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t* flat_size) {
-  std::vector<ParamInfo> params;
-  ModelConfig c = cfg;
-  c.validate();
-  if (c.family == "qwen2") c.attention_bias = true;
-  const int64_t C = c.hidden_size, F = c.intermediate_size, V = c.vocab_size;
-  const int64_t Q = c.num_attention_heads * c.head_size(), KV = c.kv_heads() * c.head_size();
-  int64_t off = 0;
-  auto add = [&](std::string name, Shape shape, ParamKind kind, bool fused_with_previous = false) {
-    if (!fused_with_previous) off = align_up(off, kAlignElems);
-    params.push_back(ParamInfo{std::move(name), shape, off, kind});
-    off += shape.numel();
+// (Re)makes the RoPE tables for sequences of seq_len positions (only rope_type dynamic cares).
+void Transformer::set_rope(int64_t seq_len) {
+  if (tr_.learned_positions) return;
+  const int64_t len = rope_depends_on_length(cfg_) ? seq_len : 0;
+  if (len == rope_len_) return;
+  rope_len_ = len;
+  auto make = [&](Rope& r, bool local) {
+    const RopeFrequencies f = rope_frequencies(cfg_, local, len);
+    std::vector<float> inv(f.inv_freq.begin(), f.inv_freq.end());
+    if (!r.inv_freq.data()) r.inv_freq = Buffer(be_, inv.size() * sizeof(float));
+    be_->from_host(r.inv_freq.data(), inv.data(), inv.size() * sizeof(float));
+    r.attention_factor = f.attention_factor;
   };
-  add("model.embed_tokens.weight", {V, C}, ParamKind::embedding);
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {C}, ParamKind::norm);
-    add(p + "self_attn.q_proj.weight", {Q, C}, ParamKind::matrix);
-    add(p + "self_attn.k_proj.weight", {KV, C}, ParamKind::matrix, true);
-    add(p + "self_attn.v_proj.weight", {KV, C}, ParamKind::matrix, true);
-    add(p + "self_attn.o_proj.weight", {C, Q}, ParamKind::matrix);
-    add(p + "post_attention_layernorm.weight", {C}, ParamKind::norm);
-    add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::matrix);
-    add(p + "mlp.up_proj.weight", {F, C}, ParamKind::matrix, true);
-    add(p + "mlp.down_proj.weight", {C, F}, ParamKind::matrix);
-    if (c.attention_bias) {  // last in the layer, so the indices above stay fixed
-      add(p + "self_attn.q_proj.bias", {Q}, ParamKind::bias);
-      add(p + "self_attn.k_proj.bias", {KV}, ParamKind::bias, true);
-      add(p + "self_attn.v_proj.bias", {KV}, ParamKind::bias, true);
-    }
-  }
-  add("model.norm.weight", {C}, ParamKind::norm);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {V, C}, ParamKind::matrix);
-  if (flat_size) *flat_size = align_up(off, kAlignElems);
-  return params;
+  make(rope_global_, false);
+  if (cfg_.rope_local_base_freq > 0) make(rope_local_, true);
 }
 
-size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
-                                     bool checkpointing, int64_t loss_chunk_tokens) {
-  ModelConfig c = cfg;
-  c.validate();
-  const int64_t N = B * T, L = c.num_hidden_layers;
-  const int64_t C = c.hidden_size, F = c.intermediate_size;
-  const int64_t Hq = c.num_attention_heads, Q = Hq * c.head_size();
-  const int64_t QKV = Q + 2 * c.kv_heads() * c.head_size();
-  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), N);
-  const size_t es = dtype_size(dt);
-  ArenaCarver a(0);
-  auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
-  a.take(3 * sizeof(int32_t) * N);
-  for (int64_t l = 0; l <= L; ++l) a.take(e(N * C));
-  const int64_t sets = checkpointing ? 1 : L;
-  for (int64_t s = 0; s < sets; ++s) {
-    a.take(e(N * C));
-    a.take(e(N));
-    a.take(e(N * QKV));
-    a.take(e(N * Q));
-    a.take(e(B * Hq * T));
-    a.take(e(N * C));
-    a.take(e(N * C));
-    a.take(e(N));
-    a.take(e(N * 2 * F));
-    a.take(e(N * F));
-  }
-  a.take(e(N * C));
-  a.take(e(N));
-  a.take(e(N * C));
-  a.take(e(N * C));
-  a.take(e(N * QKV));
-  a.take(e(N * Q));
-  a.take(e(N * 2 * F));
-  a.take(e(N * F));
-  a.take(e(chunk * c.vocab_size));
-  a.take(e(chunk));
-  return a.used();
+const Transformer::Rope& Transformer::rope_of(int64_t l) const {
+  return cfg_.rope_local_base_freq > 0 && cfg_.is_sliding_layer(l) ? rope_local_ : rope_global_;
 }
 
 const ParamInfo& Transformer::param(const std::string& name) const {
@@ -185,44 +114,8 @@ void* Transformer::at(void* base, int64_t elems) const {
   return static_cast<char*>(base) + static_cast<size_t>(elems) * es_;
 }
 
-Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) const {
-  void* base = grads ? grads_.data() : weights_.data();
-  // Parameters of layer l start at index 1 + per_layer() l in params_ (after the embedding).
-  const size_t i = 1 + per_layer() * static_cast<size_t>(l);
-  return LayerWeights{at(base, params_[i].offset),
-                      at(base, params_[i + 1].offset),
-                      at(base, params_[i + 4].offset),
-                      at(base, params_[i + 5].offset),
-                      at(base, params_[i + 6].offset),
-                      at(base, params_[i + 8].offset),
-                      cfg_.attention_bias ? at(base, params_[i + 9].offset) : nullptr};
-}
-
 Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
   return plan_->sets[plan_->checkpointing ? 0 : static_cast<size_t>(l)];
-}
-
-void Transformer::init_weights(uint64_t seed) {
-  const int64_t L = cfg_.num_hidden_layers;
-  const double std = cfg_.initializer_range;
-  const double resid_std = std / std::sqrt(2.0 * static_cast<double>(L));
-  std::vector<double> host;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const ParamInfo& p = params_[i];
-    host.assign(static_cast<size_t>(p.numel()), 1.0);
-    if (p.kind == ParamKind::bias) host.assign(host.size(), 0.0);
-    if (p.kind != ParamKind::norm && p.kind != ParamKind::bias) {
-      const bool resid = p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
-      fill_normal(host.data(), p.numel(), 0.0, resid ? resid_std : std, seed, /*stream=*/i);
-    }
-    void* dst = at(weights_.data(), p.offset);
-    if (dt_ == DType::f64) {
-      be_->from_host(dst, host.data(), host.size() * sizeof(double));
-    } else {
-      std::vector<float> f(host.begin(), host.end());
-      be_->from_host(dst, f.data(), f.size() * sizeof(float));
-    }
-  }
 }
 
 void Transformer::zero_grads() {
@@ -232,6 +125,87 @@ void Transformer::zero_grads() {
 void Transformer::set_activation_checkpointing(bool on) {
   if (on != checkpointing_) plan_.reset();
   checkpointing_ = on;
+}
+
+namespace {
+
+// One layer's saved activations for N tokens of B sequences, carved in a fixed order.
+template <class Acts>
+Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_t B, int64_t T,
+                 int64_t C, int64_t Q, int64_t QKV, int64_t G, int64_t F, int Hq, int Hkv,
+                 size_t es) {
+  auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
+  Acts a{};
+  a.h1 = c.take(e(N * C));
+  a.mean1 = t.layernorm ? c.take(e(N)) : nullptr;
+  a.rstd1 = c.take(e(N));
+  a.qkv_raw = t.qk_norm ? c.take(e(N * QKV)) : nullptr;
+  a.qk_rstd = t.qk_norm ? c.take(e(N * (Hq + Hkv))) : nullptr;
+  a.qkv = c.take(e(N * QKV));
+  a.att = c.take(e(N * Q));
+  a.lse = c.take(e(B * Hq * T));
+  a.o_raw = t.sandwich_norms ? c.take(e(N * C)) : nullptr;
+  a.rstd_pa = t.sandwich_norms ? c.take(e(N)) : nullptr;
+  a.x_mid = c.take(e(N * C));
+  a.h2 = c.take(e(N * C));
+  a.mean2 = t.layernorm ? c.take(e(N)) : nullptr;
+  a.rstd2 = c.take(e(N));
+  a.gu = c.take(e(N * G));
+  a.a = c.take(e(N * F));
+  a.m_raw = t.sandwich_norms ? c.take(e(N * C)) : nullptr;
+  a.rstd_pf = t.sandwich_norms ? c.take(e(N)) : nullptr;
+  return a;
+}
+
+}  // namespace
+
+// The arena's layout: one function carves it, for measuring (base 0) and for the real plan.
+template <class PlanT, class Acts, class DimsT>
+static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const DimsT& d,
+                       size_t es, int64_t B, int64_t T, bool checkpointing, int64_t chunk) {
+  const ModelConfig::Traits t = cfg.traits();
+  const int64_t N = B * T, L = cfg.num_hidden_layers, C = d.C;
+  auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
+  auto* ints = static_cast<int32_t*>(c.take(3 * sizeof(int32_t) * N));
+  p.ids = ints;
+  p.labels = ints ? ints + N : nullptr;
+  p.pos = ints ? ints + 2 * N : nullptr;
+  for (int64_t l = 0; l <= L; ++l) p.res.push_back(c.take(e(N * C)));
+  const int64_t sets = checkpointing ? 1 : L;
+  for (int64_t s = 0; s < sets; ++s)
+    p.sets.push_back(carve_layer<Acts>(c, t, N, B, T, C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es));
+  p.hf = c.take(e(N * C));
+  p.meanf = t.layernorm ? c.take(e(N)) : nullptr;
+  p.rstdf = c.take(e(N));
+  p.dx = c.take(e(N * C));
+  p.dh = c.take(e(N * C));
+  p.dqkv = c.take(e(N * d.QKV));
+  p.datt = c.take(e(N * d.Q));
+  p.dgu = c.take(e(N * d.G));
+  p.da = c.take(e(N * d.F));
+  p.logits = c.take(e(chunk * cfg.vocab_size));
+  p.losses = c.take(e(chunk));
+}
+
+Transformer::LayerActs Transformer::alloc_layer_acts(Buffer& arena, int64_t n) const {
+  const Dims& d = dims_;
+  ArenaCarver measure(0);
+  carve_layer<LayerActs>(measure, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_);
+  arena = Buffer(be_, measure.used());
+  ArenaCarver c(reinterpret_cast<uintptr_t>(arena.data()));
+  return carve_layer<LayerActs>(c, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_);
+}
+
+size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
+                                     bool checkpointing, int64_t loss_chunk_tokens) {
+  ModelConfig c = cfg;
+  c.validate();
+  const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), B * T);
+  ArenaCarver carver(0);
+  Plan p;
+  carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), B, T, checkpointing,
+                              chunk);
+  return carver.used();
 }
 
 size_t Transformer::activation_bytes(int64_t B, int64_t T) const {
@@ -248,48 +222,20 @@ void Transformer::plan(int64_t B, int64_t T) {
   p->checkpointing = checkpointing_;
   p->bytes = activation_bytes(B, T);
   p->arena = Buffer(be_, p->bytes);
-  const int64_t N = p->N, L = cfg_.num_hidden_layers;
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
-  p->chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), N);
-  // Same order of take() calls as activation_bytes().
+  p->chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), p->N);
   ArenaCarver c(reinterpret_cast<uintptr_t>(p->arena.data()));
-  auto e = [&](int64_t n) { return static_cast<size_t>(n) * es_; };
-  auto* ints = static_cast<int32_t*>(c.take(3 * sizeof(int32_t) * N));
-  p->ids = ints;
-  p->labels = ints + N;
-  p->pos = ints + 2 * N;
-  for (int64_t l = 0; l <= L; ++l) p->res.push_back(c.take(e(N * C)));
-  const int64_t sets = checkpointing_ ? 1 : L;
-  for (int64_t s = 0; s < sets; ++s) {
-    LayerActs a{};
-    a.h1 = c.take(e(N * C));
-    a.rstd1 = c.take(e(N));
-    a.qkv = c.take(e(N * QKV));
-    a.att = c.take(e(N * Q));
-    a.lse = c.take(e(B * Hq * T));
-    a.x_mid = c.take(e(N * C));
-    a.h2 = c.take(e(N * C));
-    a.rstd2 = c.take(e(N));
-    a.gu = c.take(e(N * 2 * F));
-    a.a = c.take(e(N * F));
-    p->sets.push_back(a);
-  }
-  p->hf = c.take(e(N * C));
-  p->rstdf = c.take(e(N));
-  p->dx = c.take(e(N * C));
-  p->dh = c.take(e(N * C));
-  p->dqkv = c.take(e(N * QKV));
-  p->datt = c.take(e(N * Q));
-  p->dgu = c.take(e(N * 2 * F));
-  p->da = c.take(e(N * F));
-  p->logits = c.take(e(p->chunk * cfg_.vocab_size));
-  p->losses = c.take(e(p->chunk));
+  carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, B, T, checkpointing_, p->chunk);
   LMT_CHECK(c.used() == p->bytes, "activation plan size mismatch");
   plan_ = std::move(p);
 }
 
 void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                                const Packing* packing) {
+  if (tr_.learned_positions && T > cfg_.max_position_embeddings && !(packing && packing->positions))
+    throw UserError("model: sequence length " + std::to_string(T) +
+                    " is longer than max_position_embeddings (" +
+                    std::to_string(cfg_.max_position_embeddings) + ") of this " + cfg_.family +
+                    " model");
   plan(B, T);
   const int64_t N = B * T;
   for (int64_t i = 0; i < N; ++i) {
@@ -309,6 +255,7 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
     }
   }
   if (packing && packing->doc_start) doc_start_.assign(packing->doc_start, packing->doc_start + N);
+  set_rope(N > 0 ? *std::max_element(pos.begin(), pos.end()) + 1 : 0);
   be_->from_host(plan_->ids, ids, sizeof(int32_t) * N);
   be_->from_host(plan_->pos, pos.data(), sizeof(int32_t) * N);
   plan_->host_labels.assign(static_cast<size_t>(N), kIgnoreIndex);
@@ -322,30 +269,129 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   be_->from_host(plan_->labels, plan_->host_labels.data(), sizeof(int32_t) * N);
 }
 
-// Norm, fused q|k|v projection and RoPE of one block: a.h1, a.rstd1 and a.qkv from x[N, C].
-void Transformer::block_qkv(const LayerWeights& w, const LayerActs& a, const void* x,
+// ---- building blocks ----
+
+void Transformer::linear(const void* x, const void* w, const void* b, void* y, int64_t N,
+                         int64_t in, int64_t out) {
+  if (tr_.conv1d)
+    be_->gemm(dt_, false, false, N, out, in, 1.0, x, in, w, out, 0.0, y, out);
+  else
+    be_->gemm(dt_, false, true, N, out, in, 1.0, x, in, w, in, 0.0, y, out);
+  if (b) be_->add_bias(dt_, y, b, N, out);
+}
+
+void Transformer::linear_backward(const void* dy, const void* x, const void* w, void* dx, void* dw,
+                                  void* db, int64_t N, int64_t in, int64_t out) {
+  if (tr_.conv1d) {
+    be_->gemm(dt_, false, true, N, in, out, 1.0, dy, out, w, out, 0.0, dx, in);
+    be_->gemm(dt_, true, false, in, out, N, 1.0, x, in, dy, out, 1.0, dw, out);
+  } else {
+    be_->gemm(dt_, false, false, N, in, out, 1.0, dy, out, w, in, 0.0, dx, in);
+    be_->gemm(dt_, true, false, out, in, N, 1.0, dy, out, x, in, 1.0, dw, in);
+  }
+  if (db) be_->bias_backward(dt_, db, dy, N, out);
+}
+
+// The family's norm over C: LayerNorm with bias, or RMSNorm scaled by (offset + w).
+void Transformer::norm_forward(const void* w, const void* b, void* out, void* mean, void* rstd,
+                               const void* x, int64_t N) {
+  if (tr_.layernorm)
+    be_->layernorm_forward(dt_, out, mean, rstd, x, w, b, N, dims_.C, cfg_.rms_norm_eps);
+  else
+    be_->rmsnorm_forward(dt_, out, rstd, x, w, N, dims_.C, cfg_.rms_norm_eps, tr_.norm_offset);
+}
+
+// dx += the norm's input gradient; dw (and db) +=.
+void Transformer::norm_backward(const void* w, void* dw, void* db, void* dx, const void* dout,
+                                const void* x, const void* mean, const void* rstd, int64_t N) {
+  if (tr_.layernorm)
+    be_->layernorm_backward(dt_, dx, dw, db, dout, x, w, mean, rstd, N, dims_.C);
+  else
+    be_->rmsnorm_backward(dt_, dx, dw, dout, x, w, rstd, N, dims_.C, tr_.norm_offset);
+}
+
+// out[N, C] = token embedding (* sqrt(C) for gemma) (+ position embedding for gpt2).
+void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void* scratch,
+                        int64_t N) {
+  const int64_t C = dims_.C;
+  be_->embedding_forward(dt_, out, ids, param_ptr(embed_, false), N, C);
+  if (tr_.embed_scale)  // transformers multiplies by sqrt(hidden) rounded to the model's dtype
+    be_->scale(dt_, out, static_cast<float>(std::sqrt(static_cast<double>(C))), N * C);
+  if (pos_embed_ >= 0) {
+    be_->embedding_forward(dt_, scratch, pos, param_ptr(pos_embed_, false), N, C);
+    be_->accumulate(dt_, out, scratch, N * C);
+  }
+}
+
+// dx [N, C] (d loss / d embedding output) into the tables' gradients; dx is scaled in place.
+void Transformer::embed_backward(void* dx, const int32_t* ids, const int32_t* pos, int64_t N) {
+  const int64_t C = dims_.C;
+  if (pos_embed_ >= 0)
+    be_->embedding_backward(dt_, param_ptr(pos_embed_, true), dx, pos, N, C,
+                            cfg_.max_position_embeddings);
+  if (tr_.embed_scale)
+    be_->scale(dt_, dx, static_cast<float>(std::sqrt(static_cast<double>(C))), N * C);
+  be_->embedding_backward(dt_, param_ptr(embed_, true), dx, ids, N, C, cfg_.vocab_size);
+}
+
+void Transformer::final_norm(void* out, void* mean, void* rstd, const void* x, int64_t N) {
+  norm_forward(param_ptr(norm_, false), param_ptr(norm_b_, false), out, mean, rstd, x, N);
+}
+
+// Norm, q|k|v projection, q/k norm and RoPE of one block: a.h1, a.rstd1, a.qkv (a.qkv_raw,
+// a.qk_rstd) from x[N, C].
+void Transformer::block_qkv(int64_t l, const LayerWeights& w, const LayerActs& a, const void* x,
                             const int32_t* pos, int64_t N) {
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
-  be_->rmsnorm_forward(dt_, a.h1, a.rstd1, x, w.ln1, N, C, cfg_.rms_norm_eps, 0.0);
-  be_->gemm(dt_, false, true, N, QKV, C, 1.0, a.h1, C, w.qkv, C, 0.0, a.qkv, QKV);
-  if (w.qkv_bias) be_->add_bias(dt_, a.qkv, w.qkv_bias, N, QKV);
-  const auto* inv = inv_freq_.as<float>();
-  be_->rope(dt_, a.qkv, pos, inv, N, QKV, Hq, D, D, 1.0, false);
-  be_->rope(dt_, at(a.qkv, Q), pos, inv, N, QKV, Hkv, D, D, 1.0, false);
+  const Dims& d = dims_;
+  norm_forward(w.ln1, w.ln1_b, a.h1, a.mean1, a.rstd1, x, N);
+  linear(a.h1, w.qkv, w.qkv_b, a.qkv, N, d.C, d.QKV);
+  if (tr_.qk_norm) {  // a.qkv keeps v; q and k are normalised per head from the raw copy
+    be_->copy(a.qkv_raw, a.qkv, static_cast<size_t>(N * d.QKV) * es_);
+    be_->head_rmsnorm_forward(dt_, a.qkv, a.qk_rstd, a.qkv_raw, w.q_norm, N, d.QKV, d.Hq, d.D,
+                              cfg_.rms_norm_eps, tr_.norm_offset);
+    be_->head_rmsnorm_forward(dt_, at(a.qkv, d.Q), at(a.qk_rstd, N * d.Hq), at(a.qkv_raw, d.Q),
+                              w.k_norm, N, d.QKV, d.Hkv, d.D, cfg_.rms_norm_eps, tr_.norm_offset);
+  }
+  if (!tr_.learned_positions) {
+    const Rope& r = rope_of(l);
+    const auto* inv = r.inv_freq.as<float>();
+    be_->rope(dt_, a.qkv, pos, inv, N, d.QKV, d.Hq, d.D, d.D, r.attention_factor, false);
+    be_->rope(dt_, at(a.qkv, d.Q), pos, inv, N, d.QKV, d.Hkv, d.D, d.D, r.attention_factor,
+              false);
+  }
 }
 
 // The rest of the block: attention of a.qkv's queries over keys k and values v (as args lays
-// them out), o_proj, residual, MLP. y[N, C] may be x itself: x is last read before y is written.
+// them out), output projection, residual, MLP. y[N, C] may be x itself: x is last read before y
+// is written.
 void Transformer::block_rest(const LayerWeights& w, const LayerActs& a, const void* x, void* y,
                              int64_t N, const AttentionArgs& args, const void* k, const void* v) {
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
+  const Dims& d = dims_;
+  const int64_t C = d.C;
   be_->attention_forward(dt_, args, a.att, a.lse, a.qkv, k, v);
-  be_->gemm(dt_, false, true, N, C, Q, 1.0, a.att, Q, w.o, Q, 0.0, a.x_mid, C);
+  if (tr_.sandwich_norms) {
+    linear(a.att, w.o, w.o_b, a.o_raw, N, d.Q, C);
+    be_->rmsnorm_forward(dt_, a.x_mid, a.rstd_pa, a.o_raw, w.post_attn, N, C, cfg_.rms_norm_eps,
+                         tr_.norm_offset);
+  } else {
+    linear(a.att, w.o, w.o_b, a.x_mid, N, d.Q, C);
+  }
   be_->accumulate(dt_, a.x_mid, x, N * C);
-  be_->rmsnorm_forward(dt_, a.h2, a.rstd2, a.x_mid, w.ln2, N, C, cfg_.rms_norm_eps, 0.0);
-  be_->gemm(dt_, false, true, N, 2 * F, C, 1.0, a.h2, C, w.gate_up, C, 0.0, a.gu, 2 * F);
-  be_->glu_forward(dt_, Activation::silu, a.a, a.gu, N, F);
-  be_->gemm(dt_, false, true, N, C, F, 1.0, a.a, F, w.down, F, 0.0, y, C);
+  norm_forward(w.ln2, w.ln2_b, a.h2, a.mean2, a.rstd2, a.x_mid, N);
+  linear(a.h2, w.up, w.up_b, a.gu, N, C, d.G);
+  const Activation act =
+      cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
+  if (tr_.gated_mlp)
+    be_->glu_forward(dt_, act, a.a, a.gu, N, d.F);
+  else
+    be_->act_forward(dt_, act, a.a, a.gu, N * d.F);
+  if (tr_.sandwich_norms) {
+    linear(a.a, w.down, w.down_b, a.m_raw, N, d.F, C);
+    be_->rmsnorm_forward(dt_, y, a.rstd_pf, a.m_raw, w.post_ffw, N, C, cfg_.rms_norm_eps,
+                         tr_.norm_offset);
+  } else {
+    linear(a.a, w.down, w.down_b, y, N, d.F, C);
+  }
   be_->accumulate(dt_, y, a.x_mid, N * C);
 }
 
@@ -353,8 +399,8 @@ void Transformer::layer_forward(int64_t l) {
   const Plan& p = *plan_;
   const LayerWeights w = layer_weights(l, false);
   const LayerActs a = layer_acts(l);
-  block_qkv(w, a, p.res[l], p.pos, p.N);
-  block_rest(w, a, p.res[l], p.res[l + 1], p.N, attention_args(p.B, p.T), at(a.qkv, dims_.Q),
+  block_qkv(l, w, a, p.res[l], p.pos, p.N);
+  block_rest(w, a, p.res[l], p.res[l + 1], p.N, attention_args(l, p.B, p.T), at(a.qkv, dims_.Q),
              at(a.qkv, dims_.Q + dims_.KV));
 }
 
@@ -365,31 +411,57 @@ void Transformer::layer_backward(int64_t l) {
   const LayerWeights g = layer_weights(l, true);
   const LayerActs a = layer_acts(l);
   const int64_t N = p.N;
-  const auto& [C, F, V, Q, KV, QKV, Hq, Hkv, D] = dims_;
+  const Dims& d = dims_;
+  const int64_t C = d.C;
+  const size_t nc_bytes = static_cast<size_t>(N * C) * es_;
+  const Activation act = cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
 
-  // MLP branch: y = x_mid + down(act(gate) * up)
-  be_->gemm(dt_, false, false, N, F, C, 1.0, p.dx, C, w.down, F, 0.0, p.da, F);
-  be_->gemm(dt_, true, false, C, F, N, 1.0, p.dx, C, a.a, F, 1.0, g.down, F);
-  be_->glu_backward(dt_, Activation::silu, p.dgu, p.da, a.gu, N, F);
-  be_->gemm(dt_, true, false, 2 * F, C, N, 1.0, p.dgu, 2 * F, a.h2, C, 1.0, g.gate_up, C);
-  be_->gemm(dt_, false, false, N, C, 2 * F, 1.0, p.dgu, 2 * F, w.gate_up, C, 0.0, p.dh, C);
-  be_->rmsnorm_backward(dt_, p.dx, g.ln2, p.dh, a.x_mid, w.ln2, a.rstd2, N, C, 0.0);
-  // Attention branch: x_mid = x + o_proj(attention(rope(q), rope(k), v))
-  be_->gemm(dt_, false, false, N, Q, C, 1.0, p.dx, C, w.o, Q, 0.0, p.datt, Q);
-  be_->gemm(dt_, true, false, C, Q, N, 1.0, p.dx, C, a.att, Q, 1.0, g.o, Q);
-  AttentionArgs args = attention_args(p.B, p.T);
-  be_->attention_backward(dt_, args, p.dqkv, at(p.dqkv, Q), at(p.dqkv, Q + KV), p.datt, a.qkv,
-                          at(a.qkv, Q), at(a.qkv, Q + KV), a.att, a.lse);
-  const auto* inv = inv_freq_.as<float>();
-  be_->rope(dt_, p.dqkv, p.pos, inv, N, QKV, Hq, D, D, 1.0, true);
-  be_->rope(dt_, at(p.dqkv, Q), p.pos, inv, N, QKV, Hkv, D, D, 1.0, true);
-  if (g.qkv_bias) be_->bias_backward(dt_, g.qkv_bias, p.dqkv, N, QKV);
-  be_->gemm(dt_, true, false, QKV, C, N, 1.0, p.dqkv, QKV, a.h1, C, 1.0, g.qkv, C);
-  be_->gemm(dt_, false, false, N, C, QKV, 1.0, p.dqkv, QKV, w.qkv, C, 0.0, p.dh, C);
-  be_->rmsnorm_backward(dt_, p.dx, g.ln1, p.dh, p.res[l], w.ln1, a.rstd1, N, C, 0.0);
+  // MLP branch: y = x_mid + [post_ffw](down(act(up(norm2(x_mid)))))
+  const void* dm = p.dx;
+  if (tr_.sandwich_norms) {  // p.dh = d/d m_raw
+    be_->zero(p.dh, nc_bytes);
+    be_->rmsnorm_backward(dt_, p.dh, g.post_ffw, p.dx, a.m_raw, w.post_ffw, a.rstd_pf, N, C,
+                          tr_.norm_offset);
+    dm = p.dh;
+  }
+  linear_backward(dm, a.a, w.down, p.da, g.down, g.down_b, N, d.F, C);
+  if (tr_.gated_mlp)
+    be_->glu_backward(dt_, act, p.dgu, p.da, a.gu, N, d.F);
+  else
+    be_->act_backward(dt_, act, p.dgu, p.da, a.gu, N * d.F);
+  linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G);
+  norm_backward(w.ln2, g.ln2, g.ln2_b, p.dx, p.dh, a.x_mid, a.mean2, a.rstd2, N);
+  // Attention branch: x_mid = x + [post_attn](o(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))
+  const void* dout = p.dx;
+  if (tr_.sandwich_norms) {
+    be_->zero(p.dh, nc_bytes);
+    be_->rmsnorm_backward(dt_, p.dh, g.post_attn, p.dx, a.o_raw, w.post_attn, a.rstd_pa, N, C,
+                          tr_.norm_offset);
+    dout = p.dh;
+  }
+  linear_backward(dout, a.att, w.o, p.datt, g.o, g.o_b, N, d.Q, C);
+  AttentionArgs args = attention_args(l, p.B, p.T);
+  be_->attention_backward(dt_, args, p.dqkv, at(p.dqkv, d.Q), at(p.dqkv, d.Q + d.KV), p.datt,
+                          a.qkv, at(a.qkv, d.Q), at(a.qkv, d.Q + d.KV), a.att, a.lse);
+  if (!tr_.learned_positions) {
+    const Rope& r = rope_of(l);
+    const auto* inv = r.inv_freq.as<float>();
+    be_->rope(dt_, p.dqkv, p.pos, inv, N, d.QKV, d.Hq, d.D, d.D, r.attention_factor, true);
+    be_->rope(dt_, at(p.dqkv, d.Q), p.pos, inv, N, d.QKV, d.Hkv, d.D, d.D, r.attention_factor,
+              true);
+  }
+  if (tr_.qk_norm) {
+    be_->head_rmsnorm_backward(dt_, p.dqkv, g.q_norm, p.dqkv, a.qkv_raw, w.q_norm, a.qk_rstd, N,
+                               d.QKV, d.Hq, d.D, tr_.norm_offset);
+    be_->head_rmsnorm_backward(dt_, at(p.dqkv, d.Q), g.k_norm, at(p.dqkv, d.Q),
+                               at(a.qkv_raw, d.Q), w.k_norm, at(a.qk_rstd, N * d.Hq), N, d.QKV,
+                               d.Hkv, d.D, tr_.norm_offset);
+  }
+  linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV);
+  norm_backward(w.ln1, g.ln1, g.ln1_b, p.dx, p.dh, p.res[l], a.mean1, a.rstd1, N);
 }
 
-AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
+AttentionArgs Transformer::attention_args(int64_t l, int64_t B, int64_t T) const {
   const Dims& d = dims_;
   AttentionArgs a;
   a.batch = B;
@@ -404,20 +476,21 @@ AttentionArgs Transformer::attention_args(int64_t B, int64_t T) const {
   a.kv_batch_stride = T * d.QKV;
   a.out_row_stride = d.Q;
   a.out_batch_stride = T * d.Q;
-  a.scale = 1.0 / std::sqrt(static_cast<double>(d.D));
-  a.window = cfg_.sliding_window;
+  const double s = cfg_.query_pre_attn_scalar > 0 ? cfg_.query_pre_attn_scalar : d.D;
+  a.scale = 1.0 / std::sqrt(s);
+  a.softcap = cfg_.attn_logit_softcapping;
+  a.window = cfg_.is_sliding_layer(l) ? cfg_.sliding_window : 0;
   a.doc_start = doc_start_.empty() ? nullptr : doc_start_.data();
   return a;
 }
 
+// ---- the whole model ----
+
 void Transformer::forward_trunk() {
   const Plan& p = *plan_;
-  be_->embedding_forward(dt_, p.res[0], p.ids, weights_.data(), p.N, cfg_.hidden_size);
+  embed(p.res[0], p.ids, p.pos, p.dh, p.N);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) layer_forward(l);
-  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(cfg_.num_hidden_layers)];
-  be_->rmsnorm_forward(dt_, p.hf, p.rstdf, p.res[cfg_.num_hidden_layers],
-                       at(weights_.data(), norm.offset), p.N, cfg_.hidden_size, cfg_.rms_norm_eps,
-                       0.0);
+  final_norm(p.hf, p.meanf, p.rstdf, p.res[cfg_.num_hidden_layers], p.N);
 }
 
 // The chunked cross-entropy head: logits exist for `chunk` tokens at a time. With backward, each
@@ -426,9 +499,8 @@ void Transformer::forward_trunk() {
 LossSum Transformer::head_loss(bool backward, double grad_scale) {
   const Plan& p = *plan_;
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  const ParamInfo& head = cfg_.tie_word_embeddings ? params_.front() : params_.back();
-  const void* w = at(weights_.data(), head.offset);
-  void* gw = at(grads_.data(), head.offset);
+  const void* w = param_ptr(head_, false);
+  void* gw = param_ptr(head_, true);
   LossSum out;
   std::vector<double> host(static_cast<size_t>(p.chunk));
   std::vector<float> host_f(static_cast<size_t>(p.chunk));
@@ -442,7 +514,7 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
     }
     be_->gemm(dt_, false, true, n, V, C, 1.0, at(p.hf, s * C), C, w, C, 0.0, p.logits, V);
     be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, V, kIgnoreIndex,
-                       backward ? grad_scale : 0.0, 0.0);
+                       backward ? grad_scale : 0.0, cfg_.final_logit_softcapping);
     if (dt_ == DType::f64) {
       be_->to_host(host.data(), p.losses, static_cast<size_t>(n) * 8);
       for (int64_t i = 0; i < n; ++i) out.sum += host[i];
@@ -467,15 +539,14 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   LossSum loss = head_loss(true, grad_scale);
   const Plan& p = *plan_;
   const int64_t L = cfg_.num_hidden_layers, C = cfg_.hidden_size;
-  const ParamInfo& norm = params_[1 + per_layer() * static_cast<size_t>(L)];
   be_->zero(p.dx, static_cast<size_t>(p.N * C) * es_);
-  be_->rmsnorm_backward(dt_, p.dx, at(grads_.data(), norm.offset), p.dh, p.res[L],
-                        at(weights_.data(), norm.offset), p.rstdf, p.N, C, 0.0);
+  norm_backward(param_ptr(norm_, false), param_ptr(norm_, true), param_ptr(norm_b_, true), p.dx,
+                p.dh, p.res[L], p.meanf, p.rstdf, p.N);
   for (int64_t l = L - 1; l >= 0; --l) {
     if (checkpointing_) layer_forward(l);  // recompute this layer's working set
     layer_backward(l);
   }
-  be_->embedding_backward(dt_, grads_.data(), p.dx, p.ids, p.N, C, cfg_.vocab_size);
+  embed_backward(p.dx, p.ids, p.pos, p.N);
   return loss;
 }
 
@@ -486,15 +557,21 @@ LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int
   return head_loss(false, 0.0);
 }
 
+// cap * tanh(logit / cap) where the family soft-caps its output (gemma2).
+void Transformer::softcap_logits(std::vector<double>& logits) const {
+  const double cap = cfg_.final_logit_softcapping;
+  if (cap > 0)
+    for (double& z : logits) z = cap * std::tanh(z / cap);
+}
+
 std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, int64_t T,
                                                const Packing* packing) {
   upload_batch(ids, nullptr, B, T, packing);
   forward_trunk();
   const Plan& p = *plan_;
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  const ParamInfo& head = cfg_.tie_word_embeddings ? params_.front() : params_.back();
   Buffer logits(be_, static_cast<size_t>(p.N * V) * es_);
-  be_->gemm(dt_, false, true, p.N, V, C, 1.0, p.hf, C, at(weights_.data(), head.offset), C, 0.0,
+  be_->gemm(dt_, false, true, p.N, V, C, 1.0, p.hf, C, param_ptr(head_, false), C, 0.0,
             logits.data(), V);
   std::vector<double> out(static_cast<size_t>(p.N * V));
   if (dt_ == DType::f64) {
@@ -504,6 +581,7 @@ std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, i
     be_->to_host(f.data(), logits.data(), f.size() * 4);
     std::copy(f.begin(), f.end(), out.begin());
   }
+  softcap_logits(out);
   return out;
 }
 

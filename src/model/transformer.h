@@ -1,4 +1,7 @@
-// A decoder-only transformer (the Llama family) with an explicit forward and backward per layer.
+// A decoder-only transformer with an explicit forward and backward per layer. Every family
+// (llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2) is the same block with switches
+// (ModelConfig::traits(): norm kind and offset, q/k norm, sandwich norms, learned positions,
+// biases, gated MLP, Conv1D weight layout), never a separate code path per family.
 // Parameters and gradients each live in one flat buffer of the backend with Hugging Face named
 // views; activations live in one arena planned once per (batch, seq_len). With activation
 // checkpointing the arena keeps only each layer's input and one layer's working set, and backward
@@ -50,7 +53,8 @@ class Transformer {
   void* grads_data() const { return grads_.data(); }
 
   // Normal(0, initializer_range) for matrices and embeddings, residual output projections
-  // (o_proj, down_proj) scaled by 1/sqrt(2 * layers), norm weights 1. Independent of threads.
+  // (o_proj, down_proj, gpt2's c_proj) scaled by 1/sqrt(2 * layers), biases 0, norm weights
+  // norm_init(). Independent of threads.
   void init_weights(uint64_t seed);
   void zero_grads();
 
@@ -92,56 +96,94 @@ class Transformer {
   static size_t activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
                                  bool checkpointing, int64_t loss_chunk_tokens);
 
+  // Initial value of a norm weight: 1 for plain norms, 0 where the norm scales by (1 + w).
+  double norm_init() const { return 1.0 - tr_.norm_offset; }
+
  private:
   struct Plan;
-  // Saved activations of one layer (N = B * T tokens).
+  // Saved activations of one layer (N = B * T tokens); null where the family has no such step.
   struct LayerActs {
-    void* h1;     // [N, C]  input_layernorm output
-    void* rstd1;  // [N]
-    void* qkv;    // [N, Q + 2 KV]  after RoPE
-    void* att;    // [N, Q]  attention output (before o_proj)
-    void* lse;    // [B, Hq, T]
-    void* x_mid;  // [N, C]  residual after attention
-    void* h2;     // [N, C]  post_attention_layernorm output
-    void* rstd2;  // [N]
-    void* gu;     // [N, 2F] gate | up
-    void* a;      // [N, F]  act(gate) * up
+    void* h1;       // [N, C]  first norm's output
+    void* mean1;    // [N]     LayerNorm only
+    void* rstd1;    // [N]
+    void* qkv_raw;  // [N, QKV] projections before the q/k norm (qk_norm only)
+    void* qk_rstd;  // [N, Hq + Hkv] (qk_norm only)
+    void* qkv;      // [N, QKV] q|k|v as attention reads them (after norm and RoPE)
+    void* att;      // [N, Q]  attention output (before o_proj)
+    void* lse;      // [B, Hq, T]
+    void* o_raw;    // [N, C]  o_proj output before the post-attention norm (sandwich only)
+    void* rstd_pa;  // [N]     (sandwich only)
+    void* x_mid;    // [N, C]  residual after attention
+    void* h2;       // [N, C]  second norm's output
+    void* mean2;    // [N]     LayerNorm only
+    void* rstd2;    // [N]
+    void* gu;       // [N, G]  gate | up (G = 2F), or fc (G = F)
+    void* a;        // [N, F]  act(gate) * up, or act(fc)
+    void* m_raw;    // [N, C]  MLP output before the post-MLP norm (sandwich only)
+    void* rstd_pf;  // [N]     (sandwich only)
   };
   // Sizes every layer function needs, derived once from the config.
   struct Dims {
     int64_t C, F, V;     // hidden, MLP width, vocabulary
     int64_t Q, KV, QKV;  // query width Hq*D, key/value width Hkv*D, packed q|k|v row
+    int64_t G;           // MLP up-projection width: 2F (gated) or F
     int Hq, Hkv, D;      // query heads, key/value heads, head dim
   };
-  // Weights (or their gradients) of one layer. qkv and gate_up are contiguous groups in the flat
-  // buffer ([q; k; v] and [gate; up] rows), so each is one GEMM.
-  struct LayerWeights {
-    void* ln1;      // [C]
-    void* qkv;      // [Q + 2 KV, C]
-    void* o;        // [C, Q]
-    void* ln2;      // [C]
-    void* gate_up;  // [2F, C]
-    void* down;     // [C, F]
-    void* qkv_bias;  // [Q + 2 KV] (q|k|v biases, fused), or null without attention_bias
+  static Dims dims_of(const ModelConfig& c);
+  // Where each of a layer's parameters sits in params_ (-1: the family has none). q|k|v and
+  // gate|up are each one contiguous group ([q; k; v] and [gate; up] rows, or gpt2's single
+  // c_attn / c_fc), so each is one GEMM.
+  struct LayerIndex {
+    int ln1 = -1, ln1_b = -1, qkv = -1, qkv_b = -1, q_norm = -1, k_norm = -1, o = -1, o_b = -1,
+        post_attn = -1, ln2 = -1, ln2_b = -1, up = -1, up_b = -1, down = -1, down_b = -1,
+        post_ffw = -1;
   };
-  // Parameters per layer in params_ (9, plus the 3 q/k/v biases with attention_bias).
-  size_t per_layer() const { return cfg_.attention_bias ? 12 : 9; }
+  // The weights (or their gradients) of one layer; null where LayerIndex is -1.
+  struct LayerWeights {
+    void *ln1, *ln1_b, *qkv, *qkv_b, *q_norm, *k_norm, *o, *o_b, *post_attn, *ln2, *ln2_b, *up,
+        *up_b, *down, *down_b, *post_ffw;
+  };
+  // The RoPE table of one kind of layer (f32 [D / 2] on the backend) and its cos/sin factor.
+  struct Rope {
+    Buffer inv_freq;
+    double attention_factor = 1.0;
+  };
 
   void build_layout();
+  void set_rope(int64_t seq_len);
   void plan(int64_t B, int64_t T);
   LayerWeights layer_weights(int64_t l, bool grads) const;
   LayerActs layer_acts(int64_t l) const;
+  // One layer's working set for n tokens of one sequence, in `arena` (allocated here).
+  LayerActs alloc_layer_acts(Buffer& arena, int64_t n) const;
+  void* param_ptr(int index, bool grads) const;
   void upload_batch(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                     const Packing* packing);
+  void embed(void* out, const int32_t* ids, const int32_t* pos, void* scratch, int64_t N);
+  void embed_backward(void* dx, const int32_t* ids, const int32_t* pos, int64_t N);
+  void final_norm(void* out, void* mean, void* rstd, const void* x, int64_t N);
   void forward_trunk();
-  void block_qkv(const LayerWeights& w, const LayerActs& a, const void* x, const int32_t* pos,
-                 int64_t N);
+  // y[N,out] = x[N,in] W^T (+ b) for a weight stored as Hugging Face stores it.
+  void linear(const void* x, const void* w, const void* b, void* y, int64_t N, int64_t in,
+              int64_t out);
+  // dx[N,in] = dy W (beta 0), dw += x^T dy in the weight's layout, db += column sums.
+  void linear_backward(const void* dy, const void* x, const void* w, void* dx, void* dw, void* db,
+                       int64_t N, int64_t in, int64_t out);
+  void norm_forward(const void* w, const void* b, void* out, void* mean, void* rstd, const void* x,
+                    int64_t N);
+  void norm_backward(const void* w, void* dw, void* db, void* dx, const void* dout, const void* x,
+                     const void* mean, const void* rstd, int64_t N);
+  void block_qkv(int64_t l, const LayerWeights& w, const LayerActs& a, const void* x,
+                 const int32_t* pos, int64_t N);
   void block_rest(const LayerWeights& w, const LayerActs& a, const void* x, void* y, int64_t N,
                   const AttentionArgs& args, const void* k, const void* v);
   void layer_forward(int64_t l);
   void layer_backward(int64_t l);
   LossSum head_loss(bool backward, double grad_scale);
-  AttentionArgs attention_args(int64_t B, int64_t T) const;
+  const Rope& rope_of(int64_t l) const;
+  // Attention arguments of layer l for a batch (window, scale, soft-cap, document masking).
+  AttentionArgs attention_args(int64_t l, int64_t B, int64_t T) const;
+  void softcap_logits(std::vector<double>& logits) const;
   void* at(void* base, int64_t elems) const;
 
   Backend* be_;
@@ -152,7 +194,11 @@ class Transformer {
   std::vector<ParamInfo> params_;
   int64_t flat_size_ = 0;
   Buffer weights_, grads_;
-  Buffer inv_freq_;  // f32 [head_dim / 2]
+  ModelConfig::Traits tr_;
+  std::vector<LayerIndex> layers_;
+  int embed_ = -1, pos_embed_ = -1, norm_ = -1, norm_b_ = -1, head_ = -1;
+  Rope rope_global_, rope_local_;  // local: sliding layers of a model with rope_local_base_freq
+  int64_t rope_len_ = -1;          // the length the tables were made for (rope_type dynamic)
   bool checkpointing_ = false;
   int64_t loss_chunk_ = 1024;
   std::unique_ptr<Plan> plan_;

@@ -180,5 +180,58 @@ TEST(Norms, WeightGradientsAreIndependentOfThreadCount) {
   EXPECT_EQ(std::memcmp(one.dx.data(), two.dx.data(), one.dx.size() * sizeof(float)), 0);
 }
 
+// ---- per-head RMSNorm (q/k norm) ----
+// Heads sit inside wider token rows (row_stride > heads * D leaves a gap that must stay
+// untouched); every head must equal the plain rmsnorm (checked above against finite differences)
+// of its values gathered into a contiguous row, and backward may run in place on dout.
+template <class T>
+void head_norm_matches_rows(int64_t N, int heads, int D, int64_t stride, double w_offset,
+                            uint64_t seed) {
+  CpuBackend be;
+  const int64_t rows = N * heads;
+  const std::vector<double> x = test::randn(N * stride, seed), w = test::randn(D, seed + 1);
+  const std::vector<double> dy = test::randn(N * stride, seed + 2);
+  const std::vector<double> dw0 = test::randn(D, seed + 3);
+  auto at = [&](int64_t r, int64_t c) { return (r / heads) * stride + (r % heads) * D + c; };
+  std::vector<double> xr(static_cast<size_t>(rows * D)), dyr(xr.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < D; ++c) xr[r * D + c] = x[at(r, c)], dyr[r * D + c] = dy[at(r, c)];
+  // Reference: the plain kernel on gathered rows (dx from zero).
+  NormCase nc{rows, D, w_offset};
+  const RmsRun<T> ref = rms_run<T>(nc, xr, w, &dyr, std::vector<double>(xr.size(), 0.0), dw0);
+
+  const std::vector<T> xt = test::cast<T>(x), wt = test::cast<T>(w);
+  std::vector<T> out = test::cast<T>(std::vector<double>(x.size(), 7.0));
+  std::vector<T> rstd(static_cast<size_t>(rows));
+  be.head_rmsnorm_forward(dtype_of<T>(), out.data(), rstd.data(), xt.data(), wt.data(), N, stride,
+                          heads, D, kEps, w_offset);
+  std::vector<T> g = test::cast<T>(dy), dw = test::cast<T>(dw0);
+  be.head_rmsnorm_backward(dtype_of<T>(), g.data(), dw.data(), g.data(), xt.data(), wt.data(),
+                           rstd.data(), N, stride, heads, D, w_offset);
+  std::vector<double> got_out(xr.size()), got_dx(xr.size()), want_out(xr.size()),
+      want_dx(xr.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < D; ++c) {
+      got_out[r * D + c] = out[at(r, c)], got_dx[r * D + c] = g[at(r, c)];
+      want_out[r * D + c] = ref.out[r * D + c], want_dx[r * D + c] = ref.dx[r * D + c];
+    }
+  expect_close(got_out, want_out, test::kTol<T>, "head rmsnorm out");
+  expect_close(rstd, test::widen(ref.rstd), test::kTol<T>, "head rmsnorm rstd");
+  expect_close(got_dx, want_dx, test::kTol<T>, "head rmsnorm dx (in place)");
+  expect_close(dw, test::widen(ref.dw), test::kTol<T>, "head rmsnorm dw (+=)");
+  for (int64_t n = 0; n < N; ++n)  // the gap after the heads is left alone
+    for (int64_t c = heads * D; c < stride; ++c) {
+      EXPECT_EQ(out[n * stride + c], T(7.0));
+      EXPECT_EQ(g[n * stride + c], static_cast<T>(dy[n * stride + c]));
+    }
+}
+
+TEST(HeadRmsNorm, EqualsPlainRmsNormPerHeadInPlace) {
+  head_norm_matches_rows<double>(5, 3, 8, 40, 0.0, 11);
+  head_norm_matches_rows<float>(5, 3, 8, 40, 1.0, 12);
+  head_norm_matches_rows<float>(300, 4, 64, 4 * 64 + 128, 0.0, 13);  // parallel path
+  head_norm_matches_rows<double>(1, 1, 2, 2, 1.0, 14);
+}
+
 }  // namespace
 }  // namespace lmt

@@ -108,7 +108,8 @@ TEST_P(HfParity, LogitsLossAndGradientsMatchTransformers) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  for (const char* f : {"llama", "llama_tied_llama3rope", "mistral_swa", "qwen2"})
+  for (const char* f : {"llama", "llama_tied_llama3rope", "mistral_swa", "qwen2", "qwen3", "gemma",
+                        "gemma2", "gpt2"})
     for (const char* r : {"a", "b"})
       for (DType dt : {DType::f32, DType::f64}) out.push_back(Case{f, r, dt});
   return out;

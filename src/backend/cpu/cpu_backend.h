@@ -44,6 +44,12 @@ class CpuBackend final : public Backend {
   void rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
                         const void* w, const void* rstd, int64_t N, int64_t C,
                         double w_offset) override;
+  void head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
+                            int64_t N, int64_t row_stride, int heads, int head_dim, double eps,
+                            double w_offset) override;
+  void head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
+                             const void* w, const void* rstd, int64_t N, int64_t row_stride,
+                             int heads, int head_dim, double w_offset) override;
   void layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x, const void* w,
                          const void* b, int64_t N, int64_t C, double eps) override;
   void layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout, const void* x,

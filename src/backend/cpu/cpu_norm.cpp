@@ -87,6 +87,72 @@ void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout
   });
 }
 
+// The per-head RMSNorm: row (n, h) starts at n * row_stride + h * D.
+void CpuBackend::head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x,
+                                      const void* w, int64_t N, int64_t row_stride, int heads,
+                                      int head_dim, double eps, double w_offset) {
+  cpu::dispatch_float(dt, "head_rmsnorm_forward", [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out);
+    T* rs = static_cast<T*>(rstd);
+    const T* xx = static_cast<const T*>(x);
+    const T* ww = static_cast<const T*>(w);
+    const int64_t D = head_dim, rows = N * heads;
+#pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t off = (i / heads) * row_stride + (i % heads) * D;
+      const T* xr = xx + off;
+      double ss = 0;
+      for (int64_t c = 0; c < D; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+      const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
+      rs[i] = r;
+      const double rd = r;
+      T* yr = y + off;
+      for (int64_t c = 0; c < D; ++c) yr[c] = static_cast<T>(xr[c] * rd * (w_offset + ww[c]));
+    }
+  });
+}
+
+// As rmsnorm_backward per head, but dx is overwritten (it may be dout itself): the weight
+// gradient is reduced first, then each row's dx replaces its dout.
+void CpuBackend::head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout,
+                                       const void* x, const void* w, const void* rstd, int64_t N,
+                                       int64_t row_stride, int heads, int head_dim,
+                                       double w_offset) {
+  cpu::dispatch_float(dt, "head_rmsnorm_backward", [&](auto tag) {
+    using T = decltype(tag);
+    T* gx = static_cast<T*>(dx);
+    T* gw = static_cast<T*>(dw);
+    const T* dy = static_cast<const T*>(dout);
+    const T* xx = static_cast<const T*>(x);
+    const T* ww = static_cast<const T*>(w);
+    const T* rs = static_cast<const T*>(rstd);
+    const int64_t D = head_dim, rows = N * heads;
+    auto offset = [&](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; };
+    column_reduce(
+        rows, D,
+        [&](int64_t i, int64_t c) {
+          const int64_t o = offset(i) + c;
+          return static_cast<double>(dy[o]) * xx[o] * static_cast<double>(rs[i]);
+        },
+        [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
+#pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t off = offset(i);
+      const T* xr = xx + off;
+      const T* dr = dy + off;
+      const double r = rs[i];
+      double dot = 0;
+      for (int64_t c = 0; c < D; ++c)
+        dot += static_cast<double>(dr[c]) * (w_offset + ww[c]) * xr[c];
+      const double k = r * r * r * dot / static_cast<double>(D);
+      T* gr = gx + off;
+      for (int64_t c = 0; c < D; ++c)
+        gr[c] = static_cast<T>(r * (w_offset + ww[c]) * dr[c] - k * xr[c]);
+    }
+  });
+}
+
 // out[N,C] = (x - mean) * rstd * w + b; mean[N], rstd[N] = 1 / sqrt(biased var + eps).
 void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x,
                                    const void* w, const void* b, int64_t N, int64_t C, double eps) {

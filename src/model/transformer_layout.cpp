@@ -1,0 +1,186 @@
+// The parameter layout of every family: Hugging Face names and shapes in one flat buffer, and
+// the per-layer index of each role (first norm, q|k|v, ...), so the layer code is family-blind.
+// gpt2 keeps its Conv1D weights as Hugging Face stores them ([in, out]); linear() knows.
+#include <cmath>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/transformer.h"
+
+namespace lmt {
+
+namespace {
+
+constexpr int64_t kAlignElems = 64;
+
+int64_t align_up(int64_t x, int64_t a) {
+  return (x + a - 1) / a * a;
+}
+
+}  // namespace
+
+Transformer::Dims Transformer::dims_of(const ModelConfig& c) {
+  const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.kv_heads());
+  const int D = static_cast<int>(c.head_size());
+  const int64_t G = c.traits().gated_mlp ? 2 * c.intermediate_size : c.intermediate_size;
+  return Dims{c.hidden_size,       c.intermediate_size,
+              c.vocab_size,        int64_t{Hq} * D,
+              int64_t{Hkv} * D,    int64_t{Hq + 2 * Hkv} * D,
+              G,                   Hq,
+              Hkv,                 D};
+}
+
+std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t* flat_size) {
+  ModelConfig c = cfg;
+  c.validate();
+  if (c.family == "qwen2") c.attention_bias = true;
+  const ModelConfig::Traits t = c.traits();
+  const Dims d = dims_of(c);
+  const int64_t C = d.C, F = d.F, V = d.V, Q = d.Q, KV = d.KV, D = d.D;
+  std::vector<ParamInfo> params;
+  int64_t off = 0;
+  // `fused` keeps a tensor directly after the previous one (no alignment gap).
+  auto add = [&](std::string name, Shape shape, ParamKind kind, bool fused = false) {
+    if (!fused) off = align_up(off, kAlignElems);
+    params.push_back(ParamInfo{std::move(name), shape, off, kind});
+    off += shape.numel();
+  };
+  if (t.conv1d) {  // gpt2
+    add("transformer.wte.weight", {V, C}, ParamKind::embedding);
+    add("transformer.wpe.weight", {c.max_position_embeddings, C}, ParamKind::embedding);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      add(p + "ln_1.weight", {C}, ParamKind::norm);
+      add(p + "ln_1.bias", {C}, ParamKind::bias);
+      add(p + "attn.c_attn.weight", {C, Q + 2 * KV}, ParamKind::matrix);
+      add(p + "attn.c_attn.bias", {Q + 2 * KV}, ParamKind::bias);
+      add(p + "attn.c_proj.weight", {Q, C}, ParamKind::matrix);
+      add(p + "attn.c_proj.bias", {C}, ParamKind::bias);
+      add(p + "ln_2.weight", {C}, ParamKind::norm);
+      add(p + "ln_2.bias", {C}, ParamKind::bias);
+      add(p + "mlp.c_fc.weight", {C, F}, ParamKind::matrix);
+      add(p + "mlp.c_fc.bias", {F}, ParamKind::bias);
+      add(p + "mlp.c_proj.weight", {F, C}, ParamKind::matrix);
+      add(p + "mlp.c_proj.bias", {C}, ParamKind::bias);
+    }
+    add("transformer.ln_f.weight", {C}, ParamKind::norm);
+    add("transformer.ln_f.bias", {C}, ParamKind::bias);
+  } else {
+    add("model.embed_tokens.weight", {V, C}, ParamKind::embedding);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      add(p + "input_layernorm.weight", {C}, ParamKind::norm);
+      add(p + "self_attn.q_proj.weight", {Q, C}, ParamKind::matrix);
+      add(p + "self_attn.k_proj.weight", {KV, C}, ParamKind::matrix, true);
+      add(p + "self_attn.v_proj.weight", {KV, C}, ParamKind::matrix, true);
+      if (c.attention_bias) {
+        add(p + "self_attn.q_proj.bias", {Q}, ParamKind::bias);
+        add(p + "self_attn.k_proj.bias", {KV}, ParamKind::bias, true);
+        add(p + "self_attn.v_proj.bias", {KV}, ParamKind::bias, true);
+      }
+      if (t.qk_norm) {
+        add(p + "self_attn.q_norm.weight", {D}, ParamKind::norm);
+        add(p + "self_attn.k_norm.weight", {D}, ParamKind::norm);
+      }
+      add(p + "self_attn.o_proj.weight", {C, Q}, ParamKind::matrix);
+      add(p + "post_attention_layernorm.weight", {C}, ParamKind::norm);
+      if (t.sandwich_norms) add(p + "pre_feedforward_layernorm.weight", {C}, ParamKind::norm);
+      add(p + "mlp.gate_proj.weight", {F, C}, ParamKind::matrix);
+      add(p + "mlp.up_proj.weight", {F, C}, ParamKind::matrix, true);
+      add(p + "mlp.down_proj.weight", {C, F}, ParamKind::matrix);
+      if (t.sandwich_norms) add(p + "post_feedforward_layernorm.weight", {C}, ParamKind::norm);
+    }
+    add("model.norm.weight", {C}, ParamKind::norm);
+  }
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, C}, ParamKind::matrix);
+  if (flat_size) *flat_size = align_up(off, kAlignElems);
+  return params;
+}
+
+void Transformer::build_layout() {
+  params_ = param_layout(cfg_, &flat_size_);
+  std::unordered_map<std::string, int> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].name] = static_cast<int>(i);
+  auto find = [&](const std::string& name) {
+    auto it = index.find(name);
+    return it == index.end() ? -1 : it->second;
+  };
+  const bool gpt2 = tr_.conv1d;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    LayerIndex x;
+    if (gpt2) {
+      const std::string p = "transformer.h." + std::to_string(l) + ".";
+      x.ln1 = find(p + "ln_1.weight"), x.ln1_b = find(p + "ln_1.bias");
+      x.qkv = find(p + "attn.c_attn.weight"), x.qkv_b = find(p + "attn.c_attn.bias");
+      x.o = find(p + "attn.c_proj.weight"), x.o_b = find(p + "attn.c_proj.bias");
+      x.ln2 = find(p + "ln_2.weight"), x.ln2_b = find(p + "ln_2.bias");
+      x.up = find(p + "mlp.c_fc.weight"), x.up_b = find(p + "mlp.c_fc.bias");
+      x.down = find(p + "mlp.c_proj.weight"), x.down_b = find(p + "mlp.c_proj.bias");
+    } else {
+      const std::string p = "model.layers." + std::to_string(l) + ".";
+      x.ln1 = find(p + "input_layernorm.weight");
+      x.qkv = find(p + "self_attn.q_proj.weight");
+      x.qkv_b = find(p + "self_attn.q_proj.bias");
+      x.q_norm = find(p + "self_attn.q_norm.weight");
+      x.k_norm = find(p + "self_attn.k_norm.weight");
+      x.o = find(p + "self_attn.o_proj.weight");
+      if (tr_.sandwich_norms) {
+        x.post_attn = find(p + "post_attention_layernorm.weight");
+        x.ln2 = find(p + "pre_feedforward_layernorm.weight");
+        x.post_ffw = find(p + "post_feedforward_layernorm.weight");
+      } else {
+        x.ln2 = find(p + "post_attention_layernorm.weight");
+      }
+      x.up = find(p + "mlp.gate_proj.weight");
+      x.down = find(p + "mlp.down_proj.weight");
+    }
+    LMT_CHECK(x.ln1 >= 0 && x.qkv >= 0 && x.o >= 0 && x.ln2 >= 0 && x.up >= 0 && x.down >= 0,
+              "layer layout incomplete");
+    layers_.push_back(x);
+  }
+  embed_ = find(gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight");
+  pos_embed_ = find("transformer.wpe.weight");
+  norm_ = find(gpt2 ? "transformer.ln_f.weight" : "model.norm.weight");
+  norm_b_ = find("transformer.ln_f.bias");
+  head_ = cfg_.tie_word_embeddings ? embed_ : find("lm_head.weight");
+  LMT_CHECK(embed_ >= 0 && norm_ >= 0 && head_ >= 0, "model layout incomplete");
+}
+
+void* Transformer::param_ptr(int index, bool grads) const {
+  if (index < 0) return nullptr;
+  return at(grads ? grads_.data() : weights_.data(), params_[static_cast<size_t>(index)].offset);
+}
+
+Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) const {
+  const LayerIndex& x = layers_[static_cast<size_t>(l)];
+  auto p = [&](int i) { return param_ptr(i, grads); };
+  return LayerWeights{p(x.ln1),    p(x.ln1_b),  p(x.qkv),  p(x.qkv_b),    p(x.q_norm), p(x.k_norm),
+                      p(x.o),      p(x.o_b),    p(x.post_attn), p(x.ln2), p(x.ln2_b),  p(x.up),
+                      p(x.up_b),   p(x.down),   p(x.down_b), p(x.post_ffw)};
+}
+
+void Transformer::init_weights(uint64_t seed) {
+  const int64_t L = cfg_.num_hidden_layers;
+  const double std = cfg_.initializer_range;
+  const double resid_std = std / std::sqrt(2.0 * static_cast<double>(L));
+  std::vector<double> host;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_[i];
+    host.assign(static_cast<size_t>(p.numel()), p.kind == ParamKind::norm ? norm_init() : 0.0);
+    if (p.kind == ParamKind::matrix || p.kind == ParamKind::embedding) {
+      const bool resid = p.name.ends_with("o_proj.weight") ||
+                         p.name.ends_with("down_proj.weight") || p.name.ends_with("c_proj.weight");
+      fill_normal(host.data(), p.numel(), 0.0, resid ? resid_std : std, seed, /*stream=*/i);
+    }
+    void* dst = at(weights_.data(), p.offset);
+    if (dt_ == DType::f64) {
+      be_->from_host(dst, host.data(), host.size() * sizeof(double));
+    } else {
+      std::vector<float> f(host.begin(), host.end());
+      be_->from_host(dst, f.data(), f.size() * sizeof(float));
+    }
+  }
+}
+
+}  // namespace lmt
