@@ -1,0 +1,231 @@
+// Every family's switches on tiny models in double precision: every parameter's gradient against
+// central finite differences (with and without activation checkpointing), the KV cache against
+// the full forward, packed rows against separate documents, and the static layout and arena
+// sizes against a built model. Together with the transformers fixtures (tests/hf) this covers
+// configurations the fixtures do not: gemma3 (q/k norm with (1 + w), a window pattern and a
+// local RoPE base), untied gemma and gpt2 heads, soft-caps with windows and GQA at once.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/rng.h"
+#include "model/transformer.h"
+
+namespace lmt {
+namespace {
+
+struct Variant {
+  const char* name;
+  ModelConfig cfg;
+};
+
+ModelConfig tiny(const std::string& family) {
+  ModelConfig c = family_defaults(family);
+  c.vocab_size = 11;
+  c.hidden_size = 12;
+  c.intermediate_size = 10;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 3;
+  c.num_key_value_heads = family == "gpt2" ? 0 : 1;
+  c.head_dim = family == "gpt2" ? 0 : 4;
+  c.max_position_embeddings = 32;
+  c.rope_theta = 100.0;
+  return c;
+}
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  v.push_back({"llama", tiny("llama")});
+  ModelConfig mistral = tiny("mistral");
+  mistral.sliding_window = 3;
+  v.push_back({"mistral_window3", mistral});
+  v.push_back({"qwen2", tiny("qwen2")});
+  v.push_back({"qwen3", tiny("qwen3")});
+  ModelConfig gemma = tiny("gemma");
+  gemma.tie_word_embeddings = false;
+  v.push_back({"gemma_untied", gemma});
+  ModelConfig gemma2 = tiny("gemma2");
+  gemma2.sliding_window = 3;
+  gemma2.attn_logit_softcapping = 0.5;  // small caps, so they bend the values used here
+  gemma2.final_logit_softcapping = 0.8;
+  gemma2.query_pre_attn_scalar = 7;
+  v.push_back({"gemma2", gemma2});
+  ModelConfig gemma3 = tiny("gemma3");
+  gemma3.num_hidden_layers = 3;
+  gemma3.sliding_window = 3;
+  gemma3.sliding_window_pattern = 3;  // layers 0, 1 windowed, layer 2 global
+  gemma3.rope_theta = 1000.0;
+  gemma3.rope_local_base_freq = 10.0;
+  gemma3.query_pre_attn_scalar = 5;
+  v.push_back({"gemma3", gemma3});
+  v.push_back({"gpt2", tiny("gpt2")});
+  ModelConfig gpt2 = tiny("gpt2");
+  gpt2.tie_word_embeddings = false;
+  v.push_back({"gpt2_untied", gpt2});
+  return v;
+}
+
+std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& x : ids) x = static_cast<int32_t>(g() % vocab);
+  return ids;
+}
+
+// Every parameter random; norm weights around their initial value (1, or 0 for (1 + w) norms).
+void randomise(Transformer& m, uint64_t seed) {
+  std::vector<double> w(static_cast<size_t>(m.flat_size()), 0.0);
+  fill_normal(w.data(), m.flat_size(), 0.0, 0.3, seed, 7);
+  for (const ParamInfo& p : m.params())
+    if (p.kind == ParamKind::norm)
+      for (int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] += m.norm_init();
+  m.backend()->from_host(m.params_data(), w.data(), w.size() * sizeof(double));
+}
+
+class Family : public testing::TestWithParam<Variant> {};
+
+TEST_P(Family, GradientsMatchFiniteDifferences) {
+  for (bool ckpt : {false, true}) {
+    SCOPED_TRACE(ckpt ? "checkpointing" : "no checkpointing");
+    CpuBackend be;
+    Transformer m(&be, GetParam().cfg, DType::f64);
+    m.set_activation_checkpointing(ckpt);
+    m.set_loss_chunk_tokens(5);
+    randomise(m, ckpt ? 3 : 4);
+    const int64_t B = 2, T = 7;
+    const auto ids = random_ids(B * T, 11, 5);
+    auto labels = random_ids(B * T, 11, 6);
+    labels[4] = Transformer::kIgnoreIndex;
+    m.zero_grads();
+    const LossSum s = m.forward_backward(ids.data(), labels.data(), B, T, 1.0);
+    std::vector<double> grad(static_cast<size_t>(m.flat_size()));
+    be.to_host(grad.data(), m.grads_data(), grad.size() * sizeof(double));
+    auto* w = static_cast<double*>(m.params_data());
+    auto loss = [&] { return m.forward_loss(ids.data(), labels.data(), B, T).sum; };
+    EXPECT_NEAR(loss(), s.sum, 1e-12);
+    const double h = 1e-5;
+    for (const ParamInfo& p : m.params()) {
+      double max_err = 0, max_ref = 0;
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        double& x = w[p.offset + i];
+        const double x0 = x;
+        x = x0 + h;
+        const double lp = loss();
+        x = x0 - h;
+        const double lm = loss();
+        x = x0;
+        const double fd = (lp - lm) / (2 * h);
+        max_err = std::max(max_err, std::abs(fd - grad[p.offset + i]));
+        max_ref = std::max(max_ref, std::abs(fd));
+      }
+      EXPECT_GT(max_ref, 0.0) << p.name << ": gradient is identically zero";
+      EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref)) << p.name << " max |fd - grad| " << max_err;
+    }
+  }
+}
+
+TEST_P(Family, KvCacheMatchesFullForward) {
+  CpuBackend be;
+  Transformer m(&be, GetParam().cfg, DType::f64);
+  randomise(m, 8);
+  const int64_t T = 9, V = 11;
+  const auto ids = random_ids(T, V, 9);
+  const std::vector<double> full = m.forward_logits(ids.data(), 1, T);
+  auto cache = m.make_kv_cache(T);
+  std::vector<float> last = m.feed(*cache, ids.data(), 4);  // prefill 4, then one at a time
+  for (int64_t t = 4; t <= T; ++t) {
+    for (int64_t v = 0; v < V; ++v)
+      EXPECT_NEAR(last[v], full[(t - 1) * V + v], 1e-5) << "position " << t - 1;
+    if (t < T) last = m.feed(*cache, &ids[t], 1);
+  }
+}
+
+TEST_P(Family, PackedRowEqualsSeparateDocuments) {
+  CpuBackend be;
+  Transformer m(&be, GetParam().cfg, DType::f64);
+  randomise(m, 10);
+  const int64_t lens[] = {5, 6}, T = 11, V = 11;
+  const auto ids = random_ids(T, V, 11);
+  std::vector<int32_t> pos, start;
+  for (int64_t d = 0, at = 0; d < 2; at += lens[d], ++d)
+    for (int64_t i = 0; i < lens[d]; ++i) {
+      pos.push_back(static_cast<int32_t>(i));
+      start.push_back(static_cast<int32_t>(at));
+    }
+  const Transformer::Packing packing{pos.data(), start.data()};
+  const std::vector<double> packed = m.forward_logits(ids.data(), 1, T, &packing);
+  const std::vector<double> second = m.forward_logits(&ids[5], 1, 6);
+  for (int64_t i = 0; i < 6 * V; ++i) ASSERT_NEAR(packed[5 * V + i], second[i], 1e-12) << i;
+}
+
+TEST_P(Family, StaticLayoutAndArenaMatchTheModel) {
+  CpuBackend be;
+  const ModelConfig& c = GetParam().cfg;
+  Transformer m(&be, c, DType::f32);
+  int64_t flat = 0;
+  const std::vector<ParamInfo> layout = Transformer::param_layout(c, &flat);
+  ASSERT_EQ(layout.size(), m.params().size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    EXPECT_EQ(layout[i].name, m.params()[i].name);
+    EXPECT_EQ(layout[i].shape, m.params()[i].shape);
+    EXPECT_EQ(layout[i].offset, m.params()[i].offset);
+  }
+  EXPECT_EQ(flat, m.flat_size());
+  m.set_loss_chunk_tokens(64);
+  EXPECT_EQ(Transformer::activation_bytes(c, DType::f32, 3, 5, false, 64), m.activation_bytes(3, 5));
+  m.set_activation_checkpointing(true);
+  EXPECT_EQ(Transformer::activation_bytes(c, DType::f32, 3, 5, true, 64), m.activation_bytes(3, 5));
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Family, testing::ValuesIn(variants()),
+                         [](const testing::TestParamInfo<Variant>& i) { return i.param.name; });
+
+// The switches that no fixture covers change the output: gemma3's local RoPE base and its
+// window pattern, and gpt2's learned positions.
+TEST(Families, Gemma3LocalRopeBaseAndPatternMatter) {
+  CpuBackend be;
+  const ModelConfig base = variants()[6].cfg;
+  ASSERT_EQ(base.family, "gemma3");
+  const auto ids = random_ids(9, 11, 12);
+  auto logits = [&](const ModelConfig& c) {
+    Transformer m(&be, c, DType::f64);
+    randomise(m, 13);
+    return m.forward_logits(ids.data(), 1, 9);
+  };
+  const std::vector<double> ref = logits(base);
+  ModelConfig other_base = base;
+  other_base.rope_local_base_freq = 20.0;
+  ModelConfig all_global = base;
+  all_global.sliding_window = 0;
+  ModelConfig other_pattern = base;
+  other_pattern.sliding_window_pattern = 2;
+  for (const ModelConfig* c : {&other_base, &all_global, &other_pattern}) {
+    const std::vector<double> got = logits(*c);
+    double diff = 0;
+    for (size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::abs(got[i] - ref[i]));
+    EXPECT_GT(diff, 1e-6);
+  }
+}
+
+TEST(Families, WindowPatternSelectsLayers) {
+  ModelConfig c = family_defaults("gemma3");
+  c.num_hidden_layers = 12;
+  std::string got;
+  for (int64_t l = 0; l < 12; ++l) got += c.is_sliding_layer(l) ? 'S' : 'F';
+  EXPECT_EQ(got, "SSSSSFSSSSSF");
+  c = family_defaults("gemma2");
+  c.num_hidden_layers = 4;
+  got.clear();
+  for (int64_t l = 0; l < 4; ++l) got += c.is_sliding_layer(l) ? 'S' : 'F';
+  EXPECT_EQ(got, "SFSF");
+  c = family_defaults("mistral");
+  EXPECT_TRUE(c.is_sliding_layer(0) && c.is_sliding_layer(7));
+  c.sliding_window = 0;
+  EXPECT_FALSE(c.is_sliding_layer(0));
+}
+
+}  // namespace
+}  // namespace lmt
