@@ -19,9 +19,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Tensors that checkpoints in the wild carry but that are not parameters (RoPE caches).
+// Tensors that checkpoints in the wild carry but that are not parameters (RoPE caches, gpt2's
+// causal-mask buffers).
 bool is_ignored_buffer(const std::string& name) {
-  return name.ends_with(".rotary_emb.inv_freq");
+  return name.ends_with(".rotary_emb.inv_freq") || name.ends_with(".attn.bias") ||
+         name.ends_with(".attn.masked_bias");
+}
+
+// The stored name of a parameter: as lmtrain names it, or, for gpt2 checkpoints saved from the
+// bare GPT2Model (as the original gpt2 files are), without the "transformer." prefix.
+std::string stored_name(const std::map<std::string, std::string>& where, const std::string& name) {
+  const std::string prefix = "transformer.";
+  if (!where.count(name) && name.starts_with(prefix) && where.count(name.substr(prefix.size())))
+    return name.substr(prefix.size());
+  return name;
 }
 
 // Which file holds each tensor, and the opened files.
@@ -87,21 +98,22 @@ void load_hf_weights(const std::string& dir, Transformer& model) {
   WeightFiles w = open_weights(dir);
   std::set<std::string> wanted;
   for (const ParamInfo& p : model.params()) {
-    wanted.insert(p.name);
-    auto it = w.where.find(p.name);
+    const std::string name = stored_name(w.where, p.name);
+    wanted.insert(name);
+    auto it = w.where.find(name);
     if (it == w.where.end())
       throw UserError(dir + ": tensor '" + p.name + "' is missing from the weights");
     const SafetensorsFile& f = w.files.at(it->second);
-    const SafetensorsMeta& m = f.meta(p.name);
+    const SafetensorsMeta& m = f.meta(name);
     const bool floating = m.dtype && (*m.dtype == DType::f32 || *m.dtype == DType::f64 ||
                                       *m.dtype == DType::bf16 || *m.dtype == DType::f16);
     if (!floating)
-      throw UserError(f.path() + ": tensor '" + p.name + "' has dtype " + m.file_dtype +
+      throw UserError(f.path() + ": tensor '" + name + "' has dtype " + m.file_dtype +
                       " (expected F32, BF16, F16 or F64)");
     if (m.shape != p.shape)
-      throw UserError(f.path() + ": tensor '" + p.name + "' has shape " + m.shape.str() +
+      throw UserError(f.path() + ": tensor '" + name + "' has shape " + m.shape.str() +
                       ", the model expects " + p.shape.str());
-    HostTensor t = f.read_as(p.name, model.dtype());
+    HostTensor t = f.read_as(name, model.dtype());
     char* dst = static_cast<char*>(model.params_data()) +
                 static_cast<size_t>(p.offset) * dtype_size(model.dtype());
     model.backend()->from_host(dst, t.data(), t.nbytes());

@@ -12,7 +12,7 @@
 
 namespace lmt {
 
-// The model's shape from `dir`/config.json (llama and mistral families).
+// The model's shape from `dir`/config.json (every family: io/hf_config.h).
 ModelConfig read_hf_model_config(const std::string& dir);
 
 // Loads the weights of `dir` into `model` (its config must match the directory's).

@@ -234,9 +234,9 @@ TEST(HfConfigRope, ReadsRopeParametersAndLegacyKeysAlike) {
   EXPECT_EQ(rope_frequencies(model_config_from_hf(model_config_to_hf(a), "c"), false, 0).inv_freq,
             rope_frequencies(a, false, 0).inv_freq);
 
-  cfg["rope_scaling"]["type"] = "yarn";
+  cfg["rope_scaling"]["type"] = "longrope";
   test::expect_user_error([&] { model_config_from_hf(cfg, "d/config.json"); },
-                          {"d/config.json", "'yarn'", "rope_scaling"});
+                          {"d/config.json", "'longrope'", "rope_scaling"});
 }
 
 // Incremental decoding with the KV cache computes the full forward's logits, also with q/k/v
