@@ -133,6 +133,28 @@ TEST_F(Cli, TrainThenGenerate) {
   EXPECT_NE(bad.out.find("missing"), std::string::npos) << bad.out;
 }
 
+// Every family trains from a YAML config, checkpoints, and generates from its checkpoint (which
+// reads the family back from the checkpoint's config.json).
+TEST_F(Cli, EveryFamilyTrainsAndGenerates) {
+  for (const char* family :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2"}) {
+    SCOPED_TRACE(family);
+    fs::remove_all(dir_ / "out");
+    Result t = run("train --config " + config() + " --set model.family=" + family +
+                   " --set model.head_dim=8");
+    ASSERT_EQ(t.code, 0) << t.out;
+    EXPECT_NE(t.out.find("step      2/2"), std::string::npos) << t.out;
+    std::ifstream cj(dir_ / "out" / "checkpoints" / "step_0000002" / "config.json");
+    ASSERT_TRUE(cj.good());
+    const auto j = nlohmann::json::parse(cj);
+    EXPECT_EQ(j["model_type"], std::string(family) == "gemma3" ? "gemma3_text" : family);
+    Result g = run("generate --checkpoint " + (dir_ / "out").string() +
+                   " --prompt 'first' --max-new-tokens 4 --seed 3");
+    ASSERT_EQ(g.code, 0) << g.out;
+    EXPECT_EQ(g.out.rfind("first", 0), 0u) << g.out;
+  }
+}
+
 TEST_F(Cli, NonFiniteLossStopsWithoutCheckpoint) {
   Result r = run("train --config " +
                  config("  grad_clip: 0.0\n  warmup_steps: 0\n  "
