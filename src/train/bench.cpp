@@ -86,8 +86,11 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
 
+  // Parameters in matrix products: all but an untied input embedding and gpt2's position table
+  // (lookups, not products).
   int64_t matmul_params = model.num_params();
   if (!mc.tie_word_embeddings) matmul_params -= mc.vocab_size * mc.hidden_size;
+  if (mc.traits().learned_positions) matmul_params -= mc.max_position_embeddings * mc.hidden_size;
   const double tokens = static_cast<double>(B * T * accum);
   const double fpt = train_flops_per_token(mc, T, matmul_params);
   const double tps = tokens / mean;
