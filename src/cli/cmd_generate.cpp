@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
-#include "io/hf_config.h"
+#include "io/hf_model.h"
 #include "train/checkpoint.h"
 #include "train/generation.h"
 #include "train/trainer.h"
@@ -17,13 +17,14 @@ namespace lmt::cli {
 
 namespace {
 
-// The tokenizer a checkpoint was trained with, from its state.json.
-std::string checkpoint_tokenizer(const std::filesystem::path& dir) {
+// The tokenizer of a checkpoint (its state.json says whether it was trained on bytes or on the
+// tokenizer copied beside it) or of a Hugging Face directory (its tokenizer.json / .model).
+std::string tokenizer_spec(const std::filesystem::path& dir) {
   std::ifstream f(dir / "state.json");
-  if (!f) return "bytes";
+  if (!f) return dir.string();
   auto j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) throw UserError((dir / "state.json").string() + ": not valid JSON");
-  return j.value("tokenizer", std::string("bytes"));
+  return j.value("tokenizer", std::string("bytes")) == "bytes" ? "bytes" : dir.string();
 }
 
 }  // namespace
@@ -36,8 +37,9 @@ Run add_generate(CLI::App& app) {
     uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("--checkpoint", o->checkpoint,
-                 "checkpoint directory (checkpoints/step_NNNNNNN) or a run directory (its newest)")
+  app.add_option("--checkpoint,--model", o->checkpoint,
+                 "a checkpoint directory (checkpoints/step_NNNNNNN), a run directory (its newest "
+                 "checkpoint) or a Hugging Face model directory")
       ->required();
   app.add_option("--prompt", o->prompt, "text to continue")->required();
   app.add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
@@ -66,14 +68,15 @@ Run add_generate(CLI::App& app) {
                         "' is neither a checkpoint (no config.json) nor a run with checkpoints");
       dir = *latest;
     }
-    // The checkpoint holds a copy of its tokenizer (or was trained on bytes).
-    const std::string spec = checkpoint_tokenizer(dir) == "bytes" ? "bytes" : dir.string();
-    std::unique_ptr<Tokenizer> tok = load_tokenizer(spec);
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer_spec(dir));
     set_threads(o->threads);
-    ModelConfig mc = read_hf_config((dir / "config.json").string());
+    const ModelConfig mc = read_hf_model_config(dir.string());
+    if (tok->vocab_size() > mc.vocab_size)
+      throw UserError(fmt::format("{}: the tokenizer has {} ids, the model only {}", dir.string(),
+                                  tok->vocab_size(), mc.vocab_size));
     auto be = make_backend(o->backend);
     Transformer model(be.get(), mc);
-    load_model_weights(dir.string(), model);
+    load_hf_weights(dir.string(), model);  // f32 checkpoints, and bf16 / sharded HF directories
 
     GenerateOptions g;
     g.max_new_tokens = o->max_new_tokens;
