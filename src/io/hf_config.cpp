@@ -186,7 +186,38 @@ ModelConfig read_llama_style(const Keys& k, ModelConfig c, const std::string& ty
   return c;
 }
 
+// The text model of a multimodal gemma3 checkpoint (Gemma3ForConditionalGeneration): its
+// text_config, with Gemma3TextConfig's defaults for the keys such files leave out (the released
+// 4B-27B configs list only a few) and the token ids of the outer config.
+nlohmann::json gemma3_text_config(const nlohmann::json& j) {
+  nlohmann::json t = j["text_config"];
+  const nlohmann::json defaults = {
+      {"vocab_size", 262208},          {"hidden_size", 2304},
+      {"intermediate_size", 9216},     {"num_hidden_layers", 26},
+      {"num_attention_heads", 8},      {"num_key_value_heads", 4},
+      {"head_dim", 256},               {"hidden_activation", "gelu_pytorch_tanh"},
+      {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-6},
+      {"query_pre_attn_scalar", 256},  {"sliding_window", 4096},
+      {"sliding_window_pattern", 6},   {"tie_word_embeddings", true}};
+  for (const auto& [key, value] : defaults.items())
+    if (!t.contains(key)) t[key] = value;
+  if (!t.contains("rope_parameters") && !t.contains("rope_theta")) {
+    t["rope_theta"] = 1e6;
+    if (!t.contains("rope_local_base_freq")) t["rope_local_base_freq"] = 10000.0;
+  }
+  for (const char* key : {"bos_token_id", "eos_token_id"})
+    if (!t.contains(key) && j.contains(key)) t[key] = j[key];
+  t["model_type"] = "gemma3_text";
+  t.erase("architectures");
+  return t;
+}
+
 }  // namespace
+
+bool is_multimodal_gemma3(const nlohmann::json& j) {
+  return j.is_object() && j.value("model_type", std::string()) == "gemma3" &&
+         j.contains("text_config") && j["text_config"].is_object();
+}
 
 nlohmann::json model_config_to_hf(const ModelConfig& config) {
   ModelConfig c = config;
@@ -248,15 +279,15 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
 
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw UserError(where + ": not a JSON object");
+  if (is_multimodal_gemma3(j))
+    return model_config_from_hf(gemma3_text_config(j), where + " (text_config)");
   const std::string type = j.value("model_type", std::string());
   const FamilyNames* names = nullptr;
   for (const FamilyNames& n : kNames)
     if (type == n.model_type) names = &n;
   if (!names) {
     std::string hint;
-    if (type == "gemma3")
-      hint = "; for the text model of a multimodal gemma3 checkpoint use its text_config as a "
-             "gemma3_text config";
+    if (type == "gemma3") hint = "; a gemma3 config needs its text_config";
     throw UserError(where + ": unsupported model_type '" + type +
                     "' (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, "
                     "gpt2" + hint + ")");

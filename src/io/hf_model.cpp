@@ -26,13 +26,30 @@ bool is_ignored_buffer(const std::string& name) {
          name.ends_with(".attn.masked_bias");
 }
 
-// The stored name of a parameter: as lmtrain names it, or, for gpt2 checkpoints saved from the
-// bare GPT2Model (as the original gpt2 files are), without the "transformer." prefix.
+// The stored name of a parameter: as lmtrain names it; for gpt2 checkpoints saved from the bare
+// GPT2Model (as the original gpt2 files are) without the "transformer." prefix; for the text model
+// of a multimodal gemma3, under model.language_model. (transformers 5) or language_model.model.
+// (the released files).
 std::string stored_name(const std::map<std::string, std::string>& where, const std::string& name) {
-  const std::string prefix = "transformer.";
-  if (!where.count(name) && name.starts_with(prefix) && where.count(name.substr(prefix.size())))
-    return name.substr(prefix.size());
+  if (where.count(name)) return name;
+  std::vector<std::string> candidates;
+  if (name.starts_with("transformer.")) candidates.push_back(name.substr(12));
+  if (name.starts_with("model.")) {
+    candidates.push_back("model.language_model." + name.substr(6));
+    candidates.push_back("language_model." + name);
+  }
+  if (name == "lm_head.weight") candidates.push_back("language_model.lm_head.weight");
+  for (const std::string& c : candidates)
+    if (where.count(c)) return c;
   return name;
+}
+
+// The vision tower and projector of a multimodal gemma3: not part of the text model.
+bool is_vision_tensor(const std::string& name) {
+  for (const char* p : {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                        "model.multi_modal_projector."})
+    if (name.starts_with(p)) return true;
+  return false;
 }
 
 // Which file holds each tensor, and the opened files.
@@ -96,6 +113,12 @@ ModelConfig read_hf_model_config(const std::string& dir) {
 
 void load_hf_weights(const std::string& dir, Transformer& model) {
   WeightFiles w = open_weights(dir);
+  bool multimodal = false;
+  {
+    std::ifstream in(fs::path(dir) / "config.json");
+    const auto j = nlohmann::json::parse(in, nullptr, false);
+    multimodal = !j.is_discarded() && is_multimodal_gemma3(j);
+  }
   std::set<std::string> wanted;
   for (const ParamInfo& p : model.params()) {
     const std::string name = stored_name(w.where, p.name);
@@ -121,8 +144,9 @@ void load_hf_weights(const std::string& dir, Transformer& model) {
   const bool tied = model.config().tie_word_embeddings;
   for (const auto& [name, path] : w.where) {
     if (wanted.count(name) || is_ignored_buffer(name)) continue;
+    if (multimodal && is_vision_tensor(name)) continue;
     // Some tied checkpoints also store the head (a copy of the embedding); it is not used.
-    if (tied && name == "lm_head.weight") continue;
+    if (tied && (name == "lm_head.weight" || name == "language_model.lm_head.weight")) continue;
     throw UserError(path + ": unexpected tensor '" + name + "' for this " +
                     model.config().family + " model");
   }

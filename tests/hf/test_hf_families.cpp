@@ -145,5 +145,88 @@ TEST(HfFamilies, Gpt2WithoutPrefixAndWithMaskBuffersLoads) {
   EXPECT_EQ(a->forward_logits(ids.data(), 1, 8), b->forward_logits(ids.data(), 1, 8));
 }
 
+// A multimodal gemma3 directory (Gemma3ForConditionalGeneration: text_config, the text model's
+// tensors under language_model.model. as released or model.language_model. as transformers 5
+// saves them, a vision tower beside) loads as its text model: the same logits as a gemma3_text
+// directory holding the same tensors.
+TEST(HfFamilies, MultimodalGemma3LoadsItsTextModel) {
+  ModelConfig c = family_defaults("gemma3");
+  c.vocab_size = 64;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.sliding_window = 4;
+  c.sliding_window_pattern = 3;
+  c.query_pre_attn_scalar = 8;
+  CpuBackend be;
+  Transformer m(&be, c);
+  m.init_weights(3);
+  std::vector<float> flat(static_cast<size_t>(m.flat_size()));
+  be.to_host(flat.data(), m.params_data(), flat.size() * 4);
+  auto write = [&](const std::string& name, const nlohmann::json& cfg, const std::string& prefix,
+                   bool vision) {
+    const fs::path dir = test::temp_dir() / name;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream(dir / "config.json") << cfg.dump(2);
+    SafetensorsWriter w;
+    for (const ParamInfo& p : m.params()) {
+      HostTensor t(DType::f32, p.shape);
+      std::copy(flat.begin() + p.offset, flat.begin() + p.offset + p.numel(), t.ptr<float>());
+      const std::string stored =
+          prefix.empty() ? p.name : prefix + p.name.substr(std::string("model.").size());
+      w.add_copy(stored, t);
+    }
+    if (vision) {
+      w.add_copy("vision_tower.vision_model.embeddings.patch_embedding.weight",
+                 HostTensor(DType::f32, Shape{4, 3}));
+      w.add_copy("multi_modal_projector.mm_input_projection_weight",
+                 HostTensor(DType::f32, Shape{4, 16}));
+    }
+    w.write((dir / "model.safetensors").string());
+    return dir.string();
+  };
+  const nlohmann::json text = model_config_to_hf(c);
+  nlohmann::json outer = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+                          {"model_type", "gemma3"},
+                          {"vision_config", {{"model_type", "siglip_vision_model"}}},
+                          {"text_config", text}};
+  const std::string plain = write("g3_text", text, "", false);
+  const std::string released = write("g3_released", outer, "language_model.model.", true);
+  const std::string v5 = write("g3_v5", outer, "model.language_model.", true);
+  std::vector<int32_t> ids{3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  auto logits = [&](const std::string& dir) {
+    return load_hf_model(dir, &be)->forward_logits(ids.data(), 1, 10);
+  };
+  const std::vector<double> want = logits(plain);
+  EXPECT_EQ(logits(released), want);
+  EXPECT_EQ(logits(v5), want);
+  const ModelConfig r = read_hf_model_config(released);
+  EXPECT_EQ(r.family, "gemma3");
+  EXPECT_EQ(r.sliding_window_pattern, 3);
+  // A text_config that leaves keys out gets Gemma3TextConfig's defaults.
+  nlohmann::json sparse = {{"model_type", "gemma3"},
+                           {"text_config", {{"hidden_size", 2560}, {"num_hidden_layers", 34},
+                                            {"intermediate_size", 10240},
+                                            {"rope_scaling", {{"rope_type", "linear"},
+                                                              {"factor", 8.0}}}}}};
+  const ModelConfig s4 = model_config_from_hf(sparse, "g3/config.json");
+  EXPECT_EQ(s4.vocab_size, 262208);
+  EXPECT_EQ(s4.head_size(), 256);
+  EXPECT_EQ(s4.kv_heads(), 4);
+  EXPECT_EQ(s4.sliding_window, 4096);
+  EXPECT_EQ(s4.sliding_window_pattern, 6);
+  EXPECT_EQ(s4.rope_type, "linear");
+  EXPECT_EQ(s4.rope_theta, 1e6);
+  EXPECT_TRUE(s4.tie_word_embeddings);
+  // Without its text_config a gemma3 config is refused, naming what is missing.
+  test::expect_user_error([&] { model_config_from_hf({{"model_type", "gemma3"}}, "g/config.json"); },
+                          {"g/config.json", "'gemma3'", "text_config"});
+}
+
 }  // namespace
 }  // namespace lmt
