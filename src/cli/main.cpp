@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   add(lmt::cli::add_tokenize, "tokenize", "encode text with a tokenizer (ids as JSON)");
   add(lmt::cli::add_tokenizer, "tokenizer", "tokenizer tools: train");
   add(lmt::cli::add_logits, "logits", "logits and loss of a Hugging Face model for a list of ids");
+  add(lmt::cli::add_export, "export", "write a checkpoint as a Hugging Face model directory");
+  add(lmt::cli::add_init, "init", "write a freshly initialised model of a family (Hugging Face)");
+  add(lmt::cli::add_info, "info", "a model's family, parameters and training-step memory");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
