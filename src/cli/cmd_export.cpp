@@ -38,8 +38,7 @@ std::vector<HfTensor> checkpoint_tensors(const SafetensorsFile& st, const ModelC
   std::vector<HfTensor> tensors;
   const std::vector<ParamInfo> layout = Transformer::param_layout(cfg);
   for (const ParamInfo& p : layout) {
-    if (!st.contains(p.name))
-      throw UserError(st.path() + ": tensor '" + p.name + "' is missing");
+    if (!st.contains(p.name)) throw UserError(st.path() + ": tensor '" + p.name + "' is missing");
     const SafetensorsMeta& m = st.meta(p.name);
     if (m.shape != p.shape)
       throw UserError(st.path() + ": tensor '" + p.name + "' has shape " + m.shape.str() +
@@ -54,7 +53,8 @@ std::vector<HfTensor> checkpoint_tensors(const SafetensorsFile& st, const ModelC
   }
   if (st.size() != layout.size())
     for (const std::string& n : st.names())
-      if (std::none_of(layout.begin(), layout.end(), [&](const ParamInfo& p) { return p.name == n; }))
+      if (std::none_of(layout.begin(), layout.end(),
+                       [&](const ParamInfo& p) { return p.name == n; }))
         throw UserError(st.path() + ": unexpected tensor '" + n + "' for this " + cfg.family +
                         " model");
   return tensors;

@@ -39,7 +39,8 @@ struct ParamCounts {
 };
 
 // Embedding tables (token and position) are "embedding"; an untied output head is not, as in
-// transformers' num_parameters(exclude_embeddings=True). A tied head is the embedding, counted once.
+// transformers' num_parameters(exclude_embeddings=True). A tied head is the embedding, counted
+// once.
 ParamCounts count_params(const ModelConfig& cfg) {
   ParamCounts c;
   for (const ParamInfo& p : Transformer::param_layout(cfg, &c.flat)) {
@@ -75,10 +76,11 @@ Run add_info(CLI::App& app) {
   return [o]() {
     const ModelConfig cfg = read_hf_model_config(o->model);
     const int64_t B = o->micro_batch;
-    const int64_t T = o->seq_len > 0 ? o->seq_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
+    const int64_t T =
+        o->seq_len > 0 ? o->seq_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
     if (T > cfg.max_position_embeddings)
-      throw UserError(fmt::format("--seq-len ({}) must be <= max_position_embeddings ({}) of {}",
-                                  T, cfg.max_position_embeddings, o->model));
+      throw UserError(fmt::format("--seq-len ({}) must be <= max_position_embeddings ({}) of {}", T,
+                                  cfg.max_position_embeddings, o->model));
     const ParamCounts pc = count_params(cfg);
     const HfWeightsOnDisk disk = hf_weights_on_disk(o->model);
     // One training step on the CPU backend: f32 weights, gradients, AdamW's m and v over the flat
@@ -100,36 +102,37 @@ Run add_info(CLI::App& app) {
     for (const Line& l : mem) total += l.bytes;
 
     if (o->json) {
-      nlohmann::json j = {{"model", o->model},
-                          {"family", cfg.family},
-                          {"layers", cfg.num_hidden_layers},
-                          {"hidden_size", cfg.hidden_size},
-                          {"intermediate_size", cfg.intermediate_size},
-                          {"attention_heads", cfg.num_attention_heads},
-                          {"key_value_heads", cfg.kv_heads()},
-                          {"head_dim", cfg.head_size()},
-                          {"vocab_size", cfg.vocab_size},
-                          {"max_position_embeddings", cfg.max_position_embeddings},
-                          {"tied_embeddings", cfg.tie_word_embeddings},
-                          {"parameters",
-                           {{"total", pc.total},
-                            {"embedding", pc.embedding},
-                            {"non_embedding", pc.total - pc.embedding}}},
-                          {"weights_on_disk", {{"bytes", disk.bytes}, {"files", disk.files},
-                                               {"dtypes", disk.dtypes}}},
-                          {"training_step", {{"micro_batch", B}, {"seq_len", T},
-                                             {"activation_checkpointing", o->checkpointing}}}};
+      nlohmann::json j = {
+          {"model", o->model},
+          {"family", cfg.family},
+          {"layers", cfg.num_hidden_layers},
+          {"hidden_size", cfg.hidden_size},
+          {"intermediate_size", cfg.intermediate_size},
+          {"attention_heads", cfg.num_attention_heads},
+          {"key_value_heads", cfg.kv_heads()},
+          {"head_dim", cfg.head_size()},
+          {"vocab_size", cfg.vocab_size},
+          {"max_position_embeddings", cfg.max_position_embeddings},
+          {"tied_embeddings", cfg.tie_word_embeddings},
+          {"parameters",
+           {{"total", pc.total},
+            {"embedding", pc.embedding},
+            {"non_embedding", pc.total - pc.embedding}}},
+          {"weights_on_disk",
+           {{"bytes", disk.bytes}, {"files", disk.files}, {"dtypes", disk.dtypes}}},
+          {"training_step",
+           {{"micro_batch", B}, {"seq_len", T}, {"activation_checkpointing", o->checkpointing}}}};
       for (const Line& l : mem) j["training_step"][l.key] = l.bytes;
       j["training_step"]["total"] = total;
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
     fmt::print("model:       {} ({})\n", o->model, cfg.family);
-    fmt::print("shape:       {} layers, hidden {}, MLP {}, {} heads ({} key/value, head dim {}), "
-               "vocab {}, context {}\n",
-               cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size,
-               cfg.num_attention_heads, cfg.kv_heads(), cfg.head_size(), cfg.vocab_size,
-               cfg.max_position_embeddings);
+    fmt::print(
+        "shape:       {} layers, hidden {}, MLP {}, {} heads ({} key/value, head dim {}), "
+        "vocab {}, context {}\n",
+        cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
+        cfg.kv_heads(), cfg.head_size(), cfg.vocab_size, cfg.max_position_embeddings);
     fmt::print("parameters:  {} (embedding {}, non-embedding {}; output head {})\n",
                format_count(pc.total), format_count(pc.embedding),
                format_count(pc.total - pc.embedding),

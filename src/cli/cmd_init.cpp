@@ -42,9 +42,10 @@ ModelConfig init_model_config(const std::string& family, const std::vector<std::
                     family);
   ic.model.validate();
   if (tok && tok->vocab_size() > ic.model.vocab_size)
-    throw UserError(fmt::format("init: model.vocab_size ({}) is smaller than the tokenizer's {} "
-                                "tokens",
-                                ic.model.vocab_size, tok->vocab_size()));
+    throw UserError(
+        fmt::format("init: model.vocab_size ({}) is smaller than the tokenizer's {} "
+                    "tokens",
+                    ic.model.vocab_size, tok->vocab_size()));
   return ic.model;
 }
 
@@ -78,8 +79,9 @@ Run add_init(CLI::App& app) {
     std::unique_ptr<Tokenizer> tok;
     if (!o->tokenizer.empty()) {
       if (o->tokenizer == "bytes")
-        throw UserError("--tokenizer: 'bytes' has no Hugging Face files; give a tokenizer.json "
-                        "or a .model");
+        throw UserError(
+            "--tokenizer: 'bytes' has no Hugging Face files; give a tokenizer.json "
+            "or a .model");
       tok = load_tokenizer(o->tokenizer);
       opt.tokenizer = tokenizer_file(o->tokenizer);  // a directory names its tokenizer file
     }
@@ -88,11 +90,11 @@ Run add_init(CLI::App& app) {
     Transformer model(be.get(), cfg);
     model.init_weights(o->seed);
     const HfExportResult r = save_hf_model(o->out, model, opt);
-    fmt::print("initialised a {} model in {}: {} layers, hidden {}, {} parameters ({} of {} "
-               "weights in {} file{})\n",
-               cfg.family, r.dir, cfg.num_hidden_layers, cfg.hidden_size,
-               format_count(model.num_params()), format_bytes(r.tensor_bytes),
-               dtype_name(opt.dtype), r.shards, r.shards == 1 ? "" : "s");
+    fmt::print(
+        "initialised a {} model in {}: {} layers, hidden {}, {} parameters ({} of {} "
+        "weights in {} file{})\n",
+        cfg.family, r.dir, cfg.num_hidden_layers, cfg.hidden_size, format_count(model.num_params()),
+        format_bytes(r.tensor_bytes), dtype_name(opt.dtype), r.shards, r.shards == 1 ? "" : "s");
     return 0;
   };
 }

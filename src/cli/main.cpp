@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     runs[sub] = adder(*sub);
   };
-  add(lmt::cli::add_prepare, "prepare", "read, tokenize and pack a config's data into a token store");
+  add(lmt::cli::add_prepare, "prepare",
+      "read, tokenize and pack a config's data into a token store");
   add(lmt::cli::add_train, "train", "train a model from a YAML config");
   add(lmt::cli::add_generate, "generate", "continue a prompt with a trained checkpoint");
   add(lmt::cli::add_bench, "bench", "measure training throughput for a config");

@@ -37,8 +37,10 @@ constexpr const char* kExportMarker = "lmtrain_export";
 
 bool is_export_file(const std::string& name) {
   static const std::set<std::string> fixed = {
-      "config.json",    "generation_config.json", "model.safetensors", "model.safetensors.index.json",
-      "tokenizer.json", "tokenizer.model",        "tokenizer_config.json"};
+      "config.json",          "generation_config.json",
+      "model.safetensors",    "model.safetensors.index.json",
+      "tokenizer.json",       "tokenizer.model",
+      "tokenizer_config.json"};
   static const std::regex shard("model-[0-9]{5}-of-[0-9]{5}\\.safetensors");
   return fixed.count(name) || std::regex_match(name, shard);
 }
@@ -218,9 +220,9 @@ std::vector<std::string> write_tokenizer(const fs::path& dir, const std::string&
                                          const ModelConfig& cfg) {
   std::unique_ptr<Tokenizer> tok = load_tokenizer(path);
   if (tok->vocab_size() > cfg.vocab_size)
-    throw UserError(fmt::format(
-        "export: the tokenizer '{}' has {} tokens, more than the model's vocab_size {}", path,
-        tok->vocab_size(), cfg.vocab_size));
+    throw UserError(
+        fmt::format("export: the tokenizer '{}' has {} tokens, more than the model's vocab_size {}",
+                    path, tok->vocab_size(), cfg.vocab_size));
   const std::string name =
       fs::path(path).extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
   std::error_code ec;
@@ -276,11 +278,18 @@ uint64_t parse_byte_size(const std::string& s, const std::string& what) {
   };
   if (!std::regex_match(s, m, re)) throw bad();
   std::string unit = m[3].str();
-  std::transform(unit.begin(), unit.end(), unit.begin(), [](unsigned char c) { return std::tolower(c); });
-  static const std::map<std::string, double> scale = {
-      {"", 1},       {"b", 1},           {"kb", 1e3},       {"mb", 1e6},           {"gb", 1e9},
-      {"tb", 1e12},  {"kib", 1024.0},    {"mib", 1048576.0}, {"gib", 1073741824.0},
-      {"tib", 1099511627776.0}};
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  static const std::map<std::string, double> scale = {{"", 1},
+                                                      {"b", 1},
+                                                      {"kb", 1e3},
+                                                      {"mb", 1e6},
+                                                      {"gb", 1e9},
+                                                      {"tb", 1e12},
+                                                      {"kib", 1024.0},
+                                                      {"mib", 1048576.0},
+                                                      {"gib", 1073741824.0},
+                                                      {"tib", 1099511627776.0}};
   auto it = scale.find(unit);
   if (it == scale.end()) throw bad();
   const double bytes = std::stod(m[1].str()) * it->second;
@@ -347,13 +356,15 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
 HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
                              const HfExportOptions& opt) {
   const DType dt = model.dtype();
-  std::vector<uint8_t> raw(static_cast<size_t>(model.flat_size()) * dtype_size(dt));
-  model.backend()->to_host(raw.data(), model.params_data(), raw.size());
   std::vector<float> flat(static_cast<size_t>(model.flat_size()));
-  for (size_t i = 0; i < flat.size(); ++i)
-    flat[i] = dt == DType::f32 ? reinterpret_cast<const float*>(raw.data())[i]
-                               : static_cast<float>(load_element(dt, raw.data(), static_cast<int64_t>(i)));
-  raw = {};
+  if (dt == DType::f32) {
+    model.backend()->to_host(flat.data(), model.params_data(), flat.size() * sizeof(float));
+  } else {  // f64 (gradient checks): narrowed to f32 first
+    std::vector<uint8_t> raw(flat.size() * dtype_size(dt));
+    model.backend()->to_host(raw.data(), model.params_data(), raw.size());
+    for (size_t i = 0; i < flat.size(); ++i)
+      flat[i] = static_cast<float>(load_element(dt, raw.data(), static_cast<int64_t>(i)));
+  }
   std::vector<HfTensor> tensors;
   for (const ParamInfo& p : model.params())
     tensors.push_back({p.name, p.shape, flat.data() + p.offset});

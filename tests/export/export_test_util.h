@@ -20,7 +20,7 @@
 
 namespace lmt::test {
 
-inline const char* const kAllFamilies[] = {"llama", "mistral", "qwen2", "qwen3",
+inline const char* const kAllFamilies[] = {"llama", "mistral", "qwen2",  "qwen3",
                                            "gemma", "gemma2",  "gemma3", "gpt2"};
 
 // A small model of `family` with odd sizes: vocab 97, hidden 48, 4 heads of 12, 2 kv heads
@@ -65,7 +65,9 @@ inline std::vector<std::string> exportable_families() {
   return out;
 }
 
-inline uint64_t random_seed() { return std::random_device{}(); }
+inline uint64_t random_seed() {
+  return std::random_device{}();
+}
 
 // The model's parameters as f32 host values, by name.
 inline std::vector<float> param_values(const Transformer& m, const ParamInfo& p) {

@@ -77,9 +77,10 @@ TEST(InitCli, ShardsAndConvertsOnRequest) {
 TEST(InitCli, TakesTheTokenizersSizes) {
   const std::string tok = std::string(LMT_TEST_DATA) + "/tokenizers/llama3_style_bpe.json";
   const fs::path dir = test::fresh_dir("init_tok");
-  Result r = run("init --family llama --set model.hidden_size=32 --set model.num_attention_heads=2"
-                 " --set model.num_hidden_layers=1 --set model.intermediate_size=40 --tokenizer " +
-                 tok + " --out " + dir.string());
+  Result r =
+      run("init --family llama --set model.hidden_size=32 --set model.num_attention_heads=2"
+          " --set model.num_hidden_layers=1 --set model.intermediate_size=40 --tokenizer " +
+          tok + " --out " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto cfg = test::read_json(dir / "config.json");
   auto t = load_tokenizer(tok);
@@ -115,8 +116,8 @@ TEST(ExportCli, ExportsARunsNewestCheckpoint) {
   Transformer m(&be, cfg);
   const fs::path run_dir = make_run(m, tok);  // m holds step 20's weights
   const fs::path out = test::fresh_dir("export_run");
-  Result r = run("export --checkpoint " + run_dir.string() + " --out " + out.string() +
-                 " --dtype f32");
+  Result r =
+      run("export --checkpoint " + run_dir.string() + " --out " + out.string() + " --dtype f32");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step_0000020"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
@@ -154,12 +155,12 @@ TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
   const fs::path out = test::fresh_dir("cli_err");
   expect_one_error(run("init --family llama" + kTiny + " --dtype fp8 --out " + out.string()),
                    {"--dtype", "'fp8'"});
-  expect_one_error(run("init --family llama" + kTiny + " --max-shard-size 5XB --out " + out.string()),
-                   {"--max-shard-size", "'5XB'"});
+  expect_one_error(
+      run("init --family llama" + kTiny + " --max-shard-size 5XB --out " + out.string()),
+      {"--max-shard-size", "'5XB'"});
   expect_one_error(run("init --family llama --set model.hiden_size=64 --out " + out.string()),
                    {"model.hiden_size", "--set 'model.hiden_size=64'"});
-  expect_one_error(run("init --family llama --set train.lr=1 --out " + out.string()),
-                   {"train"});
+  expect_one_error(run("init --family llama --set train.lr=1 --out " + out.string()), {"train"});
   expect_one_error(run("init --family llama --set model.hidden_size=-4 --out " + out.string()),
                    {"model.hidden_size"});
   expect_one_error(run("init --family gpt5 --out " + out.string()), {"'gpt5'", "llama"});

@@ -27,25 +27,46 @@ nlohmann::json info_json(const fs::path& dir, const std::string& extra = "") {
   return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
 }
 
-const nlohmann::json kLlama2_7B = {
-    {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-    {"hidden_size", 4096},  {"intermediate_size", 11008}, {"num_attention_heads", 32},
-    {"num_hidden_layers", 32}, {"num_key_value_heads", 32}, {"vocab_size", 32000},
-    {"max_position_embeddings", 4096}, {"rms_norm_eps", 1e-5}, {"rope_theta", 10000.0},
-    {"tie_word_embeddings", false}, {"hidden_act", "silu"}, {"torch_dtype", "float16"},
-    {"bos_token_id", 1}, {"eos_token_id", 2}};
+const nlohmann::json kLlama2_7B = {{"architectures", {"LlamaForCausalLM"}},
+                                   {"model_type", "llama"},
+                                   {"hidden_size", 4096},
+                                   {"intermediate_size", 11008},
+                                   {"num_attention_heads", 32},
+                                   {"num_hidden_layers", 32},
+                                   {"num_key_value_heads", 32},
+                                   {"vocab_size", 32000},
+                                   {"max_position_embeddings", 4096},
+                                   {"rms_norm_eps", 1e-5},
+                                   {"rope_theta", 10000.0},
+                                   {"tie_word_embeddings", false},
+                                   {"hidden_act", "silu"},
+                                   {"torch_dtype", "float16"},
+                                   {"bos_token_id", 1},
+                                   {"eos_token_id", 2}};
 
-const nlohmann::json kLlama32_1B = {
-    {"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-    {"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_attention_heads", 32},
-    {"num_hidden_layers", 16}, {"num_key_value_heads", 8}, {"head_dim", 64},
-    {"vocab_size", 128256}, {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-5},
-    {"rope_theta", 500000.0},
-    {"rope_scaling",
-     {{"factor", 32.0}, {"high_freq_factor", 4.0}, {"low_freq_factor", 1.0},
-      {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}}},
-    {"tie_word_embeddings", true}, {"hidden_act", "silu"}, {"torch_dtype", "bfloat16"},
-    {"bos_token_id", 128000}, {"eos_token_id", 128001}};
+const nlohmann::json kLlama32_1B = {{"architectures", {"LlamaForCausalLM"}},
+                                    {"model_type", "llama"},
+                                    {"hidden_size", 2048},
+                                    {"intermediate_size", 8192},
+                                    {"num_attention_heads", 32},
+                                    {"num_hidden_layers", 16},
+                                    {"num_key_value_heads", 8},
+                                    {"head_dim", 64},
+                                    {"vocab_size", 128256},
+                                    {"max_position_embeddings", 131072},
+                                    {"rms_norm_eps", 1e-5},
+                                    {"rope_theta", 500000.0},
+                                    {"rope_scaling",
+                                     {{"factor", 32.0},
+                                      {"high_freq_factor", 4.0},
+                                      {"low_freq_factor", 1.0},
+                                      {"original_max_position_embeddings", 8192},
+                                      {"rope_type", "llama3"}}},
+                                    {"tie_word_embeddings", true},
+                                    {"hidden_act", "silu"},
+                                    {"torch_dtype", "bfloat16"},
+                                    {"bos_token_id", 128000},
+                                    {"eos_token_id", 128001}};
 
 TEST(InfoCli, CountsTheParametersOfRealConfigs) {
   auto j = info_json(config_dir("llama2_7b", kLlama2_7B));
@@ -62,12 +83,20 @@ TEST(InfoCli, CountsTheParametersOfRealConfigs) {
 }
 
 TEST(InfoCli, CountsGpt2) {
-  const nlohmann::json gpt2 = {{"architectures", {"GPT2LMHeadModel"}}, {"model_type", "gpt2"},
-                               {"vocab_size", 50257}, {"n_embd", 768}, {"n_layer", 12},
-                               {"n_head", 12}, {"n_positions", 1024}, {"n_ctx", 1024},
-                               {"n_inner", nullptr}, {"activation_function", "gelu_new"},
-                               {"layer_norm_epsilon", 1e-5}, {"tie_word_embeddings", true},
-                               {"bos_token_id", 50256}, {"eos_token_id", 50256}};
+  const nlohmann::json gpt2 = {{"architectures", {"GPT2LMHeadModel"}},
+                               {"model_type", "gpt2"},
+                               {"vocab_size", 50257},
+                               {"n_embd", 768},
+                               {"n_layer", 12},
+                               {"n_head", 12},
+                               {"n_positions", 1024},
+                               {"n_ctx", 1024},
+                               {"n_inner", nullptr},
+                               {"activation_function", "gelu_new"},
+                               {"layer_norm_epsilon", 1e-5},
+                               {"tie_word_embeddings", true},
+                               {"bos_token_id", 50256},
+                               {"eos_token_id", 50256}};
   const fs::path dir = config_dir("gpt2_124m", gpt2);
   Result r = run("info --json --model " + dir.string());
   if (r.code != 0) GTEST_SKIP() << "gpt2 config.json is not read in this build: " << r.out;
@@ -113,10 +142,11 @@ TEST(InfoCli, MemoryLinesAreTheModelsBuffers) {
 
 TEST(InfoCli, WeightsOnDiskOfAnExport) {
   const fs::path dir = test::fresh_dir("info_disk");
-  Result r = run("init --family llama --set model.hidden_size=32 --set model.num_attention_heads=2"
-                 " --set model.num_hidden_layers=1 --set model.intermediate_size=40"
-                 " --set model.vocab_size=50 --dtype bf16 --max-shard-size 4kB --out " +
-                 dir.string());
+  Result r =
+      run("init --family llama --set model.hidden_size=32 --set model.num_attention_heads=2"
+          " --set model.num_hidden_layers=1 --set model.intermediate_size=40"
+          " --set model.vocab_size=50 --dtype bf16 --max-shard-size 4kB --out " +
+          dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
   const auto j = info_json(dir);
   EXPECT_EQ(j["weights_on_disk"]["bytes"], j["parameters"]["total"].get<int64_t>() * 2);
@@ -124,8 +154,8 @@ TEST(InfoCli, WeightsOnDiskOfAnExport) {
   EXPECT_EQ(j["weights_on_disk"]["dtypes"], nlohmann::json({"BF16"}));
   r = run("info --model " + dir.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  for (const char* line : {"parameters:", "on disk:", "weights", "gradients", "AdamW m",
-                           "AdamW v", "activations", "total"})
+  for (const char* line : {"parameters:", "on disk:", "weights", "gradients", "AdamW m", "AdamW v",
+                           "activations", "total"})
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
 }
 
