@@ -112,18 +112,16 @@ std::vector<std::vector<size_t>> plan_shards(const std::vector<HfTensor>& tensor
 // Converts one tensor into dst (numel 16-bit values).
 void convert(const HfTensor& t, DType dt, uint16_t* dst) {
   const int64_t n = t.shape.numel();
-  if (dt == DType::bf16) {
-    for (int64_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(t.data[i]);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = f32_to_f16(t.data[i]);
-    if (std::isfinite(t.data[i]) && !std::isfinite(f16_to_f32(dst[i])))
+  const bool bf16 = dt == DType::bf16;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16 ? f32_to_bf16(t.data[i]) : f32_to_f16(t.data[i]);
+  if (bf16) return;  // bf16 has f32's range
+  for (int64_t i = 0; i < n; ++i)
+    if ((dst[i] & 0x7c00u) == 0x7c00u && std::isfinite(t.data[i]))  // became inf
       throw UserError(fmt::format(
           "export: tensor '{}' holds {} (element {}), beyond f16's range (65504): export as bf16 "
           "or f32",
           t.name, t.data[i], i));
-  }
 }
 
 std::string shard_name(size_t i, size_t n) {
@@ -356,18 +354,24 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
 HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
                              const HfExportOptions& opt) {
   const DType dt = model.dtype();
-  std::vector<float> flat(static_cast<size_t>(model.flat_size()));
-  if (dt == DType::f32) {
+  std::vector<float> flat;
+  const float* values = static_cast<const float*>(model.params_data());
+  if (dt == DType::f32 && model.backend()->name() == "cpu") {
+    // Host memory already: export from it directly.
+  } else if (dt == DType::f32) {
+    flat.resize(static_cast<size_t>(model.flat_size()));
     model.backend()->to_host(flat.data(), model.params_data(), flat.size() * sizeof(float));
+    values = flat.data();
   } else {  // f64 (gradient checks): narrowed to f32 first
+    flat.resize(static_cast<size_t>(model.flat_size()));
     std::vector<uint8_t> raw(flat.size() * dtype_size(dt));
     model.backend()->to_host(raw.data(), model.params_data(), raw.size());
     for (size_t i = 0; i < flat.size(); ++i)
       flat[i] = static_cast<float>(load_element(dt, raw.data(), static_cast<int64_t>(i)));
+    values = flat.data();
   }
   std::vector<HfTensor> tensors;
-  for (const ParamInfo& p : model.params())
-    tensors.push_back({p.name, p.shape, flat.data() + p.offset});
+  for (const ParamInfo& p : model.params()) tensors.push_back({p.name, p.shape, values + p.offset});
   return save_hf_model(out_dir, model.config(), tensors, opt);
 }
 
