@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Makes what scripts/check_export.py checks. For every family that `lmtrain init` can make in this
-# build: a tiny model is initialised (with a tokenizer), trained for a few steps into a real
-# checkpoint, and that checkpoint exported as f32 and as bf16; beside each export go the token
-# ids of a test sentence (`lmtrain tokenize --add-special`) and `lmtrain logits` of those ids.
-# Builds nothing and needs no Python: run it where lmtrain is built, then copy OUT_DIR to a
-# machine with torch + transformers and run scripts/check_export.py OUT_DIR there.
+# build: a tiny model is initialised (with a tokenizer, and weights large enough that soft-capping
+# and the sliding window matter), then exported with `lmtrain export` as f32 and as bf16, sharded;
+# beside the exports go the token ids of a test sentence (`lmtrain tokenize --add-special`) and
+# `lmtrain logits` of those ids for each export. Builds nothing and needs no Python: run it where
+# lmtrain is built, copy OUT_DIR to a machine with torch + transformers and run
+# scripts/check_export.py OUT_DIR there.
 #   scripts/make_export_check.sh [OUT_DIR]      (default export_check; LMTRAIN=path/to/lmtrain)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +15,9 @@ LMTRAIN=${LMTRAIN:-build/lmtrain}
 OUT=${1:-export_check}
 TOKS=tests/data/tokenizers
 TEXT="The quick brown fox jumps over the lazy dog. Models trained here load in transformers."
-SHAPE=(--set model.hidden_size=64 --set model.intermediate_size=96 --set model.num_hidden_layers=3
-       --set model.num_attention_heads=4 --set model.head_dim=16 --set model.max_position_embeddings=128)
+SHAPE=(--set model.hidden_size=64 --set model.intermediate_size=96 --set model.num_hidden_layers=6
+       --set model.num_attention_heads=4 --set model.head_dim=16 --set model.max_position_embeddings=128
+       --set model.initializer_range=0.1)
 
 rm -rf "$OUT"
 mkdir -p "$OUT"
@@ -29,29 +31,18 @@ for family in llama mistral qwen2 qwen3 gemma gemma2 gemma3 gpt2; do
     llama | gemma*) tok=$TOKS/sp_bpe.model ;;
     *) tok=$TOKS/llama3_style_bpe.json ;;
   esac
-  kv=(--set model.num_key_value_heads=2)
-  [ "$family" = gpt2 ] && kv=(--set model.num_key_value_heads=0)
-  if ! "$LMTRAIN" init --family "$family" "${SHAPE[@]}" "${kv[@]}" --tokenizer "$tok" --seed 1 \
+  extra=(--set model.num_key_value_heads=2)
+  [ "$family" = gpt2 ] && extra=(--set model.num_key_value_heads=0)
+  case $family in mistral | gemma2 | gemma3) extra+=(--set model.sliding_window=8) ;; esac
+  if ! "$LMTRAIN" init --family "$family" "${SHAPE[@]}" "${extra[@]}" --tokenizer "$tok" --seed 1 \
       --out "$dir/init" > "$dir/init.log" 2>&1; then
     echo "$family: skipped ($(tail -1 "$dir/init.log"))"
     rm -rf "$dir"
     continue
   fi
-  vocab=$(sed -n 's/^ *"vocab_size": \([0-9]*\).*/\1/p' "$dir/init/config.json")
-  cat > "$dir/train.yaml" <<EOF
-model: {family: $family, vocab_size: $vocab}
-data:
-  sources: [{path: $TOKS/train.txt, format: text, split: line}]
-  tokenizer: $tok
-  seq_len: 32
-  val_fraction: 0.0
-train: {max_steps: 4, micro_batch_size: 2, lr: 0.01, warmup_steps: 0, eval_every: 0,
-        save_every: 0, log_every: 1, out_dir: $dir/run, threads: 2}
-EOF
-  "$LMTRAIN" train --config "$dir/train.yaml" "${SHAPE[@]}" "${kv[@]}" > "$dir/train.log" 2>&1
   "$LMTRAIN" tokenize --tokenizer "$tok" --add-special --text "$TEXT" > "$dir/ids.json"
   for dt in f32 bf16; do
-    "$LMTRAIN" export --checkpoint "$dir/run" --out "$dir/$dt" --dtype "$dt" --max-shard-size 100kB
+    "$LMTRAIN" export --checkpoint "$dir/init" --out "$dir/$dt" --dtype "$dt" --max-shard-size 200kB
     "$LMTRAIN" logits --model "$dir/$dt" --ids-file "$dir/ids.json" \
       --out "$dir/logits_$dt.safetensors" > "$dir/loss_$dt.json"
   done
