@@ -128,6 +128,14 @@ TEST(ExportCli, ExportsARunsNewestCheckpoint) {
   for (const ParamInfo& p : m.params())
     EXPECT_EQ(test::param_values(m, p), test::param_values(*back, p)) << p.name;
 
+  // `info` on the checkpoint counts its weights, not the optimizer state beside them.
+  const fs::path newest = run_dir / "checkpoints" / "step_0000020";
+  r = run("info --json --model " + newest.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto info = nlohmann::json::parse(r.out);
+  EXPECT_EQ(info["weights_on_disk"]["bytes"], m.num_params() * 4);
+  EXPECT_EQ(info["parameters"]["total"], m.num_params());
+
   // A checkpoint directory itself, as bf16 (the default), sharded, over the previous export.
   const fs::path ckpt = run_dir / "checkpoints" / "step_0000010";
   r = run("export --checkpoint " + ckpt.string() + " --out " + out.string() +
@@ -152,6 +160,10 @@ TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
   fs::create_directories(empty_run);
   expect_one_error(run("export --checkpoint " + empty_run.string() + " --out x"),
                    {"neither a checkpoint"});
+  expect_one_error(run("export --checkpoint " + missing.string() + " --out x --dtype int8"),
+                   {"--dtype", "'int8'"});
+  expect_one_error(run("export --checkpoint " + missing.string() + " --out x --max-shard-size 5PB"),
+                   {"--max-shard-size", "'5PB'"});
   const fs::path out = test::fresh_dir("cli_err");
   expect_one_error(run("init --family llama" + kTiny + " --dtype fp8 --out " + out.string()),
                    {"--dtype", "'fp8'"});
