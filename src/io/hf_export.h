@@ -28,7 +28,8 @@ struct HfTensor {
 struct HfExportOptions {
   DType dtype = DType::bf16;  // f32, bf16 or f16
   // Tensor bytes per shard at most (a tensor bigger than this gets a shard of its own); the
-  // whole model at or under it is one model.safetensors. 5 GB as transformers' default.
+  // whole model at or under it is one model.safetensors. 5 GB as transformers 4 (5 uses 50 GB);
+  // smaller files suit the Hub and machines with little memory.
   uint64_t max_shard_bytes = 5'000'000'000ull;
   std::string tokenizer;  // a tokenizer.json or SentencePiece .model to carry; "" = none
 };
