@@ -12,6 +12,7 @@
 #include "io/hf_export.h"
 #include "io/hf_model.h"
 #include "model/transformer.h"
+#include "train/checkpoint.h"
 
 namespace lmt::cli {
 
@@ -59,7 +60,9 @@ Run add_info(CLI::App& app) {
     bool checkpointing = false, json = false;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("--model", o->model, "Hugging Face model directory or checkpoint (config.json)")
+  app.add_option(
+         "--model", o->model,
+         "Hugging Face model directory, checkpoint, or run directory (its newest checkpoint)")
       ->required();
   app.add_option("--micro-batch", o->micro_batch, "sequences per training micro-batch")
       ->capture_default_str()
@@ -74,15 +77,18 @@ Run add_info(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", o->json, "print one JSON object");
   return [o]() {
-    const ModelConfig cfg = read_hf_model_config(o->model);
+    std::string dir = o->model;
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json"))
+      if (auto latest = find_latest_checkpoint(dir)) dir = *latest;
+    const ModelConfig cfg = read_hf_model_config(dir);
     const int64_t B = o->micro_batch;
     const int64_t T =
         o->seq_len > 0 ? o->seq_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
     if (T > cfg.max_position_embeddings)
       throw UserError(fmt::format("--seq-len ({}) must be <= max_position_embeddings ({}) of {}", T,
-                                  cfg.max_position_embeddings, o->model));
+                                  cfg.max_position_embeddings, dir));
     const ParamCounts pc = count_params(cfg);
-    const HfWeightsOnDisk disk = hf_weights_on_disk(o->model);
+    const HfWeightsOnDisk disk = hf_weights_on_disk(dir);
     // One training step on the CPU backend: f32 weights, gradients, AdamW's m and v over the flat
     // buffer (alignment padding included), and the activation arena.
     const uint64_t flat_bytes = static_cast<uint64_t>(pc.flat) * sizeof(float);
@@ -103,7 +109,7 @@ Run add_info(CLI::App& app) {
 
     if (o->json) {
       nlohmann::json j = {
-          {"model", o->model},
+          {"model", dir},
           {"family", cfg.family},
           {"layers", cfg.num_hidden_layers},
           {"hidden_size", cfg.hidden_size},
@@ -127,7 +133,7 @@ Run add_info(CLI::App& app) {
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
-    fmt::print("model:       {} ({})\n", o->model, cfg.family);
+    fmt::print("model:       {} ({})\n", dir, cfg.family);
     fmt::print(
         "shape:       {} layers, hidden {}, MLP {}, {} heads ({} key/value, head dim {}), "
         "vocab {}, context {}\n",

@@ -130,9 +130,10 @@ TEST(ExportCli, ExportsARunsNewestCheckpoint) {
 
   // `info` on the checkpoint counts its weights, not the optimizer state beside them.
   const fs::path newest = run_dir / "checkpoints" / "step_0000020";
-  r = run("info --json --model " + newest.string());
+  r = run("info --json --model " + run_dir.string());  // a run: its newest checkpoint
   ASSERT_EQ(r.code, 0) << r.out;
   const auto info = nlohmann::json::parse(r.out);
+  EXPECT_EQ(info["model"], newest.string());
   EXPECT_EQ(info["weights_on_disk"]["bytes"], m.num_params() * 4);
   EXPECT_EQ(info["parameters"]["total"], m.num_params());
 
