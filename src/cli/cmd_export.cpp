@@ -1,10 +1,13 @@
-// `lmtrain export`: a checkpoint (or a run's newest one) as a Hugging Face model directory. The
-// checkpoint's model.safetensors is mapped, not loaded: its f32 tensors go to save_hf_model as
-// pointers into the mapping, so memory holds the mapped model plus one shard being converted.
+// `lmtrain export`: a checkpoint (or a run's newest one, or any Hugging Face directory: to change
+// its dtype or sharding) as a Hugging Face model directory. The weight files are mapped, not
+// loaded: f32 tensors go to save_hf_model as pointers into the mappings, so memory holds the
+// mapped model plus one shard being converted (plus f32 copies of tensors stored in other dtypes).
 #include <fmt/core.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -31,14 +34,19 @@ fs::path resolve_checkpoint(const std::string& arg) {
   return *latest;
 }
 
-// The checkpoint's parameters as f32 views (into the mapping when stored as aligned f32, else
-// converted copies kept in `owned`), checked against the config's layout.
-std::vector<HfTensor> checkpoint_tensors(const SafetensorsFile& st, const ModelConfig& cfg,
-                                         std::vector<HostTensor>& owned) {
+// The parameters as f32 views (into the mappings when stored as aligned f32, else converted
+// copies kept in `owned`), checked against the config's layout. As load_hf_model does, RoPE
+// caches and a tied model's stored copy of the head are passed over; any other extra is an error.
+std::vector<HfTensor> source_tensors(const std::map<std::string, const SafetensorsFile*>& where,
+                                     const ModelConfig& cfg, std::vector<HostTensor>& owned,
+                                     const std::string& dir) {
   std::vector<HfTensor> tensors;
-  const std::vector<ParamInfo> layout = Transformer::param_layout(cfg);
-  for (const ParamInfo& p : layout) {
-    if (!st.contains(p.name)) throw UserError(st.path() + ": tensor '" + p.name + "' is missing");
+  std::set<std::string> wanted;
+  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
+    wanted.insert(p.name);
+    auto it = where.find(p.name);
+    if (it == where.end()) throw UserError(dir + ": tensor '" + p.name + "' is missing");
+    const SafetensorsFile& st = *it->second;
     const SafetensorsMeta& m = st.meta(p.name);
     if (m.shape != p.shape)
       throw UserError(st.path() + ": tensor '" + p.name + "' has shape " + m.shape.str() +
@@ -51,12 +59,12 @@ std::vector<HfTensor> checkpoint_tensors(const SafetensorsFile& st, const ModelC
       tensors.push_back({p.name, p.shape, owned.back().ptr<float>()});
     }
   }
-  if (st.size() != layout.size())
-    for (const std::string& n : st.names())
-      if (std::none_of(layout.begin(), layout.end(),
-                       [&](const ParamInfo& p) { return p.name == n; }))
-        throw UserError(st.path() + ": unexpected tensor '" + n + "' for this " + cfg.family +
-                        " model");
+  for (const auto& [name, st] : where) {
+    if (wanted.count(name) || name.ends_with(".rotary_emb.inv_freq")) continue;
+    if (cfg.tie_word_embeddings && name == "lm_head.weight") continue;
+    throw UserError(st->path() + ": unexpected tensor '" + name + "' for this " + cfg.family +
+                    " model");
+  }
   return tensors;
 }
 
@@ -68,7 +76,8 @@ Run add_export(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--checkpoint", o->checkpoint,
-                 "checkpoint directory (checkpoints/step_NNNNNNN) or a run directory (its newest)")
+                 "checkpoint directory (checkpoints/step_NNNNNNN), a run directory (its newest), "
+                 "or a Hugging Face model directory")
       ->required();
   app.add_option("--out", o->out, "the Hugging Face model directory to write")->required();
   app.add_option("--dtype", o->dtype, "weights as bf16, f16 or f32")->capture_default_str();
@@ -81,12 +90,22 @@ Run add_export(CLI::App& app) {
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
     const fs::path dir = resolve_checkpoint(o->checkpoint);
     const ModelConfig cfg = read_hf_model_config(dir.string());
-    const fs::path weights = dir / "model.safetensors";
-    if (!fs::exists(weights)) throw UserError("'" + weights.string() + "' not found");
-    const SafetensorsFile st = SafetensorsFile::open(weights.string());
+    const std::vector<std::string> files = hf_weight_files(dir.string());
+    if (files.empty())
+      throw UserError(dir.string() +
+                      ": neither model.safetensors nor model.safetensors.index.json");
+    std::vector<SafetensorsFile> mapped;
+    mapped.reserve(files.size());  // `where` points into it
+    std::map<std::string, const SafetensorsFile*> where;
+    for (const std::string& f : files) {
+      mapped.push_back(SafetensorsFile::open(f));
+      for (const std::string& n : mapped.back().names())
+        if (!where.emplace(n, &mapped.back()).second)
+          throw UserError(f + ": tensor '" + n + "' is also in " + where.at(n)->path());
+    }
     std::vector<HostTensor> owned;
-    owned.reserve(st.size());  // views into it must not move
-    const std::vector<HfTensor> tensors = checkpoint_tensors(st, cfg, owned);
+    owned.reserve(where.size());
+    const std::vector<HfTensor> tensors = source_tensors(where, cfg, owned, dir.string());
     for (const char* name : {"tokenizer.json", "tokenizer.model"})
       if (fs::exists(dir / name)) {
         opt.tokenizer = (dir / name).string();

@@ -152,6 +152,22 @@ TEST(ExportCli, ExportsARunsNewestCheckpoint) {
   EXPECT_EQ(load_hf_model(out.string(), &be)->config().vocab_size, cfg.vocab_size);
 }
 
+TEST(ExportCli, ConvertsAHuggingFaceDirectory) {
+  const fs::path dir = test::fresh_dir("hf_sharded");
+  Result r = run("init --family llama" + kTiny + " --dtype bf16 --max-shard-size 10kB --out " +
+                 dir.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  CpuBackend be;
+  auto bf16 = load_hf_model(dir.string(), &be);
+  // Sharded bf16 in, one f32 file out, written over the source (its files stay mapped).
+  r = run("export --checkpoint " + dir.string() + " --out " + dir.string() + " --dtype f32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(test::list_dir(dir), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  auto f32 = load_hf_model(dir.string(), &be);
+  for (const ParamInfo& p : bf16->params())
+    EXPECT_EQ(test::param_values(*bf16, p), test::param_values(*f32, p)) << p.name;
+}
+
 TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
   const fs::path missing = test::temp_dir() / "no_such_run";
   expect_one_error(run("export --checkpoint " + missing.string() + " --out " +
