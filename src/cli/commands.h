@@ -3,7 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <string>
 
 namespace lmt::cli {
 
@@ -16,5 +18,12 @@ Run add_bench(CLI::App& app);
 Run add_tokenize(CLI::App& app);
 Run add_tokenizer(CLI::App& app);
 Run add_logits(CLI::App& app);
+Run add_export(CLI::App& app);
+Run add_init(CLI::App& app);
+Run add_info(CLI::App& app);
+
+// 6738415616 -> "6,738,415,616"; 1234567 bytes -> "1.23 MB" (powers of 1000, as shard sizes).
+std::string format_count(int64_t n);
+std::string format_bytes(uint64_t bytes);
 
 }  // namespace lmt::cli

@@ -20,13 +20,17 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(name, help);
     runs[sub] = adder(*sub);
   };
-  add(lmt::cli::add_prepare, "prepare", "read, tokenize and pack a config's data into a token store");
+  add(lmt::cli::add_prepare, "prepare",
+      "read, tokenize and pack a config's data into a token store");
   add(lmt::cli::add_train, "train", "train a model from a YAML config");
   add(lmt::cli::add_generate, "generate", "continue a prompt with a trained checkpoint");
   add(lmt::cli::add_bench, "bench", "measure training throughput for a config");
   add(lmt::cli::add_tokenize, "tokenize", "encode text with a tokenizer (ids as JSON)");
   add(lmt::cli::add_tokenizer, "tokenizer", "tokenizer tools: train");
   add(lmt::cli::add_logits, "logits", "logits and loss of a Hugging Face model for a list of ids");
+  add(lmt::cli::add_export, "export", "write a checkpoint as a Hugging Face model directory");
+  add(lmt::cli::add_init, "init", "write a freshly initialised model of a family (Hugging Face)");
+  add(lmt::cli::add_info, "info", "a model's family, parameters and training-step memory");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

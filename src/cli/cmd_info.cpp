@@ -1,0 +1,162 @@
+// `lmtrain info`: what a model directory (Hugging Face or a checkpoint) holds and what training it
+// costs, from config.json alone: the parameter layout and the activation arena are computed from
+// the config without allocating anything, so a 70B config answers at once. Weights on disk are
+// the tensor bytes of the directory's safetensors headers (the files are mapped, not read).
+#include <fmt/core.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "io/hf_export.h"
+#include "io/hf_model.h"
+#include "model/transformer.h"
+#include "train/checkpoint.h"
+
+namespace lmt::cli {
+
+std::string format_count(int64_t n) {
+  std::string s = std::to_string(n < 0 ? -n : n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return n < 0 ? "-" + s : s;
+}
+
+std::string format_bytes(uint64_t b) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  double v = static_cast<double>(b);
+  int u = 0;
+  while (v >= 1000 && u < 5) {
+    v /= 1000;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", v, units[u]);
+}
+
+namespace {
+
+struct ParamCounts {
+  int64_t total = 0, embedding = 0, flat = 0;
+};
+
+// Embedding tables (token and position) are "embedding"; an untied output head is not, as in
+// transformers' num_parameters(exclude_embeddings=True). A tied head is the embedding, counted
+// once.
+ParamCounts count_params(const ModelConfig& cfg) {
+  ParamCounts c;
+  for (const ParamInfo& p : Transformer::param_layout(cfg, &c.flat)) {
+    c.total += p.numel();
+    if (p.kind == ParamKind::embedding) c.embedding += p.numel();
+  }
+  return c;
+}
+
+}  // namespace
+
+Run add_info(CLI::App& app) {
+  struct Opts {
+    std::string model;
+    int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
+    bool checkpointing = false, json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  app.add_option(
+         "--model", o->model,
+         "Hugging Face model directory, checkpoint, or run directory (its newest checkpoint)")
+      ->required();
+  app.add_option("--micro-batch", o->micro_batch, "sequences per training micro-batch")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seq-len", o->seq_len,
+                 "tokens per sequence; default min(max_position_embeddings, 2048)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--activation-checkpointing", o->checkpointing,
+               "count the activations of training with activation checkpointing");
+  app.add_option("--loss-chunk-tokens", o->loss_chunk, "tokens per cross-entropy chunk")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", o->json, "print one JSON object");
+  return [o]() {
+    std::string dir = o->model;
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json"))
+      if (auto latest = find_latest_checkpoint(dir)) dir = *latest;
+    const ModelConfig cfg = read_hf_model_config(dir);
+    const int64_t B = o->micro_batch;
+    const int64_t T =
+        o->seq_len > 0 ? o->seq_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
+    if (T > cfg.max_position_embeddings)
+      throw UserError(fmt::format("--seq-len ({}) must be <= max_position_embeddings ({}) of {}", T,
+                                  cfg.max_position_embeddings, dir));
+    const ParamCounts pc = count_params(cfg);
+    const HfWeightsOnDisk disk = hf_weights_on_disk(dir);
+    // One training step on the CPU backend: f32 weights, gradients, AdamW's m and v over the flat
+    // buffer (alignment padding included), and the activation arena.
+    const uint64_t flat_bytes = static_cast<uint64_t>(pc.flat) * sizeof(float);
+    const uint64_t acts =
+        Transformer::activation_bytes(cfg, DType::f32, B, T, o->checkpointing, o->loss_chunk);
+    struct Line {
+      const char* key;    // in --json
+      const char* label;  // in the table
+      uint64_t bytes;
+    };
+    const std::vector<Line> mem = {{"weights", "weights", flat_bytes},
+                                   {"gradients", "gradients", flat_bytes},
+                                   {"adamw_m", "AdamW m", flat_bytes},
+                                   {"adamw_v", "AdamW v", flat_bytes},
+                                   {"activations", "activations", acts}};
+    uint64_t total = 0;
+    for (const Line& l : mem) total += l.bytes;
+
+    if (o->json) {
+      nlohmann::json j = {
+          {"model", dir},
+          {"family", cfg.family},
+          {"layers", cfg.num_hidden_layers},
+          {"hidden_size", cfg.hidden_size},
+          {"intermediate_size", cfg.intermediate_size},
+          {"attention_heads", cfg.num_attention_heads},
+          {"key_value_heads", cfg.kv_heads()},
+          {"head_dim", cfg.head_size()},
+          {"vocab_size", cfg.vocab_size},
+          {"max_position_embeddings", cfg.max_position_embeddings},
+          {"tied_embeddings", cfg.tie_word_embeddings},
+          {"parameters",
+           {{"total", pc.total},
+            {"embedding", pc.embedding},
+            {"non_embedding", pc.total - pc.embedding}}},
+          {"weights_on_disk",
+           {{"bytes", disk.bytes}, {"files", disk.files}, {"dtypes", disk.dtypes}}},
+          {"training_step",
+           {{"micro_batch", B}, {"seq_len", T}, {"activation_checkpointing", o->checkpointing}}}};
+      for (const Line& l : mem) j["training_step"][l.key] = l.bytes;
+      j["training_step"]["total"] = total;
+      fmt::print("{}\n", j.dump(2));
+      return 0;
+    }
+    fmt::print("model:       {} ({})\n", dir, cfg.family);
+    fmt::print(
+        "shape:       {} layers, hidden {}, MLP {}, {} heads ({} key/value, head dim {}), "
+        "vocab {}, context {}\n",
+        cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads,
+        cfg.kv_heads(), cfg.head_size(), cfg.vocab_size, cfg.max_position_embeddings);
+    fmt::print("parameters:  {} (embedding {}, non-embedding {}; output head {})\n",
+               format_count(pc.total), format_count(pc.embedding),
+               format_count(pc.total - pc.embedding),
+               cfg.tie_word_embeddings ? "tied to the embedding" : "separate");
+    if (disk.files > 0) {
+      std::string dtypes;
+      for (const std::string& d : disk.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + d;
+      fmt::print("on disk:     {} of weights ({}) in {} file{}\n", format_bytes(disk.bytes), dtypes,
+                 disk.files, disk.files == 1 ? "" : "s");
+    } else {
+      fmt::print("on disk:     no weights (config.json only)\n");
+    }
+    fmt::print("one training step on the CPU backend (f32, AdamW), micro-batch {} x {} tokens{}:\n",
+               B, T, o->checkpointing ? ", activation checkpointing" : "");
+    for (const Line& l : mem) fmt::print("  {:<12} {:>10}\n", l.label, format_bytes(l.bytes));
+    fmt::print("  {:<12} {:>10}\n", "total", format_bytes(total));
+    return 0;
+  };
+}
+
+}  // namespace lmt::cli

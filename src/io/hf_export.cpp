@@ -1,0 +1,421 @@
+// save_hf_model: checks first (the config reads back, the tensors match the config's layout, the
+// output directory may be replaced), then plans the shards as transformers does (tensors in order,
+// a new shard when the next one would pass the limit), writes each shard from a buffer holding
+// only that shard's converted bytes (f32 shards reference the source directly), and finally the
+// JSON files and the tokenizer. Every file goes into OUT.tmp-PID, which is renamed into place.
+#include "io/hf_export.h"
+
+#include <fmt/format.h>
+#include <sentencepiece_processor.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "data/tokenizer/tokenizer.h"
+#include "io/hf_config.h"
+#include "io/safetensors.h"
+#include "io/text_file.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The safetensors metadata key that marks a directory as written by save_hf_model (so a later
+// export may replace it).
+constexpr const char* kExportMarker = "lmtrain_export";
+
+bool is_export_file(const std::string& name) {
+  static const std::set<std::string> fixed = {
+      "config.json",          "generation_config.json",
+      "model.safetensors",    "model.safetensors.index.json",
+      "tokenizer.json",       "tokenizer.model",
+      "tokenizer_config.json"};
+  static const std::regex shard("model-[0-9]{5}-of-[0-9]{5}\\.safetensors");
+  return fixed.count(name) || std::regex_match(name, shard);
+}
+
+// A directory holding only what an export writes, whose weight files carry the marker.
+bool is_previous_export(const fs::path& dir) {
+  bool has_weights = false;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_regular_file() || !is_export_file(name)) return false;
+    if (e.path().extension() != ".safetensors") continue;
+    try {
+      if (!SafetensorsFile::open(e.path().string()).metadata().count(kExportMarker)) return false;
+    } catch (const UserError&) {
+      return false;
+    }
+    has_weights = true;
+  }
+  return has_weights;
+}
+
+// The config must survive config.json and back, or the directory would not load.
+void check_config(const ModelConfig& cfg) {
+  cfg.validate();
+  try {
+    model_config_from_hf(model_config_to_hf(cfg), "config.json");
+  } catch (const UserError& e) {
+    throw UserError("export: lmtrain cannot yet write a " + cfg.family +
+                    " model directory that it reads back (" + e.what() + ")");
+  }
+}
+
+void check_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors) {
+  std::map<std::string, Shape> want;
+  for (const ParamInfo& p : Transformer::param_layout(cfg)) want[p.name] = p.shape;
+  std::set<std::string> seen;
+  for (const HfTensor& t : tensors) {
+    auto it = want.find(t.name);
+    if (it == want.end())
+      throw UserError("export: tensor '" + t.name + "' is not a parameter of this " + cfg.family +
+                      " model");
+    if (!seen.insert(t.name).second) throw UserError("export: tensor '" + t.name + "' given twice");
+    if (t.shape != it->second)
+      throw UserError("export: tensor '" + t.name + "' has shape " + t.shape.str() +
+                      ", the config expects " + it->second.str());
+    LMT_CHECK(t.data != nullptr || t.shape.numel() == 0, "export: tensor without data");
+  }
+  for (const auto& [name, shape] : want)
+    if (!seen.count(name)) throw UserError("export: tensor '" + name + "' is missing");
+}
+
+// Tensor indices per shard: in order, a new shard when the next tensor would pass the limit.
+std::vector<std::vector<size_t>> plan_shards(const std::vector<HfTensor>& tensors, size_t es,
+                                             uint64_t max_bytes) {
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t used = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t bytes = static_cast<uint64_t>(tensors[i].shape.numel()) * es;
+    if (!shards.back().empty() && used + bytes > max_bytes) {
+      shards.emplace_back();
+      used = 0;
+    }
+    shards.back().push_back(i);
+    used += bytes;
+  }
+  return shards;
+}
+
+// Converts one tensor into dst (numel 16-bit values).
+void convert(const HfTensor& t, DType dt, uint16_t* dst) {
+  const int64_t n = t.shape.numel();
+  const bool bf16 = dt == DType::bf16;
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16 ? f32_to_bf16(t.data[i]) : f32_to_f16(t.data[i]);
+  if (bf16) return;  // bf16 has f32's range
+  for (int64_t i = 0; i < n; ++i)
+    if ((dst[i] & 0x7c00u) == 0x7c00u && std::isfinite(t.data[i]))  // became inf
+      throw UserError(fmt::format(
+          "export: tensor '{}' holds {} (element {}), beyond f16's range (65504): export as bf16 "
+          "or f32",
+          t.name, t.data[i], i));
+}
+
+std::string shard_name(size_t i, size_t n) {
+  return n == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, n);
+}
+
+// Writes the weight files; returns their names (index last when sharded).
+std::vector<std::string> write_weights(const fs::path& dir, const std::vector<HfTensor>& tensors,
+                                       DType dt, uint64_t max_bytes, uint64_t* total) {
+  const size_t es = dtype_size(dt);
+  const auto shards = plan_shards(tensors, es, max_bytes);
+  std::vector<std::string> files;
+  nlohmann::json weight_map = nlohmann::json::object();
+  *total = 0;
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string name = shard_name(s, shards.size());
+    int64_t numel = 0;
+    for (size_t i : shards[s]) numel += tensors[i].shape.numel();
+    std::vector<uint16_t> half(dt == DType::f32 ? 0 : static_cast<size_t>(numel));
+    SafetensorsWriter w;
+    w.set_metadata("format", "pt");
+    w.set_metadata(kExportMarker, LMTRAIN_VERSION);
+    int64_t at = 0;
+    for (size_t i : shards[s]) {
+      const HfTensor& t = tensors[i];
+      if (dt == DType::f32) {
+        w.add(t.name, dt, t.shape, t.data);
+      } else {
+        convert(t, dt, half.data() + at);
+        w.add(t.name, dt, t.shape, half.data() + at);
+        at += t.shape.numel();
+      }
+      weight_map[t.name] = name;
+      *total += static_cast<uint64_t>(t.shape.numel()) * es;
+    }
+    w.write((dir / name).string());
+    files.push_back(name);
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", *total}}},
+                                  {"weight_map", weight_map}};
+    write_text_file((dir / "model.safetensors.index.json").string(), index.dump(2) + "\n");
+    files.push_back("model.safetensors.index.json");
+  }
+  return files;
+}
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError("export: cannot read the tokenizer '" + path + "'");
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) throw UserError("export: the tokenizer '" + path + "' is not valid JSON");
+  return j;
+}
+
+// tokenizer_config.json: enough for AutoTokenizer. A tokenizer.json loads as it is through
+// PreTrainedTokenizerFast (transformers 5: TokenizersBackend), its post-processor adding the
+// special tokens; a SentencePiece model is declared a LlamaTokenizer (BOS added, as lmtrain's
+// SentencePiece tokenizer does). Special tokens are named only where the tokenizer has them, since
+// transformers 5 adds a named special token that the vocabulary lacks.
+nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
+                                const Tokenizer& tok) {
+  const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tok.bos_id();
+  const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : tok.eos_id();
+  nlohmann::json tc = {{"model_max_length", cfg.max_position_embeddings},
+                       {"clean_up_tokenization_spaces", false}};
+  if (fs::path(path).extension() == ".model") {
+    sentencepiece::SentencePieceProcessor sp;
+    if (!sp.Load(path).ok()) throw UserError("export: cannot load the tokenizer '" + path + "'");
+    auto piece = [&](int64_t id) { return sp.IdToPiece(static_cast<int>(id)); };
+    tc["tokenizer_class"] = "LlamaTokenizer";
+    tc["add_bos_token"] = sp.bos_id() >= 0;
+    tc["add_eos_token"] = false;
+    tc["legacy"] = true;
+    if (bos >= 0 && bos < sp.GetPieceSize()) tc["bos_token"] = piece(bos);
+    if (eos >= 0 && eos < sp.GetPieceSize()) tc["eos_token"] = piece(eos);
+    if (sp.unk_id() >= 0) tc["unk_token"] = piece(sp.unk_id());
+    return tc;
+  }
+  tc["tokenizer_class"] = "PreTrainedTokenizerFast";
+  const nlohmann::json j = read_json_file(path);
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const auto& a : j["added_tokens"]) {
+      if (!a.is_object() || !a.contains("id") || !a.contains("content")) continue;
+      if (a["id"] == bos) tc["bos_token"] = a["content"];
+      if (a["id"] == eos) tc["eos_token"] = a["content"];
+    }
+  }
+  return tc;
+}
+
+// Copies the tokenizer under its Hugging Face name and writes tokenizer_config.json.
+std::vector<std::string> write_tokenizer(const fs::path& dir, const std::string& path,
+                                         const ModelConfig& cfg) {
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(path);
+  if (tok->vocab_size() > cfg.vocab_size)
+    throw UserError(
+        fmt::format("export: the tokenizer '{}' has {} tokens, more than the model's vocab_size {}",
+                    path, tok->vocab_size(), cfg.vocab_size));
+  const std::string name =
+      fs::path(path).extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
+  std::error_code ec;
+  fs::copy_file(path, dir / name, fs::copy_options::overwrite_existing, ec);
+  if (ec) throw UserError("export: cannot copy the tokenizer '" + path + "': " + ec.message());
+  write_text_file((dir / "tokenizer_config.json").string(),
+                  tokenizer_config(path, cfg, *tok).dump(2) + "\n");
+  return {name, "tokenizer_config.json"};
+}
+
+std::vector<std::string> write_configs(const fs::path& dir, const ModelConfig& cfg, DType dt) {
+  nlohmann::json j = model_config_to_hf(cfg);
+  j["torch_dtype"] = torch_dtype_name(dt);  // transformers 4's key
+  j["dtype"] = torch_dtype_name(dt);        // transformers 5's
+  write_text_file((dir / "config.json").string(), j.dump(2) + "\n");
+  std::vector<std::string> files = {"config.json"};
+  if (cfg.bos_token_id >= 0 || cfg.eos_token_id >= 0) {
+    nlohmann::json g = nlohmann::json::object();
+    if (cfg.bos_token_id >= 0) g["bos_token_id"] = cfg.bos_token_id;
+    if (cfg.eos_token_id >= 0) g["eos_token_id"] = cfg.eos_token_id;
+    write_text_file((dir / "generation_config.json").string(), g.dump(2) + "\n");
+    files.push_back("generation_config.json");
+  }
+  return files;
+}
+
+// Where the export goes: refuses a file, or a non-empty directory that no export wrote.
+fs::path output_path(const std::string& out_dir) {
+  if (out_dir.empty()) throw UserError("export: the output directory name is empty");
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();
+  std::error_code ec;
+  if (fs::exists(out, ec)) {
+    if (!fs::is_directory(out, ec))
+      throw UserError("export: '" + out.string() + "' exists and is not a directory");
+    if (!fs::is_empty(out, ec) && !is_previous_export(out))
+      throw UserError("export: '" + out.string() +
+                      "' exists and is not empty (only a previous lmtrain export is replaced); "
+                      "choose another --out or remove it");
+  }
+  return out;
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(const std::string& s, const std::string& what) {
+  static const std::regex re(R"(\s*([0-9]+(\.[0-9]+)?)\s*([a-zA-Z]*)\s*)");
+  std::smatch m;
+  auto bad = [&] {
+    return UserError(what + ": '" + s +
+                     "' is not a size (expected bytes, or a number with B, KB, MB, GB, TB, KiB, "
+                     "MiB, GiB or TiB, e.g. 500MB)");
+  };
+  if (!std::regex_match(s, m, re)) throw bad();
+  std::string unit = m[3].str();
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  static const std::map<std::string, double> scale = {{"", 1},
+                                                      {"b", 1},
+                                                      {"kb", 1e3},
+                                                      {"mb", 1e6},
+                                                      {"gb", 1e9},
+                                                      {"tb", 1e12},
+                                                      {"kib", 1024.0},
+                                                      {"mib", 1048576.0},
+                                                      {"gib", 1073741824.0},
+                                                      {"tib", 1099511627776.0}};
+  auto it = scale.find(unit);
+  if (it == scale.end()) throw bad();
+  const double bytes = std::stod(m[1].str()) * it->second;
+  if (bytes < 1 || bytes > 1e18) throw UserError(what + ": '" + s + "' must be at least 1 byte");
+  return static_cast<uint64_t>(bytes);
+}
+
+DType parse_export_dtype(const std::string& s, const std::string& what) {
+  if (s == "f32" || s == "float32" || s == "fp32") return DType::f32;
+  if (s == "bf16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "float16" || s == "fp16") return DType::f16;
+  throw UserError(what + ": unknown dtype '" + s + "' (expected bf16, f16 or f32)");
+}
+
+const char* torch_dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16:
+      return "bfloat16";
+    case DType::f16:
+      return "float16";
+    default:
+      return "float32";
+  }
+}
+
+HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
+                             const std::vector<HfTensor>& tensors, const HfExportOptions& opt) {
+  LMT_CHECK(opt.dtype == DType::f32 || opt.dtype == DType::bf16 || opt.dtype == DType::f16,
+            "export: dtype must be f32, bf16 or f16");
+  if (opt.max_shard_bytes == 0) throw UserError("export: the maximum shard size must be > 0");
+  check_config(cfg);
+  check_tensors(cfg, tensors);
+  const fs::path out = output_path(out_dir);
+  if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
+  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  HfExportResult r;
+  r.dir = out.string();
+  try {
+    r.files = write_configs(tmp, cfg, opt.dtype);
+    for (const std::string& f :
+         write_weights(tmp, tensors, opt.dtype, opt.max_shard_bytes, &r.tensor_bytes))
+      r.files.push_back(f);
+    r.shards = static_cast<int64_t>(
+        std::count_if(r.files.begin(), r.files.end(),
+                      [](const std::string& f) { return f.ends_with(".safetensors"); }));
+    if (!opt.tokenizer.empty())
+      for (const std::string& f : write_tokenizer(tmp, opt.tokenizer, cfg)) r.files.push_back(f);
+    // Replace a previous export only now that the new one is complete.
+    const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
+    const bool replace = fs::exists(out);
+    if (replace) fs::rename(out, old);
+    fs::rename(tmp, out);
+    if (replace) fs::remove_all(old);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return r;
+}
+
+HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
+                             const HfExportOptions& opt) {
+  const DType dt = model.dtype();
+  std::vector<float> flat;
+  const float* values = static_cast<const float*>(model.params_data());
+  if (dt == DType::f32 && model.backend()->name() == "cpu") {
+    // Host memory already: export from it directly.
+  } else if (dt == DType::f32) {
+    flat.resize(static_cast<size_t>(model.flat_size()));
+    model.backend()->to_host(flat.data(), model.params_data(), flat.size() * sizeof(float));
+    values = flat.data();
+  } else {  // f64 (gradient checks): narrowed to f32 first
+    flat.resize(static_cast<size_t>(model.flat_size()));
+    std::vector<uint8_t> raw(flat.size() * dtype_size(dt));
+    model.backend()->to_host(raw.data(), model.params_data(), raw.size());
+    for (size_t i = 0; i < flat.size(); ++i)
+      flat[i] = static_cast<float>(load_element(dt, raw.data(), static_cast<int64_t>(i)));
+    values = flat.data();
+  }
+  std::vector<HfTensor> tensors;
+  for (const ParamInfo& p : model.params()) tensors.push_back({p.name, p.shape, values + p.offset});
+  return save_hf_model(out_dir, model.config(), tensors, opt);
+}
+
+std::vector<std::string> hf_weight_files(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  if (fs::exists(single)) return {single.string()};
+  if (!fs::exists(index)) return {};
+  std::ifstream in(index);
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+      !j["weight_map"].is_object())
+    throw UserError(index.string() + ": no 'weight_map' object");
+  std::set<std::string> names;
+  for (const auto& [tensor, shard] : j["weight_map"].items()) {
+    if (!shard.is_string() || shard.get<std::string>().empty() ||
+        shard.get<std::string>().find('/') != std::string::npos || shard == "..")
+      throw UserError(index.string() + ": weight_map entry '" + tensor +
+                      "' is not a plain file name");
+    names.insert(shard.get<std::string>());
+  }
+  std::vector<std::string> files;
+  for (const std::string& n : names) {
+    const fs::path f = fs::path(dir) / n;
+    if (!fs::exists(f)) throw UserError(index.string() + ": shard '" + n + "' does not exist");
+    files.push_back(f.string());
+  }
+  return files;
+}
+
+HfWeightsOnDisk hf_weights_on_disk(const std::string& dir) {
+  HfWeightsOnDisk w;
+  const std::vector<std::string> files = hf_weight_files(dir);
+  std::set<std::string> dtypes;
+  for (const std::string& f : files) {
+    const SafetensorsFile st = SafetensorsFile::open(f);
+    for (const std::string& n : st.names()) {
+      w.bytes += st.meta(n).nbytes();
+      dtypes.insert(st.meta(n).file_dtype);
+    }
+  }
+  w.files = static_cast<int64_t>(files.size());
+  w.dtypes.assign(dtypes.begin(), dtypes.end());
+  return w;
+}
+
+}  // namespace lmt

@@ -1,0 +1,179 @@
+// `lmtrain info`: parameter counts of real configs (Llama-2-7B, Llama-3.2-1B, GPT-2 124M), the
+// training-step memory lines against param_layout and activation_bytes, weights on disk, and the
+// errors. Real configs are written as Hugging Face ships them (config.json only, no weights).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "cli/cli_util.h"
+#include "export_test_util.h"
+#include "io/hf_export.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path config_dir(const std::string& name, const nlohmann::json& cfg) {
+  const fs::path dir = test::fresh_dir(name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  return dir;
+}
+
+nlohmann::json info_json(const fs::path& dir, const std::string& extra = "") {
+  Result r = run("info --json --model " + dir.string() + extra);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return r.code == 0 ? nlohmann::json::parse(r.out) : nlohmann::json::object();
+}
+
+const nlohmann::json kLlama2_7B = {{"architectures", {"LlamaForCausalLM"}},
+                                   {"model_type", "llama"},
+                                   {"hidden_size", 4096},
+                                   {"intermediate_size", 11008},
+                                   {"num_attention_heads", 32},
+                                   {"num_hidden_layers", 32},
+                                   {"num_key_value_heads", 32},
+                                   {"vocab_size", 32000},
+                                   {"max_position_embeddings", 4096},
+                                   {"rms_norm_eps", 1e-5},
+                                   {"rope_theta", 10000.0},
+                                   {"tie_word_embeddings", false},
+                                   {"hidden_act", "silu"},
+                                   {"torch_dtype", "float16"},
+                                   {"bos_token_id", 1},
+                                   {"eos_token_id", 2}};
+
+const nlohmann::json kLlama32_1B = {{"architectures", {"LlamaForCausalLM"}},
+                                    {"model_type", "llama"},
+                                    {"hidden_size", 2048},
+                                    {"intermediate_size", 8192},
+                                    {"num_attention_heads", 32},
+                                    {"num_hidden_layers", 16},
+                                    {"num_key_value_heads", 8},
+                                    {"head_dim", 64},
+                                    {"vocab_size", 128256},
+                                    {"max_position_embeddings", 131072},
+                                    {"rms_norm_eps", 1e-5},
+                                    {"rope_theta", 500000.0},
+                                    {"rope_scaling",
+                                     {{"factor", 32.0},
+                                      {"high_freq_factor", 4.0},
+                                      {"low_freq_factor", 1.0},
+                                      {"original_max_position_embeddings", 8192},
+                                      {"rope_type", "llama3"}}},
+                                    {"tie_word_embeddings", true},
+                                    {"hidden_act", "silu"},
+                                    {"torch_dtype", "bfloat16"},
+                                    {"bos_token_id", 128000},
+                                    {"eos_token_id", 128001}};
+
+TEST(InfoCli, CountsTheParametersOfRealConfigs) {
+  auto j = info_json(config_dir("llama2_7b", kLlama2_7B));
+  EXPECT_EQ(j["family"], "llama");
+  EXPECT_EQ(j["parameters"]["total"], 6738415616);
+  EXPECT_EQ(j["parameters"]["embedding"], 32000 * 4096);
+  EXPECT_EQ(j["parameters"]["non_embedding"], 6738415616 - 32000 * 4096);
+  EXPECT_EQ(j["weights_on_disk"]["files"], 0);
+
+  j = info_json(config_dir("llama32_1b", kLlama32_1B));
+  EXPECT_EQ(j["parameters"]["total"], 1235814400);  // the tied head counted once
+  EXPECT_EQ(j["parameters"]["embedding"], 128256 * 2048);
+  EXPECT_EQ(j["training_step"]["seq_len"], 2048);  // min(context, 2048)
+}
+
+TEST(InfoCli, CountsGpt2) {
+  const nlohmann::json gpt2 = {{"architectures", {"GPT2LMHeadModel"}},
+                               {"model_type", "gpt2"},
+                               {"vocab_size", 50257},
+                               {"n_embd", 768},
+                               {"n_layer", 12},
+                               {"n_head", 12},
+                               {"n_positions", 1024},
+                               {"n_ctx", 1024},
+                               {"n_inner", nullptr},
+                               {"activation_function", "gelu_new"},
+                               {"layer_norm_epsilon", 1e-5},
+                               {"tie_word_embeddings", true},
+                               {"bos_token_id", 50256},
+                               {"eos_token_id", 50256}};
+  const fs::path dir = config_dir("gpt2_124m", gpt2);
+  Result r = run("info --json --model " + dir.string());
+  if (r.code != 0) GTEST_SKIP() << "gpt2 config.json is not read in this build: " << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["family"], "gpt2");
+  EXPECT_EQ(j["parameters"]["total"], 124439808);  // wte 50257x768 (tied) + wpe 1024x768 + blocks
+  EXPECT_EQ(j["parameters"]["embedding"], (50257 + 1024) * 768);
+}
+
+TEST(InfoCli, MemoryLinesAreTheModelsBuffers) {
+  const auto start = std::chrono::steady_clock::now();
+  for (const std::string& family : test::exportable_families()) {
+    SCOPED_TRACE(family);
+    ModelConfig cfg = test::tiny_config(family);
+    cfg.max_position_embeddings = 4096;
+    const fs::path dir = config_dir("mem_" + family, model_config_to_hf(cfg));
+    for (const bool ckpt : {false, true}) {
+      const auto j = info_json(dir, std::string(" --micro-batch 3 --seq-len 37") +
+                                        (ckpt ? " --activation-checkpointing" : ""));
+      int64_t flat = 0;
+      Transformer::param_layout(cfg, &flat);
+      const auto& m = j["training_step"];
+      EXPECT_EQ(m["micro_batch"], 3);
+      EXPECT_EQ(m["seq_len"], 37);
+      for (const char* k : {"weights", "gradients", "adamw_m", "adamw_v"})
+        EXPECT_EQ(m[k].get<int64_t>(), flat * 4) << k;
+      EXPECT_EQ(m["activations"].get<uint64_t>(),
+                Transformer::activation_bytes(cfg, DType::f32, 3, 37, ckpt, 1024));
+      EXPECT_EQ(m["total"].get<uint64_t>(), 4 * flat * 4 + m["activations"].get<uint64_t>());
+    }
+  }
+  // A 70B config is arithmetic only: nothing is allocated.
+  nlohmann::json big = kLlama2_7B;
+  big["hidden_size"] = 8192;
+  big["intermediate_size"] = 28672;
+  big["num_hidden_layers"] = 80;
+  big["num_attention_heads"] = 64;
+  big["num_key_value_heads"] = 8;
+  const auto j = info_json(config_dir("llama2_70b", big));
+  EXPECT_EQ(j["parameters"]["total"], 68976648192);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(InfoCli, WeightsOnDiskOfAnExport) {
+  const fs::path dir = test::fresh_dir("info_disk");
+  Result r =
+      run("init --family llama --set model.hidden_size=32 --set model.num_attention_heads=2"
+          " --set model.num_hidden_layers=1 --set model.intermediate_size=40"
+          " --set model.vocab_size=50 --dtype bf16 --max-shard-size 4kB --out " +
+          dir.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = info_json(dir);
+  EXPECT_EQ(j["weights_on_disk"]["bytes"], j["parameters"]["total"].get<int64_t>() * 2);
+  EXPECT_GT(j["weights_on_disk"]["files"], 1);
+  EXPECT_EQ(j["weights_on_disk"]["dtypes"], nlohmann::json({"BF16"}));
+  r = run("info --model " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* line : {"parameters:", "on disk:", "weights", "gradients", "AdamW m", "AdamW v",
+                           "activations", "total"})
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+}
+
+TEST(InfoCli, Errors) {
+  Result r = run("info --model " + (test::temp_dir() / "nowhere").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("does not exist"), std::string::npos) << r.out;
+  r = run("info --model " + config_dir("short_ctx", kLlama2_7B).string() + " --seq-len 5000");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--seq-len (5000) must be <= max_position_embeddings (4096)"),
+            std::string::npos)
+      << r.out;
+  nlohmann::json bad = kLlama2_7B;
+  bad["model_type"] = "mamba";
+  r = run("info --model " + config_dir("bad_type", bad).string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("mamba"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace lmt
