@@ -8,10 +8,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/error.h"
 #include "io/config_yaml.h"
+#include "io/hf_model.h"
+#include "model/rope.h"
 
 namespace lmt {
 
@@ -119,7 +122,72 @@ YAML::Node load_yaml_file(const std::string& path) {
   }
 }
 
+// Every model key's value as text (fmt's shortest round-trip form for numbers, so equal text is
+// an equal value), with the keys that have an "unset" spelling resolved.
+struct CollectValues {
+  std::map<std::string, std::string>& out;
+  template <class T>
+  void operator()(const char* name, T& field, const char*) {
+    out[name] = fmt::format("{}", field);
+  }
+};
+
+std::map<std::string, std::string> model_values(ModelConfig c) {
+  c.num_key_value_heads = c.kv_heads();
+  c.head_dim = c.head_size();
+  if (c.rope_type == "llama3" || c.rope_type == "yarn")
+    c.rope_original_max_position_embeddings = rope_original_max(c);
+  std::map<std::string, std::string> out;
+  CollectValues v{out};
+  c.visit(v);
+  return out;
+}
+
 }  // namespace
+
+void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_keys,
+                     bool tokenizer_set, const std::string& where) {
+  const std::string& dir = cfg.train.init_from;
+  if (dir.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UserError(fmt::format(
+        "{}: train.init_from '{}' is not a directory (it must be a Hugging Face model directory "
+        "holding config.json and model.safetensors)",
+        where, dir));
+  ModelConfig hf;
+  try {
+    hf = read_hf_model_config(dir);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: train.init_from: {}", where, e.what()));
+  }
+  const auto mine = model_values(cfg.model), theirs = model_values(hf);
+  for (const std::string& key : set_model_keys) {
+    auto a = mine.find(key), b = theirs.find(key);
+    if (a != mine.end() && b != theirs.end() && a->second != b->second)
+      throw UserError(fmt::format(
+          "{}: model.{} is {} here but {} in {}: train.init_from takes the model's shape from "
+          "that config.json, so leave model.{} out or make it agree",
+          where, key, a->second, b->second, (fs::path(dir) / "config.json").string(), key));
+  }
+  cfg.model = hf;
+  if (!tokenizer_set || cfg.data.tokenizer.empty()) {
+    if (fs::exists(fs::path(dir) / "tokenizer.json") || fs::exists(fs::path(dir) / "tokenizer.model"))
+      cfg.data.tokenizer = dir;
+    else if (cfg.data.tokenizer.empty())
+      throw UserError(fmt::format(
+          "{}: data.tokenizer is empty and train.init_from '{}' holds neither tokenizer.json nor "
+          "tokenizer.model: name the tokenizer in data.tokenizer",
+          where, dir));
+  }
+}
+
+std::vector<std::string> model_key_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : model_values(ModelConfig{})) names.push_back(name);
+  return names;
+}
 
 void RunConfig::validate() const {
   model.validate();
@@ -133,6 +201,14 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   ConfigSource src{path, apply_overrides(root, overrides)};
   RunConfig cfg;
   read_config(root, cfg, src);
+  if (!cfg.train.init_from.empty()) {
+    const YAML::Node& tree = root;  // const: looking a key up must not add it
+    std::vector<std::string> model_keys;
+    if (tree["model"] && tree["model"].IsMap())
+      for (const auto& kv : tree["model"]) model_keys.push_back(kv.first.as<std::string>());
+    const bool tokenizer_set = tree["data"] && tree["data"].IsMap() && tree["data"]["tokenizer"];
+    apply_init_from(cfg, model_keys, tokenizer_set, path);
+  }
   try {
     cfg.validate();
   } catch (const UserError& e) {
