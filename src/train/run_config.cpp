@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <variant>
 #include <sstream>
 
 #include "core/error.h"
@@ -123,7 +124,7 @@ YAML::Node load_yaml_file(const std::string& path) {
 }
 
 // Every model key's value as text (fmt's shortest round-trip form for numbers, so equal text is
-// an equal value), with the keys that have an "unset" spelling resolved.
+// an equal value); resolved: the keys with an "unset" spelling (0 = derived) as they resolve.
 struct CollectValues {
   std::map<std::string, std::string>& out;
   template <class T>
@@ -132,15 +133,46 @@ struct CollectValues {
   }
 };
 
-std::map<std::string, std::string> model_values(ModelConfig c) {
-  c.num_key_value_heads = c.kv_heads();
-  c.head_dim = c.head_size();
-  if (c.rope_type == "llama3" || c.rope_type == "yarn")
-    c.rope_original_max_position_embeddings = rope_original_max(c);
+std::map<std::string, std::string> model_values(ModelConfig c, bool resolved) {
+  if (resolved) {
+    c.num_key_value_heads = c.kv_heads();
+    c.head_dim = c.head_size();
+    if (c.rope_type == "llama3" || c.rope_type == "yarn")
+      c.rope_original_max_position_embeddings = rope_original_max(c);
+  }
   std::map<std::string, std::string> out;
   CollectValues v{out};
   c.visit(v);
   return out;
+}
+
+// The address of every model field by key, to copy chosen keys from one config to another.
+using FieldPtr = std::variant<std::string*, int64_t*, double*, bool*>;
+struct CollectFields {
+  std::map<std::string, FieldPtr>& out;
+  template <class T>
+  void operator()(const char* name, T& field, const char*) {
+    out[name] = &field;
+  }
+};
+
+// `to` with the `keys` of `from`: the user's keys over the directory's config, so that a key
+// written as 0 ("derived") resolves against the shape the run will really have.
+ModelConfig overlay(const ModelConfig& from, ModelConfig to, const std::vector<std::string>& keys) {
+  ModelConfig src = from;
+  std::map<std::string, FieldPtr> a, b;
+  CollectFields ca{a}, cb{b};
+  src.visit(ca);
+  to.visit(cb);
+  for (const std::string& k : keys) {
+    if (!a.count(k)) continue;
+    std::visit(
+        [&](auto* p) {
+          *std::get<std::remove_reference_t<decltype(p)>>(b.at(k)) = *p;
+        },
+        a.at(k));
+  }
+  return to;
 }
 
 }  // namespace
@@ -162,14 +194,19 @@ void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_k
   } catch (const UserError& e) {
     throw UserError(fmt::format("{}: train.init_from: {}", where, e.what()));
   }
-  const auto mine = model_values(cfg.model), theirs = model_values(hf);
+  const auto raw = model_values(cfg.model, false);
+  const auto mine = model_values(overlay(cfg.model, hf, set_model_keys), true);
+  const auto theirs = model_values(hf, true);
   for (const std::string& key : set_model_keys) {
     auto a = mine.find(key), b = theirs.find(key);
-    if (a != mine.end() && b != theirs.end() && a->second != b->second)
-      throw UserError(fmt::format(
-          "{}: model.{} is {} here but {} in {}: train.init_from takes the model's shape from "
-          "that config.json, so leave model.{} out or make it agree",
-          where, key, a->second, b->second, (fs::path(dir) / "config.json").string(), key));
+    if (a == mine.end() || b == theirs.end() || a->second == b->second) continue;
+    const std::string given = raw.at(key) == a->second
+                                  ? a->second
+                                  : fmt::format("{} (= {})", raw.at(key), a->second);
+    throw UserError(fmt::format(
+        "{}: model.{} is {} here but {} in {}: train.init_from takes the model's shape from "
+        "that config.json, so leave model.{} out or make it agree",
+        where, key, given, b->second, (fs::path(dir) / "config.json").string(), key));
   }
   cfg.model = hf;
   if (!tokenizer_set || cfg.data.tokenizer.empty()) {
@@ -185,7 +222,7 @@ void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_k
 
 std::vector<std::string> model_key_names() {
   std::vector<std::string> names;
-  for (const auto& [name, value] : model_values(ModelConfig{})) names.push_back(name);
+  for (const auto& [name, value] : model_values(ModelConfig{}, false)) names.push_back(name);
   return names;
 }
 

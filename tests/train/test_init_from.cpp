@@ -124,16 +124,17 @@ TEST_F(InitFrom, ModelKeysMustAgreeWithConfigJson) {
       yaml("b", hf(), 2, "  hidden_size: 32\n  num_key_value_heads: 2\n  head_dim: 8\n"), {});
   EXPECT_EQ(ok.model.num_hidden_layers, 2);
   const std::string path = yaml("c", hf(), 2, "  hidden_size: 64\n");
-  test::expect_user_error([&] { load_run_config(path, {}); },
-                          {path, "model.hidden_size", "64", "32", hf() + "/config.json"});
+  test::expect_user_error(
+      [&] { load_run_config(path, {}); },
+      {path + ": model.hidden_size is 64 here but 32 in " + hf() + "/config.json"});
   // 0 = as many key/value heads as query heads (4), but the directory has 2.
   test::expect_user_error(
       [&] { load_run_config(yaml("d", hf(), 2, "  num_key_value_heads: 0\n"), {}); },
-      {"model.num_key_value_heads", "4", "2"});
+      {"model.num_key_value_heads is 0 (= 4) here but 2 in"});
   // An override counts as set too.
   test::expect_user_error(
       [&] { load_run_config(yaml("e", hf(), 2), {"model.rope_theta=500000"}); },
-      {"model.rope_theta", "500000", "10000"});
+      {"model.rope_theta is 500000 here but 10000 in"});
 }
 
 TEST_F(InitFrom, MissingOrIncompleteDirectoryIsAnError) {
