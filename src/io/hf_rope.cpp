@@ -19,7 +19,9 @@ using nlohmann::json;
 
 constexpr const char* kSupported = "default, linear, dynamic, llama3, yarn";
 
-bool has(const json& o, const char* key) { return o.contains(key) && !o[key].is_null(); }
+bool has(const json& o, const char* key) {
+  return o.contains(key) && !o[key].is_null();
+}
 
 // The scaling dict of c (null for rope_type default), as transformers 5 reads it back.
 json scaling_of(const ModelConfig& c) {
@@ -85,8 +87,8 @@ struct Reader {
     if (!o[key].is_string()) fail(ctx + key, "must be a string (got " + o[key].dump() + ")");
     const std::string t = o[key].get<std::string>();
     if (t != "default" && t != "linear" && t != "dynamic" && t != "llama3" && t != "yarn")
-      fail(ctx + key, "is '" + t + "', which lmtrain does not support (supported: " +
-                          kSupported + ")");
+      fail(ctx + key,
+           "is '" + t + "', which lmtrain does not support (supported: " + kSupported + ")");
     return t;
   }
   void no_partial_rotary(const json& o, const std::string& ctx) const {

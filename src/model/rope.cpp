@@ -122,7 +122,9 @@ RopeFrequencies yarn(const ModelConfig& c) {
   return r;
 }
 
-std::vector<double> widen(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+std::vector<double> widen(const std::vector<float>& v) {
+  return {v.begin(), v.end()};
+}
 
 }  // namespace
 
@@ -162,9 +164,9 @@ void validate_rope(const ModelConfig& c) {
             c.rope_attention_factor);
     require(c.rope_beta_slow > 0, "rope_beta_slow", "> 0", c.rope_beta_slow);
     if (!(c.rope_beta_fast > c.rope_beta_slow))
-      throw UserError(fmt::format(
-          "model.rope_beta_fast ({}) must be greater than model.rope_beta_slow ({})",
-          c.rope_beta_fast, c.rope_beta_slow));
+      throw UserError(
+          fmt::format("model.rope_beta_fast ({}) must be greater than model.rope_beta_slow ({})",
+                      c.rope_beta_fast, c.rope_beta_slow));
     require(c.rope_mscale >= 0, "rope_mscale", ">= 0 (0 = unset)", c.rope_mscale);
     require(c.rope_mscale_all_dim >= 0, "rope_mscale_all_dim", ">= 0 (0 = unset)",
             c.rope_mscale_all_dim);

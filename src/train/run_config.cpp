@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <variant>
 #include <sstream>
+#include <variant>
 
 #include "core/error.h"
 #include "io/config_yaml.h"
@@ -50,8 +50,9 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
           d.val_fraction);
   require_one_of("data.packing", d.packing, {"auto", "continue", "bin"});
   if (d.sources.empty() && d.store.empty())
-    throw UserError("data.sources must list at least one source (or data.store name a prepared "
-                    "token store)");
+    throw UserError(
+        "data.sources must list at least one source (or data.store name a prepared "
+        "token store)");
   for (size_t i = 0; i < d.sources.size(); ++i) {
     const SourceConfig& s = d.sources[i];
     const std::string at = "data.sources[" + std::to_string(i) + "].";
@@ -166,11 +167,8 @@ ModelConfig overlay(const ModelConfig& from, ModelConfig to, const std::vector<s
   to.visit(cb);
   for (const std::string& k : keys) {
     if (!a.count(k)) continue;
-    std::visit(
-        [&](auto* p) {
-          *std::get<std::remove_reference_t<decltype(p)>>(b.at(k)) = *p;
-        },
-        a.at(k));
+    std::visit([&](auto* p) { *std::get<std::remove_reference_t<decltype(p)>>(b.at(k)) = *p; },
+               a.at(k));
   }
   return to;
 }
@@ -200,9 +198,8 @@ void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_k
   for (const std::string& key : set_model_keys) {
     auto a = mine.find(key), b = theirs.find(key);
     if (a == mine.end() || b == theirs.end() || a->second == b->second) continue;
-    const std::string given = raw.at(key) == a->second
-                                  ? a->second
-                                  : fmt::format("{} (= {})", raw.at(key), a->second);
+    const std::string given =
+        raw.at(key) == a->second ? a->second : fmt::format("{} (= {})", raw.at(key), a->second);
     throw UserError(fmt::format(
         "{}: model.{} is {} here but {} in {}: train.init_from takes the model's shape from "
         "that config.json, so leave model.{} out or make it agree",
@@ -210,7 +207,8 @@ void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_k
   }
   cfg.model = hf;
   if (!tokenizer_set || cfg.data.tokenizer.empty()) {
-    if (fs::exists(fs::path(dir) / "tokenizer.json") || fs::exists(fs::path(dir) / "tokenizer.model"))
+    if (fs::exists(fs::path(dir) / "tokenizer.json") ||
+        fs::exists(fs::path(dir) / "tokenizer.model"))
       cfg.data.tokenizer = dir;
     else if (cfg.data.tokenizer.empty())
       throw UserError(fmt::format(

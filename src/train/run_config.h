@@ -47,7 +47,8 @@ struct SourceConfig {
     v("chat_template", chat_template,
       "instruction/chat: chatml, qwen2.5 (chatml plus Qwen's default system prompt), llama3, "
       "gemma (system folded into the first user turn; turns must alternate), plain (no special "
-      "tokens, for base models), or a custom pattern like '<s>{turn}<|{role}|>\\n{content}</s>\\n'");
+      "tokens, for base models), or a custom pattern like "
+      "'<s>{turn}<|{role}|>\\n{content}</s>\\n'");
     v("loss", loss,
       "instruction/chat: assistant (only the assistant turns' content and end-of-turn marker "
       "count) or all (every token counts)");
@@ -212,7 +213,8 @@ std::vector<std::string> model_key_names();
 
 // Loads a YAML file, applies "section.key=value" overrides in order, fills a RunConfig (with
 // apply_init_from, the model keys and data.tokenizer taken as set when the file or an override
-// names them) and validates it. Every problem is a UserError naming the file, the key or the override.
+// names them) and validates it. Every problem is a UserError naming the file, the key or the
+// override.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 // The resolved config as YAML text (every field, defaults included).
 std::string run_config_to_yaml(RunConfig& cfg);

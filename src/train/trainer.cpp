@@ -127,9 +127,10 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
     RunConfig probe = cfg;
     apply_init_from(probe, model_key_names(), true, "train");
     load_hf_weights(tc.init_from, model);
-    init_line = fmt::format("init: weights of Hugging Face model '{}' ({}, from its config.json); "
-                            "tokenizer {}",
-                            tc.init_from, cfg.model.family, cfg.data.tokenizer);
+    init_line = fmt::format(
+        "init: weights of Hugging Face model '{}' ({}, from its config.json); "
+        "tokenizer {}",
+        tc.init_from, cfg.model.family, cfg.data.tokenizer);
   } else {
     model.init_weights(static_cast<uint64_t>(tc.seed));
     if (!tc.init_from.empty())

@@ -27,7 +27,9 @@ ModelConfig head(int64_t D, double theta) {
   return c;
 }
 
-double plain(double theta, int64_t i, int64_t D) { return std::pow(theta, -2.0 * i / D); }
+double plain(double theta, int64_t i, int64_t D) {
+  return std::pow(theta, -2.0 * i / D);
+}
 
 void expect_rel(const std::vector<double>& got, const std::vector<double>& want,
                 const std::string& what, double rel = kRel) {
@@ -103,7 +105,8 @@ TEST(Rope, DynamicNtk) {
   expect_rel(rope_frequencies(c, false, L).inv_freq, defaults(b, 128),
              "dynamic at " + std::to_string(L), 4e-6);
   // Longer contexts only ever lower every frequency but the first.
-  const auto a = rope_frequencies(c, false, L).inv_freq, z = rope_frequencies(c, false, L + 999).inv_freq;
+  const auto a = rope_frequencies(c, false, L).inv_freq,
+             z = rope_frequencies(c, false, L + 999).inv_freq;
   for (size_t i = 1; i < a.size(); ++i) EXPECT_LT(z[i], a[i]);
   for (const char* t : {"default", "linear", "llama3", "yarn"}) {
     c.rope_type = t;
@@ -197,7 +200,9 @@ TEST(Rope, Reductions) {
     c.rope_type = "yarn";
     c.rope_factor = f;
     const RopeFrequencies y = rope_frequencies(c, false, 0);
-    auto dim = [&](double rot) { return D * std::log(4096 / (rot * 2 * M_PI)) / (2 * std::log(theta)); };
+    auto dim = [&](double rot) {
+      return D * std::log(4096 / (rot * 2 * M_PI)) / (2 * std::log(theta));
+    };
     const double low = std::max(std::floor(dim(32)), 0.0);
     const double high = std::min(std::ceil(dim(1)), static_cast<double>(D - 1));
     int below = 0, above = 0;
@@ -269,18 +274,24 @@ void expect_same_rope(const ModelConfig& a, const ModelConfig& b, const std::str
 
 // Published configs, each in the legacy spelling and in transformers 5's rope_parameters.
 TEST(HfRope, PublishedConfigsBothSpellings) {
-  const json llama31 = {{"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                        {"original_max_position_embeddings", 8192}, {"rope_type", "llama3"}};
-  const json qwen25 = {{"factor", 4.0}, {"original_max_position_embeddings", 32768},
-                       {"type", "yarn"}};
-  const json deepseek = {{"beta_fast", 32}, {"beta_slow", 1}, {"factor", 40},
-                         {"mscale", 0.707}, {"mscale_all_dim", 0.707},
-                         {"original_max_position_embeddings", 4096}, {"type", "yarn"}};
+  const json llama31 = {{"factor", 8.0},
+                        {"low_freq_factor", 1.0},
+                        {"high_freq_factor", 4.0},
+                        {"original_max_position_embeddings", 8192},
+                        {"rope_type", "llama3"}};
+  const json qwen25 = {
+      {"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"type", "yarn"}};
+  const json deepseek = {
+      {"beta_fast", 32}, {"beta_slow", 1},          {"factor", 40},
+      {"mscale", 0.707}, {"mscale_all_dim", 0.707}, {"original_max_position_embeddings", 4096},
+      {"type", "yarn"}};
   const json ntk = {{"type", "dynamic"}, {"factor", 2.0}};
   const json linear = {{"rope_type", "linear"}, {"factor", 4.0}};
-  for (const auto& [theta, scaling] : std::vector<std::pair<double, json>>{
-           {500000.0, llama31}, {1e6, qwen25}, {10000.0, deepseek}, {10000.0, ntk},
-           {10000.0, linear}}) {
+  for (const auto& [theta, scaling] : std::vector<std::pair<double, json>>{{500000.0, llama31},
+                                                                           {1e6, qwen25},
+                                                                           {10000.0, deepseek},
+                                                                           {10000.0, ntk},
+                                                                           {10000.0, linear}}) {
     ModelConfig base = head(64, 10000);
     base.max_position_embeddings = 32768;
     const ModelConfig old = read({{"rope_theta", theta}, {"rope_scaling", scaling}}, base);
@@ -357,8 +368,8 @@ TEST(HfRope, TransformersDefaultsAndPriorities) {
   base.max_position_embeddings = 131072;
   // yarn with factor null: transformers 5 derives max_position_embeddings / original.
   json j = {{"max_position_embeddings", 131072},
-            {"rope_scaling", {{"type", "yarn"}, {"factor", nullptr},
-                              {"original_max_position_embeddings", 32768}}}};
+            {"rope_scaling",
+             {{"type", "yarn"}, {"factor", nullptr}, {"original_max_position_embeddings", 32768}}}};
   EXPECT_EQ(read(j, base).rope_factor, 4.0);
   // A top-level original_max_position_embeddings (Phi-3 style) wins for yarn and llama3.
   j["rope_scaling"]["factor"] = 2.0;
@@ -366,15 +377,19 @@ TEST(HfRope, TransformersDefaultsAndPriorities) {
   EXPECT_EQ(read(j, base).rope_original_max_position_embeddings, 4096);
   EXPECT_EQ(read(j, base).rope_factor, 2.0);  // an explicit factor is kept
   // dynamic scales from max_position_embeddings: original_max_position_embeddings is ignored.
-  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0},
-                       {"original_max_position_embeddings", 1024}};
+  j["rope_scaling"] = {
+      {"type", "dynamic"}, {"factor", 2.0}, {"original_max_position_embeddings", 1024}};
   EXPECT_EQ(read(j, base).rope_original_max_position_embeddings, 0);
   // beta_fast / beta_slow of 0 or null mean 32 / 1 (transformers' `or`); rope_theta inside the
   // dict beats the top-level one; rope_scaling beats rope_parameters.
   j = {{"rope_theta", 5.0},
        {"rope_parameters", {{"rope_type", "linear"}, {"factor", 3.0}}},
-       {"rope_scaling", {{"type", "yarn"}, {"factor", 8.0}, {"beta_fast", 0},
-                         {"beta_slow", nullptr}, {"rope_theta", 7.0}}}};
+       {"rope_scaling",
+        {{"type", "yarn"},
+         {"factor", 8.0},
+         {"beta_fast", 0},
+         {"beta_slow", nullptr},
+         {"rope_theta", 7.0}}}};
   const ModelConfig c = read(j, base);
   EXPECT_EQ(c.rope_type, "yarn");
   EXPECT_EQ(c.rope_theta, 7.0);
@@ -397,14 +412,15 @@ TEST(HfRope, Gemma3Forms) {
   ModelConfig g = head(16, 1e6);
   g.family = "gemma3";
   g.rope_local_base_freq = 10000;  // the family default
-  const ModelConfig old = read({{"rope_theta", 1e6}, {"rope_local_base_freq", 5000.0},
+  const ModelConfig old = read({{"rope_theta", 1e6},
+                                {"rope_local_base_freq", 5000.0},
                                 {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}},
                                g);
-  const ModelConfig v5 = read(
-      {{"rope_parameters",
-        {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
-         {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}}}},
-      g);
+  const ModelConfig v5 =
+      read({{"rope_parameters",
+             {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}, {"rope_theta", 1e6}}},
+              {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 5000.0}}}}}},
+           g);
   EXPECT_EQ(old.rope_local_base_freq, 5000.0);
   EXPECT_EQ(old.rope_type, "linear");
   expect_same_rope(old, v5, "gemma3");
@@ -417,11 +433,11 @@ TEST(HfRope, Gemma3Forms) {
   expect_same_rope(old, read(w, g), "gemma3 round trip");
   // A sliding dict without rope_theta takes the local default; a top-level rope_scaling is
   // merged into full_attention.
-  const ModelConfig merged = read(
-      {{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}}},
-       {"rope_parameters", {{"full_attention", {{"rope_theta", 1e6}}},
-                            {"sliding_attention", {{"rope_type", "default"}}}}}},
-      g);
+  const ModelConfig merged = read({{"rope_scaling", {{"rope_type", "yarn"}, {"factor", 2.0}}},
+                                   {"rope_parameters",
+                                    {{"full_attention", {{"rope_theta", 1e6}}},
+                                     {"sliding_attention", {{"rope_type", "default"}}}}}},
+                                  g);
   EXPECT_EQ(merged.rope_type, "yarn");
   EXPECT_EQ(merged.rope_local_base_freq, 10000.0);
   // rope_local_base_freq 0 (sliding layers as the full ones) survives as sliding == full.
@@ -466,9 +482,11 @@ TEST(HfRope, BadInputs) {
       {"'rope_scaling.attention_factor'", "> 0"});
   bad({{"rope_scaling", {{"type", "yarn"}, {"factor", 4}, {"truncate", "no"}}}},
       {"'rope_scaling.truncate'", "true or false"});
-  bad({{"rope_scaling", {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 1.5}}}},
+  bad({{"rope_scaling",
+        {{"type", "yarn"}, {"factor", 4}, {"original_max_position_embeddings", 1.5}}}},
       {"'rope_scaling.original_max_position_embeddings'", "positive integer"});
-  bad({{"rope_scaling", {{"type", "yarn"}, {"factor", 4}}}, {"original_max_position_embeddings", 0}},
+  bad({{"rope_scaling", {{"type", "yarn"}, {"factor", 4}}},
+       {"original_max_position_embeddings", 0}},
       {"'original_max_position_embeddings'", "positive integer"});
   bad({{"rope_scaling", 4}}, {"'rope_scaling'", "an object"});
   bad({{"rope_parameters", "yarn"}}, {"'rope_parameters'", "an object"});
@@ -476,15 +494,16 @@ TEST(HfRope, BadInputs) {
   bad({{"partial_rotary_factor", 0.5}}, {"'partial_rotary_factor'", "whole head"});
   bad({{"rope_parameters", {{"rope_type", "default"}, {"partial_rotary_factor", 0.25}}}},
       {"'rope_parameters.partial_rotary_factor'"});
-  bad({{"rope_parameters", {{"full_attention", json::object()}, {"chunked_attention", json::object()}}}},
+  bad({{"rope_parameters",
+        {{"full_attention", json::object()}, {"chunked_attention", json::object()}}}},
       {"'rope_parameters.chunked_attention'", "layer type"});
-  bad({{"rope_parameters", {{"full_attention", 1}}}}, {"'rope_parameters.full_attention'", "object"});
+  bad({{"rope_parameters", {{"full_attention", 1}}}},
+      {"'rope_parameters.full_attention'", "object"});
   bad({{"rope_parameters",
         {{"full_attention", {{"rope_type", "linear"}, {"factor", 8.0}}},
          {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}}}}}},
       {"'rope_parameters.sliding_attention.rope_type'", "'linear'", "full_attention"});
-  bad({{"rope_parameters",
-        {{"full_attention", {{"rope_type", "longrope"}}}}}},
+  bad({{"rope_parameters", {{"full_attention", {{"rope_type", "longrope"}}}}}},
       {"'rope_parameters.full_attention.rope_type'", "'longrope'"});
 }
 
@@ -499,26 +518,37 @@ TEST(Rope, ValidateMessages) {
   expect([](ModelConfig& c) { c.rope_theta = 0; }, {"model.rope_theta", "> 0"});
   expect([](ModelConfig& c) { c.rope_type = "linear", c.rope_factor = -1; },
          {"model.rope_factor", "> 0", "-1"});
-  expect([](ModelConfig& c) { c.rope_factor = 4; }, {"model.rope_factor", "model.rope_type", "default"});
+  expect([](ModelConfig& c) { c.rope_factor = 4; },
+         {"model.rope_factor", "model.rope_type", "default"});
   expect([](ModelConfig& c) { c.rope_original_max_position_embeddings = -5; },
          {"model.rope_original_max_position_embeddings", ">= 0"});
-  expect([](ModelConfig& c) { c.rope_type = "dynamic", c.rope_factor = 2, c.rope_original_max_position_embeddings = 64; },
-         {"model.rope_original_max_position_embeddings", "dynamic", "model.max_position_embeddings"});
-  expect([](ModelConfig& c) { c.rope_type = "llama3", c.rope_factor = 8, c.rope_high_freq_factor = 1; },
-         {"model.rope_high_freq_factor", "model.rope_low_freq_factor"});
-  expect([](ModelConfig& c) { c.rope_type = "llama3", c.rope_factor = 8, c.rope_low_freq_factor = 0; },
-         {"model.rope_low_freq_factor", "> 0"});
+  expect(
+      [](ModelConfig& c) {
+        c.rope_type = "dynamic", c.rope_factor = 2, c.rope_original_max_position_embeddings = 64;
+      },
+      {"model.rope_original_max_position_embeddings", "dynamic", "model.max_position_embeddings"});
+  expect(
+      [](ModelConfig& c) {
+        c.rope_type = "llama3", c.rope_factor = 8, c.rope_high_freq_factor = 1;
+      },
+      {"model.rope_high_freq_factor", "model.rope_low_freq_factor"});
+  expect(
+      [](ModelConfig& c) { c.rope_type = "llama3", c.rope_factor = 8, c.rope_low_freq_factor = 0; },
+      {"model.rope_low_freq_factor", "> 0"});
   expect([](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_beta_fast = 0.5; },
          {"model.rope_beta_fast", "model.rope_beta_slow"});
   expect([](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_beta_slow = 0; },
          {"model.rope_beta_slow", "> 0"});
-  expect([](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_attention_factor = -1; },
-         {"model.rope_attention_factor", ">= 0"});
+  expect(
+      [](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_attention_factor = -1; },
+      {"model.rope_attention_factor", ">= 0"});
   expect([](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_mscale = -1; },
          {"model.rope_mscale", ">= 0"});
-  expect([](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_mscale_all_dim = -1; },
-         {"model.rope_mscale_all_dim", ">= 0"});
-  expect([](ModelConfig& c) { c.rope_local_base_freq = -1; }, {"model.rope_local_base_freq", ">= 0"});
+  expect(
+      [](ModelConfig& c) { c.rope_type = "yarn", c.rope_factor = 4, c.rope_mscale_all_dim = -1; },
+      {"model.rope_mscale_all_dim", ">= 0"});
+  expect([](ModelConfig& c) { c.rope_local_base_freq = -1; },
+         {"model.rope_local_base_freq", ">= 0"});
   expect([](ModelConfig& c) { c.family = "mistral", c.rope_local_base_freq = 10000; },
          {"model.rope_local_base_freq", "gemma3", "mistral"});
   for (const char* t : {"default", "linear", "dynamic", "llama3", "yarn"}) {  // and the good ones

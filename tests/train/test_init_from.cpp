@@ -132,9 +132,8 @@ TEST_F(InitFrom, ModelKeysMustAgreeWithConfigJson) {
       [&] { load_run_config(yaml("d", hf(), 2, "  num_key_value_heads: 0\n"), {}); },
       {"model.num_key_value_heads is 0 (= 4) here but 2 in"});
   // An override counts as set too.
-  test::expect_user_error(
-      [&] { load_run_config(yaml("e", hf(), 2), {"model.rope_theta=500000"}); },
-      {"model.rope_theta is 500000 here but 10000 in"});
+  test::expect_user_error([&] { load_run_config(yaml("e", hf(), 2), {"model.rope_theta=500000"}); },
+                          {"model.rope_theta is 500000 here but 10000 in"});
 }
 
 TEST_F(InitFrom, MissingOrIncompleteDirectoryIsAnError) {
@@ -142,21 +141,19 @@ TEST_F(InitFrom, MissingOrIncompleteDirectoryIsAnError) {
   test::expect_user_error([&] { load_run_config(yaml("f", missing, 2), {}); },
                           {"train.init_from", missing, "not a directory"});
   fs::create_directories(dir_ / "empty");
-  test::expect_user_error(
-      [&] { load_run_config(yaml("g", (dir_ / "empty").string(), 2), {}); },
-      {"train.init_from", "config.json", "not found"});
+  test::expect_user_error([&] { load_run_config(yaml("g", (dir_ / "empty").string(), 2), {}); },
+                          {"train.init_from", "config.json", "not found"});
   // No tokenizer in the directory and data.tokenizer set empty: say so.
   const std::string bare = (fs::path(LMT_TEST_DATA) / "hf" / "llama").string();
-  test::expect_user_error(
-      [&] { load_run_config(yaml("h", bare, 2, "", "  tokenizer: ''\n"), {}); },
-      {"data.tokenizer", bare, "tokenizer.json"});
+  test::expect_user_error([&] { load_run_config(yaml("h", bare, 2, "", "  tokenizer: ''\n"), {}); },
+                          {"data.tokenizer", bare, "tokenizer.json"});
   // Weights missing: the run stops before any step, naming the file.
   fs::create_directories(dir_ / "noweights");
   fs::copy_file(dir_ / "hf" / "config.json", dir_ / "noweights" / "config.json");
-  RunConfig cfg = load_run_config(
-      yaml("i", (dir_ / "noweights").string(), 2, "",
-           "  tokenizer: '" + (dir_ / "hf" / "tokenizer.json").string() + "'\n"),
-      {});
+  RunConfig cfg =
+      load_run_config(yaml("i", (dir_ / "noweights").string(), 2, "",
+                           "  tokenizer: '" + (dir_ / "hf" / "tokenizer.json").string() + "'\n"),
+                      {});
   test::expect_user_error([&] { train(cfg, false); }, {"model.safetensors"});
 }
 
