@@ -29,9 +29,20 @@ FAMILIES = {
         **COMMON, tie_word_embeddings=True,
         rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                           high_freq_factor=4.0, original_max_position_embeddings=16)),
+    # YaRN: head 8, theta 1e4, original 64 -> correction range dims 0..2 of 4 (so both the kept
+    # and the interpolated frequencies occur), attention factor 0.1 ln 4 + 1. factor equals
+    # max_position_embeddings / original (256 / 64), so transformers 4.4x-4.5x, which replaced
+    # factor by that ratio, agree with transformers 5, which uses the explicit factor.
     "llama_yarn": lambda: tf.LlamaConfig(
         **COMMON, rope_scaling=dict(rope_type="yarn", factor=4.0,
                                     original_max_position_embeddings=64)),
+    # Dynamic NTK: max_position_embeddings 16 is below both sequences (17 and 29 tokens), so each
+    # forward grows the base for its own length. make() runs ref_a before the longer ref_b, so
+    # transformers' cached frequencies are those of the current length each time, which is what
+    # lmtrain computes per batch (a shorter call after a longer one would reuse the longer one's).
+    "llama_dynamic": lambda: tf.LlamaConfig(
+        **dict(COMMON, max_position_embeddings=16),
+        rope_scaling=dict(rope_type="dynamic", factor=2.0)),
     "mistral_swa": lambda: tf.MistralConfig(**COMMON, sliding_window=8),
     "qwen2": lambda: tf.Qwen2Config(**COMMON),
     "qwen3": lambda: tf.Qwen3Config(**COMMON, head_dim=16),
@@ -41,6 +52,15 @@ FAMILIES = {
     "gemma3": lambda: tf.Gemma3TextConfig(
         **dict(COMMON, num_hidden_layers=6), head_dim=16, sliding_window=8,
         query_pre_attn_scalar=16, rope_local_base_freq=10000.0),
+    # gemma3 with YaRN on the full-attention layers, in transformers 5's per-layer-type form; the
+    # sliding layers keep plain RoPE with base 1e4.
+    "gemma3_yarn": lambda: tf.Gemma3TextConfig(
+        **dict(COMMON, num_hidden_layers=6), head_dim=16, sliding_window=8,
+        query_pre_attn_scalar=16,
+        rope_parameters={
+            "full_attention": dict(rope_type="yarn", rope_theta=1e6, factor=4.0,
+                                   original_max_position_embeddings=64),
+            "sliding_attention": dict(rope_type="default", rope_theta=10000.0)}),
     "gpt2": lambda: tf.GPT2Config(vocab_size=256, n_embd=32, n_layer=2, n_head=4, n_positions=256),
 }
 

@@ -1,5 +1,26 @@
-// Rotary position embedding frequencies, computed as transformers computes them (in float32 where
-// it does), for every rope_type lmtrain reads: default, linear, dynamic (NTK), llama3 and yarn.
+// Rotary position embedding frequencies, computed as transformers 5 computes them
+// (modeling_rope_utils.py), step by step in float32 where it works in float32 and in double where
+// it works in Python floats, for every rope_type lmtrain reads: default, linear, dynamic (NTK),
+// llama3 and yarn.
+//
+// dynamic: transformers' RotaryEmbedding starts from the plain frequencies and, in a forward whose
+// largest position + 1 (L) exceeds the length it has cached, recomputes them for L, where
+//   base' = theta * (factor * L / max_position_embeddings - (factor - 1)) ^ (d / (d - 2));
+// it keeps those grown frequencies for later, shorter calls until one is shorter than
+// max_position_embeddings, which restores the plain ones. lmtrain has no such state: each batch
+// (each generation step) uses the frequencies of its own L = largest position + 1, plain when
+// L <= max_position_embeddings. The two agree whenever a call's L is either <=
+// max_position_embeddings or the largest seen so far; after a longer call, a call with
+// max_position_embeddings < L < (the longest L so far) gets transformers' longer-L frequencies
+// but lmtrain's own-L ones. Like transformers, dynamic scales from max_position_embeddings;
+// original_max_position_embeddings does not apply to it.
+//
+// yarn: factor is the configured one (transformers 5; it derives max_position_embeddings /
+// original_max_position_embeddings only when factor is null, while transformers 4.4x-4.5x
+// replaced factor by that ratio whenever original_max_position_embeddings was set).
+// original_max_position_embeddings (0 = max_position_embeddings) sets the correction range;
+// attention_factor (0 = derived) is 0.1 ln(factor) + 1, or with both mscale and mscale_all_dim
+// set, (0.1 mscale ln f + 1) / (0.1 mscale_all_dim ln f + 1) (each 1 when f <= 1).
 #pragma once
 
 #include <cstdint>
@@ -10,17 +31,21 @@
 namespace lmt {
 
 struct RopeFrequencies {
-  std::vector<double> inv_freq;   // [head_size / 2]
-  double attention_factor = 1.0;  // multiplies cos and sin (yarn)
+  std::vector<double> inv_freq;   // [head_size / 2], each a float32 value as transformers has it
+  double attention_factor = 1.0;  // multiplies cos and sin (yarn; 1 otherwise)
 };
 
 // The frequencies of one kind of layer. local: a sliding-window layer of a model with
-// rope_local_base_freq > 0 (gemma3), which uses plain RoPE with that base. seq_len: the longest
-// sequence of the batch (largest position + 1); only rope_type "dynamic" depends on it.
+// rope_local_base_freq > 0 (gemma3), which uses plain RoPE with that base. seq_len: the batch's
+// largest position + 1; only rope_type "dynamic" depends on it (see above).
 RopeFrequencies rope_frequencies(const ModelConfig& c, bool local, int64_t seq_len);
 
 // True when the frequencies change with seq_len (rope_type "dynamic").
 bool rope_depends_on_length(const ModelConfig& c);
+
+// The context the scaling was trained at: rope_original_max_position_embeddings, or
+// max_position_embeddings when that is 0 (llama3 and yarn).
+int64_t rope_original_max(const ModelConfig& c);
 
 // Throws UserError naming the model.rope_* key when the RoPE settings are inconsistent.
 void validate_rope(const ModelConfig& c);

@@ -8,10 +8,14 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+#include <variant>
 
 #include "core/error.h"
 #include "io/config_yaml.h"
+#include "io/hf_model.h"
+#include "model/rope.h"
 
 namespace lmt {
 
@@ -46,8 +50,9 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
           d.val_fraction);
   require_one_of("data.packing", d.packing, {"auto", "continue", "bin"});
   if (d.sources.empty() && d.store.empty())
-    throw UserError("data.sources must list at least one source (or data.store name a prepared "
-                    "token store)");
+    throw UserError(
+        "data.sources must list at least one source (or data.store name a prepared "
+        "token store)");
   for (size_t i = 0; i < d.sources.size(); ++i) {
     const SourceConfig& s = d.sources[i];
     const std::string at = "data.sources[" + std::to_string(i) + "].";
@@ -119,7 +124,105 @@ YAML::Node load_yaml_file(const std::string& path) {
   }
 }
 
+// Every model key's value as text (fmt's shortest round-trip form for numbers, so equal text is
+// an equal value); resolved: the keys with an "unset" spelling (0 = derived) as they resolve.
+struct CollectValues {
+  std::map<std::string, std::string>& out;
+  template <class T>
+  void operator()(const char* name, T& field, const char*) {
+    out[name] = fmt::format("{}", field);
+  }
+};
+
+std::map<std::string, std::string> model_values(ModelConfig c, bool resolved) {
+  if (resolved) {
+    c.num_key_value_heads = c.kv_heads();
+    c.head_dim = c.head_size();
+    if (c.rope_type == "llama3" || c.rope_type == "yarn")
+      c.rope_original_max_position_embeddings = rope_original_max(c);
+  }
+  std::map<std::string, std::string> out;
+  CollectValues v{out};
+  c.visit(v);
+  return out;
+}
+
+// The address of every model field by key, to copy chosen keys from one config to another.
+using FieldPtr = std::variant<std::string*, int64_t*, double*, bool*>;
+struct CollectFields {
+  std::map<std::string, FieldPtr>& out;
+  template <class T>
+  void operator()(const char* name, T& field, const char*) {
+    out[name] = &field;
+  }
+};
+
+// `to` with the `keys` of `from`: the user's keys over the directory's config, so that a key
+// written as 0 ("derived") resolves against the shape the run will really have.
+ModelConfig overlay(const ModelConfig& from, ModelConfig to, const std::vector<std::string>& keys) {
+  ModelConfig src = from;
+  std::map<std::string, FieldPtr> a, b;
+  CollectFields ca{a}, cb{b};
+  src.visit(ca);
+  to.visit(cb);
+  for (const std::string& k : keys) {
+    if (!a.count(k)) continue;
+    std::visit([&](auto* p) { *std::get<std::remove_reference_t<decltype(p)>>(b.at(k)) = *p; },
+               a.at(k));
+  }
+  return to;
+}
+
 }  // namespace
+
+void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_keys,
+                     bool tokenizer_set, const std::string& where) {
+  const std::string& dir = cfg.train.init_from;
+  if (dir.empty()) return;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UserError(fmt::format(
+        "{}: train.init_from '{}' is not a directory (it must be a Hugging Face model directory "
+        "holding config.json and model.safetensors)",
+        where, dir));
+  ModelConfig hf;
+  try {
+    hf = read_hf_model_config(dir);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{}: train.init_from: {}", where, e.what()));
+  }
+  const auto raw = model_values(cfg.model, false);
+  const auto mine = model_values(overlay(cfg.model, hf, set_model_keys), true);
+  const auto theirs = model_values(hf, true);
+  for (const std::string& key : set_model_keys) {
+    auto a = mine.find(key), b = theirs.find(key);
+    if (a == mine.end() || b == theirs.end() || a->second == b->second) continue;
+    const std::string given =
+        raw.at(key) == a->second ? a->second : fmt::format("{} (= {})", raw.at(key), a->second);
+    throw UserError(fmt::format(
+        "{}: model.{} is {} here but {} in {}: train.init_from takes the model's shape from "
+        "that config.json, so leave model.{} out or make it agree",
+        where, key, given, b->second, (fs::path(dir) / "config.json").string(), key));
+  }
+  cfg.model = hf;
+  if (!tokenizer_set || cfg.data.tokenizer.empty()) {
+    if (fs::exists(fs::path(dir) / "tokenizer.json") ||
+        fs::exists(fs::path(dir) / "tokenizer.model"))
+      cfg.data.tokenizer = dir;
+    else if (cfg.data.tokenizer.empty())
+      throw UserError(fmt::format(
+          "{}: data.tokenizer is empty and train.init_from '{}' holds neither tokenizer.json nor "
+          "tokenizer.model: name the tokenizer in data.tokenizer",
+          where, dir));
+  }
+}
+
+std::vector<std::string> model_key_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, value] : model_values(ModelConfig{}, false)) names.push_back(name);
+  return names;
+}
 
 void RunConfig::validate() const {
   model.validate();
@@ -133,6 +236,14 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   ConfigSource src{path, apply_overrides(root, overrides)};
   RunConfig cfg;
   read_config(root, cfg, src);
+  if (!cfg.train.init_from.empty()) {
+    const YAML::Node& tree = root;  // const: looking a key up must not add it
+    std::vector<std::string> model_keys;
+    if (tree["model"] && tree["model"].IsMap())
+      for (const auto& kv : tree["model"]) model_keys.push_back(kv.first.as<std::string>());
+    const bool tokenizer_set = tree["data"] && tree["data"].IsMap() && tree["data"]["tokenizer"];
+    apply_init_from(cfg, model_keys, tokenizer_set, path);
+  }
   try {
     cfg.validate();
   } catch (const UserError& e) {

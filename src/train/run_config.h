@@ -47,7 +47,8 @@ struct SourceConfig {
     v("chat_template", chat_template,
       "instruction/chat: chatml, qwen2.5 (chatml plus Qwen's default system prompt), llama3, "
       "gemma (system folded into the first user turn; turns must alternate), plain (no special "
-      "tokens, for base models), or a custom pattern like '<s>{turn}<|{role}|>\\n{content}</s>\\n'");
+      "tokens, for base models), or a custom pattern like "
+      "'<s>{turn}<|{role}|>\\n{content}</s>\\n'");
     v("loss", loss,
       "instruction/chat: assistant (only the assistant turns' content and end-of-turn marker "
       "count) or all (every token counts)");
@@ -109,6 +110,7 @@ struct TrainConfig {
   int64_t threads = 0;
   std::string sample_prompt;
   int64_t sample_tokens = 0;
+  std::string init_from;
 
   template <class V>
   void visit(V& v) {
@@ -139,6 +141,12 @@ struct TrainConfig {
     v("threads", threads, "CPU threads; 0 = all cores");
     v("sample_prompt", sample_prompt, "text to continue at the end of the run");
     v("sample_tokens", sample_tokens, "tokens to generate at the end of the run; 0 = none");
+    v("init_from", init_from,
+      "a Hugging Face model directory to fine-tune (config.json, model.safetensors or shards, "
+      "optionally tokenizer.json / tokenizer.model): the model's shape comes from its "
+      "config.json (model keys set here must agree with it), its weights replace the "
+      "initialisation, and its tokenizer is used when data.tokenizer is not set; a resumed run "
+      "continues from its checkpoint instead");
   }
 };
 
@@ -192,8 +200,21 @@ struct RunConfig {
   void validate() const;
 };
 
-// Loads a YAML file, applies "section.key=value" overrides in order, fills a RunConfig and
-// validates it. Every problem is a UserError naming the file, the key or the override.
+// train.init_from: sets cfg.model from DIR/config.json. `set_model_keys`: the model keys the
+// user gave (names without "model."); each must agree with DIR's value (num_key_value_heads and
+// head_dim compared resolved), else one UserError naming the key and both values. When
+// `tokenizer_set` is false or data.tokenizer is empty, DIR's tokenizer.json / tokenizer.model
+// becomes data.tokenizer (DIR itself); an empty data.tokenizer with none in DIR is an error.
+// `where`: the config file, for messages. Does nothing when train.init_from is empty.
+void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_keys,
+                     bool tokenizer_set, const std::string& where);
+// Every model key's name (ModelConfig::visit), e.g. to check a whole config with apply_init_from.
+std::vector<std::string> model_key_names();
+
+// Loads a YAML file, applies "section.key=value" overrides in order, fills a RunConfig (with
+// apply_init_from, the model keys and data.tokenizer taken as set when the file or an override
+// names them) and validates it. Every problem is a UserError naming the file, the key or the
+// override.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 // The resolved config as YAML text (every field, defaults included).
 std::string run_config_to_yaml(RunConfig& cfg);

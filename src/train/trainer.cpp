@@ -19,6 +19,7 @@
 #include "data/packing.h"
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/hf_model.h"
 #include "io/text_file.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -120,7 +121,22 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   Transformer model(be.get(), cfg.model);
   model.set_activation_checkpointing(tc.activation_checkpointing);
   model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
-  model.init_weights(static_cast<uint64_t>(tc.seed));
+  std::string init_line;
+  if (!tc.init_from.empty() && !ckpt) {
+    // load_run_config took the shape from init_from; a config built in code must match it too.
+    RunConfig probe = cfg;
+    apply_init_from(probe, model_key_names(), true, "train");
+    load_hf_weights(tc.init_from, model);
+    init_line = fmt::format(
+        "init: weights of Hugging Face model '{}' ({}, from its config.json); "
+        "tokenizer {}",
+        tc.init_from, cfg.model.family, cfg.data.tokenizer);
+  } else {
+    model.init_weights(static_cast<uint64_t>(tc.seed));
+    if (!tc.init_from.empty())
+      init_line = fmt::format("init: train.init_from '{}' not reloaded: resuming from {}",
+                              tc.init_from, *ckpt);
+  }
   AdamW opt(be.get(), model.params(), model.flat_size(), cfg.optimizer, tc.weight_decay);
 
   int64_t step = 0, tokens_seen = 0;
@@ -162,6 +178,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
                                model.num_params(), cfg.model.num_hidden_layers,
                                cfg.model.hidden_size, be->name(), omp_get_max_threads()));
+  if (!init_line.empty()) metrics.log_line(init_line);
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
 
   TrainResult result;
