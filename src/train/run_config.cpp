@@ -235,6 +235,19 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   YAML::Node root = load_yaml_file(path);
   ConfigSource src{path, apply_overrides(root, overrides)};
   RunConfig cfg;
+  // model.family picks the defaults of the keys the file leaves out (gemma2's soft-caps and window
+  // pattern, gpt2's activation, ...); an unknown family is reported by validate() below.
+  {
+    const YAML::Node& tree = root;  // const: looking a key up must not add it
+    if (tree["model"] && tree["model"].IsMap() && tree["model"]["family"] &&
+        tree["model"]["family"].IsScalar()) {
+      const std::string family = tree["model"]["family"].as<std::string>();
+      try {
+        cfg.model = family_defaults(family);
+      } catch (const UserError&) {
+      }
+    }
+  }
   read_config(root, cfg, src);
   if (!cfg.train.init_from.empty()) {
     const YAML::Node& tree = root;  // const: looking a key up must not add it

@@ -68,6 +68,23 @@ TEST(RunConfig, LoadsValuesAndDefaults) {
   EXPECT_TRUE(c.logging.jsonl);
 }
 
+// model.family sets the defaults of the model keys the file leaves out; keys it gives win.
+TEST(RunConfig, FamilyDefaultsFillTheModelKeys) {
+  RunConfig g = load_run_config(valid_file(), {"model.family=gemma2", "model.head_dim=16"});
+  EXPECT_EQ(g.model.hidden_act, "gelu_pytorch_tanh");
+  EXPECT_EQ(g.model.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(g.model.final_logit_softcapping, 30.0);
+  EXPECT_EQ(g.model.sliding_window_pattern, 2);
+  EXPECT_TRUE(g.model.tie_word_embeddings);
+  EXPECT_EQ(g.model.hidden_size, 64);  // from the file
+  RunConfig w = load_run_config(valid_file(), {"model.family=gemma2", "model.head_dim=16",
+                                               "model.final_logit_softcapping=0"});
+  EXPECT_EQ(w.model.final_logit_softcapping, 0.0);
+  RunConfig l = load_run_config(valid_file(), {});
+  EXPECT_EQ(l.model.hidden_act, "silu");
+  EXPECT_EQ(l.model.attn_logit_softcapping, 0.0);
+}
+
 TEST(RunConfig, MissingFileAndDirectory) {
   expect_user_error([] { load_run_config("/nonexistent/run.yaml", {}); },
                     {"config file '/nonexistent/run.yaml' not found"});
