@@ -61,6 +61,16 @@ std::vector<Variant> variants() {
   gemma3.rope_local_base_freq = 10.0;
   gemma3.query_pre_attn_scalar = 5;
   v.push_back({"gemma3", gemma3});
+  ModelConfig yarn = tiny("llama");
+  yarn.rope_type = "yarn";
+  yarn.rope_factor = 4.0;
+  yarn.rope_original_max_position_embeddings = 8;
+  v.push_back({"llama_yarn", yarn});
+  ModelConfig dynamic = tiny("qwen3");
+  dynamic.rope_type = "dynamic";
+  dynamic.rope_factor = 2.0;
+  dynamic.max_position_embeddings = 6;  // shorter than the test rows: the base grows
+  v.push_back({"qwen3_dynamic", dynamic});
   v.push_back({"gpt2", tiny("gpt2")});
   ModelConfig gpt2 = tiny("gpt2");
   gpt2.tie_word_embeddings = false;
@@ -128,6 +138,8 @@ TEST_P(Family, GradientsMatchFiniteDifferences) {
 }
 
 TEST_P(Family, KvCacheMatchesFullForward) {
+  if (GetParam().cfg.rope_type == "dynamic")
+    GTEST_SKIP() << "dynamic RoPE changes with the length, so cached keys differ (as in transformers)";
   CpuBackend be;
   Transformer m(&be, GetParam().cfg, DType::f64);
   randomise(m, 8);
@@ -187,7 +199,9 @@ INSTANTIATE_TEST_SUITE_P(Variants, Family, testing::ValuesIn(variants()),
 // window pattern, and gpt2's learned positions.
 TEST(Families, Gemma3LocalRopeBaseAndPatternMatter) {
   CpuBackend be;
-  const ModelConfig base = variants()[6].cfg;
+  ModelConfig base;
+  for (const Variant& v : variants())
+    if (std::string(v.name) == "gemma3") base = v.cfg;
   ASSERT_EQ(base.family, "gemma3");
   const auto ids = random_ids(9, 11, 12);
   auto logits = [&](const ModelConfig& c) {
@@ -208,6 +222,36 @@ TEST(Families, Gemma3LocalRopeBaseAndPatternMatter) {
     for (size_t i = 0; i < ref.size(); ++i) diff = std::max(diff, std::abs(got[i] - ref[i]));
     EXPECT_GT(diff, 1e-6);
   }
+}
+
+// The model uses what RoPE scaling computes (tests/rope checks the numbers): yarn's cos/sin
+// factor, and dynamic NTK's base, which grows with the batch's length — so the first tokens of a
+// long row differ from the same tokens alone, which causal attention otherwise guarantees equal.
+TEST(Families, RopeScalingReachesTheModel) {
+  CpuBackend be;
+  ModelConfig yarn, dynamic;
+  for (const Variant& v : variants()) {
+    if (std::string(v.name) == "llama_yarn") yarn = v.cfg;
+    if (std::string(v.name) == "qwen3_dynamic") dynamic = v.cfg;
+  }
+  const auto ids = random_ids(11, 11, 14);
+  auto logits = [&](const ModelConfig& c, int64_t T) {
+    Transformer m(&be, c, DType::f64);
+    randomise(m, 15);
+    return m.forward_logits(ids.data(), 1, T);
+  };
+  auto max_diff = [](const std::vector<double>& a, const std::vector<double>& b, size_t n) {
+    double d = 0;
+    for (size_t i = 0; i < n; ++i) d = std::max(d, std::abs(a[i] - b[i]));
+    return d;
+  };
+  ModelConfig unit = yarn;
+  unit.rope_attention_factor = 1.0;  // derived: 0.1 ln 4 + 1
+  EXPECT_GT(max_diff(logits(yarn, 11), logits(unit, 11), 11 * 11), 1e-6);
+  const std::vector<double> alone = logits(dynamic, 5), row = logits(dynamic, 11);
+  EXPECT_GT(max_diff(alone, row, 5 * 11), 1e-6);  // L = 11 > 6: grown base
+  const std::vector<double> shorter = logits(dynamic, 6);
+  EXPECT_LT(max_diff(alone, shorter, 5 * 11), 1e-12);  // L = 5 and 6: both plain
 }
 
 TEST(Families, WindowPatternSelectsLayers) {
