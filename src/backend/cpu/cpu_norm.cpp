@@ -28,128 +28,105 @@ void column_reduce(int64_t N, int64_t C, F f, E emit) {
   }
 }
 
+// RMSNorm over `rows` rows of D values, row i starting at offset(i) in x and out:
+// out = x * rstd * (w_offset + w); rstd[i] = 1 / sqrt(mean(x^2) + eps).
+template <class T, class Offset>
+void rms_forward_rows(T* y, T* rs, const T* x, const T* w, int64_t rows, int64_t D, Offset offset,
+                      double eps, double w_offset) {
+#pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t off = offset(i);
+    const T* xr = x + off;
+    double ss = 0;
+    for (int64_t c = 0; c < D; ++c) ss += static_cast<double>(xr[c]) * xr[c];
+    const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
+    rs[i] = r;
+    const double rd = r;
+    T* yr = y + off;
+    for (int64_t c = 0; c < D; ++c) yr[c] = static_cast<T>(xr[c] * rd * (w_offset + w[c]));
+  }
+}
+
+// Its backward: dx = r g dy - r^3 / D * x * sum(dy g x) with g = w_offset + w, added to dx or
+// replacing it (then dx may be dout itself: the weight gradient dw += sum_i dy x r is reduced
+// first, and each row's dx is written after its dout is read).
+template <class T, class Offset>
+void rms_backward_rows(T* gx, T* gw, const T* dy, const T* x, const T* w, const T* rs,
+                       int64_t rows, int64_t D, Offset offset, double w_offset, bool accumulate) {
+  column_reduce(
+      rows, D,
+      [&](int64_t i, int64_t c) {
+        const int64_t o = offset(i) + c;
+        return static_cast<double>(dy[o]) * x[o] * static_cast<double>(rs[i]);
+      },
+      [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
+#pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t off = offset(i);
+    const T* xr = x + off;
+    const T* dr = dy + off;
+    const double r = rs[i];
+    double dot = 0;
+    for (int64_t c = 0; c < D; ++c) dot += static_cast<double>(dr[c]) * (w_offset + w[c]) * xr[c];
+    const double k = r * r * r * dot / static_cast<double>(D);
+    T* gr = gx + off;
+    for (int64_t c = 0; c < D; ++c) {
+      const double g = r * (w_offset + w[c]) * dr[c] - k * xr[c];
+      gr[c] = static_cast<T>(accumulate ? gr[c] + g : g);
+    }
+  }
+}
+
 }  // namespace
 
-// out[N,C] = x * rstd * (w_offset + w); rstd[N] = 1 / sqrt(mean(x^2) + eps).
 void CpuBackend::rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
                                  int64_t N, int64_t C, double eps, double w_offset) {
   cpu::dispatch_float(dt, "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    T* y = static_cast<T*>(out);
-    T* rs = static_cast<T*>(rstd);
-    const T* xx = static_cast<const T*>(x);
-    const T* ww = static_cast<const T*>(w);
-#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xr = xx + n * C;
-      double ss = 0;
-      for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
-      const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
-      rs[n] = r;
-      const double rd = r;
-      T* yr = y + n * C;
-      for (int64_t c = 0; c < C; ++c) yr[c] = static_cast<T>(xr[c] * rd * (w_offset + ww[c]));
-    }
+    rms_forward_rows(static_cast<T*>(out), static_cast<T*>(rstd), static_cast<const T*>(x),
+                     static_cast<const T*>(w), N, C, [C](int64_t n) { return n * C; }, eps,
+                     w_offset);
   });
 }
 
-// dx[N,C] += r g dy - r^3 / C * x * sum(dy g x) with g = w_offset + w; dw[C] += sum_n dy x r.
 void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
                                   const void* w, const void* rstd, int64_t N, int64_t C,
                                   double w_offset) {
   cpu::dispatch_float(dt, "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    T* gx = static_cast<T*>(dx);
-    T* gw = static_cast<T*>(dw);
-    const T* dy = static_cast<const T*>(dout);
-    const T* xx = static_cast<const T*>(x);
-    const T* ww = static_cast<const T*>(w);
-    const T* rs = static_cast<const T*>(rstd);
-#pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
-    for (int64_t n = 0; n < N; ++n) {
-      const T* xr = xx + n * C;
-      const T* dr = dy + n * C;
-      const double r = rs[n];
-      double dot = 0;
-      for (int64_t c = 0; c < C; ++c)
-        dot += static_cast<double>(dr[c]) * (w_offset + ww[c]) * xr[c];
-      const double k = r * r * r * dot / static_cast<double>(C);
-      T* gr = gx + n * C;
-      for (int64_t c = 0; c < C; ++c)
-        gr[c] = static_cast<T>(gr[c] + (r * (w_offset + ww[c]) * dr[c] - k * xr[c]));
-    }
-    column_reduce(
-        N, C,
-        [&](int64_t n, int64_t c) {
-          return static_cast<double>(dy[n * C + c]) * xx[n * C + c] * static_cast<double>(rs[n]);
-        },
-        [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
+    rms_backward_rows(static_cast<T*>(dx), static_cast<T*>(dw), static_cast<const T*>(dout),
+                      static_cast<const T*>(x), static_cast<const T*>(w),
+                      static_cast<const T*>(rstd), N, C, [C](int64_t n) { return n * C; },
+                      w_offset, /*accumulate=*/true);
   });
 }
 
-// The per-head RMSNorm: row (n, h) starts at n * row_stride + h * D.
+// The per-head RMSNorm: row (n, h) starts at n * row_stride + h * head_dim.
 void CpuBackend::head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x,
                                       const void* w, int64_t N, int64_t row_stride, int heads,
                                       int head_dim, double eps, double w_offset) {
   cpu::dispatch_float(dt, "head_rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    T* y = static_cast<T*>(out);
-    T* rs = static_cast<T*>(rstd);
-    const T* xx = static_cast<const T*>(x);
-    const T* ww = static_cast<const T*>(w);
-    const int64_t D = head_dim, rows = N * heads;
-#pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t off = (i / heads) * row_stride + (i % heads) * D;
-      const T* xr = xx + off;
-      double ss = 0;
-      for (int64_t c = 0; c < D; ++c) ss += static_cast<double>(xr[c]) * xr[c];
-      const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
-      rs[i] = r;
-      const double rd = r;
-      T* yr = y + off;
-      for (int64_t c = 0; c < D; ++c) yr[c] = static_cast<T>(xr[c] * rd * (w_offset + ww[c]));
-    }
+    const int64_t D = head_dim;
+    rms_forward_rows(
+        static_cast<T*>(out), static_cast<T*>(rstd), static_cast<const T*>(x),
+        static_cast<const T*>(w), N * heads, D,
+        [=](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; }, eps, w_offset);
   });
 }
 
-// As rmsnorm_backward per head, but dx is overwritten (it may be dout itself): the weight
-// gradient is reduced first, then each row's dx replaces its dout.
 void CpuBackend::head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout,
                                        const void* x, const void* w, const void* rstd, int64_t N,
                                        int64_t row_stride, int heads, int head_dim,
                                        double w_offset) {
   cpu::dispatch_float(dt, "head_rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    T* gx = static_cast<T*>(dx);
-    T* gw = static_cast<T*>(dw);
-    const T* dy = static_cast<const T*>(dout);
-    const T* xx = static_cast<const T*>(x);
-    const T* ww = static_cast<const T*>(w);
-    const T* rs = static_cast<const T*>(rstd);
-    const int64_t D = head_dim, rows = N * heads;
-    auto offset = [&](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; };
-    column_reduce(
-        rows, D,
-        [&](int64_t i, int64_t c) {
-          const int64_t o = offset(i) + c;
-          return static_cast<double>(dy[o]) * xx[o] * static_cast<double>(rs[i]);
-        },
-        [&](int64_t c, double s) { gw[c] = static_cast<T>(gw[c] + s); });
-#pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
-    for (int64_t i = 0; i < rows; ++i) {
-      const int64_t off = offset(i);
-      const T* xr = xx + off;
-      const T* dr = dy + off;
-      const double r = rs[i];
-      double dot = 0;
-      for (int64_t c = 0; c < D; ++c)
-        dot += static_cast<double>(dr[c]) * (w_offset + ww[c]) * xr[c];
-      const double k = r * r * r * dot / static_cast<double>(D);
-      T* gr = gx + off;
-      for (int64_t c = 0; c < D; ++c)
-        gr[c] = static_cast<T>(r * (w_offset + ww[c]) * dr[c] - k * xr[c]);
-    }
+    const int64_t D = head_dim;
+    rms_backward_rows(
+        static_cast<T*>(dx), static_cast<T*>(dw), static_cast<const T*>(dout),
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),
+        N * heads, D, [=](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; },
+        w_offset, /*accumulate=*/false);
   });
 }
 
