@@ -21,6 +21,9 @@ struct Variant {
   const char* name;
   ModelConfig cfg;
 };
+void PrintTo(const Variant& v, std::ostream* os) {
+  *os << v.name;
+}
 
 ModelConfig tiny(const std::string& family) {
   ModelConfig c = family_defaults(family);
