@@ -249,6 +249,13 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     }
   }
   read_config(root, cfg, src);
+  {
+    // gpt2's MLP width follows its hidden size when not given (transformers: n_inner = None).
+    const YAML::Node& tree = root;
+    if (cfg.model.family == "gpt2" &&
+        !(tree["model"] && tree["model"].IsMap() && tree["model"]["intermediate_size"]))
+      cfg.model.intermediate_size = 4 * cfg.model.hidden_size;
+  }
   if (!cfg.train.init_from.empty()) {
     const YAML::Node& tree = root;  // const: looking a key up must not add it
     std::vector<std::string> model_keys;

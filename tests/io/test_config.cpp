@@ -80,6 +80,13 @@ TEST(RunConfig, FamilyDefaultsFillTheModelKeys) {
   RunConfig w = load_run_config(valid_file(), {"model.family=gemma2", "model.head_dim=16",
                                                "model.final_logit_softcapping=0"});
   EXPECT_EQ(w.model.final_logit_softcapping, 0.0);
+  // gpt2's MLP is 4 x hidden unless given, as transformers' n_inner = None.
+  const std::string no_ffn = edited("no_ffn.yaml", "  intermediate_size: 128\n", "");
+  RunConfig g2 = load_run_config(no_ffn, {"model.family=gpt2"});
+  EXPECT_EQ(g2.model.intermediate_size, 4 * 64);
+  RunConfig g3 = load_run_config(no_ffn, {"model.family=gpt2", "model.intermediate_size=100"});
+  EXPECT_EQ(g3.model.intermediate_size, 100);
+  EXPECT_EQ(load_run_config(valid_file(), {"model.family=gpt2"}).model.intermediate_size, 128);
   RunConfig l = load_run_config(valid_file(), {});
   EXPECT_EQ(l.model.hidden_act, "silu");
   EXPECT_EQ(l.model.attn_logit_softcapping, 0.0);
