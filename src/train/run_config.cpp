@@ -16,6 +16,7 @@
 #include "io/config_yaml.h"
 #include "io/hf_model.h"
 #include "model/rope.h"
+#include "train/checkpoint.h"
 
 namespace lmt {
 
@@ -177,10 +178,14 @@ ModelConfig overlay(const ModelConfig& from, ModelConfig to, const std::vector<s
 
 void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_keys,
                      bool tokenizer_set, const std::string& where) {
-  const std::string& dir = cfg.train.init_from;
-  if (dir.empty()) return;
+  if (cfg.train.init_from.empty()) return;
   namespace fs = std::filesystem;
   std::error_code ec;
+  std::string dir = cfg.train.init_from;
+  // A run that has checkpoints resumes without the directory (it may be gone): the newest
+  // checkpoint holds the same config.json and a copy of the tokenizer.
+  if (!fs::is_directory(dir, ec))
+    if (auto ckpt = find_latest_checkpoint(cfg.train.out_dir)) dir = *ckpt;
   if (!fs::is_directory(dir, ec))
     throw UserError(fmt::format(
         "{}: train.init_from '{}' is not a directory (it must be a Hugging Face model directory "

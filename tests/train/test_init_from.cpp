@@ -174,5 +174,20 @@ TEST_F(InitFrom, ResumeContinuesFromTheCheckpointNotTheDirectory) {
   EXPECT_EQ(step_losses("whole"), step_losses("split"));  // bit-identical: the same weights
 }
 
+// The directory may be gone altogether when a run resumes: the checkpoint has its config.json and
+// a copy of its tokenizer.
+TEST_F(InitFrom, ResumeNeedsNotTheDirectoryAtAll) {
+  train(load_run_config(yaml("whole", hf(), 4), {}), false);
+  const std::string path = yaml("split", hf(), 4);
+  train(load_run_config(path, {}), false, /*stop_after=*/2);
+  fs::remove_all(dir_ / "hf");
+  const TrainResult second = train(load_run_config(path, {}), true);
+  EXPECT_EQ(second.steps, 4);
+  EXPECT_EQ(step_losses("whole"), step_losses("split"));
+  // Without checkpoints to resume from, a missing directory stays an error.
+  test::expect_user_error([&] { load_run_config(yaml("fresh", hf(), 4), {}); },
+                          {"train.init_from", "is not a directory"});
+}
+
 }  // namespace
 }  // namespace lmt
