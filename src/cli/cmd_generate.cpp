@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_model.h"
-#include "train/checkpoint.h"
 #include "train/generation.h"
 #include "train/trainer.h"
 
@@ -58,16 +57,7 @@ Run add_generate(CLI::App& app) {
   app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();
   return [o]() {
-    namespace fs = std::filesystem;
-    fs::path dir = o->checkpoint;
-    if (!fs::exists(dir)) throw UserError("--checkpoint: '" + dir.string() + "' does not exist");
-    if (!fs::exists(dir / "config.json")) {
-      auto latest = find_latest_checkpoint(dir.string());
-      if (!latest)
-        throw UserError("--checkpoint: '" + dir.string() +
-                        "' is neither a checkpoint (no config.json) nor a run with checkpoints");
-      dir = *latest;
-    }
+    const std::filesystem::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
     std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer_spec(dir));
     set_threads(o->threads);
     const ModelConfig mc = read_hf_model_config(dir.string());

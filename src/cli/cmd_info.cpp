@@ -12,7 +12,6 @@
 #include "io/hf_export.h"
 #include "io/hf_model.h"
 #include "model/transformer.h"
-#include "train/checkpoint.h"
 
 namespace lmt::cli {
 
@@ -77,9 +76,7 @@ Run add_info(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", o->json, "print one JSON object");
   return [o]() {
-    std::string dir = o->model;
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "config.json"))
-      if (auto latest = find_latest_checkpoint(dir)) dir = *latest;
+    const std::string dir = resolve_model_dir(o->model, "--model").string();
     const ModelConfig cfg = read_hf_model_config(dir);
     const int64_t B = o->micro_batch;
     const int64_t T =

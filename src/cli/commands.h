@@ -4,7 +4,9 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
+#include <string>
 #include <string>
 
 namespace lmt::cli {
@@ -21,6 +23,10 @@ Run add_logits(CLI::App& app);
 Run add_export(CLI::App& app);
 Run add_init(CLI::App& app);
 Run add_info(CLI::App& app);
+
+// The model directory a flag names: a directory with config.json (a checkpoint or a Hugging Face
+// directory) as it is, or a run directory's newest checkpoint. `flag` names it in messages.
+std::filesystem::path resolve_model_dir(const std::string& arg, const char* flag);
 
 // 6738415616 -> "6,738,415,616"; 1234567 bytes -> "1.23 MB" (powers of 1000, as shard sizes).
 std::string format_count(int64_t n);

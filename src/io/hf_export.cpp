@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_config.h"
+#include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
 
@@ -375,39 +376,14 @@ HfExportResult save_hf_model(const std::string& out_dir, const Transformer& mode
   return save_hf_model(out_dir, model.config(), tensors, opt);
 }
 
-std::vector<std::string> hf_weight_files(const std::string& dir) {
-  const fs::path single = fs::path(dir) / "model.safetensors";
-  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
-  if (fs::exists(single)) return {single.string()};
-  if (!fs::exists(index)) return {};
-  std::ifstream in(index);
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
-      !j["weight_map"].is_object())
-    throw UserError(index.string() + ": no 'weight_map' object");
-  std::set<std::string> names;
-  for (const auto& [tensor, shard] : j["weight_map"].items()) {
-    if (!shard.is_string() || shard.get<std::string>().empty() ||
-        shard.get<std::string>().find('/') != std::string::npos || shard == "..")
-      throw UserError(index.string() + ": weight_map entry '" + tensor +
-                      "' is not a plain file name");
-    names.insert(shard.get<std::string>());
-  }
-  std::vector<std::string> files;
-  for (const std::string& n : names) {
-    const fs::path f = fs::path(dir) / n;
-    if (!fs::exists(f)) throw UserError(index.string() + ": shard '" + n + "' does not exist");
-    files.push_back(f.string());
-  }
-  return files;
-}
-
 HfWeightsOnDisk hf_weights_on_disk(const std::string& dir) {
   HfWeightsOnDisk w;
-  const std::vector<std::string> files = hf_weight_files(dir);
+  if (!fs::exists(fs::path(dir) / "model.safetensors") &&
+      !fs::exists(fs::path(dir) / "model.safetensors.index.json"))
+    return w;
+  const std::map<std::string, SafetensorsFile> files = open_hf_weight_files(dir);
   std::set<std::string> dtypes;
-  for (const std::string& f : files) {
-    const SafetensorsFile st = SafetensorsFile::open(f);
+  for (const auto& [path, st] : files) {
     for (const std::string& n : st.names()) {
       w.bytes += st.meta(n).nbytes();
       dtypes.insert(st.meta(n).file_dtype);

@@ -60,10 +60,6 @@ DType parse_export_dtype(const std::string& s, const std::string& what);
 // "float32", "bfloat16" or "float16": config.json's torch_dtype / dtype.
 const char* torch_dtype_name(DType t);
 
-// The weight files of a model directory: model.safetensors, or the shards that
-// model.safetensors.index.json names (each checked to exist); empty when it has neither.
-std::vector<std::string> hf_weight_files(const std::string& dir);
-
 // Bytes of the weight tensors stored in a model directory (model.safetensors, or the shards its
 // index names), and their file dtypes ("BF16", ...); 0 when it has no weights.
 struct HfWeightsOnDisk {

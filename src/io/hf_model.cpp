@@ -33,9 +33,10 @@ bool is_ignored_buffer(const std::string& name) {
 std::string stored_name(const std::map<std::string, std::string>& where, const std::string& name) {
   if (where.count(name)) return name;
   std::vector<std::string> candidates;
-  if (name.starts_with("transformer.")) candidates.push_back(name.substr(12));
-  if (name.starts_with("model.")) {
-    candidates.push_back("model.language_model." + name.substr(6));
+  const std::string gpt2 = "transformer.", llama = "model.";
+  if (name.starts_with(gpt2)) candidates.push_back(name.substr(gpt2.size()));
+  if (name.starts_with(llama)) {
+    candidates.push_back("model.language_model." + name.substr(llama.size()));
     candidates.push_back("language_model." + name);
   }
   if (name == "lm_head.weight") candidates.push_back("language_model.lm_head.weight");
@@ -111,7 +112,11 @@ ModelConfig read_hf_model_config(const std::string& dir) {
   return read_hf_config(cfg.string());
 }
 
-void load_hf_weights(const std::string& dir, Transformer& model) {
+std::map<std::string, SafetensorsFile> open_hf_weight_files(const std::string& dir) {
+  return open_weights(dir).files;
+}
+
+HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg) {
   WeightFiles w = open_weights(dir);
   bool multimodal = false;
   {
@@ -119,14 +124,16 @@ void load_hf_weights(const std::string& dir, Transformer& model) {
     const auto j = nlohmann::json::parse(in, nullptr, false);
     multimodal = !j.is_discarded() && is_multimodal_gemma3(j);
   }
+  HfWeights out;
+  out.files = std::move(w.files);  // a map's nodes, and so the pointers below, survive the move
   std::set<std::string> wanted;
-  for (const ParamInfo& p : model.params()) {
+  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
     const std::string name = stored_name(w.where, p.name);
     wanted.insert(name);
     auto it = w.where.find(name);
     if (it == w.where.end())
       throw UserError(dir + ": tensor '" + p.name + "' is missing from the weights");
-    const SafetensorsFile& f = w.files.at(it->second);
+    const SafetensorsFile& f = out.files.at(it->second);
     const SafetensorsMeta& m = f.meta(name);
     const bool floating = m.dtype && (*m.dtype == DType::f32 || *m.dtype == DType::f64 ||
                                       *m.dtype == DType::bf16 || *m.dtype == DType::f16);
@@ -136,19 +143,28 @@ void load_hf_weights(const std::string& dir, Transformer& model) {
     if (m.shape != p.shape)
       throw UserError(f.path() + ": tensor '" + name + "' has shape " + m.shape.str() +
                       ", the model expects " + p.shape.str());
-    HostTensor t = f.read_as(name, model.dtype());
-    char* dst = static_cast<char*>(model.params_data()) +
-                static_cast<size_t>(p.offset) * dtype_size(model.dtype());
-    model.backend()->from_host(dst, t.data(), t.nbytes());
+    out.entries.push_back(HfWeights::Entry{p, &f, name});
   }
-  const bool tied = model.config().tie_word_embeddings;
   for (const auto& [name, path] : w.where) {
     if (wanted.count(name) || is_ignored_buffer(name)) continue;
     if (multimodal && is_vision_tensor(name)) continue;
     // Some tied checkpoints also store the head (a copy of the embedding); it is not used.
-    if (tied && (name == "lm_head.weight" || name == "language_model.lm_head.weight")) continue;
-    throw UserError(path + ": unexpected tensor '" + name + "' for this " +
-                    model.config().family + " model");
+    if (cfg.tie_word_embeddings &&
+        (name == "lm_head.weight" || name == "language_model.lm_head.weight"))
+      continue;
+    throw UserError(path + ": unexpected tensor '" + name + "' for this " + cfg.family +
+                    " model");
+  }
+  return out;
+}
+
+void load_hf_weights(const std::string& dir, Transformer& model) {
+  const HfWeights w = open_hf_weights(dir, model.config());
+  for (const HfWeights::Entry& e : w.entries) {
+    HostTensor t = e.file->read_as(e.stored, model.dtype());
+    char* dst = static_cast<char*>(model.params_data()) +
+                static_cast<size_t>(e.param.offset) * dtype_size(model.dtype());
+    model.backend()->from_host(dst, t.data(), t.nbytes());
   }
 }
 

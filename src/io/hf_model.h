@@ -5,15 +5,40 @@
 // the file and tensor instead of a silently half-loaded model.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "io/safetensors.h"
 #include "model/transformer.h"
 
 namespace lmt {
 
 // The model's shape from `dir`/config.json (every family: io/hf_config.h).
 ModelConfig read_hf_model_config(const std::string& dir);
+
+// The weight files of `dir`, mapped: model.safetensors, or every shard that
+// model.safetensors.index.json names (plain file names that exist, each holding the tensors the
+// index places there and no others). Keyed by path. Throws when the directory has neither file.
+std::map<std::string, SafetensorsFile> open_hf_weight_files(const std::string& dir);
+
+// The weights of `dir` matched to the parameters of `cfg`, mapped, not read: for each parameter
+// (Transformer::param_layout order) the file and the name it is stored under (lmtrain's name, a
+// bare gpt2's, or a multimodal gemma3's language-model name), checked present, floating point and
+// of the parameter's shape. Any other tensor is refused unless it is a known non-parameter (RoPE
+// caches, gpt2's mask buffers, a tied model's copy of the head, a multimodal gemma3's vision
+// tower). load_hf_weights and export both read through this.
+struct HfWeights {
+  struct Entry {
+    ParamInfo param;
+    const SafetensorsFile* file;  // into `files`
+    std::string stored;           // the tensor's name in `file`
+  };
+  std::vector<Entry> entries;
+  std::map<std::string, SafetensorsFile> files;
+};
+HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg);
 
 // Loads the weights of `dir` into `model` (its config must match the directory's).
 void load_hf_weights(const std::string& dir, Transformer& model);

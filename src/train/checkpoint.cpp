@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/hf_config.h"
+#include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/text_file.h"
@@ -166,25 +167,8 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   return best_dir.string();
 }
 
-void load_model_weights(const std::string& path, Transformer& model) {
-  const fs::path file =
-      fs::is_directory(path) ? fs::path(path) / "model.safetensors" : fs::path(path);
-  if (!fs::exists(file)) throw UserError("'" + file.string() + "' not found");
-  SafetensorsFile st = SafetensorsFile::open(file.string());
-  for (const ParamInfo& p : model.params()) {
-    if (!st.contains(p.name))
-      throw UserError(file.string() + ": tensor '" + p.name + "' is missing");
-    load_into(st, p.name, p, model.dtype(), model.backend(), model.params_data());
-  }
-  for (const std::string& n : st.names()) {
-    bool known = false;
-    for (const ParamInfo& p : model.params()) known = known || p.name == n;
-    if (!known) throw UserError(file.string() + ": unexpected tensor '" + n + "' for this model");
-  }
-}
-
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {
-  load_model_weights(dir, model);
+  load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
   if (m && v) {
     const std::string path = (fs::path(dir) / "optimizer.safetensors").string();
     SafetensorsFile st = SafetensorsFile::open(path);

@@ -37,7 +37,4 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
 // must be present with the model's shape. Returns state.json's contents.
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v);
 
-// Loads model.safetensors of a directory into the model (names and shapes checked).
-void load_model_weights(const std::string& path, Transformer& model);
-
 }  // namespace lmt

@@ -168,6 +168,30 @@ TEST(ExportCli, ConvertsAHuggingFaceDirectory) {
     EXPECT_EQ(test::param_values(*bf16, p), test::param_values(*f32, p)) << p.name;
 }
 
+// Export reads a directory as load_hf_model does: the original gpt2 files' bare names (and their
+// attn.bias mask buffers) come out under lmtrain's names, the same model.
+TEST(ExportCli, ConvertsABareGpt2Directory) {
+  const std::string src = std::string(LMT_TEST_DATA) + "/hf/gpt2";
+  const fs::path bare = test::fresh_dir("gpt2_bare_export");
+  const fs::path out = test::fresh_dir("gpt2_bare_export_out");
+  fs::create_directories(bare);
+  fs::copy_file(src + "/config.json", bare / "config.json");
+  SafetensorsFile f = SafetensorsFile::open(src + "/model.safetensors");
+  SafetensorsWriter w;
+  for (const std::string& n : f.names())
+    w.add_copy(n.substr(std::string("transformer.").size()), f.read_as(n, DType::f32));
+  w.add_copy("h.0.attn.bias", HostTensor(DType::f32, Shape{1, 1, 4, 4}));
+  w.write((bare / "model.safetensors").string());
+  Result r = run("export --checkpoint " + bare.string() + " --out " + out.string() + " --dtype f32");
+  ASSERT_EQ(r.code, 0) << r.out;
+  CpuBackend be;
+  auto a = load_hf_model(src, &be), b = load_hf_model(out.string(), &be);
+  for (const ParamInfo& p : a->params())
+    EXPECT_EQ(test::param_values(*a, p), test::param_values(*b, p)) << p.name;
+  EXPECT_TRUE(SafetensorsFile::open((out / "model.safetensors").string())
+                  .contains("transformer.h.0.attn.c_attn.weight"));
+}
+
 TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
   const fs::path missing = test::temp_dir() / "no_such_run";
   expect_one_error(run("export --checkpoint " + missing.string() + " --out " +
