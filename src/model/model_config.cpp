@@ -71,6 +71,7 @@ ModelConfig family_defaults(const std::string& family) {
 
 ModelConfig::Traits ModelConfig::traits() const {
   Traits t;
+  t.qkv_bias = attention_bias || family == "qwen2";
   if (family.starts_with("gemma")) {
     t.norm_offset = 1.0;
     t.embed_scale = true;

@@ -118,6 +118,7 @@ struct ModelConfig {
     bool linear_biases = false;      // every linear layer and norm has a bias (gpt2)
     bool gated_mlp = true;           // act(gate) * up; false: act(fc) (gpt2)
     bool conv1d = false;             // weights stored [in, out] (gpt2's Conv1D)
+    bool qkv_bias = false;           // q/k/v biases: attention_bias, always for qwen2
   };
   Traits traits() const;
   // Throws UserError naming the key when the shape is inconsistent.

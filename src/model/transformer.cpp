@@ -66,7 +66,6 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
     : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
-  if (cfg_.family == "qwen2") cfg_.attention_bias = true;  // a family trait, also from YAML
   tr_ = cfg_.traits();
   dims_ = dims_of(cfg_);
   build_layout();
@@ -198,7 +197,7 @@ Transformer::LayerActs Transformer::alloc_layer_acts(Buffer& arena, int64_t n) c
 
 size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
                                      bool checkpointing, int64_t loss_chunk_tokens) {
-  ModelConfig c = cfg;
+  const ModelConfig& c = cfg;
   c.validate();
   const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), B * T);
   ArenaCarver carver(0);

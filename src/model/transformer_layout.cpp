@@ -32,9 +32,8 @@ Transformer::Dims Transformer::dims_of(const ModelConfig& c) {
 }
 
 std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t* flat_size) {
-  ModelConfig c = cfg;
+  const ModelConfig& c = cfg;
   c.validate();
-  if (c.family == "qwen2") c.attention_bias = true;
   const ModelConfig::Traits t = c.traits();
   const Dims d = dims_of(c);
   const int64_t C = d.C, F = d.F, V = d.V, Q = d.Q, KV = d.KV, D = d.D;
@@ -74,7 +73,7 @@ std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t
       add(p + "self_attn.q_proj.weight", {Q, C}, ParamKind::matrix);
       add(p + "self_attn.k_proj.weight", {KV, C}, ParamKind::matrix, true);
       add(p + "self_attn.v_proj.weight", {KV, C}, ParamKind::matrix, true);
-      if (c.attention_bias) {
+      if (t.qkv_bias) {
         add(p + "self_attn.q_proj.bias", {Q}, ParamKind::bias);
         add(p + "self_attn.k_proj.bias", {KV}, ParamKind::bias, true);
         add(p + "self_attn.v_proj.bias", {KV}, ParamKind::bias, true);
