@@ -152,21 +152,18 @@ ModelConfig read_llama_style(const Keys& k, ModelConfig c, const std::string& ty
   }
   bool flag = false;
   if (k.get("mlp_bias", flag) && flag) k.fail("mlp_bias", "true is not supported");
-  if (k.get("attention_bias", flag)) {
-    if (type == "qwen2") {
-      // qwen2 always has q/k/v biases
-    } else if (flag && c.family != "llama") {
-      k.fail("attention_bias", "true is not supported for " + type);
-    } else if (flag) {
-      // llama with attention_bias also has an o_proj bias, which lmtrain does not have
-      k.fail("attention_bias", "true is not supported (lmtrain's llama has no o_proj bias)");
-    }
-  }
+  // qwen2 always has q/k/v biases; llama's attention_bias also adds an o_proj bias, which lmtrain
+  // does not have.
+  if (type != "qwen2" && k.get("attention_bias", flag) && flag)
+    k.fail("attention_bias", c.family == "llama"
+                                 ? "true is not supported (lmtrain's llama has no o_proj bias)"
+                                 : "true is not supported for " + type);
   // Windows: mistral's applies to every layer; others name their layers in layer_types.
   const bool use_window = !k.has("use_sliding_window") || k["use_sliding_window"] == true;
-  if (!use_window || !k.get("sliding_window", c.sliding_window)) {
-    if (!use_window || k.present("sliding_window")) c.sliding_window = 0;  // null: no window
-  }
+  if (!use_window || (k.present("sliding_window") && !k.has("sliding_window")))
+    c.sliding_window = 0;  // switched off, or null
+  else
+    k.get("sliding_window", c.sliding_window);
   if (type == "qwen2" || type == "qwen3") {
     if (use_window && c.sliding_window > 0 && k.has("use_sliding_window"))
       k.fail("use_sliding_window", "true is not supported for " + type);
