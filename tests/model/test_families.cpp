@@ -13,9 +13,13 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/rng.h"
 #include "model/transformer.h"
+#include "model_test_util.h"
 
 namespace lmt {
 namespace {
+
+using test::random_ids;
+using test::randomise;
 
 struct Variant {
   const char* name;
@@ -81,22 +85,7 @@ std::vector<Variant> variants() {
   return v;
 }
 
-std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& x : ids) x = static_cast<int32_t>(g() % vocab);
-  return ids;
-}
 
-// Every parameter random; norm weights around their initial value (1, or 0 for (1 + w) norms).
-void randomise(Transformer& m, uint64_t seed) {
-  std::vector<double> w(static_cast<size_t>(m.flat_size()), 0.0);
-  fill_normal(w.data(), m.flat_size(), 0.0, 0.3, seed, 7);
-  for (const ParamInfo& p : m.params())
-    if (p.kind == ParamKind::norm)
-      for (int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] += m.norm_init();
-  m.backend()->from_host(m.params_data(), w.data(), w.size() * sizeof(double));
-}
 
 class Family : public testing::TestWithParam<Variant> {};
 
@@ -107,7 +96,7 @@ TEST_P(Family, GradientsMatchFiniteDifferences) {
     Transformer m(&be, GetParam().cfg, DType::f64);
     m.set_activation_checkpointing(ckpt);
     m.set_loss_chunk_tokens(5);
-    randomise(m, ckpt ? 3 : 4);
+    randomise(m, ckpt ? 3 : 4, 0.3);
     const int64_t B = 2, T = 7;
     const auto ids = random_ids(B * T, 11, 5);
     auto labels = random_ids(B * T, 11, 6);
@@ -145,7 +134,7 @@ TEST_P(Family, KvCacheMatchesFullForward) {
     GTEST_SKIP() << "dynamic RoPE changes with the length, so cached keys differ (as in transformers)";
   CpuBackend be;
   Transformer m(&be, GetParam().cfg, DType::f64);
-  randomise(m, 8);
+  randomise(m, 8, 0.3);
   const int64_t T = 9, V = 11;
   const auto ids = random_ids(T, V, 9);
   const std::vector<double> full = m.forward_logits(ids.data(), 1, T);
@@ -161,7 +150,7 @@ TEST_P(Family, KvCacheMatchesFullForward) {
 TEST_P(Family, PackedRowEqualsSeparateDocuments) {
   CpuBackend be;
   Transformer m(&be, GetParam().cfg, DType::f64);
-  randomise(m, 10);
+  randomise(m, 10, 0.3);
   const int64_t lens[] = {5, 6}, T = 11, V = 11;
   const auto ids = random_ids(T, V, 11);
   std::vector<int32_t> pos, start;
@@ -209,7 +198,7 @@ TEST(Families, Gemma3LocalRopeBaseAndPatternMatter) {
   const auto ids = random_ids(9, 11, 12);
   auto logits = [&](const ModelConfig& c) {
     Transformer m(&be, c, DType::f64);
-    randomise(m, 13);
+    randomise(m, 13, 0.3);
     return m.forward_logits(ids.data(), 1, 9);
   };
   const std::vector<double> ref = logits(base);
@@ -240,7 +229,7 @@ TEST(Families, RopeScalingReachesTheModel) {
   const auto ids = random_ids(11, 11, 14);
   auto logits = [&](const ModelConfig& c, int64_t T) {
     Transformer m(&be, c, DType::f64);
-    randomise(m, 15);
+    randomise(m, 15, 0.3);
     return m.forward_logits(ids.data(), 1, T);
   };
   auto max_diff = [](const std::vector<double>& a, const std::vector<double>& b, size_t n) {

@@ -10,9 +10,13 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/transformer.h"
+#include "model_test_util.h"
 
 namespace lmt {
 namespace {
+
+using test::random_ids;
+using test::randomise;
 
 ModelConfig tiny_config(bool tied) {
   ModelConfig c;
@@ -29,22 +33,7 @@ ModelConfig tiny_config(bool tied) {
   return c;
 }
 
-std::vector<int32_t> random_ids(int64_t n, int64_t vocab, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& x : ids) x = static_cast<int32_t>(g() % vocab);
-  return ids;
-}
 
-// Randomises every parameter (norm weights too, so they are not all 1) on the host.
-void randomise(Transformer& m, uint64_t seed, double std) {
-  std::vector<double> w(static_cast<size_t>(m.flat_size()), 0.0);
-  fill_normal(w.data(), m.flat_size(), 0.0, std, seed, 7);
-  for (const ParamInfo& p : m.params())
-    if (p.kind == ParamKind::norm)
-      for (int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] += 1.0;
-  m.backend()->from_host(m.params_data(), w.data(), w.size() * sizeof(double));
-}
 
 double loss_of(Transformer& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& labels,
                int64_t B, int64_t T) {
