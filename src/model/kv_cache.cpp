@@ -69,16 +69,8 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   Buffer logits(be_, e(V));
   be_->gemm(dt_, false, true, 1, V, C, 1.0, h.data(), C, param_ptr(head_, false), C, 0.0,
             logits.data(), V);
-  std::vector<double> d64(static_cast<size_t>(V));
-  if (dt_ == DType::f64) {
-    be_->to_host(d64.data(), logits.data(), d64.size() * 8);
-  } else {
-    std::vector<float> f(d64.size());
-    be_->to_host(f.data(), logits.data(), f.size() * 4);
-    std::copy(f.begin(), f.end(), d64.begin());
-  }
-  softcap_logits(d64);
-  return std::vector<float>(d64.begin(), d64.end());
+  const std::vector<double> out = host_logits(logits.data(), V);
+  return std::vector<float>(out.begin(), out.end());
 }
 
 }  // namespace lmt

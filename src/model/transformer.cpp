@@ -556,11 +556,19 @@ LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int
   return head_loss(false, 0.0);
 }
 
-// cap * tanh(logit / cap) where the family soft-caps its output (gemma2).
-void Transformer::softcap_logits(std::vector<double>& logits) const {
-  const double cap = cfg_.final_logit_softcapping;
+std::vector<double> Transformer::host_logits(const void* logits, int64_t n) const {
+  std::vector<double> out(static_cast<size_t>(n));
+  if (dt_ == DType::f64) {
+    be_->to_host(out.data(), logits, out.size() * 8);
+  } else {
+    std::vector<float> f(out.size());
+    be_->to_host(f.data(), logits, f.size() * 4);
+    std::copy(f.begin(), f.end(), out.begin());
+  }
+  const double cap = cfg_.final_logit_softcapping;  // gemma2
   if (cap > 0)
-    for (double& z : logits) z = cap * std::tanh(z / cap);
+    for (double& z : out) z = cap * std::tanh(z / cap);
+  return out;
 }
 
 std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, int64_t T,
@@ -572,16 +580,7 @@ std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, i
   Buffer logits(be_, static_cast<size_t>(p.N * V) * es_);
   be_->gemm(dt_, false, true, p.N, V, C, 1.0, p.hf, C, param_ptr(head_, false), C, 0.0,
             logits.data(), V);
-  std::vector<double> out(static_cast<size_t>(p.N * V));
-  if (dt_ == DType::f64) {
-    be_->to_host(out.data(), logits.data(), out.size() * 8);
-  } else {
-    std::vector<float> f(out.size());
-    be_->to_host(f.data(), logits.data(), f.size() * 4);
-    std::copy(f.begin(), f.end(), out.begin());
-  }
-  softcap_logits(out);
-  return out;
+  return host_logits(logits.data(), p.N * V);
 }
 
 }  // namespace lmt

@@ -183,7 +183,8 @@ class Transformer {
   const Rope& rope_of(int64_t l) const;
   // Attention arguments of layer l for a batch (window, scale, soft-cap, document masking).
   AttentionArgs attention_args(int64_t l, int64_t B, int64_t T) const;
-  void softcap_logits(std::vector<double>& logits) const;
+  // n logits of the backend's buffer on the host as f64, soft-capped where the family caps them.
+  std::vector<double> host_logits(const void* logits, int64_t n) const;
   void* at(void* base, int64_t elems) const;
 
   Backend* be_;
