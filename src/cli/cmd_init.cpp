@@ -5,6 +5,8 @@
 // default to the tokenizer's.
 #include <fmt/core.h>
 
+#include <utility>
+
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
@@ -37,6 +39,10 @@ ModelConfig init_model_config(const std::string& family, const std::vector<std::
     if (tok->eos_id() >= 0) ic.model.eos_token_id = tok->eos_id();
   }
   read_config(root, ic, src);
+  std::vector<std::string> given;  // the model keys --set gives
+  if (const YAML::Node& model = std::as_const(root)["model"]; model && model.IsMap())
+    for (const auto& kv : model) given.push_back(kv.first.as<std::string>());
+  derive_unset_keys(ic.model, given);
   if (ic.model.family != family)
     throw UserError("init: --set model.family='" + ic.model.family + "' contradicts --family " +
                     family);

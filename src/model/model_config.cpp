@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -67,6 +68,12 @@ ModelConfig family_defaults(const std::string& family) {
     c.max_position_embeddings = 1024;
   }
   return c;
+}
+
+void derive_unset_keys(ModelConfig& c, const std::vector<std::string>& given) {
+  const bool ffn_given =
+      std::find(given.begin(), given.end(), "intermediate_size") != given.end();
+  if (c.family == "gpt2" && !ffn_given) c.intermediate_size = 4 * c.hidden_size;
 }
 
 ModelConfig::Traits ModelConfig::traits() const {

@@ -130,6 +130,10 @@ struct ModelConfig {
 // keep ModelConfig's defaults. Throws UserError naming the family when it is unknown.
 ModelConfig family_defaults(const std::string& family);
 
+// Keys that follow others unless a config gives them: gpt2's intermediate_size is 4 * hidden_size
+// (transformers' n_inner = None). `given`: the model keys the config names (without "model.").
+void derive_unset_keys(ModelConfig& c, const std::vector<std::string>& given);
+
 // The families lmtrain implements, for messages.
 inline constexpr const char* kFamilies = "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2";
 

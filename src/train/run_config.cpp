@@ -240,32 +240,22 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   YAML::Node root = load_yaml_file(path);
   ConfigSource src{path, apply_overrides(root, overrides)};
   RunConfig cfg;
+  const YAML::Node& tree = root;  // const: looking a key up must not add it
+  const YAML::Node model = tree["model"] && tree["model"].IsMap() ? tree["model"] : YAML::Node();
   // model.family picks the defaults of the keys the file leaves out (gemma2's soft-caps and window
   // pattern, gpt2's activation, ...); an unknown family is reported by validate() below.
-  {
-    const YAML::Node& tree = root;  // const: looking a key up must not add it
-    if (tree["model"] && tree["model"].IsMap() && tree["model"]["family"] &&
-        tree["model"]["family"].IsScalar()) {
-      const std::string family = tree["model"]["family"].as<std::string>();
-      try {
-        cfg.model = family_defaults(family);
-      } catch (const UserError&) {
-      }
+  if (model && model["family"] && model["family"].IsScalar()) {
+    try {
+      cfg.model = family_defaults(model["family"].as<std::string>());
+    } catch (const UserError&) {
     }
   }
   read_config(root, cfg, src);
-  {
-    // gpt2's MLP width follows its hidden size when not given (transformers: n_inner = None).
-    const YAML::Node& tree = root;
-    if (cfg.model.family == "gpt2" &&
-        !(tree["model"] && tree["model"].IsMap() && tree["model"]["intermediate_size"]))
-      cfg.model.intermediate_size = 4 * cfg.model.hidden_size;
-  }
+  std::vector<std::string> model_keys;  // the model keys the file and the overrides give
+  if (model)
+    for (const auto& kv : model) model_keys.push_back(kv.first.as<std::string>());
+  derive_unset_keys(cfg.model, model_keys);
   if (!cfg.train.init_from.empty()) {
-    const YAML::Node& tree = root;  // const: looking a key up must not add it
-    std::vector<std::string> model_keys;
-    if (tree["model"] && tree["model"].IsMap())
-      for (const auto& kv : tree["model"]) model_keys.push_back(kv.first.as<std::string>());
     const bool tokenizer_set = tree["data"] && tree["data"].IsMap() && tree["data"]["tokenizer"];
     apply_init_from(cfg, model_keys, tokenizer_set, path);
   }

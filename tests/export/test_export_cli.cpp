@@ -74,6 +74,21 @@ TEST(InitCli, ShardsAndConvertsOnRequest) {
   EXPECT_EQ(test::read_json(dir / "config.json").at("torch_dtype"), "bfloat16");
 }
 
+// As in a training config, gpt2's MLP width follows hidden_size unless --set gives it.
+TEST(InitCli, Gpt2MlpWidthFollowsHiddenSize) {
+  const std::string shape =
+      " --set model.hidden_size=64 --set model.num_attention_heads=4 --set model.num_hidden_layers=1"
+      " --set model.vocab_size=100 --set model.max_position_embeddings=32";
+  const fs::path a = test::fresh_dir("gpt2_ffn_a"), b = test::fresh_dir("gpt2_ffn_b");
+  ASSERT_EQ(run("init --family gpt2" + shape + " --out " + a.string()).code, 0);
+  ASSERT_EQ(run("init --family gpt2" + shape + " --set model.intermediate_size=96 --out " +
+                b.string())
+                .code,
+            0);
+  EXPECT_EQ(read_hf_model_config(a.string()).intermediate_size, 256);
+  EXPECT_EQ(read_hf_model_config(b.string()).intermediate_size, 96);
+}
+
 TEST(InitCli, TakesTheTokenizersSizes) {
   const std::string tok = std::string(LMT_TEST_DATA) + "/tokenizers/llama3_style_bpe.json";
   const fs::path dir = test::fresh_dir("init_tok");
