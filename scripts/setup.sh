@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Installs every Debian package that building lmtrain, its tests and the demo need.
-# Idempotent and non-interactive: packages already present are left alone.
+# Installs every Debian package that building lmtrain, its tests and the demo need, then the
+# Python environment of the reference tests: a virtual environment outside the repository (so
+# every clone on the machine shares it; default ~/.cache/lmtrain/venv, or LMTRAIN_VENV) made from
+# the pinned scripts/requirements.txt (torch, transformers, peft, tokenizers, ... and XLA's CPU
+# PJRT plugin). lmtrain itself never needs Python. Idempotent, non-interactive and quiet: what is
+# already there is left alone; the environment is remade when requirements.txt changes.
 set -euo pipefail
 
 packages=(
@@ -10,6 +14,7 @@ packages=(
   libpcre2-dev libsentencepiece-dev libsimdjson-dev libsnappy-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes
+  python3 python3-venv
 )
 
 missing=()
@@ -25,3 +30,31 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all packages present"
+
+# ---- the reference tests' Python environment ----
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${LMTRAIN_VENV:-$HOME/.cache/lmtrain/venv}
+req=$root/scripts/requirements.txt
+want=$(grep -v "^#" "$req" | sha256sum | cut -d" " -f1)
+if [ "$(cat "$venv/.lmtrain-requirements" 2>/dev/null)" = "$want" ]; then
+  echo "setup: Python environment $venv up to date"
+  exit 0
+fi
+[ -x "$venv/bin/python3" ] || /usr/bin/python3 -m venv "$venv"
+log=$venv/setup.log
+echo "setup: installing the reference tests' Python packages into $venv (first time: about 4 GB)"
+if ! "$venv/bin/python3" -m pip install --disable-pip-version-check --no-input -q \
+    --retries 2 --timeout 60 -r "$req" > "$log" 2>&1; then
+  if grep -qiE "connection|resolve|network|timed out|proxy|No matching distribution" "$log"; then
+    echo "setup: PyPI could not be reached, so the Python environment of the reference tests" \
+         "($venv) is not complete; lmtrain builds and trains without it, but the tests labelled" \
+         "'reference' fail until scripts/setup.sh is run again with PyPI in reach." \
+         "pip said: $(grep -iE 'error|warning' "$log" | tail -1)" >&2
+    exit 0
+  else
+    echo "setup: pip could not install scripts/requirements.txt into $venv; see $log" >&2
+  fi
+  exit 1
+fi
+echo "$want" > "$venv/.lmtrain-requirements"
+echo "setup: Python environment $venv ready"

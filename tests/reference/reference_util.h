@@ -1,0 +1,68 @@
+// Helpers of the C++ tests of the reference tier (ctest label `reference`): they run a Python
+// script of scripts/ in the environment that scripts/setup.sh makes (LMT_PYTHON) to compute
+// references at test time, then compare with lmtrain's own code. A missing or outdated
+// environment fails the test with tests/run_reference.sh's message on how to make it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <random>
+#include <string>
+
+namespace lmt::test {
+
+struct PyResult {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+inline PyResult run_capture(const std::string& cmd) {
+  PyResult r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Empty when the reference environment is ready; otherwise the message that says how to make it.
+inline std::string reference_env_problem() {
+  const PyResult r = run_capture("LMTRAIN_PYTHON='" + std::string(LMT_PYTHON) + "' bash '" +
+                                 std::string(LMT_SOURCE_DIR) + "/tests/run_reference.sh' --check");
+  return r.code == 0 ? "" : r.out;
+}
+
+// Runs `script` (relative to the source root) with `args` in the reference environment; returns
+// its output, failing the test (fatally for the caller's ASSERT_NO_FATAL_FAILURE) otherwise.
+inline std::string run_reference_script(const std::string& script, const std::string& args) {
+  const std::string problem = reference_env_problem();
+  if (!problem.empty()) {
+    ADD_FAILURE() << problem;
+    return "";
+  }
+  const std::string cmd = "'" + std::string(LMT_PYTHON) + "' '" + std::string(LMT_SOURCE_DIR) +
+                          "/" + script + "' " + args;
+  const PyResult r = run_capture(cmd);
+  if (r.code != 0) ADD_FAILURE() << cmd << " exited " << r.code << ":\n" << r.out;
+  return r.out;
+}
+
+// A fresh seed per run (LMTRAIN_TEST_SEED replays one), printed so a failure can be replayed.
+inline uint32_t fresh_seed(const std::string& what) {
+  static const uint32_t run_seed = [] {
+    const char* s = std::getenv("LMTRAIN_TEST_SEED");
+    return s ? static_cast<uint32_t>(std::stoul(s)) : std::random_device{}() % 2000000000u + 1;
+  }();
+  const uint32_t seed =
+      static_cast<uint32_t>((run_seed + std::hash<std::string>{}(what)) % 2000000000u) + 1;
+  std::printf("[%s] seed %u (LMTRAIN_TEST_SEED=%u)\n", what.c_str(), seed, run_seed);
+  return seed;
+}
+
+}  // namespace lmt::test
