@@ -165,25 +165,6 @@ TEST_P(Family, PackedRowEqualsSeparateDocuments) {
   for (int64_t i = 0; i < 6 * V; ++i) ASSERT_NEAR(packed[5 * V + i], second[i], 1e-12) << i;
 }
 
-TEST_P(Family, StaticLayoutAndArenaMatchTheModel) {
-  CpuBackend be;
-  const ModelConfig& c = GetParam().cfg;
-  Transformer m(&be, c, DType::f32);
-  int64_t flat = 0;
-  const std::vector<ParamInfo> layout = Transformer::param_layout(c, &flat);
-  ASSERT_EQ(layout.size(), m.params().size());
-  for (size_t i = 0; i < layout.size(); ++i) {
-    EXPECT_EQ(layout[i].name, m.params()[i].name);
-    EXPECT_EQ(layout[i].shape, m.params()[i].shape);
-    EXPECT_EQ(layout[i].offset, m.params()[i].offset);
-  }
-  EXPECT_EQ(flat, m.flat_size());
-  m.set_loss_chunk_tokens(64);
-  EXPECT_EQ(Transformer::activation_bytes(c, DType::f32, 3, 5, false, 64), m.activation_bytes(3, 5));
-  m.set_activation_checkpointing(true);
-  EXPECT_EQ(Transformer::activation_bytes(c, DType::f32, 3, 5, true, 64), m.activation_bytes(3, 5));
-}
-
 INSTANTIATE_TEST_SUITE_P(Variants, Family, testing::ValuesIn(variants()),
                          [](const testing::TestParamInfo<Variant>& i) { return i.param.name; });
 
