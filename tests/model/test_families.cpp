@@ -1,8 +1,9 @@
 // Every family's switches on tiny models in double precision: every parameter's gradient against
 // central finite differences (with and without activation checkpointing), the KV cache against
 // the full forward, and packed rows against separate documents. Together with the transformers
-// fixtures (tests/hf) this covers configurations the fixtures do not: gemma3 (q/k norm with (1 + w), a window pattern and a
-// local RoPE base), untied gemma and gpt2 heads, soft-caps with windows and GQA at once.
+// fixtures (tests/hf) this covers configurations the fixtures do not: gemma3 (q/k norm with
+// (1 + w), a window pattern and a local RoPE base), untied gemma and gpt2 heads, soft-caps with
+// windows and GQA at once.
 #include <gtest/gtest.h>
 
 #include <cmath>
