@@ -42,7 +42,8 @@ if [ "$(cat "$venv/.lmtrain-requirements" 2>/dev/null)" = "$want" ]; then
 fi
 [ -x "$venv/bin/python3" ] || /usr/bin/python3 -m venv "$venv"
 log=$venv/setup.log
-echo "setup: installing the reference tests' Python packages into $venv (first time: about 4 GB)"
+echo "setup: installing the reference tests' Python packages into $venv" \
+     "(the first time: 3.3 GB to download, 6.6 GB on disk, several minutes)"
 if ! "$venv/bin/python3" -m pip install --disable-pip-version-check --no-input -q \
     --retries 2 --timeout 60 -r "$req" > "$log" 2>&1; then
   if grep -qiE "connection|resolve|network|timed out|proxy|No matching distribution" "$log"; then
