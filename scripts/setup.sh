@@ -50,7 +50,7 @@ if ! "$venv/bin/python3" -m pip install --disable-pip-version-check --no-input -
     echo "setup: PyPI could not be reached, so the Python environment of the reference tests" \
          "($venv) is not complete; lmtrain builds and trains without it, but the tests labelled" \
          "'reference' fail until scripts/setup.sh is run again with PyPI in reach." \
-         "pip said: $(grep -iE 'error|warning' "$log" | tail -1)" >&2
+         "pip said: $(grep -iE 'connection|resolve|timed out|proxy|error' "$log" | head -1)" >&2
     exit 0
   else
     echo "setup: pip could not install scripts/requirements.txt into $venv; see $log" >&2
