@@ -76,5 +76,6 @@ def random_text(rng: random.Random, max_words: int = 30) -> str:
 
 
 def corpus(rng: random.Random, lines: int) -> str:
-    """Training text: `lines` lines of random text, newlines inside lines kept as spaces."""
-    return "\n".join(random_text(rng, 40).replace("\r", " ").replace("\n", " ") for _ in range(lines)) + "\n"
+    """Training text: `lines` random texts, one after another on new lines (their own newlines,
+    CRLF and whitespace runs kept, so that merges over whitespace are learned too)."""
+    return "\n".join(random_text(rng, 40) for _ in range(lines)) + "\n"
