@@ -7,15 +7,19 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/chat_template.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/run_config.h"
 
 namespace lmt::cli {
 
@@ -39,6 +43,40 @@ std::vector<HfTensor> source_tensors(const HfWeights& w, std::vector<HostTensor>
     }
   }
   return tensors;
+}
+
+// The chat template the export's tokenizer_config.json carries, with a note for the user: a
+// checkpoint's run config (config.yaml) names the template its chat / instruction data were
+// rendered with (data.sources[].chat_template), written as Jinja (ChatTemplate::jinja); a Hugging
+// Face directory keeps the chat_template of its own tokenizer_config.json. None where the sources
+// disagree or have no chat data.
+std::string export_chat_template(const fs::path& dir, std::string& note) {
+  if (!fs::exists(dir / "config.yaml")) {
+    if (!fs::exists(dir / "tokenizer_config.json")) return "";
+    std::ifstream in(dir / "tokenizer_config.json");
+    const auto tc = nlohmann::json::parse(in, nullptr, false);
+    if (!tc.is_object()) return "";
+    auto it = tc.find("chat_template");
+    if (it == tc.end() || !it->is_string()) return "";
+    note = "the chat template of its tokenizer_config.json";
+    return it->get<std::string>();
+  }
+  const RunConfig run = load_run_config((dir / "config.yaml").string(), {});
+  std::string setting, key;
+  for (size_t i = 0; i < run.data.sources.size(); ++i) {
+    const SourceConfig& s = run.data.sources[i];
+    if (s.schema != "chat" && s.schema != "instruction") continue;
+    if (!key.empty() && s.chat_template != setting) {
+      note = "no chat template: " + key + " and data.sources[" + std::to_string(i) +
+             "].chat_template differ";
+      return "";
+    }
+    setting = s.chat_template;
+    key = "data.sources[" + std::to_string(i) + "].chat_template";
+  }
+  if (key.empty()) return "";
+  note = "the chat template '" + setting + "' (" + key + ")";
+  return ChatTemplate::from_setting(setting, key).jinja();
 }
 
 }  // namespace
@@ -82,12 +120,15 @@ Run add_export(CLI::App& app) {
         opt.tokenizer = (dir / name).string();
         break;
       }
+    std::string template_note;
+    if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, template_note);
     const HfExportResult r = save_hf_model(o->out, cfg, tensors, opt);
     fmt::print("exported {} to {}: {} {} weights in {} file{}{}\n", dir.string(), r.dir,
                format_bytes(r.tensor_bytes), dtype_name(opt.dtype), r.shards,
                r.shards == 1 ? "" : "s",
                opt.tokenizer.empty() ? " (no tokenizer files: the checkpoint has none)"
                                      : ", with " + fs::path(opt.tokenizer).filename().string());
+    if (!template_note.empty()) fmt::print("tokenizer_config.json: {}\n", template_note);
     return 0;
   };
 }

@@ -86,6 +86,14 @@ class ChatTemplate {
                                                   std::string_view input, std::string_view output,
                                                   bool loss_all, Document& doc) const;
 
+  // The template as Jinja for tokenizer_config.json's "chat_template": rendered by transformers'
+  // apply_chat_template it writes the text render_chat writes (prefixes and markers literally,
+  // so no bos_token is needed), plus the assistant header for add_generation_prompt. It raises
+  // where the template cannot express a chat (gemma's order, a role other than system, user,
+  // assistant), but does not refuse blank content or a chat without an assistant turn, which
+  // render_chat leaves out of training data but which inference may need.
+  std::string jinja() const;
+
   const std::string& name() const { return name_; }
   bool has_special() const { return !chat_.prefix.empty(); }
 

@@ -192,3 +192,65 @@ def test_prepare_renders_as_the_jinja_template(name, tokenizer, seed, tmp_path):
             f"{name}: {len(bad)} of {len(chats)} chats differ; first: chat {i} {chats[i]!r}\n"
             f"  from token {k}: HF {hf.convert_ids_to_tokens(list(want[k:k + 10]))}\n"
             f"  lmtrain {hf.convert_ids_to_tokens(got[k:k + 10])}")
+
+
+# The export: a run trained on chats, exported; AutoTokenizer on the export renders as lmtrain did.
+# "plain" and a custom pattern have no Hugging Face original; their Jinja is lmtrain's own.
+EXPORT_TEMPLATES = list(TEMPLATES) + ["plain", "<s>{turn}<|{role}|>\n{content}</s>\n"]
+
+
+@pytest.mark.parametrize("name", EXPORT_TEMPLATES)
+def test_export_carries_a_chat_template_that_renders_the_same(name, seed, tmp_path):
+    from transformers import AutoTokenizer
+
+    rng = random.Random(seed)
+    (tmp_path / "corpus.txt").write_text(corpus(rng, 200), encoding="utf-8")
+    tok = tmp_path / "tokenizer.json"
+    args = [a for s in SPECIALS + ["<s>", "</s>"] for a in ("--special", s)]
+    vocab = rng.randint(500, 900)
+    lmtrain("tokenizer", "train", "--input", tmp_path / "corpus.txt", "--vocab-size", vocab,
+            *args, "--out", tok)
+    chats = [random_chat(rng, name == "gemma") for _ in range(20)]
+    data = tmp_path / "chats.jsonl"
+    data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats), encoding="utf-8")
+    run = tmp_path / "run"
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(json.dumps({
+        "model": {"family": "llama", "vocab_size": vocab, "hidden_size": 32,
+                  "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 2,
+                  "max_position_embeddings": 2048},
+        "data": {"tokenizer": str(tok), "seq_len": 2048, "val_fraction": 0.0,
+                 "sources": [{"path": str(data), "format": "jsonl", "schema": "chat",
+                              "chat_template": name}]},
+        "train": {"backend": "cpu", "micro_batch_size": 1, "max_steps": 1, "warmup_steps": 0,
+                  "eval_every": 0, "save_every": 0, "log_every": 1, "out_dir": str(run)}}))
+    lmtrain("train", "--config", cfg)
+    out = tmp_path / "export"
+    r = lmtrain("export", "--checkpoint", run, "--out", out, "--dtype", "f32")
+    assert "chat template" in r.stdout, r.stdout
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    assert tc.get("chat_template"), "the export's tokenizer_config.json has no chat_template"
+    exported = AutoTokenizer.from_pretrained(str(out))
+    docs = read_store(next(iter(sorted((run / "data").glob("**/train-*.idx")))).with_suffix(""))
+    assert len(docs) == len(chats)
+    real = None
+    if name in TEMPLATES:
+        fixture = json.loads((DATA / "templates" / f"{TEMPLATES[name]}.json").read_text())
+        real = AutoTokenizer.from_pretrained(str(out))
+        real.chat_template = fixture["chat_template"]
+        if fixture["bos_token"]:
+            real.bos_token = fixture["bos_token"]
+    for i, (chat, (ids, _)) in enumerate(zip(chats, docs)):
+        text = exported.apply_chat_template(chat, tokenize=False)
+        if real is not None:
+            assert text == real.apply_chat_template(chat, tokenize=False), f"chat {i}"
+        want = exported.apply_chat_template(chat, tokenize=True, return_dict=False)
+        if ids[len(want):]:  # templates without their own BOS: prepare adds the EOS after
+            assert ids[len(want):] == [exported.convert_tokens_to_ids("<|endoftext|>")]
+        assert ids[:len(want)] == list(want), f"chat {i}: {chat!r}"
+        # The generation prompt: the chat up to its last assistant turn, then the header.
+        last = max(k for k, m in enumerate(chat) if m["role"] == "assistant")
+        prompt = exported.apply_chat_template(chat[:last], tokenize=False,
+                                              add_generation_prompt=True)
+        assert text.startswith(prompt) and len(prompt) > len(
+            exported.apply_chat_template(chat[:last], tokenize=False)), f"chat {i}: {prompt!r}"
