@@ -4,6 +4,7 @@
 // save_hf_model as pointers into the mappings, so memory holds the mapped model plus one shard
 // being converted (plus f32 copies of tensors stored in other dtypes).
 #include <fmt/core.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -61,18 +62,30 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
     note = "the chat template of its tokenizer_config.json";
     return it->get<std::string>();
   }
-  const RunConfig run = load_run_config((dir / "config.yaml").string(), {});
+  // Only data.sources is read, with SourceConfig's defaults: a checkpoint's config need not be a
+  // whole valid run config for its weights to export.
   std::string setting, key;
-  for (size_t i = 0; i < run.data.sources.size(); ++i) {
-    const SourceConfig& s = run.data.sources[i];
-    if (s.schema != "chat" && s.schema != "instruction") continue;
-    if (!key.empty() && s.chat_template != setting) {
-      note = "no chat template: " + key + " and data.sources[" + std::to_string(i) +
-             "].chat_template differ";
-      return "";
+  try {
+    const YAML::Node sources = YAML::LoadFile((dir / "config.yaml").string())["data"]["sources"];
+    for (size_t i = 0; sources && sources.IsSequence() && i < sources.size(); ++i) {
+      const YAML::Node s = sources[i];
+      if (!s.IsMap()) continue;
+      const SourceConfig defaults;
+      const std::string schema = s["schema"] ? s["schema"].as<std::string>() : defaults.schema;
+      if (schema != "chat" && schema != "instruction") continue;
+      const std::string t =
+          s["chat_template"] ? s["chat_template"].as<std::string>() : defaults.chat_template;
+      if (!key.empty() && t != setting) {
+        note = "no chat template: " + key + " and data.sources[" + std::to_string(i) +
+               "].chat_template differ";
+        return "";
+      }
+      setting = t;
+      key = "data.sources[" + std::to_string(i) + "].chat_template";
     }
-    setting = s.chat_template;
-    key = "data.sources[" + std::to_string(i) + "].chat_template";
+  } catch (const YAML::Exception& e) {
+    note = "no chat template: cannot read " + (dir / "config.yaml").string() + ": " + e.what();
+    return "";
   }
   if (key.empty()) return "";
   note = "the chat template '" + setting + "' (" + key + ")";
