@@ -3,7 +3,7 @@
 // No Jinja: a template is a small table (BOS prefix; per role a header, an end-of-turn marker and
 // the text after it; trimming; Gemma's system folding and alternation) that reproduces the Hugging
 // Face templates byte for byte (tests/template checks the real ones, rendered by
-// scripts/make_template_fixtures.mjs).
+// scripts/make_template_fixtures.py).
 //
 // Built in:
 //   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n  (ChatML as Qwen 2 / 2.5 write it; no default
