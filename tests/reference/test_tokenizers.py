@@ -5,8 +5,8 @@
   tokenizer_config.json is export's), in transformers' AutoTokenizer; both give the ids of
   `lmtrain tokenize`, with and without special tokens, and decode them back to the text.
 - Tokenizers trained here by HF tokenizers on a random corpus (byte-level BPE, SentencePiece-style
-  BPE with byte fallback, Unigram with byte fallback and with unk) give the same ids through
-  `lmtrain tokenize` as through HF.
+  BPE with byte fallback, Unigram with byte fallback, with unk and over ByteLevel) give the same
+  ids through `lmtrain tokenize` as through HF.
 Texts: random_text.py (many scripts, emoji sequences, whitespace runs, CRLF, digits, punctuation),
 with the tokenizers' special tokens dropped in at random.
 """
@@ -121,6 +121,14 @@ def train_hf(kind, text_file, rng):
         j = json.loads(tok.to_str())
         assert j["model"]["byte_fallback"] and "<0x41>" in j["model"]["vocab"]
         return tok, specials
+    if kind == "unigram_bytelevel":  # Unigram over GPT-2's byte characters: no unknown bytes
+        tok = Tokenizer(models.Unigram())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.train([str(text_file)], trainers.UnigramTrainer(
+            vocab_size=rng.randint(500, 1200), special_tokens=specials, unk_token="<unk>",
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+        return tok, specials
     # Unigram; UnigramTrainer has no byte fallback, so it is added after training (as the
     # converted SentencePiece models have it): the <0xNN> pieces at the lowest score.
     tok = Tokenizer(models.Unigram())
@@ -142,7 +150,8 @@ def train_hf(kind, text_file, rng):
     return Tokenizer.from_str(json.dumps(j)), specials
 
 
-KINDS = ["bytelevel_bpe", "metaspace_bpe_byte_fallback", "unigram_byte_fallback", "unigram_unk"]
+KINDS = ["bytelevel_bpe", "metaspace_bpe_byte_fallback", "unigram_byte_fallback", "unigram_unk",
+         "unigram_bytelevel"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
