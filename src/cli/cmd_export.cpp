@@ -12,6 +12,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -64,7 +65,7 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
   }
   // Only data.sources is read, with SourceConfig's defaults: a checkpoint's config need not be a
   // whole valid run config for its weights to export.
-  std::string setting, key;
+  std::string jinja, setting, key;
   try {
     const YAML::Node sources = YAML::LoadFile((dir / "config.yaml").string())["data"]["sources"];
     for (size_t i = 0; sources && sources.IsSequence() && i < sources.size(); ++i) {
@@ -75,13 +76,14 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
       if (schema != "chat" && schema != "instruction") continue;
       const std::string t =
           s["chat_template"] ? s["chat_template"].as<std::string>() : defaults.chat_template;
-      if (!key.empty() && t != setting) {
-        note = "no chat template: " + key + " and data.sources[" + std::to_string(i) +
-               "].chat_template differ";
+      const std::string k = "data.sources[" + std::to_string(i) + "].chat_template";
+      // Instruction records render through the template's instruction style (plain's differs).
+      const std::string j = ChatTemplate::from_setting(t, k).jinja(schema == "instruction");
+      if (!key.empty() && j != jinja) {
+        note = "no chat template: " + key + " and " + k + " render chats differently";
         return "";
       }
-      setting = t;
-      key = "data.sources[" + std::to_string(i) + "].chat_template";
+      if (key.empty()) std::tie(jinja, setting, key) = std::tie(j, t, k);
     }
   } catch (const YAML::Exception& e) {
     note = "no chat template: cannot read " + (dir / "config.yaml").string() + ": " + e.what();
@@ -89,7 +91,7 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
   }
   if (key.empty()) return "";
   note = "the chat template '" + setting + "' (" + key + ")";
-  return ChatTemplate::from_setting(setting, key).jinja();
+  return jinja;
 }
 
 }  // namespace

@@ -91,8 +91,10 @@ class ChatTemplate {
   // so no bos_token is needed), plus the assistant header for add_generation_prompt. It raises
   // where the template cannot express a chat (gemma's order, a role other than system, user,
   // assistant), but does not refuse blank content or a chat without an assistant turn, which
-  // render_chat leaves out of training data but which inference may need.
-  std::string jinja() const;
+  // render_chat leaves out of training data but which inference may need. `instruction`: the
+  // style render_instruction uses (it differs only for plain: "### Instruction:" / "###
+  // Response:").
+  std::string jinja(bool instruction = false) const;
 
   const std::string& name() const { return name_; }
   bool has_special() const { return !chat_.prefix.empty(); }

@@ -54,8 +54,8 @@ std::string emit(const std::string& s) {
 
 }  // namespace
 
-std::string ChatTemplate::jinja() const {
-  const Style& st = chat_;
+std::string ChatTemplate::jinja(bool instruction) const {
+  const Style& st = instruction ? instruction_ : chat_;
   const char* roles[3] = {"system", "user", "assistant"};
   const std::string content = st.trim ? "message['content'] | trim" : "message['content']";
   auto turn_body = [&](int r, bool fold) {

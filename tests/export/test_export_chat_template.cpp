@@ -70,6 +70,17 @@ TEST(ExportChatTemplate, TheRunsTemplateGoesIntoTokenizerConfig) {
   }
 }
 
+TEST(ExportChatTemplate, PlainInstructionsGetTheirOwnStyle) {
+  const Exported e = export_run(run_with_sources(
+      "chat_template_plain_instruction",
+      "    - {path: a.jsonl, format: jsonl, schema: instruction, chat_template: plain}\n"));
+  ASSERT_EQ(e.r.code, 0) << e.r.out;
+  const std::string j = e.config.value("chat_template", "");
+  EXPECT_EQ(j, ChatTemplate::from_setting("plain", "k").jinja(/*instruction=*/true));
+  EXPECT_NE(j.find("### Instruction:\\n"), std::string::npos) << j;
+  EXPECT_NE(j.find("### Response:\\n"), std::string::npos) << j;
+}
+
 TEST(ExportChatTemplate, JinjaEscapesWhatJinjaWouldRead) {
   const std::string j =
       ChatTemplate::from_setting("<s>{turn}[{Role}] 'q' \\ {content}</s>\r\n\t", "k").jinja();
@@ -93,9 +104,24 @@ TEST(ExportChatTemplate, NoneWhereTheSourcesDisagreeOrHaveNoChats) {
       "    - {path: b.jsonl, format: jsonl, schema: instruction, chat_template: chatml}\n"));
   ASSERT_EQ(e.r.code, 0) << e.r.out;
   EXPECT_FALSE(e.config.contains("chat_template")) << e.config.dump(2);
-  EXPECT_NE(e.r.out.find("data.sources[0].chat_template and data.sources[1].chat_template differ"),
+  EXPECT_NE(e.r.out.find("data.sources[0].chat_template and data.sources[1].chat_template render "
+                         "chats differently"),
             std::string::npos)
       << e.r.out;
+  // plain writes instruction records in its own style, so plain chats and plain instructions
+  // disagree, while chatml's chats and instructions agree.
+  e = export_run(run_with_sources(
+      "chat_template_plain_mixed",
+      "    - {path: a.jsonl, format: jsonl, schema: chat, chat_template: plain}\n"
+      "    - {path: b.jsonl, format: jsonl, schema: instruction, chat_template: plain}\n"));
+  ASSERT_EQ(e.r.code, 0) << e.r.out;
+  EXPECT_FALSE(e.config.contains("chat_template")) << e.config.dump(2);
+  e = export_run(run_with_sources(
+      "chat_template_chatml_mixed",
+      "    - {path: a.jsonl, format: jsonl, schema: chat}\n"
+      "    - {path: b.jsonl, format: jsonl, schema: instruction, chat_template: chatml}\n"));
+  ASSERT_EQ(e.r.code, 0) << e.r.out;
+  EXPECT_EQ(e.config["chat_template"], ChatTemplate::from_setting("chatml", "k").jinja());
   e = export_run(
       run_with_sources("chat_template_text", "    - {path: a.txt, format: text, schema: text}\n"));
   ASSERT_EQ(e.r.code, 0) << e.r.out;

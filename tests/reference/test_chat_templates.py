@@ -128,8 +128,9 @@ def prepare(tmp_path, tok, name, chats):
     return read_store(prefixes[0])
 
 
-def auto_tokenizer(tok_path, tmp_path):
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+def fast_tokenizer(tok_path):
+    """transformers' tokenizer over the tokenizer.json lmtrain prepared with."""
+    from transformers import PreTrainedTokenizerFast
     return PreTrainedTokenizerFast(tokenizer_file=str(tok_path))
 
 
@@ -155,7 +156,7 @@ def test_prepare_renders_as_the_jinja_template(name, tokenizer, seed, tmp_path):
     chats = [random_chat(rng, name == "gemma") for _ in range(N_CHATS)]
     docs = prepare(tmp_path, tokenizer, name, chats)
     assert len(docs) == len(chats), "lmtrain prepare dropped chats"
-    hf = auto_tokenizer(tokenizer, tmp_path)
+    hf = fast_tokenizer(tokenizer)
     hf.chat_template = fixture["chat_template"]
     if fixture["bos_token"]:
         hf.bos_token = fixture["bos_token"]
@@ -196,7 +197,20 @@ def test_prepare_renders_as_the_jinja_template(name, tokenizer, seed, tmp_path):
 
 # The export: a run trained on chats, exported; AutoTokenizer on the export renders as lmtrain did.
 # "plain" and a custom pattern have no Hugging Face original; their Jinja is lmtrain's own.
-EXPORT_TEMPLATES = list(TEMPLATES) + ["plain", "<s>{turn}<|{role}|>\n{content}</s>\n"]
+# "instruction:NAME" trains on instruction records (schema instruction), which plain writes in
+# its own style ("### Instruction:" / "### Response:").
+EXPORT_TEMPLATES = list(TEMPLATES) + ["plain", "<s>{turn}<|{role}|>\n{content}</s>\n",
+                                      "instruction:plain", "instruction:llama3"]
+
+
+def random_instruction(rng, plain):
+    """An instruction record and the chat it stands for (render_instruction's user turn)."""
+    rec = {"instruction": random_content(rng),
+           "input": random_content(rng) if rng.random() < 0.6 else rng.choice(["", " \n"]),
+           "output": random_content(rng)}
+    join = "\n\n### Input:\n" if plain else "\n\n"
+    user = rec["instruction"] + (join + rec["input"] if rec["input"].strip() else "")
+    return rec, [{"role": "user", "content": user}, {"role": "assistant", "content": rec["output"]}]
 
 
 @pytest.mark.parametrize("name", EXPORT_TEMPLATES)
@@ -210,9 +224,15 @@ def test_export_carries_a_chat_template_that_renders_the_same(name, seed, tmp_pa
     vocab = rng.randint(500, 900)
     lmtrain("tokenizer", "train", "--input", tmp_path / "corpus.txt", "--vocab-size", vocab,
             *args, "--out", tok)
-    chats = [random_chat(rng, name == "gemma") for _ in range(20)]
+    schema = "instruction" if name.startswith("instruction:") else "chat"
+    name = name.removeprefix("instruction:")
+    if schema == "chat":
+        chats = [random_chat(rng, name == "gemma") for _ in range(20)]
+        records = [{"messages": m} for m in chats]
+    else:
+        records, chats = zip(*(random_instruction(rng, name == "plain") for _ in range(20)))
     data = tmp_path / "chats.jsonl"
-    data.write_text("".join(json.dumps({"messages": m}) + "\n" for m in chats), encoding="utf-8")
+    data.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
     run = tmp_path / "run"
     cfg = tmp_path / "run.yaml"
     cfg.write_text(json.dumps({
@@ -220,7 +240,7 @@ def test_export_carries_a_chat_template_that_renders_the_same(name, seed, tmp_pa
                   "intermediate_size": 40, "num_hidden_layers": 1, "num_attention_heads": 2,
                   "max_position_embeddings": 2048},
         "data": {"tokenizer": str(tok), "seq_len": 2048, "val_fraction": 0.0,
-                 "sources": [{"path": str(data), "format": "jsonl", "schema": "chat",
+                 "sources": [{"path": str(data), "format": "jsonl", "schema": schema,
                               "chat_template": name}]},
         "train": {"backend": "cpu", "micro_batch_size": 1, "max_steps": 1, "warmup_steps": 0,
                   "eval_every": 0, "save_every": 0, "log_every": 1, "out_dir": str(run)}}))
@@ -234,7 +254,7 @@ def test_export_carries_a_chat_template_that_renders_the_same(name, seed, tmp_pa
     docs = read_store(next(iter(sorted((run / "data").glob("**/train-*.idx")))).with_suffix(""))
     assert len(docs) == len(chats)
     real = None
-    if name in TEMPLATES:
+    if name in TEMPLATES and schema == "chat":
         fixture = json.loads((DATA / "templates" / f"{TEMPLATES[name]}.json").read_text())
         real = AutoTokenizer.from_pretrained(str(out))
         real.chat_template = fixture["chat_template"]
