@@ -1,17 +1,21 @@
 """lmtrain's chat templates against the real Jinja templates run by transformers, token for token.
 
-Random chats (a system message or not, alternating user / assistant turns, content of random
-unicode, whitespace runs and braces, now and then a special token's text) go through the path a
-user takes: a JSONL file, `lmtrain prepare` with schema chat and data.sources[].chat_template
-chatml / qwen2.5 / llama3 / gemma, and the Megatron .bin/.idx/.mask store it writes, read back
-here. Each document must equal transformers' `apply_chat_template(messages, tokenize=True)` with
-the Hugging Face template (tests/data/templates/*.json "chat_template"), using one tokenizer on
-both sides: a byte-level BPE that `lmtrain tokenizer train` learns here from random text, with
-every template's special tokens as added tokens. The loss mask must cover exactly the assistant
-turns' content and end markers.
+Random chats (a system message or not, alternating user / assistant turns, sometimes ending with a
+user turn; content of random unicode, whitespace runs at either end, braces and Jinja-looking text,
+now and then a special token's text) go through the path a user takes: a JSONL file, `lmtrain
+prepare` with schema chat and data.sources[].chat_template chatml / qwen2.5 / llama3 / gemma, and
+the Megatron .bin/.idx/.mask store it writes, read back here. Each document must equal
+transformers' `apply_chat_template(messages, tokenize=True)` with the Hugging Face template
+(tests/data/templates/*.json "chat_template"), with one tokenizer on both sides, learned here from
+random text with every template's special tokens as added tokens: lmtrain's byte-level BPE, or an
+HF-trained SentencePiece-style BPE (Metaspace, byte fallback). The loss mask must hold each
+assistant turn's content and end marker, and nothing else but the end of the header where one
+token spans both.
 
-The export: `lmtrain export` of a checkpoint trained on such data writes tokenizer_config.json
-with a `chat_template`; AutoTokenizer on the export must render every chat as lmtrain did.
+The export: `lmtrain export` of a run trained (one step) on such data, or on instruction records,
+writes tokenizer_config.json with a `chat_template`; AutoTokenizer on the export must render every
+chat as the Hugging Face template does (the built-ins) and as lmtrain prepared it (all, plain and a
+custom pattern included), and add_generation_prompt must open an assistant turn.
 """
 import json
 import random
@@ -54,7 +58,7 @@ def random_content(rng):
     return t
 
 
-def random_chat(rng, gemma):
+def random_chat(rng):
     msgs = []
     if rng.random() < 0.5:
         msgs.append({"role": "system", "content": random_content(rng)})
@@ -153,7 +157,7 @@ def test_prepare_renders_as_the_jinja_template(name, tokenizer, seed, tmp_path):
     tokenizer, kind = tokenizer
     rng = random.Random(seed)
     fixture = json.loads((DATA / "templates" / f"{TEMPLATES[name]}.json").read_text())
-    chats = [random_chat(rng, name == "gemma") for _ in range(N_CHATS)]
+    chats = [random_chat(rng) for _ in range(N_CHATS)]
     docs = prepare(tmp_path, tokenizer, name, chats)
     assert len(docs) == len(chats), "lmtrain prepare dropped chats"
     hf = fast_tokenizer(tokenizer)
@@ -227,7 +231,7 @@ def test_export_carries_a_chat_template_that_renders_the_same(name, seed, tmp_pa
     schema = "instruction" if name.startswith("instruction:") else "chat"
     name = name.removeprefix("instruction:")
     if schema == "chat":
-        chats = [random_chat(rng, name == "gemma") for _ in range(20)]
+        chats = [random_chat(rng) for _ in range(20)]
         records = [{"messages": m} for m in chats]
     else:
         records, chats = zip(*(random_instruction(rng, name == "plain") for _ in range(20)))
