@@ -4,18 +4,24 @@
 // save_hf_model as pointers into the mappings, so memory holds the mapped model plus one shard
 // being converted (plus f32 copies of tensors stored in other dtypes).
 #include <fmt/core.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "data/chat_template.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/run_config.h"
 
 namespace lmt::cli {
 
@@ -39,6 +45,53 @@ std::vector<HfTensor> source_tensors(const HfWeights& w, std::vector<HostTensor>
     }
   }
   return tensors;
+}
+
+// The chat template the export's tokenizer_config.json carries, with a note for the user: a
+// checkpoint's run config (config.yaml) names the template its chat / instruction data were
+// rendered with (data.sources[].chat_template), written as Jinja (ChatTemplate::jinja); a Hugging
+// Face directory keeps the chat_template of its own tokenizer_config.json. None where the sources
+// disagree or have no chat data.
+std::string export_chat_template(const fs::path& dir, std::string& note) {
+  if (!fs::exists(dir / "config.yaml")) {
+    if (!fs::exists(dir / "tokenizer_config.json")) return "";
+    std::ifstream in(dir / "tokenizer_config.json");
+    const auto tc = nlohmann::json::parse(in, nullptr, false);
+    if (!tc.is_object()) return "";
+    auto it = tc.find("chat_template");
+    if (it == tc.end() || !it->is_string()) return "";
+    note = "the chat template of its tokenizer_config.json";
+    return it->get<std::string>();
+  }
+  // Only data.sources is read, with SourceConfig's defaults: a checkpoint's config need not be a
+  // whole valid run config for its weights to export.
+  std::string jinja, setting, key;
+  try {
+    const YAML::Node sources = YAML::LoadFile((dir / "config.yaml").string())["data"]["sources"];
+    for (size_t i = 0; sources && sources.IsSequence() && i < sources.size(); ++i) {
+      const YAML::Node s = sources[i];
+      if (!s.IsMap()) continue;
+      const SourceConfig defaults;
+      const std::string schema = s["schema"] ? s["schema"].as<std::string>() : defaults.schema;
+      if (schema != "chat" && schema != "instruction") continue;
+      const std::string t =
+          s["chat_template"] ? s["chat_template"].as<std::string>() : defaults.chat_template;
+      const std::string k = "data.sources[" + std::to_string(i) + "].chat_template";
+      // Instruction records render through the template's instruction style (plain's differs).
+      const std::string j = ChatTemplate::from_setting(t, k).jinja(schema == "instruction");
+      if (!key.empty() && j != jinja) {
+        note = "no chat template: " + key + " and " + k + " render chats differently";
+        return "";
+      }
+      if (key.empty()) std::tie(jinja, setting, key) = std::tie(j, t, k);
+    }
+  } catch (const YAML::Exception& e) {
+    note = "no chat template: cannot read " + (dir / "config.yaml").string() + ": " + e.what();
+    return "";
+  }
+  if (key.empty()) return "";
+  note = "the chat template '" + setting + "' (" + key + ")";
+  return jinja;
 }
 
 }  // namespace
@@ -82,12 +135,15 @@ Run add_export(CLI::App& app) {
         opt.tokenizer = (dir / name).string();
         break;
       }
+    std::string template_note;
+    if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, template_note);
     const HfExportResult r = save_hf_model(o->out, cfg, tensors, opt);
     fmt::print("exported {} to {}: {} {} weights in {} file{}{}\n", dir.string(), r.dir,
                format_bytes(r.tensor_bytes), dtype_name(opt.dtype), r.shards,
                r.shards == 1 ? "" : "s",
                opt.tokenizer.empty() ? " (no tokenizer files: the checkpoint has none)"
                                      : ", with " + fs::path(opt.tokenizer).filename().string());
+    if (!template_note.empty()) fmt::print("tokenizer_config.json: {}\n", template_note);
     return 0;
   };
 }

@@ -3,7 +3,7 @@
 // No Jinja: a template is a small table (BOS prefix; per role a header, an end-of-turn marker and
 // the text after it; trimming; Gemma's system folding and alternation) that reproduces the Hugging
 // Face templates byte for byte (tests/template checks the real ones, rendered by
-// scripts/make_template_fixtures.mjs).
+// scripts/make_template_fixtures.py).
 //
 // Built in:
 //   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n  (ChatML as Qwen 2 / 2.5 write it; no default
@@ -85,6 +85,16 @@ class ChatTemplate {
   std::optional<RecordProblem> render_instruction(std::string_view instruction,
                                                   std::string_view input, std::string_view output,
                                                   bool loss_all, Document& doc) const;
+
+  // The template as Jinja for tokenizer_config.json's "chat_template": rendered by transformers'
+  // apply_chat_template it writes the text render_chat writes (prefixes and markers literally,
+  // so no bos_token is needed), plus the assistant header for add_generation_prompt. It raises
+  // where the template cannot express a chat (gemma's order, a role other than system, user,
+  // assistant), but does not refuse blank content or a chat without an assistant turn, which
+  // render_chat leaves out of training data but which inference may need. `instruction`: the
+  // style render_instruction uses (it differs only for plain: "### Instruction:" / "###
+  // Response:").
+  std::string jinja(bool instruction = false) const;
 
   const std::string& name() const { return name_; }
   bool has_special() const { return !chat_.prefix.empty(); }

@@ -34,7 +34,7 @@ struct SourceManifest {
 struct Manifest {
   static constexpr int kVersion = 1;
   std::string tokenizer;       // as the config named it ("bytes", a file or a directory)
-  std::string tokenizer_kind;  // bytes | bpe | sentencepiece
+  std::string tokenizer_kind;  // bytes | bpe | unigram | sentencepiece
   std::string tokenizer_hash;  // tokenizer_fingerprint()
   int64_t vocab_size = 0;
   int64_t seq_len = 0;

@@ -1,15 +1,16 @@
 #include "data/prepare.h"
 
+#include <fmt/format.h>
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <exception>
 #include <filesystem>
-#include <fmt/format.h>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -38,6 +39,67 @@ double document_split_value(std::string_view doc) {
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
+namespace {
+
+// The text's bytes where each token ends, when the tokens' single decodes put back together give
+// the text exactly (bytes, byte-level BPE); false otherwise (Metaspace, SentencePiece).
+bool token_ends(const Tokenizer& tok, std::string_view text, const std::vector<int32_t>& ids,
+                std::vector<size_t>& ends) {
+  ends.clear();
+  size_t at = 0;
+  for (int32_t id : ids) {
+    const std::string piece = tok.decode({id});
+    if (text.substr(at, piece.size()) != piece) return false;
+    at += piece.size();
+    ends.push_back(at);
+  }
+  return at == text.size();
+}
+
+// Tokens of a document of several segments: the text is encoded whole, as a chat template's
+// output is by Hugging Face (encoding each segment on its own would cut pre-tokens and merges at
+// every change of loss flag: chatml's "\n" after the header and "\n\n" opening the content become
+// other tokens). A token counts in the loss when its last byte lies in a loss segment; where the
+// tokens do not map back to bytes, a token belongs to the segment of the boundary after which it
+// ends, found by encoding the text up to each boundary and matching the ids.
+void encode_segments(const Tokenizer& tok, const std::vector<Segment>& segments,
+                     std::vector<int32_t>& ids, std::vector<uint8_t>& mask) {
+  std::string text;
+  std::vector<size_t> bounds;  // end of each segment in `text`
+  for (const Segment& s : segments) {
+    text += s.text;
+    bounds.push_back(text.size());
+  }
+  const std::vector<int32_t> whole = tok.encode(text);
+  std::vector<size_t> ends;
+  std::vector<uint8_t> m(whole.size(), 0);
+  if (token_ends(tok, text, whole, ends)) {
+    size_t seg = 0;
+    for (size_t k = 0; k < whole.size(); ++k) {
+      while (bounds[seg] < ends[k]) ++seg;
+      m[k] = segments[seg].loss ? 1 : 0;
+    }
+  } else {
+    size_t first = 0;  // first token of the current segment
+    for (size_t seg = 0; seg < segments.size(); ++seg) {
+      size_t last = whole.size();
+      if (seg + 1 < segments.size()) {
+        const std::vector<int32_t> prefix =
+            tok.encode(std::string_view(text).substr(0, bounds[seg]));
+        last = 0;
+        while (last < prefix.size() && last < whole.size() && prefix[last] == whole[last]) ++last;
+        last = std::max(last, first);
+      }
+      std::fill(m.begin() + first, m.begin() + last, segments[seg].loss ? 1 : 0);
+      first = last;
+    }
+  }
+  ids.insert(ids.end(), whole.begin(), whole.end());
+  mask.insert(mask.end(), m.begin(), m.end());
+}
+
+}  // namespace
+
 void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_schema,
                        std::vector<int32_t>& ids, std::vector<uint8_t>& mask) {
   ids.clear();
@@ -47,7 +109,10 @@ void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_sche
     mask.insert(mask.end(), t.size(), m);
   };
   if (!doc.has_special) append(tok.special_prefix(), 0);
-  for (const Segment& s : doc.segments) append(tok.encode(s.text), s.loss ? 1 : 0);
+  if (doc.segments.size() == 1)
+    append(tok.encode(doc.segments[0].text), doc.segments[0].loss ? 1 : 0);
+  else if (doc.segments.size() > 1)
+    encode_segments(tok, doc.segments, ids, mask);
   if (!doc.has_special) {
     std::vector<int32_t> suffix = tok.special_suffix();
     if (suffix.empty() && tok.eos_id() >= 0) suffix.push_back(tok.eos_id());
@@ -162,8 +227,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
   if (opt.sources.empty()) throw UserError("data.sources: at least one source is needed");
   if (opt.seq_len < 1) throw UserError("data.seq_len: must be at least 1");
   if (!(opt.val_fraction >= 0 && opt.val_fraction < 1))
-    throw UserError("data.val_fraction: " + std::to_string(opt.val_fraction) +
-                    " is not in [0, 1)");
+    throw UserError("data.val_fraction: " + std::to_string(opt.val_fraction) + " is not in [0, 1)");
   if (opt.out_dir.empty()) throw UserError("prepare: no output directory (data.store)");
   for (size_t i = 0; i < opt.sources.size(); ++i)
     if (!(opt.sources[i].weight > 0))
@@ -303,10 +367,12 @@ Manifest prepare_store(const PrepareOptions& opt) {
       throw UserError("data.store: '" + final_dir.string() +
                       "' exists and is not a token store; not replacing it");
     fs::rename(final_dir, old_dir, ec);
-    if (ec) throw UserError("data.store: cannot replace '" + final_dir.string() + "': " + ec.message());
+    if (ec)
+      throw UserError("data.store: cannot replace '" + final_dir.string() + "': " + ec.message());
   }
   fs::rename(tmp_dir, final_dir, ec);
-  if (ec) throw UserError("data.store: cannot create '" + final_dir.string() + "': " + ec.message());
+  if (ec)
+    throw UserError("data.store: cannot create '" + final_dir.string() + "': " + ec.message());
   cleanup.armed = false;
   fs::remove_all(old_dir, ec);
   progress(opt.sources.size() - 1, true);

@@ -55,11 +55,12 @@ Manifest prepare_store(const PrepareOptions& opt);
 // across runs, machines and source order, and repeated documents never straddle it.
 double document_split_value(std::string_view doc);
 
-// Tokens of one document, with a mask byte per token (1 = a loss target). Adds the tokenizer's
-// special prefix (mask 0) and suffix, or its EOS when it defines no suffix, unless the document
-// carries its own special tokens (has_special). `text_schema` decides the suffix's mask: 1 for
-// pretraining text (the model learns to end a document), 0 for rendered chats (their end-of-turn
-// markers are already targets).
+// Tokens of one document, with a mask byte per token (1 = a loss target). A document of several
+// segments is encoded whole (as Hugging Face encodes a rendered chat), each token in the loss when
+// its last byte is. Adds the tokenizer's special prefix (mask 0) and suffix, or its EOS when it
+// defines no suffix, unless the document carries its own special tokens (has_special).
+// `text_schema` decides the suffix's mask: 1 for pretraining text (the model learns to end a
+// document), 0 for rendered chats (their end-of-turn markers are already targets).
 void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_schema,
                        std::vector<int32_t>& ids, std::vector<uint8_t>& mask);
 

@@ -178,17 +178,19 @@ nlohmann::json read_json_file(const std::string& path) {
   return j;
 }
 
-// tokenizer_config.json: enough for AutoTokenizer. A tokenizer.json loads as it is through
+// tokenizer_config.json: enough for AutoTokenizer, and apply_chat_template when a chat template
+// is given. A tokenizer.json loads as it is through
 // PreTrainedTokenizerFast (transformers 5: TokenizersBackend), its post-processor adding the
 // special tokens; a SentencePiece model is declared a LlamaTokenizer (BOS added, as lmtrain's
 // SentencePiece tokenizer does). Special tokens are named only where the tokenizer has them, since
 // transformers 5 adds a named special token that the vocabulary lacks.
 nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
-                                const Tokenizer& tok) {
+                                const Tokenizer& tok, const std::string& chat_template) {
   const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tok.bos_id();
   const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : tok.eos_id();
   nlohmann::json tc = {{"model_max_length", cfg.max_position_embeddings},
                        {"clean_up_tokenization_spaces", false}};
+  if (!chat_template.empty()) tc["chat_template"] = chat_template;
   if (fs::path(path).extension() == ".model") {
     sentencepiece::SentencePieceProcessor sp;
     if (!sp.Load(path).ok()) throw UserError("export: cannot load the tokenizer '" + path + "'");
@@ -216,7 +218,7 @@ nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
 
 // Copies the tokenizer under its Hugging Face name and writes tokenizer_config.json.
 std::vector<std::string> write_tokenizer(const fs::path& dir, const std::string& path,
-                                         const ModelConfig& cfg) {
+                                         const ModelConfig& cfg, const std::string& chat_template) {
   std::unique_ptr<Tokenizer> tok = load_tokenizer(path);
   if (tok->vocab_size() > cfg.vocab_size)
     throw UserError(
@@ -228,7 +230,7 @@ std::vector<std::string> write_tokenizer(const fs::path& dir, const std::string&
   fs::copy_file(path, dir / name, fs::copy_options::overwrite_existing, ec);
   if (ec) throw UserError("export: cannot copy the tokenizer '" + path + "': " + ec.message());
   write_text_file((dir / "tokenizer_config.json").string(),
-                  tokenizer_config(path, cfg, *tok).dump(2) + "\n");
+                  tokenizer_config(path, cfg, *tok, chat_template).dump(2) + "\n");
   return {name, "tokenizer_config.json"};
 }
 
@@ -337,7 +339,8 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
         std::count_if(r.files.begin(), r.files.end(),
                       [](const std::string& f) { return f.ends_with(".safetensors"); }));
     if (!opt.tokenizer.empty())
-      for (const std::string& f : write_tokenizer(tmp, opt.tokenizer, cfg)) r.files.push_back(f);
+      for (const std::string& f : write_tokenizer(tmp, opt.tokenizer, cfg, opt.chat_template))
+        r.files.push_back(f);
     // Replace a previous export only now that the new one is complete.
     const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
     const bool replace = fs::exists(out);

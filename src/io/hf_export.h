@@ -32,6 +32,8 @@ struct HfExportOptions {
   // smaller files suit the Hub and machines with little memory.
   uint64_t max_shard_bytes = 5'000'000'000ull;
   std::string tokenizer;  // a tokenizer.json or SentencePiece .model to carry; "" = none
+  // Jinja for tokenizer_config.json's "chat_template" (with a tokenizer only); "" = none.
+  std::string chat_template;
 };
 
 struct HfExportResult {

@@ -202,5 +202,34 @@ TEST(Prepare, TokenizeDocumentAddsSpecialTokensUnlessTheTemplateDid) {
   EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', 'c'}));
 }
 
+TEST(Prepare, TokenizeDocumentEncodesTheSegmentsAsOneText) {
+  // A rendered chat is tokenized as Hugging Face tokenizes apply_chat_template's text: whole. Cut
+  // at the loss boundary, byte-level BPE would give "\n" "\n\n" where the whole text gives
+  // "\n\n" "\n" (GPT-2's \s+(?!\S)), and Llama 2's normalizer would prepend a "▁" per segment.
+  const std::string dir = std::string(LMT_TEST_DATA) + "/tokenizers/";
+  for (const char* name : {"bytelevel_bpe.json", "llama2_style_bpe.json"}) {
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(dir + name);
+    Document d;
+    d.segments = {{"<|sep|>assistant\n", false}, {"\n\nHello  there", true}, {"\nuser:", false}};
+    d.has_special = true;
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> mask;
+    tokenize_document(*tok, d, false, ids, mask);
+    const std::string text = d.segments[0].text + d.segments[1].text + d.segments[2].text;
+    EXPECT_EQ(ids, tok->encode(text)) << name;
+    ASSERT_EQ(mask.size(), ids.size()) << name;
+    // The loss tokens decode to the middle segment, give or take the bytes of tokens that span
+    // its ends (a token counts where its last byte is).
+    std::vector<int32_t> in_loss;
+    for (size_t k = 0; k < ids.size(); ++k)
+      if (mask[k]) in_loss.push_back(ids[k]);
+    const std::string loss_text = tok->decode(in_loss);
+    EXPECT_NE(loss_text.find("Hello  there"), std::string::npos) << name << ": " << loss_text;
+    EXPECT_EQ(loss_text.find("assistant"), std::string::npos) << name << ": " << loss_text;
+    EXPECT_EQ(loss_text.find("user"), std::string::npos) << name << ": " << loss_text;
+    EXPECT_EQ(mask.back(), 0) << name;
+  }
+}
+
 }  // namespace
 }  // namespace lmt

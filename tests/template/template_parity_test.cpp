@@ -1,5 +1,5 @@
 // Our chat templates against the real Hugging Face Jinja templates: every fixture conversation in
-// tests/data/templates (rendered by scripts/make_template_fixtures.mjs with @huggingface/jinja)
+// tests/data/templates (rendered by scripts/make_template_fixtures.py with transformers' Jinja)
 // must come out byte for byte, with exactly the assistant contents and their end markers in the
 // loss, and must be refused where the Jinja template raises.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // tokenizer.json files of every kind we load against Hugging Face tokenizers' own ids (hf_ref.json,
-// made by scripts/make_tokenizer_fixtures.mjs with HF's Node bindings): the SentencePiece-style
+// made by scripts/make_tokenizer_fixtures.py with HF tokenizers): the SentencePiece-style
 // ones (Llama 2 normalizer, Metaspace first / always+split / never, Gemma-like Replace with Split
 // pre-tokenizers of every behavior), the byte-level ones, and the
 // file `lmtrain tokenizer train` wrote. Also bos_id / eos_id of every tokenizer kind, and encoding

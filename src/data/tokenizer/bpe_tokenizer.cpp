@@ -19,6 +19,7 @@
 #include "data/tokenizer/hf_decoder.h"
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/regex_split.h"
+#include "data/tokenizer/unigram_model.h"
 #include "data/tokenizer/word_cache.h"
 
 namespace lmt {
@@ -94,6 +95,7 @@ struct BpeTokenizer::Impl {
   std::vector<PreTokenizer> pre_tokenizers;
   bool byte_level = false;              // a ByteLevel pre-tokenizer is present (and last)
   std::array<int32_t, 256> byte_ids{};  // id of each byte's character, -1 when missing
+  std::optional<UnigramModel> unigram;  // set for a Unigram model, whose ids it computes
   bool ignore_merges = false;
   bool byte_fallback = false;
   std::optional<int32_t> unk_id;
@@ -193,8 +195,16 @@ void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string&
 }
 
 void load_model(BpeTokenizer::Impl& t, const json& m) {
+  if (!m.is_object()) t.fail("model", "expected a JSON object");
+  if (m.value("type", "BPE") == "Unigram") {
+    t.unigram = UnigramModel::from_json(m, "tokenizer " + t.path + ": model");
+    const auto& pieces = t.unigram->pieces();
+    for (size_t i = 0; i < pieces.size(); ++i) t.vocab[pieces[i].first] = static_cast<int32_t>(i);
+    return;
+  }
   if (m.value("type", "BPE") != "BPE")
-    t.fail("model.type", "'" + m.value("type", "") + "' is not supported (supported: BPE)");
+    t.fail("model.type",
+           "'" + m.value("type", "") + "' is not supported (supported: BPE, Unigram)");
   if (!m.value("continuing_subword_prefix", json()).is_null())
     t.fail("model.continuing_subword_prefix", "not supported");
   if (!m.value("end_of_word_suffix", json()).is_null())
@@ -312,7 +322,9 @@ bool merges_never_cross_metaspace(const BpeTokenizer::Impl& t) {
 }
 
 void build_tables(BpeTokenizer::Impl& t) {
-  t.cut_at_metaspace = !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
+  // Unigram's Viterbi and unk fusion run over the whole word, so its words are never cut.
+  t.cut_at_metaspace =
+      !t.unigram && !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
   int32_t size = 0;
   for (const auto& [tok, id] : t.vocab) size = std::max(size, id + 1);
   t.id_to_token.assign(size, "");
@@ -320,6 +332,13 @@ void build_tables(BpeTokenizer::Impl& t) {
   for (const auto& [tok, id] : t.vocab) {
     t.id_to_token[id] = tok;
     t.id_used[id] = true;
+  }
+  if (t.unigram) {  // a piece listed twice keeps both ids, as HF's id_to_token does
+    const auto& pieces = t.unigram->pieces();
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      t.id_to_token[i] = pieces[i].first;
+      t.id_used[i] = true;
+    }
   }
   // The added token wins, as HF gives it back: a normalized one in its normalized form.
   for (const auto& a : t.added) t.id_to_token[a.id] = a.pattern;
@@ -522,20 +541,17 @@ void BpeTokenizer::Impl::encode_word(std::string_view word, std::vector<int32_t>
   const uint64_t h = cache ? std::hash<std::string_view>{}(word) : 0;
   if (cache && cache->find(word, h, out)) return;
   std::vector<int32_t> syms;
-  std::optional<int32_t> whole;
-  if (ignore_merges) {
-    std::string mapped;
-    if (byte_level) {
-      static const auto table = gpt2_bytes_to_unicode();
-      for (char c : word) append_utf8(table[static_cast<unsigned char>(c)], mapped);
-    } else {
-      mapped = word;
-    }
-    auto it = vocab.find(mapped);
-    if (it != vocab.end()) whole = it->second;
+  std::string mapped;  // the word in GPT-2's byte characters, for a byte-level whole-word lookup
+  if (byte_level && (unigram || ignore_merges)) {
+    static const auto table = gpt2_bytes_to_unicode();
+    for (char c : word) append_utf8(table[static_cast<unsigned char>(c)], mapped);
   }
-  if (whole) {
-    syms.push_back(*whole);
+  const std::string_view model_word = byte_level && (unigram || ignore_merges) ? mapped : word;
+  auto whole = ignore_merges ? vocab.find(model_word) : vocab.end();
+  if (unigram) {
+    unigram->encode(model_word, syms);
+  } else if (whole != vocab.end()) {
+    syms.push_back(whole->second);
   } else {
     initial_symbols(word, syms);
     merge_all(syms);
@@ -660,6 +676,10 @@ std::string BpeTokenizer::decode(const int32_t* ids, int64_t n) const {
       tokens.push_back(impl_->id_to_token[id]);
   }
   return byte_level ? out : impl_->decoder.decode(std::move(tokens));
+}
+
+bool BpeTokenizer::is_unigram() const {
+  return impl_->unigram.has_value();
 }
 
 int32_t BpeTokenizer::vocab_size() const {

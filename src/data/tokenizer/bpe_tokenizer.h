@@ -1,14 +1,15 @@
 // BPE loaded from a Hugging Face tokenizer.json, producing the same ids as Hugging Face tokenizers:
 // byte-level BPE (GPT-2, Llama 3, Qwen) and SentencePiece-style BPE with byte fallback (Llama 2,
-// Mistral, Gemma). The pipeline is HF's: split the text on added tokens (leftmost, longest first;
+// Mistral, Gemma); a Unigram model (unigram_model.h) runs through the same pipeline in place of
+// the merges. The pipeline is HF's: split the text on added tokens (leftmost, longest first;
 // normalized=false ones on the raw text, the others on the normalized text), normalize (Prepend,
 // Replace), run each piece through the pre-tokenizers (regex Split, ByteLevel, Metaspace), map
 // bytes to GPT-2's printable characters (byte-level) or look characters up with <0xNN> byte
 // fallback, then apply merges lowest rank first. decode runs the file's decoder (ByteLevel, or
 // Replace, ByteFallback, Fuse, Strip, Metaspace). Anything this cannot reproduce exactly (other
-// normalizers such as NFC or Precompiled, other models or pre-tokenizers, single_word added tokens)
-// is rejected at load with a UserError naming the file and the field, rather than silently
-// producing different ids.
+// normalizers such as NFC or Precompiled, WordPiece / WordLevel models, other pre-tokenizers,
+// single_word added tokens) is rejected at load with a UserError naming the file and the field,
+// rather than silently producing different ids.
 //
 // encode works on bytes: invalid UTF-8 is never matched by the regexes, so it becomes its own
 // pieces and, byte-level, still round-trips through decode. encode is const and thread-safe with no
@@ -41,6 +42,8 @@ class BpeTokenizer {
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode(const int32_t* ids, int64_t n) const;
 
+  // True for a Unigram model, false for BPE.
+  bool is_unigram() const;
   // Max id + 1 over the vocab and the added tokens.
   int32_t vocab_size() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;

@@ -59,7 +59,7 @@ class HfBpeTokenizer final : public Tokenizer {
                ? suffix_.front()
                : named_special(j, {"<|endoftext|>", "<|end_of_text|>", "</s>", "<eos>"});
   }
-  std::string kind() const override { return "bpe"; }
+  std::string kind() const override { return bpe_.is_unigram() ? "unigram" : "bpe"; }
   std::vector<int32_t> encode(std::string_view t) const override { return bpe_.encode(t); }
   std::string decode(const std::vector<int32_t>& ids) const override { return bpe_.decode(ids); }
   int32_t vocab_size() const override { return bpe_.vocab_size(); }

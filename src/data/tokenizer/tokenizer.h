@@ -1,5 +1,5 @@
 // One interface over lmtrain's tokenizers, chosen from what the user names: "bytes" (256 byte ids
-// + end-of-text), a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE), a
+// + end-of-text), a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE, Unigram), a
 // SentencePiece .model, or a
 // model directory holding either. Data preparation, `lmtrain tokenize` and generation speak to
 // this interface only.
@@ -16,7 +16,7 @@ namespace lmt {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string kind() const = 0;  // "bytes", "bpe" or "sentencepiece"
+  virtual std::string kind() const = 0;  // "bytes", "bpe", "unigram" or "sentencepiece"
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int32_t vocab_size() const = 0;
