@@ -34,6 +34,7 @@ environment). Run: python3 scripts/make_hf_fixtures.py --out tests/data/hf [--fa
 """
 import argparse
 import contextlib
+import copy
 import json
 import math
 import os
@@ -171,13 +172,18 @@ def random_config(variant, r, lengths, tied):
 
 
 def multimodal(text_cfg):
-    """A tiny Gemma3ForConditionalGeneration config around text_cfg."""
+    """A tiny Gemma3ForConditionalGeneration config around text_cfg. Its final logit soft-cap is
+    unset, as in the released configs: transformers 5.23's Gemma3ForConditionalGeneration does not
+    apply one (Gemma3ForCausalLM, and lmtrain's text model, do)."""
+    text_cfg.final_logit_softcapping = None
     vision = tf.SiglipVisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1,
                                    num_attention_heads=2, image_size=28, patch_size=14)
     return tf.Gemma3Config(text_config=text_cfg.to_dict(), vision_config=vision.to_dict(),
                            mm_tokens_per_image=4, boi_token_index=text_cfg.vocab_size - 3,
                            eoi_token_index=text_cfg.vocab_size - 2,
-                           image_token_index=text_cfg.vocab_size - 1)
+                           image_token_index=text_cfg.vocab_size - 1,
+                           # transformers ties (or not) by the outer config's key
+                           tie_word_embeddings=text_cfg.tie_word_embeddings)
 
 
 @contextlib.contextmanager
@@ -295,22 +301,32 @@ def make(name, args, seed):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn_like(p) * args.noise)
-        if args.save == "bf16":
-            model.to(torch.bfloat16)
+            if args.save == "bf16":  # bf16 values, still float32 (RoPE buffers keep theirs)
+                p.copy_(p.to(torch.bfloat16).float())
     d = os.path.join(args.out, name)
     os.makedirs(d, exist_ok=True)
     save = {} if args.max_shard_size is None else {"max_shard_size": args.max_shard_size}
-    model.save_pretrained(d, **save)
+    if args.save == "bf16":
+        copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, **save)
+    else:
+        model.save_pretrained(d, **save)
     model.to(torch.float64 if args.float64 else torch.float32)  # exact: the saved values
-    vocab = cfg.text_config.vocab_size if args.multimodal else cfg.vocab_size
-    # Text ids only (a multimodal model's last three ids are its image tokens).
-    n_ids = vocab - 3 if args.multimodal else vocab
-    refs = [(n, torch.randint(0, n_ids, (1, t)), None) for n, t in zip("ab", lengths)]
+    text = cfg.text_config if args.multimodal else cfg
+    # Text ids (a multimodal model's last three ids are its image tokens), never pad_token_id:
+    # transformers' embedding (padding_idx) gives the pad row no gradient, lmtrain does.
+    n_ids = text.vocab_size - 3 if args.multimodal else text.vocab_size
+    pad = getattr(text, "pad_token_id", None)
+
+    def draw_ids(T):
+        ids = torch.randint(0, n_ids - (pad is not None), (1, T))
+        return ids + (ids >= pad).long() if pad is not None else ids
+
+    refs = [(n, draw_ids(t), None) for n, t in zip("ab", lengths)]
     if args.packed:
         T = r.randint(max(lengths), 48)
         rope = getattr(cfg, "rope_parameters", None) or {}
         min_doc = cfg.max_position_embeddings + 1 if rope.get("rope_type") == "dynamic" else 4
-        refs.append(("p", torch.randint(0, n_ids, (1, T)), packed_positions(r, T, min_doc)))
+        refs.append(("p", draw_ids(T), packed_positions(r, T, min_doc)))
     ctx = contextlib.nullcontext()
     if args.float64:
         rope_float64(model)

@@ -247,9 +247,14 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   doc_start_.clear();
   if (packing && packing->positions) {
     for (int64_t i = 0; i < N; ++i) {
-      if (packing->positions[i] < 0 || packing->positions[i] >= cfg_.max_position_embeddings)
+      // Learned positions have a table of max_position_embeddings rows; RoPE takes any position
+      // (as transformers does), which training at a length beyond it with packing needs.
+      const bool beyond = tr_.learned_positions &&
+                          packing->positions[i] >= cfg_.max_position_embeddings;
+      if (packing->positions[i] < 0 || beyond)
         throw UserError("model: position " + std::to_string(packing->positions[i]) +
-                        " is outside [0, max_position_embeddings)");
+                        (tr_.learned_positions ? " is outside [0, max_position_embeddings)"
+                                               : " is negative"));
       pos[i] = packing->positions[i];
     }
   }
