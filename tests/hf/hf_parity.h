@@ -102,12 +102,12 @@ inline ParityErrors check_hf_parity(const std::string& dir, const std::string& r
   const LossSum s = m->forward_backward(ids.data(), labels.data(), 1, T, 1.0 / (T - 1), pk);
   EXPECT_EQ(s.tokens, T - 1) << what;
   e.loss = std::abs(s.sum / (T - 1) - ref_loss) / std::abs(ref_loss);
-  EXPECT_LT(e.loss, bound.loss) << what << ": loss ours " << s.sum / (T - 1) << " ref "
-                                << ref_loss;
+  EXPECT_LT(e.loss, bound.loss) << what << ": loss ours " << s.sum / (T - 1) << " ref " << ref_loss;
 
   const SafetensorsFile grads = SafetensorsFile::open(dir + "/ref_" + ref + "_grads.safetensors");
-  EXPECT_EQ(grads.size(), m->params().size()) << what << ": every reference gradient has a "
-                                                         "parameter";
+  EXPECT_EQ(grads.size(), m->params().size()) << what
+                                              << ": every reference gradient has a "
+                                                 "parameter";
   for (const ParamInfo& p : m->params()) {
     EXPECT_TRUE(grads.contains(p.name)) << what << ": no reference gradient of " << p.name;
     if (!grads.contains(p.name)) continue;

@@ -83,7 +83,8 @@ struct Worst {
 };
 
 // Compares every reference of `dir` (refs) in f32 and f64.
-void compare(const std::string& dir, const std::vector<std::string>& refs, const std::string& what) {
+void compare(const std::string& dir, const std::vector<std::string>& refs,
+             const std::string& what) {
   Worst worst;
   for (const std::string& r : refs)
     for (DType dt : {DType::f32, DType::f64})
