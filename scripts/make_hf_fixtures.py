@@ -310,6 +310,8 @@ def make(name, args, seed):
         copy.deepcopy(model).to(torch.bfloat16).save_pretrained(d, **save)
     else:
         model.save_pretrained(d, **save)
+    if os.path.exists(os.path.join(d, "generation_config.json")):
+        os.remove(os.path.join(d, "generation_config.json"))  # not read by lmtrain
     model.to(torch.float64 if args.float64 else torch.float32)  # exact: the saved values
     text = cfg.text_config if args.multimodal else cfg
     # Text ids (a multimodal model's last three ids are its image tokens), never pad_token_id:

@@ -39,8 +39,9 @@ std::vector<Case> cases() {
     if (e.is_directory() && std::filesystem::exists(e.path() / "ref_a.json"))
       families.push_back(e.path().filename().string());
   std::sort(families.begin(), families.end());
-  for (const char* f : {"llama", "llama_tied_llama3rope", "mistral_swa", "qwen2", "qwen3", "gemma",
-                        "gemma2", "gpt2"})
+  for (const char* f :
+       {"llama", "llama_tied_llama3rope", "llama_yarn", "llama_dynamic", "mistral_swa", "qwen2",
+        "qwen3", "gemma", "gemma2", "gemma3", "gemma3_yarn", "gpt2"})
     if (std::find(families.begin(), families.end(), f) == families.end())
       families.push_back(std::string(f));  // missing: its test fails opening ref_a.json
   std::vector<Case> out;
