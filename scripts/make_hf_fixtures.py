@@ -36,9 +36,9 @@ import argparse
 import contextlib
 import copy
 import json
-import math
 import os
 import random
+import zlib
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
@@ -361,7 +361,10 @@ def main():
     if a.multimodal and any(not f.startswith("gemma3") for f in a.family or ["all"]):
         ap.error("--multimodal needs --family gemma3...")
     for i, fam in enumerate(a.family or sorted(names)):
-        make(fam, a, a.seed + i)
+        # A random config's seed depends on the family, not on which others run with it, so one
+        # family alone replays what it drew among all.
+        seed = (a.seed + zlib.crc32(fam.encode())) % 2**31 if a.random_config else a.seed + i
+        make(fam, a, seed)
 
 
 if __name__ == "__main__":

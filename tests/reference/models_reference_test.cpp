@@ -28,35 +28,55 @@ namespace fs = std::filesystem;
 const test::ParityBounds kF32Bounds{};
 const test::ParityBounds kF64Bounds{1e-10, 1e-10, 1e-9};
 
-// A fresh directory under the system's temp directory; removed when the test passed.
+// A fresh directory under the system's temp directory ("" when it cannot be made).
+std::string make_temp_dir() {
+  std::string t = (fs::temp_directory_path() / "lmt_models_ref_XXXXXX").string();
+  return mkdtemp(t.data()) ? t : "";
+}
+
+// Removes `path` when nothing failed, else says where it is kept.
+void remove_unless_failed(const std::string& path, bool failed) {
+  if (path.empty()) return;
+  if (failed)
+    std::printf("kept %s\n", path.c_str());
+  else
+    fs::remove_all(path);
+}
+
+// A test's own directory, removed when the test passed.
 class TempDir {
  public:
-  TempDir() {
-    std::string t = (fs::temp_directory_path() / "lmt_models_ref_XXXXXX").string();
-    path_ = mkdtemp(t.data()) ? t : "";
-  }
-  ~TempDir() {
-    if (!path_.empty() && !testing::Test::HasFailure()) fs::remove_all(path_);
-    if (testing::Test::HasFailure()) std::printf("kept %s\n", path_.c_str());
-  }
+  ~TempDir() { remove_unless_failed(path_, testing::Test::HasFailure()); }
   const std::string& path() const { return path_; }
 
  private:
-  std::string path_;
+  std::string path_ = make_temp_dir();
 };
 
-// Runs the script for `family` with `flags` into `out` (fresh seed for `what`); returns the
-// family's directory, empty (with a failure added) when the script failed.
-std::string make_refs(const TempDir& out, const std::string& what, const std::string& family,
+// The directory that ModelsReference's cases share, removed at the end when every test passed.
+struct SharedDir : testing::Environment {
+  std::string path;
+  void TearDown() override {
+    remove_unless_failed(path, !testing::UnitTest::GetInstance()->Passed());
+  }
+};
+SharedDir* const shared_dir =
+    static_cast<SharedDir*>(testing::AddGlobalTestEnvironment(new SharedDir));
+
+// Runs the script for `family` (empty: the families named in `flags`) with `flags` into `out`
+// (fresh seed for `what`); returns the family's directory, empty (with a failure added) when the
+// script failed.
+std::string make_refs(const std::string& out, const std::string& what, const std::string& family,
                       const std::string& flags) {
-  EXPECT_FALSE(out.path().empty()) << "mkdtemp";
+  EXPECT_FALSE(out.empty()) << "mkdtemp";
   const uint32_t seed = test::fresh_seed("models_reference." + what);
-  const std::string args = "--out '" + out.path() + "' --seed " + std::to_string(seed) +
-                           " --family " + family + " " + flags;
+  const std::string args = "--out '" + out + "' --seed " + std::to_string(seed) +
+                           (family.empty() ? "" : " --family " + family) + " " + flags;
   const bool before = testing::Test::HasFailure();
-  test::run_reference_script("scripts/make_hf_fixtures.py", args);
+  const std::string log = test::run_reference_script("scripts/make_hf_fixtures.py", args);
+  std::printf("%s", log.c_str());
   if (testing::Test::HasFailure() && !before) return "";
-  return out.path() + "/" + family;
+  return out + "/" + family;
 }
 
 nlohmann::json read_json(const std::string& path) {
@@ -96,13 +116,39 @@ void compare(const std::string& dir, const std::vector<std::string>& refs,
 
 class ModelsReference : public testing::TestWithParam<std::string> {};
 
-// A family or variant (scripts/make_hf_fixtures.py RANDOM): the sequences a and b and the packed
-// row p, made by transformers in float64.
+// The families of ModelsReference that run in this process: all of them when the binary runs
+// whole, the one that ctest picks otherwise.
+std::vector<std::string> selected_families() {
+  std::vector<std::string> out;
+  const testing::UnitTest* u = testing::UnitTest::GetInstance();
+  for (int i = 0; i < u->total_test_suite_count(); ++i) {
+    const testing::TestSuite* s = u->GetTestSuite(i);
+    if (std::string(s->name()) != "Families/ModelsReference") continue;
+    for (int j = 0; j < s->total_test_count(); ++j) {
+      const std::string name = s->GetTestInfo(j)->name();  // MatchesTransformers/<family>
+      if (s->GetTestInfo(j)->should_run()) out.push_back(name.substr(name.find('/') + 1));
+    }
+  }
+  return out;
+}
+
+// One Python run makes the references of every selected family (a Python start costs about 5 s)
+// into the shared directory.
+std::string family_refs(const std::string& family) {
+  static const std::string made = [] {
+    shared_dir->path = make_temp_dir();
+    std::string flags = "--random-config --float64 --packed";
+    for (const std::string& f : selected_families()) flags += " --family " + f;
+    return make_refs(shared_dir->path, "families", "", flags);
+  }();
+  return made.empty() ? "" : shared_dir->path + "/" + family;
+}
+
 TEST_P(ModelsReference, MatchesTransformers) {
   const std::string v = GetParam();
-  TempDir out;
-  const std::string dir = make_refs(out, v, v, "--random-config --float64 --packed");
-  ASSERT_FALSE(dir.empty());
+  const std::string dir = family_refs(v);
+  ASSERT_FALSE(dir.empty()) << "the script failed (see the first failing test)";
+  ASSERT_TRUE(fs::exists(dir + "/ref_a.json")) << dir;
   if (v == "llama_dynamic") {
     // Every reference runs longer than max_position_embeddings, so the base grows; the packed
     // row's longest document does too, and is shorter than the row.
@@ -135,7 +181,8 @@ size_t expect_stored_as(const std::string& dir, const std::string& dtype) {
 
 TEST(ModelsReferenceFiles, Bf16CheckpointGivesTransformersLogits) {
   TempDir out;
-  const std::string dir = make_refs(out, "bf16", "gemma2", "--random-config --float64 --save bf16");
+  const std::string dir =
+      make_refs(out.path(), "bf16", "gemma2", "--random-config --float64 --save bf16");
   ASSERT_FALSE(dir.empty());
   EXPECT_EQ(expect_stored_as(dir, "BF16"), 1u);
   compare(dir, {"a", "b"}, "gemma2 bf16 checkpoint");
@@ -144,7 +191,7 @@ TEST(ModelsReferenceFiles, Bf16CheckpointGivesTransformersLogits) {
 TEST(ModelsReferenceFiles, ShardedCheckpointGivesTransformersLogits) {
   TempDir out;
   const std::string dir =
-      make_refs(out, "sharded", "qwen3", "--random-config --float64 --max-shard-size 20KB");
+      make_refs(out.path(), "sharded", "qwen3", "--random-config --float64 --max-shard-size 20KB");
   ASSERT_FALSE(dir.empty());
   EXPECT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
   EXPECT_GT(expect_stored_as(dir, "F32"), 1u) << "several shards";
@@ -156,7 +203,7 @@ TEST(ModelsReferenceFiles, ShardedCheckpointGivesTransformersLogits) {
 TEST(ModelsReferenceFiles, MultimodalGemma3TextModelGivesTransformersLogits) {
   TempDir out;
   const std::string dir =
-      make_refs(out, "multimodal", "gemma3", "--random-config --float64 --multimodal");
+      make_refs(out.path(), "multimodal", "gemma3", "--random-config --float64 --multimodal");
   ASSERT_FALSE(dir.empty());
   const auto cfg = read_json(dir + "/config.json");
   EXPECT_EQ(cfg.value("model_type", ""), "gemma3");
