@@ -171,11 +171,15 @@ def random_config(variant, r, lengths, tied):
     raise ValueError(variant)
 
 
-def multimodal(text_cfg):
+def multimodal(text_cfg, r):
     """A tiny Gemma3ForConditionalGeneration config around text_cfg. Its final logit soft-cap is
     unset, as in the released configs: transformers 5.23's Gemma3ForConditionalGeneration does not
     apply one (Gemma3ForCausalLM, and lmtrain's text model, do)."""
     text_cfg.final_logit_softcapping = None
+    # transformers ties the head by the outer key; text_config's own is drawn apart, as files may
+    # disagree (lmtrain must follow the outer one).
+    tied = text_cfg.tie_word_embeddings
+    text_cfg.tie_word_embeddings = r.random() < 0.5
     vision = tf.SiglipVisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=1,
                                    num_attention_heads=2, image_size=28, patch_size=14)
     return tf.Gemma3Config(text_config=text_cfg.to_dict(), vision_config=vision.to_dict(),
@@ -183,7 +187,7 @@ def multimodal(text_cfg):
                            eoi_token_index=text_cfg.vocab_size - 2,
                            image_token_index=text_cfg.vocab_size - 1,
                            # transformers ties (or not) by the outer config's key
-                           tie_word_embeddings=text_cfg.tie_word_embeddings)
+                           tie_word_embeddings=tied)
 
 
 @contextlib.contextmanager
@@ -290,7 +294,7 @@ def make(name, args, seed):
         lengths = [17, 29]
         cfg = FAMILIES[name]()
     if args.multimodal:
-        cfg = multimodal(cfg)
+        cfg = multimodal(cfg, r)
     cfg._attn_implementation = "eager"
     if args.multimodal:
         cfg.text_config._attn_implementation = "eager"
