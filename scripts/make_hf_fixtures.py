@@ -28,6 +28,14 @@ Modes:
   --multimodal     (gemma3 only) a tiny Gemma3ForConditionalGeneration (SigLIP tower, projector)
                    around the text model; refs are its text-only logits, loss and the text model's
                    gradients.
+  --packed         also ref_p: one row of 2-3 documents, position_ids restarting at each (which
+                   transformers turns into a block-diagonal mask); with dynamic RoPE its longest
+                   document is longer than max_position_embeddings.
+
+Ids never take pad_token_id (transformers' embedding, built with padding_idx, gives that row no
+gradient; lmtrain does). Every reference starts from a fresh RoPE state (dynamic RoPE caches the
+longest length it has seen). A random config's seed is --seed plus a hash of its name, so a family
+made alone draws what it draws among all.
 
 CPU math, eager attention. Needs torch, transformers and safetensors (scripts/setup.sh's
 environment). Run: python3 scripts/make_hf_fixtures.py --out tests/data/hf [--family gemma3 ...]
