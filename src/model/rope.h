@@ -3,17 +3,21 @@
 // it works in Python floats, for every rope_type lmtrain reads: default, linear, dynamic (NTK),
 // llama3 and yarn.
 //
-// dynamic: transformers' RotaryEmbedding starts from the plain frequencies and, in a forward whose
-// largest position + 1 (L) exceeds the length it has cached, recomputes them for L, where
-//   base' = theta * (factor * L / max_position_embeddings - (factor - 1)) ^ (d / (d - 2));
-// it keeps those grown frequencies for later, shorter calls until one is shorter than
-// max_position_embeddings, which restores the plain ones. lmtrain has no such state: each batch
-// (each generation step) uses the frequencies of its own L = largest position + 1, plain when
-// L <= max_position_embeddings. The two agree whenever a call's L is either <=
-// max_position_embeddings or the largest seen so far; after a longer call, a call with
-// max_position_embeddings < L < (the longest L so far) gets transformers' longer-L frequencies
-// but lmtrain's own-L ones. Like transformers, dynamic scales from max_position_embeddings;
-// original_max_position_embeddings does not apply to it.
+// dynamic (checked against transformers 5.23's dynamic_rope_update and
+// _compute_dynamic_ntk_parameters): a forward's length L is the largest position id + 1 over the
+// whole batch (a packed row whose positions restart: its longest document + 1), and the
+// frequencies are those of base' = theta * (factor * L / max_position_embeddings - (factor - 1))
+// ^ (d / (d - 2)) when L > max_position_embeddings, plain otherwise. transformers keeps state
+// across calls: it recomputes only when L exceeds the longest L it has cached, keeps the cached
+// frequencies for a shorter call, and restores the plain ones only when L <
+// max_position_embeddings. lmtrain has no such state: each batch (each generation step) uses its
+// own L. The two agree whenever a call's L is at least every L since the last restore (every step
+// of training at one fixed seq_len without document masking; every step of generation, whose
+// positions only grow) or below max_position_embeddings. They differ when max_position_embeddings
+// <= L < the longest L so far: with document masking, a batch whose longest document is shorter
+// than an earlier batch's gets its own frequencies here and the earlier, longer one's in
+// transformers; likewise a shorter evaluation after a longer one. Like transformers, dynamic scales
+// from max_position_embeddings; original_max_position_embeddings does not apply to it.
 //
 // yarn: factor is the configured one (transformers 5; it derives max_position_embeddings /
 // original_max_position_embeddings only when factor is null, while transformers 4.4x-4.5x

@@ -160,8 +160,8 @@ Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_
 
 // The arena's layout: one function carves it, for measuring (base 0) and for the real plan.
 template <class PlanT, class Acts, class DimsT>
-static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const DimsT& d,
-                       size_t es, int64_t B, int64_t T, bool checkpointing, int64_t chunk) {
+static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const DimsT& d, size_t es,
+                       int64_t B, int64_t T, bool checkpointing, int64_t chunk) {
   const ModelConfig::Traits t = cfg.traits();
   const int64_t N = B * T, L = cfg.num_hidden_layers, C = d.C;
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
@@ -202,8 +202,7 @@ size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B
   const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), B * T);
   ArenaCarver carver(0);
   Plan p;
-  carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), B, T, checkpointing,
-                              chunk);
+  carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), B, T, checkpointing, chunk);
   return carver.used();
 }
 
@@ -247,9 +246,14 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   doc_start_.clear();
   if (packing && packing->positions) {
     for (int64_t i = 0; i < N; ++i) {
-      if (packing->positions[i] < 0 || packing->positions[i] >= cfg_.max_position_embeddings)
-        throw UserError("model: position " + std::to_string(packing->positions[i]) +
-                        " is outside [0, max_position_embeddings)");
+      // Learned positions have a table of max_position_embeddings rows; RoPE takes any position
+      // (as transformers does), which training at a length beyond it with packing needs.
+      const bool beyond =
+          tr_.learned_positions && packing->positions[i] >= cfg_.max_position_embeddings;
+      if (packing->positions[i] < 0 || beyond)
+        throw UserError(
+            "model: position " + std::to_string(packing->positions[i]) +
+            (tr_.learned_positions ? " is outside [0, max_position_embeddings)" : " is negative"));
       pos[i] = packing->positions[i];
     }
   }
@@ -355,8 +359,7 @@ void Transformer::block_qkv(int64_t l, const LayerWeights& w, const LayerActs& a
     const Rope& r = rope_of(l);
     const auto* inv = r.inv_freq.as<float>();
     be_->rope(dt_, a.qkv, pos, inv, N, d.QKV, d.Hq, d.D, d.D, r.attention_factor, false);
-    be_->rope(dt_, at(a.qkv, d.Q), pos, inv, N, d.QKV, d.Hkv, d.D, d.D, r.attention_factor,
-              false);
+    be_->rope(dt_, at(a.qkv, d.Q), pos, inv, N, d.QKV, d.Hkv, d.D, d.D, r.attention_factor, false);
   }
 }
 
@@ -378,8 +381,7 @@ void Transformer::block_rest(const LayerWeights& w, const LayerActs& a, const vo
   be_->accumulate(dt_, a.x_mid, x, N * C);
   norm_forward(w.ln2, w.ln2_b, a.h2, a.mean2, a.rstd2, a.x_mid, N);
   linear(a.h2, w.up, w.up_b, a.gu, N, C, d.G);
-  const Activation act =
-      cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
+  const Activation act = cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
   if (tr_.gated_mlp)
     be_->glu_forward(dt_, act, a.a, a.gu, N, d.F);
   else
@@ -440,8 +442,8 @@ void Transformer::layer_backward(int64_t l) {
   }
   linear_backward(dout, a.att, w.o, p.datt, g.o, g.o_b, N, d.Q, C);
   AttentionArgs args = attention_args(l, p.B, p.T);
-  be_->attention_backward(dt_, args, p.dqkv, at(p.dqkv, d.Q), at(p.dqkv, d.Q + d.KV), p.datt,
-                          a.qkv, at(a.qkv, d.Q), at(a.qkv, d.Q + d.KV), a.att, a.lse);
+  be_->attention_backward(dt_, args, p.dqkv, at(p.dqkv, d.Q), at(p.dqkv, d.Q + d.KV), p.datt, a.qkv,
+                          at(a.qkv, d.Q), at(a.qkv, d.Q + d.KV), a.att, a.lse);
   if (!tr_.learned_positions) {
     const Rope& r = rope_of(l);
     const auto* inv = r.inv_freq.as<float>();
@@ -452,9 +454,9 @@ void Transformer::layer_backward(int64_t l) {
   if (tr_.qk_norm) {
     be_->head_rmsnorm_backward(dt_, p.dqkv, g.q_norm, p.dqkv, a.qkv_raw, w.q_norm, a.qk_rstd, N,
                                d.QKV, d.Hq, d.D, tr_.norm_offset);
-    be_->head_rmsnorm_backward(dt_, at(p.dqkv, d.Q), g.k_norm, at(p.dqkv, d.Q),
-                               at(a.qkv_raw, d.Q), w.k_norm, at(a.qk_rstd, N * d.Hq), N, d.QKV,
-                               d.Hkv, d.D, tr_.norm_offset);
+    be_->head_rmsnorm_backward(dt_, at(p.dqkv, d.Q), g.k_norm, at(p.dqkv, d.Q), at(a.qkv_raw, d.Q),
+                               w.k_norm, at(a.qk_rstd, N * d.Hq), N, d.QKV, d.Hkv, d.D,
+                               tr_.norm_offset);
   }
   linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV);
   norm_backward(w.ln1, g.ln1, g.ln1_b, p.dx, p.dh, p.res[l], a.mean1, a.rstd1, N);
@@ -572,7 +574,7 @@ std::vector<double> Transformer::host_logits(const void* logits, int64_t n) cons
 }
 
 std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, int64_t T,
-                                               const Packing* packing) {
+                                                const Packing* packing) {
   upload_batch(ids, nullptr, B, T, packing);
   forward_trunk();
   const Plan& p = *plan_;

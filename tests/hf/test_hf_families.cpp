@@ -73,7 +73,8 @@ TEST(HfFamilies, WrittenConfigsReadBackToTheSameModel) {
     // Same parameters, same attention everywhere.
     const auto a = Transformer::param_layout(c), b = Transformer::param_layout(back);
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].name + a[i].shape.str(), b[i].name + b[i].shape.str());
+    for (size_t i = 0; i < a.size(); ++i)
+      EXPECT_EQ(a[i].name + a[i].shape.str(), b[i].name + b[i].shape.str());
     for (int64_t l = 0; l < 7; ++l) EXPECT_EQ(c.is_sliding_layer(l), back.is_sliding_layer(l));
     EXPECT_EQ(back.attn_logit_softcapping, c.attn_logit_softcapping);
     EXPECT_EQ(back.final_logit_softcapping, c.final_logit_softcapping);
@@ -210,10 +211,11 @@ TEST(HfFamilies, MultimodalGemma3LoadsItsTextModel) {
   EXPECT_EQ(r.sliding_window_pattern, 3);
   // A text_config that leaves keys out gets Gemma3TextConfig's defaults.
   nlohmann::json sparse = {{"model_type", "gemma3"},
-                           {"text_config", {{"hidden_size", 2560}, {"num_hidden_layers", 34},
-                                            {"intermediate_size", 10240},
-                                            {"rope_scaling", {{"rope_type", "linear"},
-                                                              {"factor", 8.0}}}}}};
+                           {"text_config",
+                            {{"hidden_size", 2560},
+                             {"num_hidden_layers", 34},
+                             {"intermediate_size", 10240},
+                             {"rope_scaling", {{"rope_type", "linear"}, {"factor", 8.0}}}}}};
   const ModelConfig s4 = model_config_from_hf(sparse, "g3/config.json");
   EXPECT_EQ(s4.vocab_size, 262208);
   EXPECT_EQ(s4.head_size(), 256);
@@ -223,9 +225,18 @@ TEST(HfFamilies, MultimodalGemma3LoadsItsTextModel) {
   EXPECT_EQ(s4.rope_type, "linear");
   EXPECT_EQ(s4.rope_theta, 1e6);
   EXPECT_TRUE(s4.tie_word_embeddings);
+  // The head is tied by the outer config's key (default true), as transformers ties it.
+  sparse["text_config"]["tie_word_embeddings"] = false;
+  EXPECT_TRUE(model_config_from_hf(sparse, "g3/config.json").tie_word_embeddings);
+  sparse["tie_word_embeddings"] = false;
+  sparse["text_config"]["tie_word_embeddings"] = true;
+  EXPECT_FALSE(model_config_from_hf(sparse, "g3/config.json").tie_word_embeddings);
   // Without its text_config a gemma3 config is refused, naming what is missing.
-  test::expect_user_error([&] { model_config_from_hf({{"model_type", "gemma3"}}, "g/config.json"); },
-                          {"g/config.json", "'gemma3'", "text_config"});
+  test::expect_user_error(
+      [&] {
+        model_config_from_hf({{"model_type", "gemma3"}}, "g/config.json");
+      },
+      {"g/config.json", "'gemma3'", "text_config"});
 }
 
 }  // namespace
