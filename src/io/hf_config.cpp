@@ -24,9 +24,9 @@ struct FamilyNames {
   const char* architecture;
 };
 constexpr FamilyNames kNames[] = {
-    {"llama", "llama", "LlamaForCausalLM"},         {"mistral", "mistral", "MistralForCausalLM"},
-    {"qwen2", "qwen2", "Qwen2ForCausalLM"},         {"qwen3", "qwen3", "Qwen3ForCausalLM"},
-    {"gemma", "gemma", "GemmaForCausalLM"},         {"gemma2", "gemma2", "Gemma2ForCausalLM"},
+    {"llama", "llama", "LlamaForCausalLM"},       {"mistral", "mistral", "MistralForCausalLM"},
+    {"qwen2", "qwen2", "Qwen2ForCausalLM"},       {"qwen3", "qwen3", "Qwen3ForCausalLM"},
+    {"gemma", "gemma", "GemmaForCausalLM"},       {"gemma2", "gemma2", "Gemma2ForCausalLM"},
     {"gemma3", "gemma3_text", "Gemma3ForCausalLM"}, {"gpt2", "gpt2", "GPT2LMHeadModel"},
 };
 
@@ -47,15 +47,12 @@ class Keys {
     if (!has(key)) return false;
     const nlohmann::json& v = j_[key];
     bool ok = false;
-    if constexpr (std::is_same_v<T, bool>)
-      ok = v.is_boolean();
-    else if constexpr (std::is_integral_v<T>)
-      ok = v.is_number_integer();
-    else if constexpr (std::is_floating_point_v<T>)
-      ok = v.is_number();
-    else
-      ok = v.is_string();
-    if (!ok) throw UserError(where_ + ": key '" + key + "' has the wrong type (" + v.dump() + ")");
+    if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+    else if constexpr (std::is_integral_v<T>) ok = v.is_number_integer();
+    else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+    else ok = v.is_string();
+    if (!ok)
+      throw UserError(where_ + ": key '" + key + "' has the wrong type (" + v.dump() + ")");
     field = v.get<T>();
     return true;
   }
@@ -81,13 +78,13 @@ void read_layer_types(const Keys& k, ModelConfig& c) {
   if (!k.has("layer_types")) return;
   const nlohmann::json& lt = k["layer_types"];
   if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.num_hidden_layers)
-    k.fail("layer_types",
-           "must list one type per layer (" + std::to_string(c.num_hidden_layers) + ")");
+    k.fail("layer_types", "must list one type per layer (" +
+                              std::to_string(c.num_hidden_layers) + ")");
   std::vector<bool> sliding;
   for (const auto& t : lt) {
     if (t != "sliding_attention" && t != "full_attention")
-      k.fail("layer_types",
-             "holds " + t.dump() + " (supported: \"sliding_attention\", \"full_attention\")");
+      k.fail("layer_types", "holds " + t.dump() +
+                                " (supported: \"sliding_attention\", \"full_attention\")");
     sliding.push_back(t == "sliding_attention");
   }
   const int64_t L = c.num_hidden_layers;
@@ -97,7 +94,8 @@ void read_layer_types(const Keys& k, ModelConfig& c) {
   }
   for (int64_t n = 0; n <= L + 1; ++n) {  // n = 0: all sliding; else every n-th layer full
     bool fits = true;
-    for (int64_t i = 0; i < L; ++i) fits &= sliding[i] == (n == 0 || (i + 1) % n != 0);
+    for (int64_t i = 0; i < L; ++i)
+      fits &= sliding[i] == (n == 0 || (i + 1) % n != 0);
     if (fits) {
       c.sliding_window_pattern = n;
       return;
@@ -191,20 +189,14 @@ ModelConfig read_llama_style(const Keys& k, ModelConfig c, const std::string& ty
 // 4B-27B configs list only a few) and the token ids of the outer config.
 nlohmann::json gemma3_text_config(const nlohmann::json& j) {
   nlohmann::json t = j["text_config"];
-  const nlohmann::json defaults = {{"vocab_size", 262208},
-                                   {"hidden_size", 2304},
-                                   {"intermediate_size", 9216},
-                                   {"num_hidden_layers", 26},
-                                   {"num_attention_heads", 8},
-                                   {"num_key_value_heads", 4},
-                                   {"head_dim", 256},
-                                   {"hidden_activation", "gelu_pytorch_tanh"},
-                                   {"max_position_embeddings", 131072},
-                                   {"rms_norm_eps", 1e-6},
-                                   {"query_pre_attn_scalar", 256},
-                                   {"sliding_window", 4096},
-                                   {"sliding_window_pattern", 6},
-                                   {"tie_word_embeddings", true}};
+  const nlohmann::json defaults = {
+      {"vocab_size", 262208},          {"hidden_size", 2304},
+      {"intermediate_size", 9216},     {"num_hidden_layers", 26},
+      {"num_attention_heads", 8},      {"num_key_value_heads", 4},
+      {"head_dim", 256},               {"hidden_activation", "gelu_pytorch_tanh"},
+      {"max_position_embeddings", 131072}, {"rms_norm_eps", 1e-6},
+      {"query_pre_attn_scalar", 256},  {"sliding_window", 4096},
+      {"sliding_window_pattern", 6},   {"tie_word_embeddings", true}};
   for (const auto& [key, value] : defaults.items())
     if (!t.contains(key)) t[key] = value;
   if (!t.contains("rope_parameters") && !t.contains("rope_theta")) {
@@ -275,7 +267,7 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
       j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
       // An integer in transformers 5's Gemma2Config / Gemma3TextConfig, which refuse 256.0.
       const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
-                                                        : static_cast<double>(c.head_size());
+                                                         : static_cast<double>(c.head_size());
       if (scalar == std::floor(scalar))
         j["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
       else
@@ -301,8 +293,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& whe
     if (type == "gemma3") hint = "; a gemma3 config needs its text_config";
     throw UserError(where + ": unsupported model_type '" + type +
                     "' (supported: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3_text, "
-                    "gpt2" +
-                    hint + ")");
+                    "gpt2" + hint + ")");
   }
   if (j.contains("architectures") && j["architectures"].is_array()) {
     for (const auto& a : j["architectures"])
