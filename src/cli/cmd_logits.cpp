@@ -36,9 +36,9 @@ std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= vocab)
-      throw UserError(fmt::format("{}: element {} ({}) is not a token id below the vocabulary "
-                                  "size {}",
-                                  what, i, j[i].dump(), vocab));
+      throw UserError(
+          fmt::format("{}: element {} ({}) is not a token id below the vocabulary size {}", what, i,
+                      j[i].dump(), vocab));
     ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
   }
   return ids;

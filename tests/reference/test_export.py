@@ -81,6 +81,10 @@ def model_shape(rng, family):
         s["sliding_window_pattern"] = rng.choice([2, 3])  # some layers global, some windowed
     if family in ("gemma2", "gemma3"):
         s["query_pre_attn_scalar"] = rng.choice([head_dim, 2 * head_dim, 3 * head_dim])
+    if family == "gemma2" or (family == "gemma3" and rng.random() < 0.5):
+        # Caps near the logits' and scores' size (a few units), so that they bend them.
+        s["final_logit_softcapping"] = round(rng.uniform(2.0, 5.0), 2)
+        s["attn_logit_softcapping"] = round(rng.uniform(1.0, 3.0), 2)
     return s
 
 
