@@ -177,7 +177,9 @@ ModelConfig read_llama_style(const Keys& k, ModelConfig c, const std::string& ty
   if (c.family == "gemma2" || c.family == "gemma3") {
     c.attn_logit_softcapping = 0;
     c.final_logit_softcapping = 0;
-    k.get("attn_logit_softcapping", c.attn_logit_softcapping);
+    // transformers' Gemma3Attention never applies attn_logit_softcapping (Gemma 3 has none and
+    // its configs say null), so a value there does not change the model.
+    if (c.family == "gemma2") k.get("attn_logit_softcapping", c.attn_logit_softcapping);
     k.get("final_logit_softcapping", c.final_logit_softcapping);
     k.get("query_pre_attn_scalar", c.query_pre_attn_scalar);
   }
