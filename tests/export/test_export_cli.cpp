@@ -245,9 +245,9 @@ TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
 // but transformers' Gemma3 ignores it, and so does lmtrain reading it.
 TEST(ExportCli, RefusesSettingsTheFamilysConfigCannotExpress) {
   const fs::path out = test::fresh_dir("cli_lost");
-  expect_one_error(run("init --family llama" + kTiny + " --set model.sliding_window=8 --out " +
-                       out.string()),
-                   {"llama config.json cannot express", "model.sliding_window = 8"});
+  expect_one_error(
+      run("init --family llama" + kTiny + " --set model.sliding_window=8 --out " + out.string()),
+      {"llama config.json cannot express", "model.sliding_window = 8"});
   expect_one_error(run("init --family qwen2" + kTiny + " --set model.final_logit_softcapping=5 " +
                        "--out " + out.string()),
                    {"model.final_logit_softcapping = 5"});
