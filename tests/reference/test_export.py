@@ -1,13 +1,14 @@
-"""`lmtrain export` checked with transformers, per family: what a user gets from init, a few training
-steps and an export must load with AutoModelForCausalLM / AutoTokenizer and compute what lmtrain
-computes.
+"""`lmtrain export` checked with transformers, per family: what a user gets from init, a few
+training steps and an export must load with AutoModelForCausalLM / AutoTokenizer and compute what
+lmtrain computes.
 
 For each family, from the test's seed: `lmtrain init` makes a small model of a random shape (odd
 sizes, weights large enough that soft-capping acts, windows shorter than the text) with a
 tokenizer (SentencePiece for llama and gemma*, a tokenizer.json for the others); `lmtrain train`
 fine-tunes it a few steps (train.init_from) on a text this test writes, so the export holds trained
 weights; `lmtrain export` writes it as f32 and as bf16, both in several shards. Then, per export:
-- AutoTokenizer's ids of a random text equal `lmtrain tokenize --add-special`'s;
+- AutoTokenizer's ids of a random text equal `lmtrain tokenize --add-special`'s (for a
+  tokenizer.json with runs of spaces, tabs and newlines; see the note at random_text's call);
 - transformers' logits and loss (float32, eager attention; a bf16 export computed in float32 on
   its bf16 weights) equal `lmtrain logits`' on the same export: max|diff| / max|ref| < 1e-4, loss
   relative < 1e-5; the bf16 export's logits stay within 5e-2 of the f32 export's;
@@ -98,8 +99,8 @@ def model_shape(rng, family):
 
 
 def tokenizer_file(family):
-    name = "sp_bpe.model" if family == "llama" or family.startswith("gemma") else "llama3_style_bpe.json"
-    return DATA / "tokenizers" / name
+    sentencepiece = family == "llama" or family.startswith("gemma")
+    return DATA / "tokenizers" / ("sp_bpe.model" if sentencepiece else "llama3_style_bpe.json")
 
 
 def train_config(path, init_dir, text_file, out_dir, seed):
@@ -207,8 +208,8 @@ def test_export_loads_and_matches_transformers(family, seed, tmp_path, capsys):
     f32_bytes = (init / "model.safetensors").stat().st_size
     for dtype, shard_bytes in (("f32", f32_bytes // 6), ("bf16", f32_bytes // 12)):
         exports[dtype] = tmp_path / dtype
-        lmtrain("export", "--checkpoint", tmp_path / "run", "--out", exports[dtype], "--dtype", dtype,
-                "--max-shard-size", shard_bytes)
+        lmtrain("export", "--checkpoint", tmp_path / "run", "--out", exports[dtype],
+                "--dtype", dtype, "--max-shard-size", shard_bytes)
         shards = shard_files(exports[dtype])
         assert len(shards) >= 2, f"{dtype}: expected several shards, got {shards}"
         want = {"f32": "F32", "bf16": "BF16"}[dtype]
@@ -228,7 +229,8 @@ def test_export_loads_and_matches_transformers(family, seed, tmp_path, capsys):
     # sentencepiece, and in lmtrain), so the text for those has single spaces.
     sentencepiece = tok.suffix == ".model"
     text = random_text(rng, rng.randint(28, 36), odd_spaces=not sentencepiece)
-    lm_ids = json.loads(lmtrain("tokenize", "--tokenizer", tok, "--add-special", "--text", text).stdout)
+    lm_ids = json.loads(
+        lmtrain("tokenize", "--tokenizer", tok, "--add-special", "--text", text).stdout)
     ids = lm_ids[:96]  # for the logits: within max_position_embeddings (128) whatever the text
     assert len(ids) > shape.get("sliding_window", 0) + 8
     ids_file = tmp_path / "ids.json"
@@ -240,7 +242,8 @@ def test_export_loads_and_matches_transformers(family, seed, tmp_path, capsys):
     for dtype, d in exports.items():
         hf_ids = AutoTokenizer.from_pretrained(d)(text)["input_ids"]
         assert hf_ids == lm_ids, f"{dtype}: AutoTokenizer gives other ids for {text!r}"
-        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32,
+                                                     attn_implementation="eager")
         model.eval()
         x = torch.tensor([ids])
         with torch.no_grad():
@@ -251,7 +254,8 @@ def test_export_loads_and_matches_transformers(family, seed, tmp_path, capsys):
         r_logits = rel(got, ref)
         r_loss = abs(out.loss.item() - ref_loss) / abs(ref_loss)
         logits[dtype] = ref
-        generated = compare_greedy(model, prompt, hf_greedy(model, prompt), lmtrain_greedy(d, prompt))
+        generated = compare_greedy(model, prompt, hf_greedy(model, prompt),
+                                   lmtrain_greedy(d, prompt))
         line = (f"{family:<8} {dtype:<4} logits {r_logits:.2e} loss {r_loss:.2e} "
                 f"max|logit| {ref.abs().max().item():5.2f}")
         if dtype == "bf16":
