@@ -20,9 +20,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader ||
 ctest --test-dir "$build" -L cuda --output-on-failure 2>&1 | tee "$out/ctest_cuda.log"
 tests_rc=${PIPESTATUS[0]}
 
-# The Hugging Face references (the export check, tests/reference/test_export.py, and the fixtures
-# of scripts/make_hf_fixtures.py) need no GPU: the reference tier (ctest -L reference) runs them
-# where the CPU tests run.
+# The Hugging Face references need no GPU and are no longer run here: the export check is
+# tests/reference/test_export.py (ctest -L reference, in CI), and scripts/make_hf_fixtures.py runs
+# wherever scripts/setup.sh's Python environment is.
 
 rows=()
 for cfg in configs/bench/tiny.yaml configs/bench/gpt2-small-llama.yaml; do
