@@ -1,3 +1,6 @@
+// `lmtrain generate`: continues a prompt (text, or token ids) with a checkpoint or a Hugging Face
+// directory. Besides text for people it can print the ids as JSON and run past end-of-sequence,
+// which is what comparing with another implementation (transformers' greedy generate) needs.
 #include <fmt/core.h>
 
 #include <filesystem>
@@ -30,17 +33,22 @@ std::string tokenizer_spec(const std::filesystem::path& dir) {
 
 Run add_generate(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, prompt, backend = "cpu";
+    std::string checkpoint, prompt, prompt_ids, backend = "cpu";
     int64_t max_new_tokens = 200, top_k = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     uint64_t seed = 0;
+    bool ignore_eos = false, json = false;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--checkpoint,--model", o->checkpoint,
                  "a checkpoint directory (checkpoints/step_NNNNNNN), a run directory (its newest "
                  "checkpoint) or a Hugging Face model directory")
       ->required();
-  app.add_option("--prompt", o->prompt, "text to continue")->required();
+  auto* prompt = app.add_option("--prompt", o->prompt, "text to continue (BOS added before it)");
+  auto* prompt_ids = app.add_option("--prompt-ids", o->prompt_ids,
+                                    "the prompt as token ids, a JSON array such as '[1, 450, "
+                                    "4996]', fed as they are (no BOS added)");
+  prompt->excludes(prompt_ids);
   app.add_option("--max-new-tokens", o->max_new_tokens, "tokens to generate")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
@@ -54,9 +62,17 @@ Run add_generate(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", o->seed, "sampling seed")->capture_default_str();
+  app.add_flag("--ignore-eos", o->ignore_eos,
+               "do not stop at the end-of-sequence token: generate exactly --max-new-tokens "
+               "(fewer only where the model runs out of positions)");
+  app.add_flag("--json", o->json,
+               "print one JSON object instead of the text: {\"prompt_ids\": [...], \"ids\": "
+               "[the new ids], \"text\": the new ids decoded}");
   app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();
-  return [o]() {
+  return [o, prompt, prompt_ids]() {
+    if (prompt->count() == 0 && prompt_ids->count() == 0)
+      throw UserError("generate: give the prompt as --prompt TEXT or --prompt-ids '[ids...]'");
     const std::filesystem::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
     std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer_spec(dir));
     set_threads(o->threads);
@@ -64,6 +80,13 @@ Run add_generate(CLI::App& app) {
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(fmt::format("{}: the tokenizer has {} ids, the model only {}", dir.string(),
                                   tok->vocab_size(), mc.vocab_size));
+    std::vector<int32_t> ids_in;
+    if (prompt_ids->count() > 0) {
+      ids_in = parse_token_ids(o->prompt_ids, mc.vocab_size, "--prompt-ids");
+    } else {
+      ids_in = tok->special_prefix();
+      for (int32_t id : tok->encode(o->prompt)) ids_in.push_back(id);
+    }
     auto be = make_backend(o->backend);
     Transformer model(be.get(), mc);
     load_hf_weights(dir.string(), model);  // f32 checkpoints, and bf16 / sharded HF directories
@@ -72,12 +95,20 @@ Run add_generate(CLI::App& app) {
     g.max_new_tokens = o->max_new_tokens;
     g.sampling = SamplingParams{o->temperature, o->top_k, o->top_p};
     g.seed = o->seed;
-    g.stop_id = tok->eos_id();
+    g.stop_id = o->ignore_eos ? -1 : tok->eos_id();
     g.num_ids = tok->vocab_size();
-    std::vector<int32_t> prompt = tok->special_prefix();
-    for (int32_t id : tok->encode(o->prompt)) prompt.push_back(id);
-    std::vector<int32_t> ids = generate_ids(model, prompt, g);
-    fmt::print("{}{}\n", o->prompt, tok->decode(ids));
+    const std::vector<int32_t> ids = generate_ids(model, ids_in, g);
+    if (o->json) {
+      const nlohmann::json j = {{"prompt_ids", ids_in}, {"ids", ids}, {"text", tok->decode(ids)}};
+      // A token may end inside a UTF-8 character: such bytes print as U+FFFD.
+      fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else if (prompt_ids->count() > 0) {
+      std::vector<int32_t> all = ids_in;
+      all.insert(all.end(), ids.begin(), ids.end());
+      fmt::print("{}\n", tok->decode(all));
+    } else {
+      fmt::print("{}{}\n", o->prompt, tok->decode(ids));
+    }
     return 0;
   };
 }

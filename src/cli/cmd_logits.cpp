@@ -4,6 +4,7 @@
 #include <fmt/core.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
@@ -20,22 +21,28 @@ namespace {
 std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
   std::ifstream in(path);
   if (!in) throw UserError("--ids-file: '" + path + "' not found");
-  auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded()) throw UserError(path + ": not valid JSON");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_token_ids(text, vocab, path);
+}
+
+}  // namespace
+
+std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab,
+                                     const std::string& what) {
+  auto j = nlohmann::json::parse(json_text, nullptr, false);
+  if (j.is_discarded()) throw UserError(what + ": not valid JSON");
   if (!j.is_array() || j.empty())
-    throw UserError(path + ": expected one non-empty JSON array of token ids");
+    throw UserError(what + ": expected one non-empty JSON array of token ids");
   std::vector<int32_t> ids;
   for (size_t i = 0; i < j.size(); ++i) {
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= vocab)
-      throw UserError(fmt::format("{}: element {} ({}) is not a token id below the vocabulary "
-                                  "size {}",
-                                  path, i, j[i].dump(), vocab));
+      throw UserError(
+          fmt::format("{}: element {} ({}) is not a token id below the vocabulary size {}", what, i,
+                      j[i].dump(), vocab));
     ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
   }
   return ids;
 }
-
-}  // namespace
 
 Run add_logits(CLI::App& app) {
   struct Opts {

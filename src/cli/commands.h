@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
-#include <string>
+#include <vector>
 
 namespace lmt::cli {
 
@@ -27,6 +27,11 @@ Run add_info(CLI::App& app);
 // The model directory a flag names: a directory with config.json (a checkpoint or a Hugging Face
 // directory) as it is, or a run directory's newest checkpoint. `flag` names it in messages.
 std::filesystem::path resolve_model_dir(const std::string& arg, const char* flag);
+
+// Token ids given as JSON text, one array of integers in [0, vocab): `what` (a flag or a file)
+// names it in messages. Shared by `logits --ids-file` and `generate --prompt-ids`.
+std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab,
+                                     const std::string& what);
 
 // 6738415616 -> "6,738,415,616"; 1234567 bytes -> "1.23 MB" (powers of 1000, as shard sizes).
 std::string format_count(int64_t n);

@@ -7,6 +7,7 @@
 #include "io/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <type_traits>
 
@@ -178,7 +179,9 @@ ModelConfig read_llama_style(const Keys& k, ModelConfig c, const std::string& ty
   if (c.family == "gemma2" || c.family == "gemma3") {
     c.attn_logit_softcapping = 0;
     c.final_logit_softcapping = 0;
-    k.get("attn_logit_softcapping", c.attn_logit_softcapping);
+    // transformers' Gemma3Attention never applies attn_logit_softcapping (Gemma 3 has none and
+    // its configs say null), so a value there does not change the model.
+    if (c.family == "gemma2") k.get("attn_logit_softcapping", c.attn_logit_softcapping);
     k.get("final_logit_softcapping", c.final_logit_softcapping);
     k.get("query_pre_attn_scalar", c.query_pre_attn_scalar);
   }
@@ -275,8 +278,13 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
       auto cap = [](double v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(nullptr); };
       j["attn_logit_softcapping"] = cap(c.attn_logit_softcapping);
       j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
-      j["query_pre_attn_scalar"] = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
-                                                               : static_cast<double>(c.head_size());
+      // An integer in transformers 5's Gemma2Config / Gemma3TextConfig, which refuse 256.0.
+      const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
+                                                         : static_cast<double>(c.head_size());
+      if (scalar == std::floor(scalar))
+        j["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
+      else
+        j["query_pre_attn_scalar"] = scalar;
     }
   }
   j["torch_dtype"] = "float32";

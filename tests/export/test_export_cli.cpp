@@ -240,5 +240,31 @@ TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
   EXPECT_EQ(test::list_dir(out), std::vector<std::string>{"README.md"});
 }
 
+// A setting the family's config.json cannot express would make transformers compute another
+// model from the export: refused, naming it. gemma3's config.json may carry attention soft-capping,
+// but transformers' Gemma3 ignores it, and so does lmtrain reading it.
+TEST(ExportCli, RefusesSettingsTheFamilysConfigCannotExpress) {
+  const fs::path out = test::fresh_dir("cli_lost");
+  expect_one_error(
+      run("init --family llama" + kTiny + " --set model.sliding_window=8 --out " + out.string()),
+      {"llama config.json cannot express", "model.sliding_window = 8"});
+  expect_one_error(run("init --family qwen2" + kTiny + " --set model.final_logit_softcapping=5 " +
+                       "--out " + out.string()),
+                   {"model.final_logit_softcapping = 5"});
+  expect_one_error(run("init --family gemma3" + kTiny + " --set model.attn_logit_softcapping=5 " +
+                       "--out " + out.string()),
+                   {"gemma3 config.json", "model.attn_logit_softcapping = 5"});
+  EXPECT_FALSE(fs::exists(out));
+  ASSERT_EQ(run("init --family gemma3" + kTiny + " --set model.final_logit_softcapping=5 --out " +
+                out.string())
+                .code,
+            0);
+  nlohmann::json j = test::read_json(out / "config.json");
+  EXPECT_EQ(j.at("final_logit_softcapping"), 5.0);
+  EXPECT_TRUE(j.at("attn_logit_softcapping").is_null());
+  j["attn_logit_softcapping"] = 5.0;
+  EXPECT_EQ(model_config_from_hf(j, "config.json").attn_logit_softcapping, 0.0);
+}
+
 }  // namespace
 }  // namespace lmt
