@@ -5,35 +5,17 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <random>
 #include <string>
 
+#include "cli/cli_util.h"  // capture()
+
 namespace lmt::test {
-
-struct PyResult {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-inline PyResult run_capture(const std::string& cmd) {
-  PyResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 // Empty when the reference environment is ready; otherwise the message that says how to make it.
 inline std::string reference_env_problem() {
-  const PyResult r = run_capture("LMTRAIN_PYTHON='" + std::string(LMT_PYTHON) + "' bash '" +
+  const Result r = capture("LMTRAIN_PYTHON='" + std::string(LMT_PYTHON) + "' bash '" +
                                  std::string(LMT_SOURCE_DIR) + "/tests/run_reference.sh' --check");
   return r.code == 0 ? "" : r.out;
 }
@@ -48,7 +30,7 @@ inline std::string run_reference_script(const std::string& script, const std::st
   }
   const std::string cmd = "'" + std::string(LMT_PYTHON) + "' '" + std::string(LMT_SOURCE_DIR) +
                           "/" + script + "' " + args;
-  const PyResult r = run_capture(cmd);
+  const Result r = capture(cmd);
   if (r.code != 0) ADD_FAILURE() << cmd << " exited " << r.code << ":\n" << r.out;
   return r.out;
 }
