@@ -6,10 +6,13 @@
 // model.
 #include "io/hf_config.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "io/hf_rope.h"
@@ -223,6 +226,46 @@ nlohmann::json gemma3_text_config(const nlohmann::json& j) {
   return t;
 }
 
+// What transformers computes from config.json must be what lmtrain computes: each setting that
+// changes the model's function must read back unchanged. A family's config.json cannot express
+// some settings lmtrain accepts (a window on llama, soft-capping on qwen2, attention soft-capping
+// on gemma3, which transformers' Gemma3 ignores); such a model is refused rather than exported as
+// another model.
+std::vector<std::string> settings_lost(const ModelConfig& cfg, const ModelConfig& back) {
+  std::vector<std::string> lost;
+  auto same = [&](const char* key, const auto& a, const auto& b) {
+    if (a != b) lost.push_back(fmt::format("model.{} = {} (reads back as {})", key, a, b));
+  };
+  same("attn_logit_softcapping", cfg.attn_logit_softcapping, back.attn_logit_softcapping);
+  same("final_logit_softcapping", cfg.final_logit_softcapping, back.final_logit_softcapping);
+  auto scalar = [](const ModelConfig& c) {
+    return c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
+                                       : static_cast<double>(c.head_size());
+  };
+  same("query_pre_attn_scalar", scalar(cfg), scalar(back));
+  bool windows_differ = false, any_window = false;
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    windows_differ |= cfg.is_sliding_layer(l) != back.is_sliding_layer(l);
+    any_window |= cfg.is_sliding_layer(l);
+  }
+  if (windows_differ)
+    lost.push_back(fmt::format("model.sliding_window = {} with sliding_window_pattern = {}",
+                               cfg.sliding_window, cfg.sliding_window_pattern));
+  else if (any_window)
+    same("sliding_window", cfg.sliding_window, back.sliding_window);
+  same("attention_bias", cfg.traits().qkv_bias, back.traits().qkv_bias);
+  same("hidden_act", cfg.hidden_act, back.hidden_act);
+  same("rms_norm_eps", cfg.rms_norm_eps, back.rms_norm_eps);
+  same("tie_word_embeddings", cfg.tie_word_embeddings, back.tie_word_embeddings);
+  if (!cfg.traits().learned_positions) {
+    same("rope_theta", cfg.rope_theta, back.rope_theta);
+    same("rope_type", cfg.rope_type, back.rope_type);
+    same("rope_factor", cfg.rope_factor, back.rope_factor);
+    same("rope_local_base_freq", cfg.rope_local_base_freq, back.rope_local_base_freq);
+  }
+  return lost;
+}
+
 }  // namespace
 
 bool is_multimodal_gemma3(const nlohmann::json& j) {
@@ -280,7 +323,7 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
       j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
       // An integer in transformers 5's Gemma2Config / Gemma3TextConfig, which refuse 256.0.
       const double scalar = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
-                                                         : static_cast<double>(c.head_size());
+                                                        : static_cast<double>(c.head_size());
       if (scalar == std::floor(scalar))
         j["query_pre_attn_scalar"] = static_cast<int64_t>(scalar);
       else
@@ -344,6 +387,24 @@ ModelConfig read_hf_config(const std::string& path) {
   auto j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) throw UserError(path + ": not valid JSON");
   return model_config_from_hf(j, path);
+}
+
+void check_config_json_holds(const ModelConfig& cfg, const std::string& what) {
+  cfg.validate();
+  ModelConfig back;
+  try {
+    back = model_config_from_hf(model_config_to_hf(cfg), "config.json");
+  } catch (const UserError& e) {
+    throw UserError(what + ": lmtrain cannot yet write a " + cfg.family +
+                    " model directory that it reads back (" + e.what() + ")");
+  }
+  const std::vector<std::string> lost = settings_lost(cfg, back);
+  if (lost.empty()) return;
+  std::string list;
+  for (const std::string& l : lost) list += (list.empty() ? "" : ", ") + l;
+  throw UserError(what + ": a " + cfg.family + " config.json cannot express " + list +
+                  ": transformers would compute another model (checkpoints and exports are "
+                  "config.json directories; choose a family that has the setting)");
 }
 
 }  // namespace lmt

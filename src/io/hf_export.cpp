@@ -63,64 +63,6 @@ bool is_previous_export(const fs::path& dir) {
   return has_weights;
 }
 
-// What transformers computes from config.json must be what lmtrain computes: each setting that
-// changes the model's function must read back unchanged. A family's config.json cannot express
-// some settings lmtrain accepts (a window on llama, soft-capping on qwen2, attention soft-capping
-// on gemma3, which transformers' Gemma3 ignores); such a model is refused rather than exported as
-// another model.
-std::vector<std::string> settings_lost(const ModelConfig& cfg, const ModelConfig& back) {
-  std::vector<std::string> lost;
-  auto same = [&](const char* key, const auto& a, const auto& b) {
-    if (a != b) lost.push_back(fmt::format("model.{} = {} (reads back as {})", key, a, b));
-  };
-  same("attn_logit_softcapping", cfg.attn_logit_softcapping, back.attn_logit_softcapping);
-  same("final_logit_softcapping", cfg.final_logit_softcapping, back.final_logit_softcapping);
-  auto scalar = [](const ModelConfig& c) {
-    return c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar
-                                       : static_cast<double>(c.head_size());
-  };
-  same("query_pre_attn_scalar", scalar(cfg), scalar(back));
-  bool windows_differ = false, any_window = false;
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    windows_differ |= cfg.is_sliding_layer(l) != back.is_sliding_layer(l);
-    any_window |= cfg.is_sliding_layer(l);
-  }
-  if (windows_differ)
-    lost.push_back(fmt::format("model.sliding_window = {} with sliding_window_pattern = {}",
-                               cfg.sliding_window, cfg.sliding_window_pattern));
-  else if (any_window)
-    same("sliding_window", cfg.sliding_window, back.sliding_window);
-  same("attention_bias", cfg.traits().qkv_bias, back.traits().qkv_bias);
-  same("hidden_act", cfg.hidden_act, back.hidden_act);
-  same("rms_norm_eps", cfg.rms_norm_eps, back.rms_norm_eps);
-  same("tie_word_embeddings", cfg.tie_word_embeddings, back.tie_word_embeddings);
-  if (!cfg.traits().learned_positions) {
-    same("rope_theta", cfg.rope_theta, back.rope_theta);
-    same("rope_type", cfg.rope_type, back.rope_type);
-    same("rope_factor", cfg.rope_factor, back.rope_factor);
-    same("rope_local_base_freq", cfg.rope_local_base_freq, back.rope_local_base_freq);
-  }
-  return lost;
-}
-
-// The config must survive config.json and back: the directory must load, as the same model.
-void check_config(const ModelConfig& cfg) {
-  cfg.validate();
-  ModelConfig back;
-  try {
-    back = model_config_from_hf(model_config_to_hf(cfg), "config.json");
-  } catch (const UserError& e) {
-    throw UserError("export: lmtrain cannot yet write a " + cfg.family +
-                    " model directory that it reads back (" + e.what() + ")");
-  }
-  const std::vector<std::string> lost = settings_lost(cfg, back);
-  if (lost.empty()) return;
-  std::string list;
-  for (const std::string& l : lost) list += (list.empty() ? "" : ", ") + l;
-  throw UserError("export: a " + cfg.family + " config.json cannot express " + list +
-                  ": transformers would compute another model");
-}
-
 void check_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors) {
   std::map<std::string, Shape> want;
   for (const ParamInfo& p : Transformer::param_layout(cfg)) want[p.name] = p.shape;
@@ -368,7 +310,7 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
   LMT_CHECK(opt.dtype == DType::f32 || opt.dtype == DType::bf16 || opt.dtype == DType::f16,
             "export: dtype must be f32, bf16 or f16");
   if (opt.max_shard_bytes == 0) throw UserError("export: the maximum shard size must be > 0");
-  check_config(cfg);
+  check_config_json_holds(cfg, "export");
   check_tensors(cfg, tensors);
   const fs::path out = output_path(out_dir);
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());

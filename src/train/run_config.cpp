@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/config_yaml.h"
+#include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "model/rope.h"
 #include "train/checkpoint.h"
@@ -261,6 +262,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   }
   try {
     cfg.validate();
+    check_config_json_holds(cfg.model, "model");
   } catch (const UserError& e) {
     throw UserError(path + ": " + e.what());
   }

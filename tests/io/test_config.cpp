@@ -92,6 +92,21 @@ TEST(RunConfig, FamilyDefaultsFillTheModelKeys) {
   EXPECT_EQ(l.model.attn_logit_softcapping, 0.0);
 }
 
+// Checkpoints are config.json directories: a setting the family's config.json cannot hold is
+// refused when the run is configured, not lost at the first checkpoint.
+TEST(RunConfig, SettingsTheFamilysConfigJsonCannotHoldAreRefused) {
+  const std::string path = valid_file();
+  expect_user_error([&] { load_run_config(path, {"model.sliding_window=8"}); },
+                    {path + ": model: a llama config.json cannot express",
+                     "model.sliding_window = 8", "choose a family"});
+  expect_user_error(
+      [&] { load_run_config(path, {"model.family=qwen2", "model.final_logit_softcapping=30"}); },
+      {"a qwen2 config.json cannot express", "model.final_logit_softcapping = 30"});
+  EXPECT_EQ(load_run_config(path, {"model.family=mistral", "model.sliding_window=8"})
+                .model.sliding_window,
+            8);
+}
+
 TEST(RunConfig, MissingFileAndDirectory) {
   expect_user_error([] { load_run_config("/nonexistent/run.yaml", {}); },
                     {"config file '/nonexistent/run.yaml' not found"});
