@@ -27,6 +27,7 @@
 #include "train/checkpoint.h"
 #include "train/generation.h"
 #include "train/metrics.h"
+#include "train/run_lock.h"
 #include "train/train_data.h"
 
 namespace lmt {
@@ -98,6 +99,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   fs::create_directories(run_dir, ec);
   if (ec)
     throw UserError("train.out_dir: cannot create '" + run_dir.string() + "': " + ec.message());
+  const RunDirLock lock(run_dir.string());  // held until train() returns
 
   // Resume point, if asked for and present.
   std::optional<std::string> ckpt;

@@ -189,6 +189,29 @@ TEST_F(Cli, SigtermStopsWithACheckpointAndResumeContinues) {
   EXPECT_EQ(g.code, 0) << g.out;
 }
 
+// Two train processes on one out_dir: the second is refused (exit 2, naming the directory and
+// the first's pid) while the first runs on; once the first has stopped, the directory is free.
+TEST_F(Cli, SecondTrainOnTheSameDirectoryIsRefused) {
+  const std::string cfg = config("  save_every: 0\n", "") + " --set train.max_steps=1000000";
+  const std::string metrics = (dir_ / "out" / "metrics.jsonl").string();
+  Result r = run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg +
+                       " > /dev/null 2>&1 & pid=$!; for i in $(seq 300); do [ -s " + metrics +
+                       " ] && break; sleep 0.1; done; echo first=$pid; " + std::string(LMT_BINARY) +
+                       " train --config " + cfg +
+                       "; echo second_rc=$?; kill -0 $pid && echo first_alive; kill -TERM $pid; "
+                       "wait $pid; echo first_rc=$?)");
+  EXPECT_NE(r.out.find("second_rc=2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("is in use by another lmtrain process (pid "), std::string::npos) << r.out;
+  const size_t at = r.out.find("first=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string pid = r.out.substr(at + 6, r.out.find('\n', at) - at - 6);
+  EXPECT_NE(r.out.find("(pid " + pid + ")"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("first_alive"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("first_rc=130"), std::string::npos) << r.out;
+  Result again = run("train --config " + cfg + " --resume --set train.max_steps=2");
+  EXPECT_EQ(again.code, 0) << again.out;
+}
+
 TEST_F(Cli, BenchPrintsOneJsonObject) {
   Result g = run("bench --config " + config() + " --steps 1 --set train.threads=1");
   ASSERT_EQ(g.code, 0) << g.out;
