@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
@@ -153,6 +155,51 @@ TEST(Prepare, ReplacesAStoreButNotOtherDirectories) {
     EXPECT_NE(std::string(e.what()).find("is not a token store"), std::string::npos) << e.what();
   }
   EXPECT_TRUE(fs::exists(dir.path / "mine" / "notes.txt"));
+}
+
+// A killed prepare's leftovers (DIR.tmp-PID and DIR.old-PID of a process that is gone) are removed
+// by the next prepare, a live process's are left alone, and a store that a killed swap left only
+// as DIR.old-PID is put back before the new one is built: a rerun that fails loses nothing.
+TEST(Prepare, RemovesTheLeftoversOfAKilledPrepare) {
+  TempDir dir("prep_leftovers");
+  PrepareOptions opt;
+  opt.sources = {test::line_source(test::write_lines(dir.path / "a.txt", test::numbered_docs(40)))};
+  const fs::path store = dir.path / "store";
+  opt.out_dir = store.string();
+  opt.progress = false;
+  prepare_store(opt);
+  const pid_t dead = [] {
+    const pid_t p = ::fork();
+    if (p == 0) ::_exit(0);
+    ::waitpid(p, nullptr, 0);
+    return p;
+  }();
+  const fs::path old_dead = store.string() + ".old-" + std::to_string(dead);
+  const fs::path tmp_dead = store.string() + ".tmp-" + std::to_string(dead);
+  const fs::path tmp_live = store.string() + ".tmp-" + std::to_string(::getppid());
+  fs::rename(store, old_dead);  // killed between the swap's two renames
+  fs::create_directories(tmp_dead);
+  test::write_lines(tmp_dead / "train-00000.bin", {"half written"});
+  fs::create_directories(tmp_live);
+
+  PrepareOptions bad = opt;
+  {
+    std::ofstream f(dir.path / "bad.jsonl");
+    f << "{\"text\": 42}\n";
+  }
+  TextSourceSpec s;
+  s.path = (dir.path / "bad.jsonl").string();
+  s.format = "jsonl";
+  bad.sources = {s};
+  EXPECT_THROW(prepare_store(bad), UserError);
+  EXPECT_EQ(read_manifest(store.string()).sources[0].documents, 40);  // put back
+  EXPECT_FALSE(fs::exists(old_dead));
+  EXPECT_FALSE(fs::exists(tmp_dead));
+  EXPECT_TRUE(fs::exists(tmp_live));  // another process's, still running
+
+  test::write_lines(dir.path / "a.txt", test::numbered_docs(60));
+  EXPECT_EQ(prepare_store(opt).sources[0].documents, 60);
+  EXPECT_TRUE(fs::exists(tmp_live));
 }
 
 TEST(Prepare, BadOptionsNameTheirKey) {
