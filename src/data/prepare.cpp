@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/remove_on_error.h"
 #include "core/timer.h"
 #include "data/packing.h"
 #include "data/schema.h"
@@ -284,14 +285,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw UserError("data.store: cannot create '" + tmp_dir.string() + "': " + ec.message());
-  struct RemoveOnError {
-    fs::path dir;
-    bool armed = true;
-    ~RemoveOnError() {
-      std::error_code e;
-      if (armed) fs::remove_all(dir, e);
-    }
-  } cleanup{tmp_dir};
+  RemoveOnError cleanup(tmp_dir);
 
   const int64_t total_bytes = total_input_bytes(opt);
   int64_t done_bytes = 0, done_docs = 0, done_tokens = 0;
@@ -405,7 +399,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
   fs::rename(tmp_dir, final_dir, ec);
   if (ec)
     throw UserError("data.store: cannot create '" + final_dir.string() + "': " + ec.message());
-  cleanup.armed = false;
+  cleanup.disarm();
   fs::remove_all(old_dir, ec);
   progress(opt.sources.size() - 1, true);
   return m;

@@ -11,10 +11,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/remove_on_error.h"
+#include "data/tokenizer/tokenizer.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
-#include "data/tokenizer/tokenizer.h"
 #include "io/text_file.h"
 
 namespace lmt {
@@ -87,6 +88,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   for (const auto& e : fs::directory_iterator(root))
     if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
   fs::create_directories(tmp);
+  RemoveOnError cleanup(tmp);  // a save that fails leaves no temporary directory behind
 
   const DType dt = model.dtype();
   std::vector<uint8_t> weights = flat_to_host(model);
@@ -133,6 +135,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 
   if (fs::exists(final_dir)) fs::remove_all(final_dir);
   fs::rename(tmp, final_dir);
+  cleanup.disarm();
   fsync_path(root);
 
   if (keep_last > 0) {
