@@ -8,19 +8,33 @@
 
 namespace lmt {
 
-SampleSet::SampleSet(const std::string& dir, const Manifest& m, bool validation, int64_t seq_len)
+SampleSet::SampleSet(const std::string& dir, const Manifest& m, bool validation, int64_t seq_len,
+                     int64_t vocab_size)
     : name_(validation ? "validation" : "train"), seq_len_(seq_len) {
   LMT_CHECK(seq_len >= 1);
   for (const SourceManifest& s : m.sources) {
     const ShardInfo& shard = validation ? s.validation : s.train;
     if (shard.prefix.empty()) continue;  // no such shard (a Megatron store has no validation)
     const std::filesystem::path prefix = shard.prefix;
-    TokenStore store((prefix.is_absolute() ? prefix : std::filesystem::path(dir) / prefix).string());
+    TokenStore store(
+        (prefix.is_absolute() ? prefix : std::filesystem::path(dir) / prefix).string());
     if (store.num_documents() != shard.documents || store.num_tokens() != shard.tokens)
       throw UserError(store.prefix() + ": holds " + std::to_string(store.num_documents()) +
                       " documents / " + std::to_string(store.num_tokens()) +
                       " tokens, the manifest says " + std::to_string(shard.documents) + " / " +
                       std::to_string(shard.tokens));
+    if (!m.dtype.empty() && m.dtype != store_dtype_name(store.dtype()))
+      throw UserError(store.prefix() + ".idx: holds " + store_dtype_name(store.dtype()) +
+                      " tokens, the manifest says " + m.dtype);
+    if (shard.has_mask && !store.has_mask())
+      throw UserError(store.prefix() +
+                      ".mask: missing, but the manifest says the shard has a "
+                      "loss mask (without it every token, prompts included, would count in the "
+                      "loss)");
+    if (vocab_size > 0 && store.max_token_id() >= vocab_size)
+      throw UserError(store.prefix() + ".bin: holds token id " +
+                      std::to_string(store.max_token_id()) + ", not below model.vocab_size " +
+                      std::to_string(vocab_size));
     std::vector<int64_t> lengths(static_cast<size_t>(store.num_documents()));
     for (int64_t d = 0; d < store.num_documents(); ++d) lengths[d] = store.document_length(d);
     plans_.emplace_back(lengths, 0, store.num_documents(), seq_len,
@@ -40,8 +54,9 @@ int64_t SampleSet::dropped_documents() const {
 void SampleSet::fill(int64_t id, int32_t* ids, int32_t* labels, int32_t* positions,
                      std::vector<int32_t>* doc_starts) const {
   LMT_CHECK(id >= 0 && id < num_samples(), "sample " + std::to_string(id) + " of " + name_);
-  const int src = static_cast<int>(std::upper_bound(offsets_.begin(), offsets_.end(), id) -
-                                   offsets_.begin()) - 1;
+  const int src =
+      static_cast<int>(std::upper_bound(offsets_.begin(), offsets_.end(), id) - offsets_.begin()) -
+      1;
   const auto& plan = plans_[static_cast<size_t>(src)];
   fill_sample(stores_[static_cast<size_t>(src)], plan.pieces(id - offsets_[src]), seq_len_, ids,
               labels, positions, doc_starts);
@@ -59,14 +74,14 @@ void SampleSet::require_samples() const {
                                            : "add documents or lower data.seq_len";
   const int64_t dropped = dropped_documents();
   const std::string why =
-      dropped > 0 ? "; bin packing never splits a document, and " + std::to_string(dropped) +
-                        " of them are longer than seq_len + 1 = " + std::to_string(seq_len_ + 1) +
-                        " tokens"
-                  : "";
+      dropped > 0
+          ? "; bin packing never splits a document, and " + std::to_string(dropped) +
+                " of them are longer than seq_len + 1 = " + std::to_string(seq_len_ + 1) + " tokens"
+          : "";
   throw UserError("data: the " + name_ + " split has " + std::to_string(tokens) + " tokens (" +
-                  std::to_string(docs) + " documents); data.seq_len = " +
-                  std::to_string(seq_len_) + " needs at least " + std::to_string(seq_len_ + 1) +
-                  " tokens for one sample" + why + ": " + hint);
+                  std::to_string(docs) + " documents); data.seq_len = " + std::to_string(seq_len_) +
+                  " needs at least " + std::to_string(seq_len_ + 1) + " tokens for one sample" +
+                  why + ": " + hint);
 }
 
 double SampleSet::unigram_entropy() const {

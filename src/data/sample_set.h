@@ -17,8 +17,12 @@ namespace lmt {
 
 class SampleSet {
  public:
-  // Opens the split's shards of the store in `dir` (manifest `m`) and plans seq_len samples.
-  SampleSet(const std::string& dir, const Manifest& m, bool validation, int64_t seq_len);
+  // Opens the split's shards of the store in `dir` (manifest `m`) and plans seq_len samples. Each
+  // shard must be what the manifest says (documents, tokens, token dtype, a .mask where it says
+  // one) and, when vocab_size > 0, hold no id at or above it: a UserError naming the file
+  // otherwise, before any sample is read.
+  SampleSet(const std::string& dir, const Manifest& m, bool validation, int64_t seq_len,
+            int64_t vocab_size = 0);
 
   const std::string& name() const { return name_; }  // "train" or "validation"
   int64_t seq_len() const { return seq_len_; }

@@ -413,6 +413,13 @@ void TokenStore::Impl::validate_arrays() {
       store_error(p, at() + " (bytes " + std::to_string(ptr) + " + " + std::to_string(len) +
                          " tokens of " + std::to_string(tsize) + ") runs past the end of '" +
                          bin_path + "' (" + std::to_string(bin_bytes) + " bytes)");
+    // Sequences lie in order without overlapping (Megatron-LM writes them back to back; a gap
+    // between two is tolerated, its bytes belong to no sequence).
+    const int64_t end_before = s == 0 ? 0 : seq_pointer(s - 1) + seq_length(s - 1) * tsize;
+    if (ptr < end_before)
+      store_error(p, at() + " starts at byte " + std::to_string(ptr) +
+                         ", inside the sequences before it, which end at byte " +
+                         std::to_string(end_before) + " (pointers and lengths disagree)");
     num_tokens += len;  // <= S * 2^31 < 2^63: S is bounded by the .idx size
   }
   if (doc_first(0) != 0)
@@ -447,6 +454,10 @@ void TokenStore::Impl::open_mask() {
   if (mask.size != want)
     store_error(mask_path, std::to_string(mask.size) + " bytes, but '" + bin_path + "' holds " +
                                std::to_string(want) + " tokens (one mask byte per token)");
+  for (uint64_t i = 0; i < mask.size; ++i)  // one pass at open; the reads then trust it
+    if (mask.data[i] > 1)
+      store_error(mask_path, "byte " + std::to_string(i) + " is " + std::to_string(mask.data[i]) +
+                                 ", not 0 or 1");
 }
 
 void TokenStore::Impl::convert(int64_t ptr, int64_t n, int32_t* out) const {

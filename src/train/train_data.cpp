@@ -1,7 +1,8 @@
 #include "train/train_data.h"
 
-#include <filesystem>
 #include <fmt/format.h>
+
+#include <filesystem>
 
 #include "core/error.h"
 #include "data/prepare.h"
@@ -57,8 +58,10 @@ TrainData open_train_data(const RunConfig& cfg, bool reuse_prepared) {
     td.manifest = read_manifest(td.dir);
   }
   check_manifest(td.manifest, td.dir, cfg);
-  td.train = std::make_unique<SampleSet>(td.dir, td.manifest, false, cfg.data.seq_len);
-  td.validation = std::make_unique<SampleSet>(td.dir, td.manifest, true, cfg.data.seq_len);
+  td.train = std::make_unique<SampleSet>(td.dir, td.manifest, false, cfg.data.seq_len,
+                                         cfg.model.vocab_size);
+  td.validation = std::make_unique<SampleSet>(td.dir, td.manifest, true, cfg.data.seq_len,
+                                              cfg.model.vocab_size);
   return td;
 }
 

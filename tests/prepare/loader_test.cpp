@@ -91,7 +91,7 @@ TEST(Loader, ResumeReproducesTheUninterruptedRunAcrossEpochs) {
     for (int64_t k = 0; k < stop; ++k)
       for (int64_t id : first.next().samples) got.push_back(id);
     nlohmann::json saved = first.get_state();  // through JSON, as a checkpoint does
-    Loader resumed(*st.train, 3, 0);            // the seed comes from the state
+    Loader resumed(*st.train, 3, 0);           // the seed comes from the state
     resumed.set_state(saved.get<LoaderState>());
     for (int64_t k = 0; k < n; ++k)
       for (int64_t id : resumed.next().samples) got.push_back(id);
@@ -150,6 +150,38 @@ TEST(EvalLoader, FixedOrderWrapsAndResets) {
   ev.reset();
   ev.next(ids.data(), labels.data());
   EXPECT_EQ(ids, first);
+}
+
+}  // namespace
+}  // namespace lmt
+
+namespace lmt {
+namespace {
+
+// A store that is not what its manifest says is refused when it is opened, naming the file: a
+// token dtype other than the manifest's, a .mask the manifest promises but that is missing (its
+// prompts would count in the loss), an id at or above the model's vocabulary.
+TEST(SampleSetChecks, StoreThatDisagreesWithItsManifestOrTheModelIsRefused) {
+  Store st({{30, 1.0}}, 16);
+  const std::string dir = (st.dir.path / "store").string();
+  auto expect_error = [&](const Manifest& m, int64_t vocab, const std::string& what) {
+    try {
+      SampleSet s(dir, m, false, 16, vocab);
+      ADD_FAILURE() << "expected a UserError containing: " << what;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  Manifest m = st.m;
+  ASSERT_EQ(m.dtype, "uint16");
+  m.dtype = "int32";
+  expect_error(m, 0, "train-00000.idx: holds uint16 tokens, the manifest says int32");
+  m = st.m;
+  m.sources[0].train.has_mask = true;
+  expect_error(m, 0, "train-00000.mask: missing, but the manifest says the shard has a loss mask");
+  // The byte tokenizer's ids: bytes, and 256 for the end of each document.
+  expect_error(st.m, 256, "train-00000.bin: holds token id 256, not below model.vocab_size 256");
+  EXPECT_NO_THROW(SampleSet(dir, st.m, false, 16, 257));
 }
 
 }  // namespace

@@ -342,6 +342,16 @@ TEST(TokenStore, EveryCorruptionIsAUserErrorNamingTheFile) {
        [&] { write_file(mask, std::vector<uint8_t>(8, 1)); }},
       {"mask too long", mask, "10 bytes", [&] { write_file(mask, std::vector<uint8_t>(10, 1)); }},
       {"mask is a directory", mask, "not a regular file", [&] { fs::create_directory(mask); }},
+      {"overlapping sequences", idx, "starts at byte 4, inside the sequences before it",
+       with_spec([](IdxSpec& s) { s.pointers[1] = 4; })},
+      {"sequences out of order", idx, "inside the sequences before it, which end at byte 10",
+       with_spec([](IdxSpec& s) { s.pointers[2] = 0; })},
+      {"mask byte not 0/1", mask, "byte 4 is 2, not 0 or 1",
+       [&] {
+         std::vector<uint8_t> m(9, 1);
+         m[4] = 2;
+         write_file(mask, m);
+       }},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
