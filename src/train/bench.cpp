@@ -9,6 +9,7 @@
 #include "core/timer.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "train/memory_check.h"
 #include "train/trainer.h"
 
 namespace lmt {
@@ -44,6 +45,7 @@ double measure_gemm_peak(Backend* be) {
 
 nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   set_threads(cfg.train.threads);
+  check_training_memory(cfg, physical_memory_bytes());
   auto be = make_backend(cfg.train.backend);
   const ModelConfig& mc = cfg.model;
   const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;

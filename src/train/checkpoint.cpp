@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <vector>
 
@@ -61,6 +62,17 @@ nlohmann::json read_json(const fs::path& path) {
   auto j = nlohmann::json::parse(f, nullptr, false);
   if (j.is_discarded()) throw UserError("checkpoint: '" + path.string() + "' is not valid JSON");
   return j;
+}
+
+// A count in state.json (step, optimizer_step, tokens): a hand-edited or corrupt value is the
+// user's to fix, not a failed check deep in the optimizer.
+int64_t counter(const nlohmann::json& j, const char* field, const std::string& path) {
+  if (!j.contains(field)) throw UserError(fmt::format("{}: field '{}' is missing", path, field));
+  const nlohmann::json& v = j.at(field);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0)
+    throw UserError(fmt::format("{}: field '{}' must be a non-negative integer (got {})", path,
+                                field, v.dump()));
+  return v.get<int64_t>();
 }
 
 void load_into(const SafetensorsFile& file, const std::string& name, const ParamInfo& p, DType dt,
@@ -152,22 +164,29 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   if (!fs::is_directory(root)) return std::nullopt;
-  int64_t best = -1;
-  fs::path best_dir;
+  std::vector<std::pair<int64_t, fs::path>> complete;
   for (const auto& e : fs::directory_iterator(root)) {
     const int64_t s = e.is_directory() ? step_of(e.path()) : -1;
-    if (s <= best) continue;
-    bool complete = true;
-    for (const char* f : kFiles) complete = complete && fs::is_regular_file(e.path() / f);
-    if (!complete) continue;
-    std::ifstream sf(e.path() / "state.json");
-    auto j = nlohmann::json::parse(sf, nullptr, false);
-    if (j.is_discarded() || !j.contains("step") || j["step"] != s) continue;
-    best = s;
-    best_dir = e.path();
+    if (s < 0) continue;
+    bool all = true;
+    for (const char* f : kFiles) all = all && fs::is_regular_file(e.path() / f);
+    if (all) complete.emplace_back(s, e.path());
   }
-  if (best < 0) return std::nullopt;
-  return best_dir.string();
+  std::sort(complete.begin(), complete.end(), std::greater<>());
+  for (const auto& [s, dir] : complete) {
+    const fs::path path = dir / "state.json";
+    std::ifstream sf(path);
+    auto j = nlohmann::json::parse(sf, nullptr, false);
+    if (j.is_discarded()) continue;  // written last, so a half-written set stops here
+    // A whole state.json that disagrees with its directory was edited or damaged: say so rather
+    // than resume quietly from an older checkpoint.
+    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"] != s)
+      throw UserError(fmt::format(
+          "{}: field 'step' must be {}, the step of its directory (got {})", path.string(), s,
+          j.is_object() && j.contains("step") ? j["step"].dump() : std::string("nothing")));
+    return dir.string();
+  }
+  return std::nullopt;
 }
 
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {
@@ -183,12 +202,13 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
       }
     }
   }
-  nlohmann::json j = read_json(fs::path(dir) / "state.json");
+  const std::string path = (fs::path(dir) / "state.json").string();
+  nlohmann::json j = read_json(path);
   CheckpointState s;
   try {
-    s.step = j.at("step").get<int64_t>();
-    s.optimizer_step = j.at("optimizer_step").get<int64_t>();
-    s.tokens = j.value("tokens", int64_t{0});
+    s.step = counter(j, "step", path);
+    s.optimizer_step = counter(j, "optimizer_step", path);
+    s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
     s.loader = j.at("loader");
     s.config_hash = j.value("config_hash", std::string());
     s.tokenizer = j.value("tokenizer", std::string());

@@ -30,7 +30,8 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const std::string& config_yaml, int64_t keep_last);
 
 // The newest complete checkpoint of a run, if any. Directories that are half written (temporary
-// names, missing files, unreadable state.json) are passed over.
+// names, missing files, unreadable state.json) are passed over; the newest whole state.json whose
+// step is not its directory's is a UserError naming the file and field.
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
 
 // Loads weights (and moments when m, v are given) into the model's flat buffers; every tensor

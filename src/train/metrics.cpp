@@ -22,10 +22,15 @@ Metrics::Metrics(const std::string& run_dir, bool console, bool jsonl, int64_t r
     std::ifstream in(path);
     std::vector<std::string> keep;
     std::string line;
-    while (std::getline(in, line)) {
+    for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
       auto j = nlohmann::json::parse(line, nullptr, false);
-      if (!j.is_discarded() && j.contains("step") && j["step"].get<int64_t>() <= resume_step)
-        keep.push_back(line);
+      if (j.is_discarded() || !j.is_object() || !j.contains("step")) continue;
+      if (!j["step"].is_number_integer())
+        throw UserError(fmt::format(
+            "{}:{}: field 'step' must be an integer (got {}); --resume keeps the lines up to "
+            "the checkpoint's step",
+            path, line_no, j["step"].dump()));
+      if (j["step"].get<int64_t>() <= resume_step) keep.push_back(line);
     }
     in.close();
     std::ofstream out(path, std::ios::trunc);

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -35,6 +36,23 @@ void require_one_of(const std::string& key, const std::string& v,
   std::string list;
   for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
   throw UserError(fmt::format("{} must be one of {} (got '{}')", key, list, v));
+}
+
+// YAML's .inf and .nan read as numbers, and a range test such as `lr > 0` lets infinity through:
+// every number of a section is checked finite first, naming its key.
+struct RequireFinite {
+  std::string section;
+  template <class T>
+  void operator()(const char* name, const T& field, const char*) const {
+    if constexpr (std::is_floating_point_v<T>)
+      require(std::isfinite(field), section + "." + name, "a finite number", field);
+  }
+};
+
+template <class Section>
+void require_finite(Section s, const std::string& section) {
+  RequireFinite check{section};
+  s.visit(check);
 }
 
 void validate_data(const DataConfig& d, const ModelConfig& m) {
@@ -67,11 +85,13 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
     require_one_of(at + "split", s.split, {"file", "line", "delimiter"});
     if (s.split == "delimiter" && s.delimiter.empty())
       throw UserError(at + "delimiter must not be empty when split is 'delimiter'");
+    require(std::isfinite(s.weight), at + "weight", "a finite number", s.weight);
     require(s.weight > 0, at + "weight", "> 0", s.weight);
   }
 }
 
 void validate_train(const TrainConfig& t) {
+  require_finite(t, "train");
   require_one_of("train.backend", t.backend, {"cpu", "cuda", "auto"});
   if (t.precision != "f32")
     throw UserError("train.precision '" + t.precision + "' is not supported yet (only f32 is)");
@@ -101,6 +121,7 @@ void validate_train(const TrainConfig& t) {
 }
 
 void validate_optimizer(const OptimizerConfig& o) {
+  require_finite(o, "optimizer");
   if (o.name != "adamw")
     throw UserError("optimizer.name '" + o.name + "' is not supported yet (supported: adamw)");
   require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "in [0, 1)", o.beta1);

@@ -26,6 +26,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/generation.h"
+#include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/run_lock.h"
 #include "train/train_data.h"
@@ -92,6 +93,7 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
+  check_training_memory(cfg, physical_memory_bytes());  // before any allocation
   const std::string config_yaml = run_config_to_yaml(cfg);
   const std::string config_hash = run_config_hash(cfg);
   const fs::path run_dir = tc.out_dir;

@@ -96,6 +96,36 @@ TEST_F(Cli, NegativeLearningRate) {
   EXPECT_NE(r.out.find("train.lr"), std::string::npos) << r.out;
 }
 
+TEST_F(Cli, NonFiniteHyperParameters) {
+  for (const char* set : {"train.lr=.inf", "train.weight_decay=.inf", "optimizer.eps=.inf",
+                          "train.grad_clip=.nan", "optimizer.beta1=-.inf"}) {
+    Result r = run("train --config " + config() + " --set " + set);
+    EXPECT_EQ(r.code, 2) << set << "\n" << r.out;
+    const std::string key = std::string(set).substr(0, std::string(set).find('='));
+    EXPECT_NE(r.out.find(key + " must be a finite number"), std::string::npos) << r.out;
+  }
+}
+
+// Sizes no machine here can hold are refused before anything is allocated (they were a
+// std::bad_alloc, exit 1), naming the key and both numbers.
+TEST_F(Cli, RunTooBigForMemory) {
+  struct Case {
+    const char* set;
+    const char* key;
+  };
+  for (const Case& c : {Case{"train.grad_accum_steps=1000000000", "train.grad_accum_steps"},
+                        Case{"train.micro_batch_size=1000000000", "train.micro_batch_size"},
+                        Case{"model.hidden_size=1048576", "model.hidden_size"}}) {
+    Result r = run("train --config " + config() + " --set " + c.set);
+    EXPECT_EQ(r.code, 2) << c.set << "\n" << r.out;
+    EXPECT_NE(r.out.find("lower " + std::string(c.key)), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("GiB of memory but this machine has"), std::string::npos) << r.out;
+  }
+  Result b = run("bench --config " + config() + " --set train.grad_accum_steps=1000000000");
+  EXPECT_EQ(b.code, 2) << b.out;
+  EXPECT_NE(b.out.find("lower train.grad_accum_steps"), std::string::npos) << b.out;
+}
+
 TEST_F(Cli, MissingDataFile) {
   Result r2 = run("train --config " + config() +
                   " --set 'data.sources=[{path: " + (dir_ / "gone.txt").string() + "}]'");

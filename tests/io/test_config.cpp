@@ -100,7 +100,9 @@ TEST(RunConfig, SettingsTheFamilysConfigJsonCannotHoldAreRefused) {
                     {path + ": model: a llama config.json cannot express",
                      "model.sliding_window = 8", "choose a family"});
   expect_user_error(
-      [&] { load_run_config(path, {"model.family=qwen2", "model.final_logit_softcapping=30"}); },
+      [&] {
+        load_run_config(path, {"model.family=qwen2", "model.final_logit_softcapping=30"});
+      },
       {"a qwen2 config.json cannot express", "model.final_logit_softcapping = 30"});
   EXPECT_EQ(load_run_config(path, {"model.family=mistral", "model.sliding_window=8"})
                 .model.sliding_window,
@@ -249,6 +251,22 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"model.hidden_act 'gelu'"});
   expect_user_error([&] { load_run_config(f, {"model.eos_token_id=512"}); },
                     {"model.eos_token_id must be"});
+}
+
+// `lr > 0` and the like let .inf through (and only some reject .nan): every float key of train and
+// optimizer is refused non-finite, naming the key.
+TEST(RunConfig, NonFiniteHyperParametersAreRefused) {
+  const std::string f = valid_file();
+  for (const char* key :
+       {"train.lr", "train.min_lr", "train.decay_fraction", "train.weight_decay", "train.grad_clip",
+        "optimizer.beta1", "optimizer.beta2", "optimizer.eps", "data.sources.0.weight"})
+    for (const char* value : {".inf", "-.inf", ".nan"}) {
+      SCOPED_TRACE(std::string(key) + "=" + value);
+      std::string shown = key;  // data.sources.0.weight is shown as data.sources[0].weight
+      if (shown.rfind("data.sources.0.", 0) == 0) shown = "data.sources[0]." + shown.substr(15);
+      expect_user_error([&] { load_run_config(f, {std::string(key) + "=" + value}); },
+                        {f, shown + " must be a finite number"});
+    }
 }
 
 TEST(RunConfig, MalformedSet) {

@@ -151,6 +151,49 @@ TEST_F(Resume, ResumeWithoutCheckpointIsAUserError) {
   }
 }
 
+// A hand-edited or damaged state.json or metrics.jsonl is one UserError naming the file and the
+// field, not a failed check in the optimizer (optimizer_step < 0), a quiet fall back to an older
+// checkpoint (step not the directory's) or a JSON type error (metrics.jsonl).
+TEST_F(Resume, BadCountsInStateJsonAreUserErrors) {
+  train(config("g", 4), false);
+  const fs::path state = dir_ / "g" / "checkpoints" / fmt_step(4) / "state.json";
+  const nlohmann::json good = nlohmann::json::parse(file_bytes(state));
+  struct Case {
+    const char* field;
+    nlohmann::json value;
+  };
+  for (const Case& c :
+       {Case{"step", -4}, Case{"step", "4"}, Case{"optimizer_step", -3},
+        Case{"optimizer_step", "4"}, Case{"tokens", -1}, Case{"optimizer_step", 2.5}}) {
+    SCOPED_TRACE(std::string(c.field) + " = " + c.value.dump());
+    nlohmann::json bad = good;
+    bad[c.field] = c.value;
+    std::ofstream(state, std::ios::trunc) << bad.dump();
+    try {
+      train(config("g", 6), true);
+      FAIL() << "no error";
+    } catch (const UserError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(state.string()), std::string::npos) << msg;
+      EXPECT_NE(msg.find(std::string("field '") + c.field + "'"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST_F(Resume, NonIntegerStepInMetricsIsAUserError) {
+  train(config("h", 4), false);
+  const fs::path metrics = dir_ / "h" / "metrics.jsonl";
+  std::ofstream(metrics, std::ios::app) << "{\"step\": \"5\", \"loss\": 1.0}\n";
+  try {
+    train(config("h", 6), true);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(metrics.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("field 'step'"), std::string::npos) << msg;
+  }
+}
+
 TEST_F(Resume, KeepLastDeletesOldCheckpoints) {
   RunConfig c = config("e", 12);
   c.train.save_every = 2;

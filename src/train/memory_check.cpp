@@ -1,0 +1,87 @@
+// Training memory against the machine's: the same terms `lmtrain info` prints, plus the token
+// buffers of a whole step (they grow with train.grad_accum_steps). The limit is physical memory,
+// not MemAvailable: a run between the two may still fit once other processes leave, and pages
+// are only touched as they are used, so only a run that can never fit is refused.
+#include "train/memory_check.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <limits>
+#include <string>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "model/transformer.h"
+
+namespace lmt {
+
+namespace {
+
+constexpr uint64_t kTooBig = std::numeric_limits<uint64_t>::max();
+
+uint64_t mul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? kTooBig : r;
+}
+
+uint64_t add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? kTooBig : r;
+}
+
+std::string gib(uint64_t b) {
+  if (b == kTooBig) return "more than 16 EiB";
+  return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+}
+
+}  // namespace
+
+uint64_t TrainingMemory::total() const {
+  return add(add(add(weights, gradients), add(adamw, activations)), step_tokens);
+}
+
+TrainingMemory training_memory(const RunConfig& cfg) {
+  TrainingMemory m;
+  int64_t flat = 0;
+  Transformer::param_layout(cfg.model, &flat);
+  m.weights = mul(static_cast<uint64_t>(flat), sizeof(float));
+  m.gradients = m.weights;
+  m.adamw = mul(m.weights, 2);
+  const TrainConfig& t = cfg.train;
+  m.activations =
+      Transformer::activation_bytes(cfg.model, DType::f32, t.micro_batch_size, cfg.data.seq_len,
+                                    t.activation_checkpointing, t.loss_chunk_tokens);
+  const uint64_t tokens =
+      mul(mul(static_cast<uint64_t>(t.micro_batch_size), static_cast<uint64_t>(cfg.data.seq_len)),
+          static_cast<uint64_t>(t.grad_accum_steps));
+  m.step_tokens = mul(tokens, 4 * sizeof(int32_t));
+  return m;
+}
+
+uint64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return 0;
+  return mul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page));
+}
+
+void check_training_memory(const RunConfig& cfg, uint64_t available) {
+  if (available == 0) return;
+  const TrainingMemory m = training_memory(cfg);
+  const uint64_t need = m.total();
+  if (need <= available) return;
+  const uint64_t model = add(add(m.weights, m.gradients), m.adamw);
+  const char* keys =
+      model >= m.activations && model >= m.step_tokens
+          ? "model.hidden_size, model.intermediate_size, model.num_hidden_layers, model.vocab_size"
+      : m.activations >= m.step_tokens
+          ? "train.micro_batch_size, data.seq_len (or train.activation_checkpointing)"
+          : "train.grad_accum_steps, train.micro_batch_size, data.seq_len";
+  throw UserError(fmt::format(
+      "train: a training step needs {} of memory but this machine has {} (weights, gradients "
+      "and AdamW moments {}, activations of one micro-batch {}, token buffers of one step {}): "
+      "lower {}",
+      gib(need), gib(available), gib(model), gib(m.activations), gib(m.step_tokens), keys));
+}
+
+}  // namespace lmt

@@ -1,0 +1,88 @@
+// The memory a training step needs, checked against the machine's before anything is allocated:
+// the terms match what is allocated for them, and a run too big names the keys behind the largest
+// term and both numbers.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "model/transformer.h"
+#include "train/memory_check.h"
+
+namespace lmt {
+namespace {
+
+RunConfig small() {
+  RunConfig c;
+  c.model.vocab_size = 257;
+  c.model.hidden_size = 16;
+  c.model.intermediate_size = 24;
+  c.model.num_hidden_layers = 2;
+  c.model.num_attention_heads = 2;
+  c.model.max_position_embeddings = 32;
+  c.data.sources = {SourceConfig{}};
+  c.data.sources[0].path = "x.txt";
+  c.data.seq_len = 16;
+  c.train.micro_batch_size = 3;
+  c.train.grad_accum_steps = 5;
+  c.validate();
+  return c;
+}
+
+std::string refusal(const RunConfig& c, uint64_t available) {
+  try {
+    check_training_memory(c, available);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(MemoryCheck, TermsMatchTheModel) {
+  const RunConfig c = small();
+  const TrainingMemory m = training_memory(c);
+  int64_t flat = 0;
+  Transformer::param_layout(c.model, &flat);
+  EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4);
+  EXPECT_EQ(m.gradients, m.weights);
+  EXPECT_EQ(m.adamw, 2 * m.weights);
+  EXPECT_EQ(m.activations, Transformer::activation_bytes(c.model, DType::f32, 3, 16, false,
+                                                         c.train.loss_chunk_tokens));
+  EXPECT_EQ(m.step_tokens, 3u * 16 * 5 * 4 * sizeof(int32_t));
+  EXPECT_EQ(m.total(), m.weights * 4 + m.activations + m.step_tokens);
+  EXPECT_EQ(refusal(c, m.total()), "");
+  EXPECT_EQ(refusal(c, 0), "");  // unknown: no check
+}
+
+TEST(MemoryCheck, TooBigNamesTheKeysAndBothNumbers) {
+  const uint64_t gib16 = uint64_t{16} << 30;
+  RunConfig a = small();
+  a.train.grad_accum_steps = 1000000000;
+  std::string msg = refusal(a, gib16);
+  EXPECT_NE(msg.find("lower train.grad_accum_steps"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("needs 715.3 GiB"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("this machine has 16.0 GiB"), std::string::npos) << msg;
+
+  RunConfig b = small();
+  b.train.micro_batch_size = 1000000000;
+  msg = refusal(b, gib16);
+  EXPECT_NE(msg.find("lower train.micro_batch_size"), std::string::npos) << msg;
+
+  RunConfig h = small();
+  h.model.hidden_size = 1 << 20;
+  msg = refusal(h, gib16);
+  EXPECT_NE(msg.find("lower model.hidden_size"), std::string::npos) << msg;
+
+  // Sizes past 64 bits saturate instead of wrapping round to a small number.
+  RunConfig w = small();
+  w.train.grad_accum_steps = int64_t{1} << 62;
+  msg = refusal(w, gib16);
+  EXPECT_NE(msg.find("more than 16 EiB"), std::string::npos) << msg;
+}
+
+TEST(MemoryCheck, PhysicalMemoryIsKnown) {
+  EXPECT_GT(physical_memory_bytes(), uint64_t{64} << 20);
+}
+
+}  // namespace
+}  // namespace lmt
