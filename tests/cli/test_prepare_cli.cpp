@@ -97,8 +97,7 @@ TEST_F(PrepareCli, TrainReadsAMegatronIndexedDatasetAsItIs) {
   Result small = run("train --config " + config("", 100) + " --set data.store=" + prefix +
                      " --set data.tokenizer=" + LMT_TEST_DATA + "/tokenizers/bytelevel_bpe.json");
   EXPECT_EQ(small.code, 2) << small.out;
-  EXPECT_NE(small.out.find("257 ids but model.vocab_size is 100"), std::string::npos)
-      << small.out;
+  EXPECT_NE(small.out.find("257 ids but model.vocab_size is 100"), std::string::npos) << small.out;
 }
 
 TEST_F(PrepareCli, MixedSourcesAreReportedAndCheckpointsCarryTheTokenizer) {
@@ -140,8 +139,8 @@ TEST_F(PrepareCli, SftChatsTrainWithDocumentMasking) {
   EXPECT_NE(small.out.find("bin packing never splits a document, and 74 of them are longer"),
             std::string::npos)
       << small.out;
-  const std::string cfg = config() + sets +
-                          " --set data.seq_len=200 --set model.max_position_embeddings=256";
+  const std::string cfg =
+      config() + sets + " --set data.seq_len=200 --set model.max_position_embeddings=256";
   Result p = run("prepare --config " + cfg);
   ASSERT_EQ(p.code, 0) << p.out;
   EXPECT_NE(p.out.find("packing bin"), std::string::npos) << p.out;
@@ -157,10 +156,38 @@ TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
   Result r = run("prepare --config " + config() + " --set data.store=");
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("--out DIR"), std::string::npos) << r.out;
-  r = run("prepare --config " + config() + " --set data.sources.0.path=" +
-          (dir_ / "missing.txt").string());
+  r = run("prepare --config " + config() +
+          " --set data.sources.0.path=" + (dir_ / "missing.txt").string());
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.out.find("missing.txt"), std::string::npos) << r.out;
+}
+
+// A tokenizer.json whose ids the store cannot hold is refused at load, exit 2 with the file and
+// the field, by tokenize and by prepare alike (an id of 2^31 - 1 used to crash both; an empty
+// vocab made prepare write a store of end-of-text tokens only).
+TEST_F(PrepareCli, TokenizerWithBadIdsExitsTwo) {
+  const std::string model = R"("model": {"type": "BPE", "merges": [], "vocab": )";
+  const std::pair<std::string, std::string> cases[] = {
+      {"{" + model + R"({"a": 0, "b": 2147483647}}})",
+       R"(model.vocab["b"]: id 2147483647 is not below 2^31 - 1)"},
+      {"{" + model + R"({"a": 0}}, "added_tokens": [{"content": "<s>", "id": 4294967301}]})",
+       "added_tokens[0].id: id 4294967301 is not below 2^31 - 1"},
+      {"{" + model + R"({"a": 0, "b": 0}}})",
+       R"(model.vocab["b"]: id 0 is also the id of "a" in model.vocab)"},
+      {"{" + model + "{}}}", "model.vocab: empty"},
+  };
+  int n = 0;
+  for (const auto& [text, needle] : cases) {
+    const std::string tok = (dir_ / ("tok" + std::to_string(n++) + ".json")).string();
+    std::ofstream(tok) << text;
+    Result r = run("tokenize --tokenizer " + tok + " --text ab");
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("tokenizer " + tok + ": " + needle), std::string::npos) << r.out;
+    r = run("prepare --config " + config() + " --set data.tokenizer=" + tok);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("tokenizer " + tok + ": " + needle), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(dir_ / "store" / "manifest.json")) << needle;
+  }
 }
 
 // Peak resident memory (bytes) of a shell command run to completion, and its exit code.
@@ -171,7 +198,7 @@ std::pair<long, int> peak_rss(const std::string& cmd) {
     ::_exit(127);
   }
   int status = 0;
-  struct rusage ru{};
+  struct rusage ru {};
   ::wait4(pid, &status, 0, &ru);
   return {ru.ru_maxrss * 1024L, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
 }

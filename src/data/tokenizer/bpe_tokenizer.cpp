@@ -19,6 +19,7 @@
 #include "data/tokenizer/hf_decoder.h"
 #include "data/tokenizer/normalizer.h"
 #include "data/tokenizer/regex_split.h"
+#include "data/tokenizer/token_ids.h"
 #include "data/tokenizer/unigram_model.h"
 #include "data/tokenizer/word_cache.h"
 
@@ -194,12 +195,15 @@ void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string&
   t.pre_tokenizers.push_back(std::move(pt));
 }
 
-void load_model(BpeTokenizer::Impl& t, const json& m) {
+void load_model(BpeTokenizer::Impl& t, const json& m, TokenIds& ids) {
   if (!m.is_object()) t.fail("model", "expected a JSON object");
   if (m.value("type", "BPE") == "Unigram") {
     t.unigram = UnigramModel::from_json(m, "tokenizer " + t.path + ": model");
     const auto& pieces = t.unigram->pieces();
-    for (size_t i = 0; i < pieces.size(); ++i) t.vocab[pieces[i].first] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < pieces.size(); ++i)
+      t.vocab[pieces[i].first] =
+          ids.claim(static_cast<int64_t>(i), "model.vocab[" + std::to_string(i) + "]",
+                    "model.vocab", pieces[i].first);
     return;
   }
   if (m.value("type", "BPE") != "BPE")
@@ -215,11 +219,10 @@ void load_model(BpeTokenizer::Impl& t, const json& m) {
   t.byte_fallback = flag(m, "byte_fallback");
   t.fuse_unk = flag(m, "fuse_unk");
 
-  for (const auto& [tok, id] : field(m, "vocab", t.path, "model.vocab").items()) {
-    const int32_t i = id.get<int32_t>();
-    if (i < 0) t.fail("model.vocab", "negative id for '" + tok + "'");
-    t.vocab[tok] = i;
-  }
+  const json& vocab = field(m, "vocab", t.path, "model.vocab");
+  if (!vocab.is_object()) t.fail("model.vocab", "expected an object of token: id");
+  for (const auto& [tok, id] : vocab.items())
+    t.vocab[tok] = ids.claim(id, "model.vocab[" + json(tok).dump() + "]", "model.vocab", tok);
   const json unk = m.value("unk_token", json());
   if (!unk.is_null()) {
     auto it = t.vocab.find(unk.get<std::string>());
@@ -251,7 +254,7 @@ void load_model(BpeTokenizer::Impl& t, const json& m) {
   }
 }
 
-void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
+void load_added_tokens(BpeTokenizer::Impl& t, const json& list, TokenIds& ids) {
   if (list.is_null()) return;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string name = "added_tokens[" + std::to_string(i) + "]";
@@ -259,9 +262,8 @@ void load_added_tokens(BpeTokenizer::Impl& t, const json& list) {
     if (flag(a, "single_word")) t.fail(name + ".single_word", "true is not supported");
     AddedToken tok;
     tok.content = field(a, "content", t.path, name + ".content").get<std::string>();
-    tok.id = field(a, "id", t.path, name + ".id").get<int32_t>();
     if (tok.content.empty()) t.fail(name + ".content", "empty");
-    if (tok.id < 0) t.fail(name + ".id", "negative");
+    tok.id = ids.claim(field(a, "id", t.path, name + ".id"), name + ".id", name, tok.content);
     t.vocab[tok.content] = tok.id;
     tok.special = flag(a, "special");
     tok.lstrip = flag(a, "lstrip");
@@ -321,12 +323,11 @@ bool merges_never_cross_metaspace(const BpeTokenizer::Impl& t) {
   return true;
 }
 
-void build_tables(BpeTokenizer::Impl& t) {
+// `size` is the vocab size TokenIds::finish checked: every id is below it, and it fits an int32.
+void build_tables(BpeTokenizer::Impl& t, int64_t size) {
   // Unigram's Viterbi and unk fusion run over the whole word, so its words are never cut.
   t.cut_at_metaspace =
       !t.unigram && !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
-  int32_t size = 0;
-  for (const auto& [tok, id] : t.vocab) size = std::max(size, id + 1);
   t.id_to_token.assign(size, "");
   t.id_used.assign(size, false);
   for (const auto& [tok, id] : t.vocab) {
@@ -344,7 +345,7 @@ void build_tables(BpeTokenizer::Impl& t) {
   for (const auto& a : t.added) t.id_to_token[a.id] = a.pattern;
   if (t.decoder.is_byte_level_only()) {
     t.id_to_bytes.resize(size);
-    for (int32_t i = 0; i < size; ++i) t.id_to_bytes[i] = decode_token(t.id_to_token[i], true);
+    for (int64_t i = 0; i < size; ++i) t.id_to_bytes[i] = decode_token(t.id_to_token[i], true);
     for (const auto& a : t.added) t.id_to_bytes[a.id] = a.content;
   }
   const auto table = gpt2_bytes_to_unicode();
@@ -378,10 +379,11 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
         Normalizer::from_json(j.value("normalizer", json()), "tokenizer " + path + ": normalizer");
     t->decoder =
         HfDecoder::from_json(j.value("decoder", json()), "tokenizer " + path + ": decoder");
-    load_model(*t, field(j, "model", path, "model"));
-    load_added_tokens(*t, j.value("added_tokens", json()));
+    TokenIds ids("tokenizer " + path);
+    load_model(*t, field(j, "model", path, "model"), ids);
+    load_added_tokens(*t, j.value("added_tokens", json()), ids);
     load_pre_tokenizer(*t, j.value("pre_tokenizer", json()), "pre_tokenizer");
-    build_tables(*t);
+    build_tables(*t, ids.finish());
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": unexpected JSON content: " + e.what());
   }
@@ -697,6 +699,10 @@ const std::string& BpeTokenizer::id_to_token(int32_t id) const {
     throw UserError("BpeTokenizer::id_to_token: unknown id " + std::to_string(id) + " (tokenizer " +
                     impl_->path + ")");
   return impl_->id_to_token[id];
+}
+
+bool BpeTokenizer::has_id(int64_t id) const {
+  return id >= 0 && id < vocab_size() && impl_->id_used[static_cast<size_t>(id)];
 }
 
 const std::string& BpeTokenizer::path() const {

@@ -96,8 +96,14 @@ class HfBpeTokenizer final : public Tokenizer {
       const auto& specials = pp.value("special_tokens", nlohmann::json::object());
       if (!specials.contains(id))
         throw UserError(path + ": post_processor: special token '" + id + "' is not defined");
-      for (const auto& v : specials[id].value("ids", nlohmann::json::array()))
-        (after ? suffix_ : prefix_).push_back(v.get<int32_t>());
+      for (const auto& v : specials[id].value("ids", nlohmann::json::array())) {
+        // Read in 64 bits and checked against the vocab: get<int32_t> would wrap 2^32 + 5 to 5.
+        const int64_t i = v.is_number_integer() ? v.get<int64_t>() : -1;
+        if (!bpe_.has_id(i))
+          throw UserError(path + ": post_processor.special_tokens[\"" + id +
+                          "\"].ids: " + v.dump() + " is not an id of the vocab");
+        (after ? suffix_ : prefix_).push_back(static_cast<int32_t>(i));
+      }
     }
   }
 
