@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
 #include "core/error.h"
+#include "io/text_file.h"
 
 namespace lmt {
 
@@ -33,11 +35,13 @@ Metrics::Metrics(const std::string& run_dir, bool console, bool jsonl, int64_t r
       if (j["step"].get<int64_t>() <= resume_step) keep.push_back(line);
     }
     in.close();
-    std::ofstream out(path, std::ios::trunc);
-    for (const auto& l : keep) out << l << '\n';
+    std::string text;
+    for (const auto& l : keep) text += l + '\n';
+    write_text_file(path, text);  // atomic: a kill here keeps the old file whole
   } else if (resume_step < 0) {
-    std::ofstream(path, std::ios::trunc).close();
+    write_text_file(path, "");
   }
+  jsonl_path_ = path;
   jsonl_.open(path, std::ios::app);
   if (!jsonl_) throw UserError("logging.jsonl: cannot open '" + path + "' for writing");
 }
@@ -46,6 +50,9 @@ void Metrics::write(const nlohmann::json& j) {
   if (!jsonl_.is_open()) return;
   jsonl_ << j.dump() << '\n';
   jsonl_.flush();
+  if (!jsonl_)
+    throw UserError("logging.jsonl: cannot write '" + jsonl_path_ +
+                    "' (is the disk full?); the run stops rather than lose its metrics");
 }
 
 void Metrics::log_step(const StepMetrics& m) {

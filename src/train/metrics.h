@@ -34,6 +34,7 @@ class Metrics {
   void write(const nlohmann::json& j);
   bool console_;
   std::ofstream jsonl_;
+  std::string jsonl_path_;
 };
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"

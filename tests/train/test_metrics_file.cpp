@@ -1,0 +1,84 @@
+// metrics.jsonl is never lost or silently cut short: --resume rewrites it through the atomic
+// write_text_file (the old file stays whole until the new one is in place), and a write that fails
+// (here: a file size limit, as a full disk would) stops the run with a message naming the file.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "io/io_test_util.h"
+#include "io/text_file.h"
+#include "train/metrics.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(TextFile, ReplacesWholeAndLeavesNoTemporaryFile) {
+  const fs::path dir = test::temp_dir() / "text_file";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  write_text_file((dir / "a.txt").string(), "old\n");
+  write_text_file((dir / "a.txt").string(), "new contents\n");
+  EXPECT_EQ(read_all(dir / "a.txt"), "new contents\n");
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1);
+  test::expect_user_error([&] { write_text_file((dir / "no" / "b.txt").string(), "x"); },
+                          {"cannot write '" + (dir / "no" / "b.txt").string() + "'"});
+}
+
+TEST(MetricsFile, ResumeKeepsTheLinesUpToTheStep) {
+  const fs::path dir = test::temp_dir() / "metrics_resume";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    Metrics m(dir.string(), false, true, -1);
+    for (int64_t s = 1; s <= 5; ++s) m.log_step(StepMetrics{.step = s, .loss = 1.0});
+  }
+  Metrics m(dir.string(), false, true, 3);
+  m.log_step(StepMetrics{.step = 4, .loss = 2.0});
+  std::istringstream lines(read_all(dir / "metrics.jsonl"));
+  std::vector<int64_t> steps;
+  for (std::string l; std::getline(lines, l);) steps.push_back(nlohmann::json::parse(l)["step"]);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
+TEST(MetricsFile, AFailedWriteIsAUserErrorNamingTheFile) {
+  const fs::path dir = test::temp_dir() / "metrics_full";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Metrics m(dir.string(), false, true, -1);
+  struct rlimit old {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
+  struct rlimit small = old;
+  small.rlim_cur = 2048;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string msg;
+  try {
+    for (int64_t s = 1; s <= 1000; ++s) m.log_step(StepMetrics{.step = s, .loss = 1.0});
+  } catch (const UserError& e) {
+    msg = e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, old_handler);
+  EXPECT_NE(msg.find("logging.jsonl: cannot write '" + (dir / "metrics.jsonl").string() + "'"),
+            std::string::npos)
+      << msg;
+}
+
+}  // namespace
+}  // namespace lmt
