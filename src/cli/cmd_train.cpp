@@ -12,7 +12,7 @@ Run add_train(CLI::App& app) {
   struct Opts {
     std::string config;
     std::vector<std::string> sets;
-    bool resume = false;
+    std::string resume_from;
     bool help_config = false;
   };
   auto o = std::make_shared<Opts>();
@@ -20,8 +20,11 @@ Run add_train(CLI::App& app) {
   app.add_flag("--help-config", o->help_config, "list every config key with its default and help")
       ->excludes(config);
   app.add_option("--set", o->sets, "override a config key: section.key=value (repeatable)");
-  app.add_flag("--resume", o->resume, "continue from the newest complete checkpoint in out_dir");
-  return [o]() {
+  auto* resume = app.add_option("--resume", o->resume_from,
+                                "continue from the newest checkpoint in out_dir, or from the one "
+                                "named (--resume step_0000400, or a checkpoint's path)")
+                     ->expected(0, 1);
+  return [o, resume]() {
     if (o->help_config) {
       RunConfig defaults;
       fmt::print("{}", format_config_keys(config_keys(defaults)));
@@ -29,7 +32,7 @@ Run add_train(CLI::App& app) {
     }
     if (o->config.empty()) throw UserError("train: --config FILE is required");
     RunConfig cfg = load_run_config(o->config, o->sets);
-    TrainResult r = train(std::move(cfg), o->resume);
+    TrainResult r = train(std::move(cfg), resume->count() > 0, 0, o->resume_from);
     if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint
     fmt::print("done: {} steps, last loss {:.4f}", r.steps, r.last_loss);
     if (r.last_val_loss >= 0) fmt::print(", val loss {:.4f}", r.last_val_loss);

@@ -161,32 +161,71 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   return final_dir.string();
 }
 
+namespace {
+
+// The step directories of a run, newest first.
+std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& root) {
+  std::vector<std::pair<int64_t, fs::path>> dirs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const int64_t s = e.is_directory() ? step_of(e.path()) : -1;
+    if (s >= 0) dirs.emplace_back(s, e.path());
+  }
+  std::sort(dirs.begin(), dirs.end(), std::greater<>());
+  return dirs;
+}
+
+// A step directory appears whole (it is renamed into place once complete), so a missing file or
+// an unreadable state.json is damage: a UserError naming the checkpoint, the cause and the older
+// checkpoints one can resume from instead.
+void check_checkpoint_dir(const fs::path& dir, int64_t step) {
+  auto damaged = [&](const std::string& cause) {
+    std::string older;
+    for (const auto& [s, d] : step_dirs(dir.parent_path()))
+      if (s < step) older += (older.empty() ? "" : ", ") + d.filename().string();
+    throw UserError("checkpoint '" + dir.string() + "' cannot be resumed: " + cause +
+                    (older.empty()
+                         ? "; no older checkpoint is there"
+                         : "; to resume from an older one, pass --resume NAME (" + older + ")"));
+  };
+  for (const char* f : kFiles)
+    if (!fs::is_regular_file(dir / f)) damaged(std::string(f) + " is missing");
+  const fs::path path = dir / "state.json";
+  std::ifstream sf(path);
+  auto j = nlohmann::json::parse(sf, nullptr, false);
+  if (j.is_discarded()) damaged("state.json is not valid JSON");
+  // A whole state.json that disagrees with its directory was edited or damaged.
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"] != step)
+    throw UserError(fmt::format(
+        "{}: field 'step' must be {}, the step of its directory (got {})", path.string(), step,
+        j.is_object() && j.contains("step") ? j["step"].dump() : std::string("nothing")));
+}
+
+}  // namespace
+
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   if (!fs::is_directory(root)) return std::nullopt;
-  std::vector<std::pair<int64_t, fs::path>> complete;
-  for (const auto& e : fs::directory_iterator(root)) {
-    const int64_t s = e.is_directory() ? step_of(e.path()) : -1;
-    if (s < 0) continue;
-    bool all = true;
-    for (const char* f : kFiles) all = all && fs::is_regular_file(e.path() / f);
-    if (all) complete.emplace_back(s, e.path());
+  const auto dirs = step_dirs(root);
+  if (dirs.empty()) return std::nullopt;
+  check_checkpoint_dir(dirs.front().second, dirs.front().first);
+  return dirs.front().second.string();
+}
+
+std::string find_checkpoint(const std::string& run_dir, const std::string& name) {
+  fs::path dir = fs::path(run_dir) / "checkpoints" / name;
+  if (!fs::is_directory(dir) && fs::is_directory(name)) dir = name;  // a path given as it is
+  const int64_t step = step_of(dir);
+  if (!fs::is_directory(dir) || step < 0) {
+    std::string have;
+    for (const auto& [s, d] : step_dirs(fs::path(run_dir) / "checkpoints"))
+      have += (have.empty() ? "" : ", ") + d.filename().string();
+    throw UserError("--resume " + name + ": no checkpoint of that name in '" +
+                    (fs::path(run_dir) / "checkpoints").string() + "'" +
+                    (have.empty() ? " (it has none)" : " (it has " + have + ")"));
   }
-  std::sort(complete.begin(), complete.end(), std::greater<>());
-  for (const auto& [s, dir] : complete) {
-    const fs::path path = dir / "state.json";
-    std::ifstream sf(path);
-    auto j = nlohmann::json::parse(sf, nullptr, false);
-    if (j.is_discarded()) continue;  // written last, so a half-written set stops here
-    // A whole state.json that disagrees with its directory was edited or damaged: say so rather
-    // than resume quietly from an older checkpoint.
-    if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"] != s)
-      throw UserError(fmt::format(
-          "{}: field 'step' must be {}, the step of its directory (got {})", path.string(), s,
-          j.is_object() && j.contains("step") ? j["step"].dump() : std::string("nothing")));
-    return dir.string();
-  }
-  return std::nullopt;
+  check_checkpoint_dir(dir, step);
+  return dir.string();
 }
 
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {

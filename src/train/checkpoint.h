@@ -29,10 +29,15 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const float* v, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last);
 
-// The newest complete checkpoint of a run, if any. Directories that are half written (temporary
-// names, missing files, unreadable state.json) are passed over; the newest whole state.json whose
-// step is not its directory's is a UserError naming the file and field.
+// The newest checkpoint of a run (checkpoints/step_N), if any. Checkpoints appear whole (written
+// under a temporary name, then renamed), so a newest one with a missing file, an unreadable
+// state.json or a state.json whose step is not its directory's is a UserError naming it and the
+// cause, never a silent fallback to an older one.
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
+
+// The checkpoint `name` (step_N under run_dir/checkpoints, or a path to one), checked as above;
+// a name that is not there is a UserError listing the checkpoints that are.
+std::string find_checkpoint(const std::string& run_dir, const std::string& name);
 
 // Loads weights (and moments when m, v are given) into the model's flat buffers; every tensor
 // must be present with the model's shape. Returns state.json's contents.

@@ -90,7 +90,7 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
 
 }  // namespace
 
-TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from) {
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
@@ -105,7 +105,9 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
 
   // Resume point, if asked for and present.
   std::optional<std::string> ckpt;
-  if (resume) {
+  if (resume && !resume_from.empty()) {
+    ckpt = find_checkpoint(run_dir.string(), resume_from);
+  } else if (resume) {
     ckpt = find_latest_checkpoint(run_dir.string());
     if (!ckpt)
       throw UserError("--resume: no complete checkpoint in '" + (run_dir / "checkpoints").string() +
@@ -145,7 +147,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after) {
 
   int64_t step = 0, tokens_seen = 0;
   if (ckpt) {
-    CheckpointState st = load_checkpoint(*ckpt, model, opt.m_data(), opt.v_data());
+    CheckpointState st;
+    try {
+      st = load_checkpoint(*ckpt, model, opt.m_data(), opt.v_data());
+    } catch (const UserError& e) {
+      throw UserError("--resume: checkpoint '" + *ckpt + "' cannot be resumed: " + e.what() +
+                      " (an older checkpoint can be named: --resume step_N)");
+    }
     step = st.step;
     tokens_seen = st.tokens;
     opt.set_step_count(st.optimizer_step);

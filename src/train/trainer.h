@@ -30,7 +30,9 @@ constexpr int kExitBadStep = 3;
 // stop_after > 0 ends the run early, with a checkpoint, once that many optimizer steps are done
 // (as a SIGINT or SIGTERM does after the step in flight); the schedule still follows max_steps,
 // so a later --resume continues exactly as if the run had never stopped.
-TrainResult train(RunConfig cfg, bool resume, int64_t stop_after = 0);
+// resume_from (with resume): a checkpoint's name (step_N) or path instead of the newest.
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after = 0,
+                  const std::string& resume_from = "");
 
 // Applies train.threads to OpenMP and OpenBLAS (0 = all cores).
 void set_threads(int64_t threads);

@@ -242,6 +242,22 @@ TEST_F(Cli, SecondTrainOnTheSameDirectoryIsRefused) {
   EXPECT_EQ(again.code, 0) << again.out;
 }
 
+// --resume takes an optional checkpoint name; one that is not there is exit 2 listing those that
+// are.
+TEST_F(Cli, ResumeFromANamedCheckpoint) {
+  const std::string cfg = config("  save_every: 1\n  keep_last: 0\n");
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  Result r = run("train --config " + cfg + " --resume step_0000001 --set train.max_steps=3");
+  EXPECT_EQ(r.code, 0) << r.out;
+  Result bad = run("train --config " + cfg + " --resume step_0000042");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--resume step_0000042: no checkpoint of that name"), std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find("step_0000001"), std::string::npos) << bad.out;
+  Result latest = run("train --config " + cfg + " --set train.max_steps=4 --resume");
+  EXPECT_EQ(latest.code, 0) << latest.out;
+}
+
 TEST_F(Cli, BenchPrintsOneJsonObject) {
   Result g = run("bench --config " + config() + " --steps 1 --set train.threads=1");
   ASSERT_EQ(g.code, 0) << g.out;

@@ -121,22 +121,52 @@ TEST_F(Resume, InterruptedRunIsBitIdentical) {
   EXPECT_GE(state["loader"]["epoch"].get<int64_t>(), 1);
 }
 
-TEST_F(Resume, HalfWrittenCheckpointsArePassedOver) {
+// Checkpoints appear whole (renamed into place), so a damaged one is never passed over quietly:
+// the newest with a truncated state.json or a missing file is a UserError naming it, the cause and
+// the older checkpoints; --resume NAME picks one of those; a truncated weights file names its
+// checkpoint too; a temporary directory of a writer that died is cleared by the next save.
+TEST_F(Resume, DamagedCheckpointsAreNamedAndAnOlderOneCanBeChosen) {
   train(config("c", 4), false);
   const fs::path root = dir_ / "c" / "checkpoints";
   ASSERT_TRUE(fs::exists(root / fmt_step(4)));
-  // A later checkpoint that never got its state.json, and a temporary directory.
+  // A checkpoint that lost its files but the weights, and a temporary directory.
   fs::create_directories(root / fmt_step(8));
   fs::copy_file(root / fmt_step(4) / "model.safetensors", root / fmt_step(8) / "model.safetensors");
   fs::create_directories(root / ".tmp-step_0000012-99");
   fs::copy(root / fmt_step(4), root / ".tmp-step_0000012-99", fs::copy_options::recursive);
-  // A checkpoint whose state.json is truncated.
+  // The newest, whose state.json is truncated.
   fs::copy(root / fmt_step(4), root / fmt_step(10), fs::copy_options::recursive);
   std::ofstream(root / fmt_step(10) / "state.json", std::ios::trunc) << "{\"step\": 1";
-  auto latest = find_latest_checkpoint((dir_ / "c").string());
-  ASSERT_TRUE(latest.has_value());
-  EXPECT_EQ(fs::path(*latest).filename(), fmt_step(4));
-  TrainResult r = train(config("c", 6), true);
+  auto expect_error = [&](const std::string& from, std::initializer_list<std::string> parts) {
+    try {
+      train(config("c", 6), true, 0, from);
+      ADD_FAILURE() << "expected a UserError";
+    } catch (const UserError& e) {
+      for (const std::string& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+            << e.what() << "\nmissing: " << p;
+    }
+  };
+  expect_error("",
+               {"checkpoint '" + (root / fmt_step(10)).string() + "' cannot be resumed",
+                "state.json is not valid JSON", "pass --resume NAME (step_0000008, step_0000004)"});
+  expect_error(fmt_step(8),
+               {fmt_step(8) + "' cannot be resumed", "optimizer.safetensors is missing"});
+  expect_error("step_0000099", {"--resume step_0000099: no checkpoint of that name",
+                                "step_0000010, step_0000008, step_0000004"});
+  // A truncated weights file: the checkpoint is named, not just the file.
+  fs::copy(root / fmt_step(4), root / fmt_step(6), fs::copy_options::recursive);
+  fs::resize_file(root / fmt_step(6) / "model.safetensors", 100);
+  {
+    std::ifstream in(root / fmt_step(6) / "state.json");
+    nlohmann::json st = nlohmann::json::parse(in);
+    st["step"] = 6;
+    std::ofstream(root / fmt_step(6) / "state.json", std::ios::trunc) << st.dump();
+  }
+  expect_error(fmt_step(6),
+               {"--resume: checkpoint '" + (root / fmt_step(6)).string() + "' cannot be resumed",
+                "--resume step_N"});
+  TrainResult r = train(config("c", 6), true, 0, fmt_step(4));
   EXPECT_EQ(r.steps, 6);
   // The next save clears the leftovers of a writer that died mid-checkpoint.
   EXPECT_FALSE(fs::exists(root / ".tmp-step_0000012-99"));
