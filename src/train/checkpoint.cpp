@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,7 @@
 #include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
+#include "train/trainer.h"
 
 namespace lmt {
 
@@ -46,6 +48,20 @@ std::vector<float> moments_to_host(const Transformer& model, const float* m) {
   std::vector<float> host(static_cast<size_t>(model.flat_size()));
   model.backend()->to_host(host.data(), m, host.size() * sizeof(float));
   return host;
+}
+
+// The name of the first parameter whose slice of a host copy of a flat buffer (f32 or f64) holds
+// a value that is not finite; "" when all are finite. A checkpoint never holds such values: they
+// would load and train on, and be copied into every later checkpoint.
+std::string non_finite_param(const Transformer& model, const void* host, DType dt) {
+  for (const ParamInfo& p : model.params()) {
+    bool bad = false;
+    for (int64_t i = p.offset; i < p.offset + p.numel() && !bad; ++i)
+      bad = dt == DType::f64 ? !std::isfinite(static_cast<const double*>(host)[i])
+                             : !std::isfinite(static_cast<const float*>(host)[i]);
+    if (bad) return p.name;
+  }
+  return "";
 }
 
 int64_t step_of(const fs::path& dir) {
@@ -104,6 +120,22 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 
   const DType dt = model.dtype();
   std::vector<uint8_t> weights = flat_to_host(model);
+  std::vector<float> hm, hv;
+  if (m && v) {
+    hm = moments_to_host(model, m);
+    hv = moments_to_host(model, v);
+  }
+  auto refuse = [&](const char* what, const void* host, DType t) {
+    if (const std::string bad = non_finite_param(model, host, t); !bad.empty())
+      throw NonFiniteError(fmt::format(
+          "step {}: the {} of {} is not finite; no checkpoint was written from this step",
+          state.step, what, bad));
+  };
+  refuse("weight", weights.data(), dt);
+  if (m && v) {
+    refuse("AdamW moment (exp_avg)", hm.data(), DType::f32);
+    refuse("AdamW moment (exp_avg_sq)", hv.data(), DType::f32);
+  }
   SafetensorsWriter mw;
   mw.set_metadata("format", "pt");
   for (const ParamInfo& p : model.params())
@@ -111,10 +143,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   mw.write((tmp / "model.safetensors").string());
 
   SafetensorsWriter ow;
-  std::vector<float> hm, hv;
   if (m && v) {
-    hm = moments_to_host(model, m);
-    hv = moments_to_host(model, v);
     for (const ParamInfo& p : model.params()) {
       ow.add("exp_avg." + p.name, DType::f32, p.shape, hm.data() + p.offset);
       ow.add("exp_avg_sq." + p.name, DType::f32, p.shape, hv.data() + p.offset);
@@ -240,6 +269,18 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
         load_into(st, name, p, DType::f32, model.backend(), dst);
       }
     }
+  }
+  auto refuse = [&](const std::string& what, const std::string& param) {
+    if (!param.empty())
+      throw UserError(dir + ": the " + what + " of " + param +
+                      " is not finite; a checkpoint with non-finite values cannot be resumed");
+  };
+  refuse("weight", non_finite_param(model, flat_to_host(model).data(), model.dtype()));
+  if (m && v) {
+    refuse("AdamW moment (exp_avg)",
+           non_finite_param(model, moments_to_host(model, m).data(), DType::f32));
+    refuse("AdamW moment (exp_avg_sq)",
+           non_finite_param(model, moments_to_host(model, v).data(), DType::f32));
   }
   const std::string path = (fs::path(dir) / "state.json").string();
   nlohmann::json j = read_json(path);

@@ -3,6 +3,7 @@
 // succeeds and is the only entry there.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <vector>
@@ -10,7 +11,9 @@
 #include "backend/cpu/cpu_backend.h"
 #include "export/export_test_util.h"
 #include "io/io_test_util.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace lmt {
 namespace {
@@ -39,6 +42,44 @@ TEST(CheckpointSave, AFailedSaveLeavesNoTemporaryDirectory) {
   s.tokenizer = "bytes";
   save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 3);
   EXPECT_EQ(entries(), std::vector<std::string>{"step_0000005"});
+}
+
+// Non-finite weights or moments never reach a checkpoint (NonFiniteError, exit 3, nothing written)
+// and a checkpoint that holds them (written by another tool, or damaged) does not load.
+TEST(CheckpointSave, NonFiniteWeightsAreRefusedAtSaveAndAtLoad) {
+  CpuBackend be;
+  const ModelConfig cfg = test::tiny_config("llama");
+  Transformer m(&be, cfg);
+  m.init_weights(7);
+  const fs::path run_dir = test::temp_dir() / "non_finite";
+  fs::remove_all(run_dir);
+  CheckpointState s;
+  s.loader = nlohmann::json::object();
+  s.tokenizer = "bytes";
+  s.step = 2;
+  const std::string good = save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 0);
+
+  const ParamInfo& victim = m.params()[3];
+  static_cast<float*>(m.params_data())[victim.offset + 1] = std::nanf("");
+  s.step = 3;
+  try {
+    save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 0);
+    ADD_FAILURE() << "expected a NonFiniteError";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("step 3: the weight of " + victim.name + " is not finite"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(run_dir / "checkpoints" / "step_0000003"));
+
+  // The same NaN written into the good checkpoint's weights file: loading refuses it.
+  SafetensorsWriter w;
+  for (const ParamInfo& p : m.params())
+    w.add(p.name, DType::f32, p.shape, static_cast<const float*>(m.params_data()) + p.offset);
+  w.write(good + "/model.safetensors");
+  Transformer fresh(&be, cfg);
+  test::expect_user_error([&] { load_checkpoint(good, fresh, nullptr, nullptr); },
+                          {good + ": the weight of " + victim.name + " is not finite"});
 }
 
 }  // namespace
