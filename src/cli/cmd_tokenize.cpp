@@ -101,19 +101,30 @@ Run add_tokenizer(CLI::App& app) {
       const RunConfig cfg = load_run_config(o->config, o->sets);
       if (cfg.data.sources.empty())
         throw UserError(o->config + ": data.sources is empty: nothing to learn from");
-      int64_t invalid = 0, docs = 0;
+      int64_t docs = 0;
+      SkippedRecords skipped;  // bad records of sources with on_error: skip
       merges = train_bpe_tokenizer(
           [&](const TextSink& sink) {
-            for (size_t i = 0; i < cfg.data.sources.size(); ++i)
-              for_each_source_document(to_text_source_spec(cfg.data.sources[i]),
-                                       static_cast<int>(i), [&](Document&& d) {
-                                         ++docs;
-                                         for (const Segment& s : d.segments) sink(s.text);
-                                       });
+            for (size_t i = 0; i < cfg.data.sources.size(); ++i) {
+              const TextSourceStats st = for_each_source_document(
+                  to_text_source_spec(cfg.data.sources[i]), static_cast<int>(i),
+                  [&](Document&& d) {
+                    ++docs;
+                    for (const Segment& s : d.segments) sink(s.text);
+                  });
+              for (const auto& [reason, n] : st.skipped.by_reason) {
+                skipped.total += n;
+                skipped.by_reason[reason] += n;
+              }
+            }
           },
-          o->train, o->out, &invalid);
+          o->train, o->out);
+      std::string left_out;  // as prepare reports them
+      if (skipped.total) left_out = fmt::format("; skipped {}:", skipped.total);
+      for (const auto& [reason, n] : skipped.by_reason) left_out += fmt::format(" {} {},", reason, n);
+      if (skipped.total) left_out.pop_back();
       fmt::print("learned from {} documents of {} source(s){}\n", docs, cfg.data.sources.size(),
-                 invalid ? fmt::format(" ({} texts that are not UTF-8 left out)", invalid) : "");
+                 left_out);
     } else {
       merges = train_bpe_tokenizer(o->inputs, o->train, o->out);
     }

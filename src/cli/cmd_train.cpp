@@ -32,8 +32,16 @@ Run add_train(CLI::App& app) {
     }
     if (o->config.empty()) throw UserError("train: --config FILE is required");
     RunConfig cfg = load_run_config(o->config, o->sets);
+    const int64_t max_steps = cfg.train.max_steps;
     TrainResult r = train(std::move(cfg), resume->count() > 0, 0, o->resume_from);
     if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint
+    if (r.steps == r.first_step) {  // resumed at (or past) max_steps: no step ran, no loss
+      fmt::print(
+          "nothing to do: the checkpoint is at step {} and train.max_steps is {} (raise "
+          "train.max_steps to train on)\n",
+          r.steps, max_steps);
+      return 0;
+    }
     fmt::print("done: {} steps, last loss {:.4f}", r.steps, r.last_loss);
     if (r.last_val_loss >= 0) fmt::print(", val loss {:.4f}", r.last_val_loss);
     fmt::print("\n");

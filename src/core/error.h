@@ -23,6 +23,10 @@ class InternalError : public std::logic_error {
 
 constexpr int kExitUserError = 2;
 
+// User text quoted in a message: whole up to `max` bytes, else its start (never cut inside a UTF-8
+// character) and "... (N bytes)", so a megabyte of input does not become a megabyte of message.
+std::string excerpt(const std::string& text, size_t max = 60);
+
 }  // namespace lmt
 
 #define LMT_CHECK(cond, ...)                                                               \

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <simdjson.h>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -40,6 +41,27 @@ void for_each_line(std::string_view text, F&& fn) {
     pos = next;
   }
 }
+
+// A text file whose first bytes hold a NUL is binary.
+constexpr size_t kBinaryProbeBytes = 8192;
+
+// Line numbers of positions in a text, asked for in increasing order (each byte is counted once).
+class LineCounter {
+ public:
+  explicit LineCounter(std::string_view text) : text_(text) {}
+  int64_t line_of(const char* p) {
+    const size_t to = static_cast<size_t>(p - text_.data());
+    line_ += std::count(text_.begin() + static_cast<std::ptrdiff_t>(pos_),
+                        text_.begin() + static_cast<std::ptrdiff_t>(to), '\n');
+    pos_ = to;
+    return line_;
+  }
+
+ private:
+  std::string_view text_;
+  size_t pos_ = 0;
+  int64_t line_ = 1;
+};
 
 }  // namespace
 
@@ -148,9 +170,25 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
       csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped,
                     take_and_release, &consumed);
     } else {
+      // Text must be text: a NUL byte near the start marks a binary file (git's rule), and a
+      // document that is not valid UTF-8 is a bad record, as in the other formats.
+      const std::string_view head = text.substr(0, kBinaryProbeBytes);
+      if (const size_t nul = head.find('\0'); nul != std::string_view::npos) {
+        report_bad_record(skipped, file, "binary file",
+                          "a binary file (a NUL byte at offset " + std::to_string(nul) +
+                              "); leave it out with " + key + ".exclude");
+        continue;
+      }
+      LineCounter lines(text);
       split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {
         consumed = static_cast<size_t>(doc.data() + doc.size() - text.data());
-        take_and_release(doc);
+        if (simdjson::validate_utf8(doc.data(), doc.size())) {
+          take_and_release(doc);
+        } else {
+          report_bad_record(skipped, file, lines.line_of(doc.data()), "invalid UTF-8",
+                            "the document starting on this line is not valid UTF-8");
+          mapped.release_before(text.data() + consumed);
+        }
       });
     }
   }

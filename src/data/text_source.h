@@ -1,8 +1,10 @@
 // Reads the documents of one plain-text data source. A source is a file or a directory; a
 // directory contributes all regular files below it, recursively, in byte-wise path order, so the
 // document order (and everything downstream: split, shuffle) is the same on every machine.
-// Bytes are kept exactly as stored (no UTF-8 validation, no normalisation); only the line ends
-// that separate documents are removed. src/data depends on src/core only, so a source is
+// Bytes are kept exactly as stored (no normalisation); only the line ends that separate documents
+// are removed. Text must be UTF-8: a file with a NUL byte in its first 8 KiB is binary, and a
+// document that is not valid UTF-8 is a bad record; both are errors naming the file (and line),
+// or, under on_error: skip, counted ("binary file", "invalid UTF-8") and left out. src/data depends on src/core only, so a source is
 // described by TextSourceSpec rather than train's SourceConfig (same field names).
 #pragma once
 
@@ -24,7 +26,7 @@ struct TextSourceSpec {
   double weight = 1.0;
   std::vector<std::string> exclude;  // glob patterns on file names (fnmatch), e.g. "*.dat"
   std::string field = "text";        // jsonl: the field that holds the document
-  std::string on_error = "stop";     // jsonl: stop | skip (bad records are counted)
+  std::string on_error = "stop";     // stop | skip (bad records are counted)
   // Schemas (data/schema.h): text | instruction | chat; instruction and chat go through a chat
   // template and count only the response in the loss unless loss = all.
   std::string schema = "text";

@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <yaml-cpp/depthguard.h>
 
 #include "core/error.h"
 
@@ -81,13 +82,21 @@ const std::string& number_text(const YAML::Node& n, const std::string& path,
 
 }  // namespace
 
-void fail(const ConfigSource& src, const YAML::Node& at, const std::string& path,
-          const std::string& msg) {
-  if (const ConfigOverride* o = origin(src, path))
-    throw UserError(src.file + ": " + msg + " (from --set '" + o->arg + "')");
+namespace {
+// A message located in the file only: what no --set can have caused (a key written twice).
+[[noreturn]] void fail_in_file(const ConfigSource& src, const YAML::Node& at,
+                               const std::string& msg) {
   const YAML::Mark mark = at.Mark();
   if (!mark.is_null()) throw UserError(src.file + ":" + std::to_string(mark.line + 1) + ": " + msg);
   throw UserError(src.file + ": " + msg);
+}
+}  // namespace
+
+void fail(const ConfigSource& src, const YAML::Node& at, const std::string& path,
+          const std::string& msg) {
+  if (const ConfigOverride* o = origin(src, path))
+    throw UserError(src.file + ": " + msg + " (from --set '" + excerpt(o->arg) + "')");
+  fail_in_file(src, at, msg);
 }
 
 std::string describe(const YAML::Node& node) {
@@ -99,9 +108,7 @@ std::string describe(const YAML::Node& node) {
     case YAML::NodeType::Map:
       return "a map";
     case YAML::NodeType::Scalar: {
-      std::string s = node.Scalar();
-      if (s.size() > 60) s = s.substr(0, 57) + "...";
-      return (is_string_tag(node) ? "the string '" : "'") + s + "'";
+      return (is_string_tag(node) ? "the string '" : "'") + excerpt(node.Scalar()) + "'";
     }
     default:
       return "an undefined node";
@@ -118,15 +125,16 @@ void check_keys(const YAML::Node& map, const std::vector<std::string>& known,
     const std::string name = key.Scalar();
     const std::string full = join(path, name);
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      std::string msg = "unknown key '" + full + "'";
-      if (std::string s = suggest(name, known); !s.empty())
+      std::string msg = "unknown key '" + excerpt(full) + "'";
+      if (std::string s = name.size() <= 64 ? suggest(name, known) : ""; !s.empty())
         msg += "; did you mean '" + join(path, s) + "'?";
       fail(src, key, full, msg);
     }
     auto [pos, fresh] = first_line.emplace(name, key.Mark().line + 1);
-    if (!fresh)
-      fail(src, key, full,
-           "key '" + full + "' appears twice (first on line " + std::to_string(pos->second) + ")");
+    if (!fresh)  // in the file itself: --set replaces a key, it never adds a second one
+      fail_in_file(src, key,
+                   "key '" + full + "' appears twice (first on line " +
+                       std::to_string(pos->second) + ")");
   }
 }
 
@@ -146,7 +154,8 @@ void read_scalar(const YAML::Node& n, int64_t& out, const std::string& path,
   const char* e = s.data() + s.size();
   auto [p, ec] = std::from_chars(b, e, out);
   if (ec == std::errc::result_out_of_range)
-    fail(src, n, path, "key '" + path + "': " + s + " is out of the range of a 64-bit integer");
+    fail(src, n, path,
+         "key '" + path + "': " + excerpt(s) + " is out of the range of a 64-bit integer");
   if (ec != std::errc() || p != e || b == e) type_error(src, n, path, "an integer");
 }
 
@@ -170,7 +179,7 @@ void read_scalar(const YAML::Node& n, double& out, const std::string& path,
   const char* e = s.data() + s.size();
   auto [p, ec] = std::from_chars(b, e, out);
   if (ec == std::errc::result_out_of_range)
-    fail(src, n, path, "key '" + path + "': " + s + " is out of the range of a double");
+    fail(src, n, path, "key '" + path + "': " + excerpt(s) + " is out of the range of a double");
   if (!numeric_start || ec != std::errc() || p != e) type_error(src, n, path, "a number");
 }
 
@@ -243,6 +252,19 @@ std::string scalar_type(bool) {
 
 }  // namespace config_detail
 
+std::string yaml_error_text(const YAML::Exception& e) {
+  // yaml-cpp reports its recursion limit as a "bad file"; say what the limit is about.
+  if (dynamic_cast<const YAML::DeepRecursion*>(&e))
+    return "lists or maps nested too deeply (a config is a few levels deep)";
+  return e.msg;
+}
+
+void check_config_root(const YAML::Node& root, const ConfigSource& src) {
+  if (!root.IsNull() && !root.IsMap())
+    config_detail::fail_in_file(
+        src, root, "the config must be a map of sections, got " + config_detail::describe(root));
+}
+
 // ---- --set overrides ----
 
 namespace {
@@ -254,13 +276,15 @@ std::string trim(const std::string& s) {
 }
 
 YAML::Node parse_override_value(const std::string& arg, const std::string& text) {
-  auto bad = [&](const std::string& why) { return UserError("--set '" + arg + "': " + why); };
+  auto bad = [&](const std::string& why) {
+    return UserError("--set '" + excerpt(arg) + "': " + why);
+  };
   if (text.empty()) return YAML::Load("''");  // an empty string, not null
   if (text.front() == '[' || text.front() == '{') {
     try {
       return YAML::Load(text);
     } catch (const YAML::Exception& e) {
-      throw bad("the value is not valid YAML: " + e.msg);
+      throw bad("the value is not valid YAML: " + yaml_error_text(e));
     }
   }
   const bool quoted = text.front() == '"' || text.front() == '\'';
@@ -286,7 +310,9 @@ bool parse_index(const std::string& part, size_t& index) {
 }  // namespace
 
 ConfigOverride apply_override(YAML::Node& root, const std::string& arg) {
-  auto bad = [&](const std::string& why) { return UserError("--set '" + arg + "': " + why); };
+  auto bad = [&](const std::string& why) {
+    return UserError("--set '" + excerpt(arg) + "': " + why);
+  };
   const size_t eq = arg.find('=');
   if (eq == std::string::npos) throw bad("expected section.key=value");
   const std::string key = trim(arg.substr(0, eq));

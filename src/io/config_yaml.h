@@ -43,6 +43,13 @@ struct ConfigKey {
 ConfigOverride apply_override(YAML::Node& root, const std::string& arg);
 std::vector<ConfigOverride> apply_overrides(YAML::Node& root, const std::vector<std::string>& args);
 
+// A YAML exception's message for a user (yaml-cpp calls its nesting limit "bad file").
+std::string yaml_error_text(const YAML::Exception& e);
+
+// Throws, naming the file and line, unless `root` is a map of sections or empty. Checked before
+// --set is applied too, so that a file of the wrong shape is not blamed on an --set argument.
+void check_config_root(const YAML::Node& root, const ConfigSource& src);
+
 // An aligned table of keys, types, defaults and help text.
 std::string format_config_keys(const std::vector<ConfigKey>& keys);
 
@@ -193,10 +200,7 @@ struct KeyLister {
 // YAML keep the struct's defaults.
 template <class T>
 void read_config(const YAML::Node& root, T& cfg, const ConfigSource& src) {
-  if (!root.IsNull() && !root.IsMap())
-    config_detail::fail(
-        src, root, "",
-        "the config must be a map of sections, got " + config_detail::describe(root));
+  check_config_root(root, src);
   config_detail::read_value(root, cfg, "", src);
 }
 

@@ -35,7 +35,7 @@ void require_one_of(const std::string& key, const std::string& v,
     if (v == a) return;
   std::string list;
   for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-  throw UserError(fmt::format("{} must be one of {} (got '{}')", key, list, v));
+  throw UserError(fmt::format("{} must be one of {} (got '{}')", key, list, excerpt(v)));
 }
 
 // YAML's .inf and .nan read as numbers, and a range test such as `lr > 0` lets infinity through:
@@ -141,9 +141,9 @@ YAML::Node load_yaml_file(const std::string& path) {
   try {
     return YAML::Load(text.str());
   } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) throw UserError(path + ": YAML syntax error: " + e.msg);
+    if (e.mark.is_null()) throw UserError(path + ": YAML syntax error: " + yaml_error_text(e));
     throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1,
-                                e.mark.column + 1, e.msg));
+                                e.mark.column + 1, yaml_error_text(e)));
   }
 }
 
@@ -260,6 +260,7 @@ void RunConfig::validate() const {
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root = load_yaml_file(path);
+  check_config_root(root, ConfigSource{path, {}});
   ConfigSource src{path, apply_overrides(root, overrides)};
   RunConfig cfg;
   const YAML::Node& tree = root;  // const: looking a key up must not add it

@@ -18,7 +18,7 @@ struct SourceConfig {
   double weight = 1.0;
   std::vector<std::string> exclude;
   std::string field = "text";     // jsonl
-  std::string on_error = "stop";  // jsonl: stop | skip
+  std::string on_error = "stop";  // stop | skip
   std::string schema = "text";
   std::string chat_template = "chatml";
   std::string loss = "assistant";
@@ -38,7 +38,8 @@ struct SourceConfig {
     v("exclude", exclude, "file-name patterns to leave out of a directory, e.g. ['*.dat']");
     v("field", field, "jsonl: the string field, csv/tsv: the column, that holds the document");
     v("on_error", on_error,
-      "jsonl/csv/tsv: stop at a bad record (file:line), or skip and count it");
+      "stop at a bad record (file:line; for text a binary file or invalid UTF-8), or skip "
+      "and count it");
     v("schema", schema,
       "text (each record is one document, all in the loss), instruction (instruction / "
       "optional input / output fields as a user turn and an assistant turn) or chat (a list of "

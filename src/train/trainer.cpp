@@ -194,6 +194,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
 
   TrainResult result;
+  result.first_step = step;
   result.val_unigram_entropy = data.validation->unigram_entropy();
   std::vector<int32_t> ids(static_cast<size_t>(B * T * accum)), labels(ids.size());
   std::vector<int32_t> doc_start(ids.size()), positions(ids.size());  // packed layout

@@ -258,6 +258,28 @@ TEST_F(Cli, ResumeFromANamedCheckpoint) {
   EXPECT_EQ(latest.code, 0) << latest.out;
 }
 
+// Resuming a run that has reached max_steps trains nothing and says so (it printed "last loss
+// 0.0000"); raising max_steps then continues it.
+TEST_F(Cli, ResumingAFinishedRunSaysThereIsNothingToDo) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  Result r = run("train --config " + cfg + " --resume");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("nothing to do: the checkpoint is at step 2 and train.max_steps is 2 "
+                       "(raise train.max_steps to train on)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("last loss"), std::string::npos) << r.out;
+  Result lower = run("train --config " + cfg + " --resume --set train.max_steps=1");
+  EXPECT_NE(lower.out.find("nothing to do: the checkpoint is at step 2 and train.max_steps is 1"),
+            std::string::npos)
+      << lower.out;
+  Result more = run("train --config " + cfg + " --resume --set train.max_steps=3");
+  EXPECT_EQ(more.code, 0) << more.out;
+  EXPECT_NE(more.out.find("done: 3 steps, last loss "), std::string::npos) << more.out;
+  EXPECT_EQ(more.out.find("last loss 0.0000"), std::string::npos) << more.out;
+}
+
 TEST_F(Cli, BenchPrintsOneJsonObject) {
   Result g = run("bench --config " + config() + " --steps 1 --set train.threads=1");
   ASSERT_EQ(g.code, 0) << g.out;

@@ -152,6 +152,42 @@ TEST_F(PrepareCli, SftChatsTrainWithDocumentMasking) {
   EXPECT_NE(t.out.find("val loss"), std::string::npos) << t.out;
 }
 
+// A text source with a binary file and a line that is not UTF-8: prepare stops naming the file
+// (exit 2, no store); with on_error: skip it writes the store and reports what it left out, as
+// does tokenizer training from the config.
+TEST_F(PrepareCli, BinaryAndInvalidUtf8TextIsRefusedOrCounted) {
+  fs::create_directories(dir_ / "mixed");
+  std::ofstream(dir_ / "mixed" / "a.txt") << "good text\nbad \xc3\x28 text\nmore good\n";
+  std::ofstream(dir_ / "mixed" / "b.png", std::ios::binary) << std::string("\x89PNG\x0d\x0a\x1a\x0a\x00\x00", 10);
+  const std::string cfg = config();
+  const std::string set = " --set data.sources.0.path=" + (dir_ / "mixed").string();
+  Result stop = run("prepare --config " + cfg + set);
+  EXPECT_EQ(stop.code, 2) << stop.out;
+  EXPECT_NE(stop.out.find((dir_ / "mixed" / "a.txt").string() +
+                          ":2: the document starting on this line is not valid UTF-8"),
+            std::string::npos)
+      << stop.out;
+  EXPECT_FALSE(fs::exists(dir_ / "store"));
+  Result bin = run("prepare --config " + cfg + set + " --set data.sources.0.exclude=[a.txt]");
+  EXPECT_EQ(bin.code, 2) << bin.out;
+  EXPECT_NE(bin.out.find("b.png: a binary file (a NUL byte at offset 8); leave it out with "
+                         "data.sources[0].exclude"),
+            std::string::npos)
+      << bin.out;
+  const std::string skip = set + " --set data.sources.0.on_error=skip";
+  Result ok = run("prepare --config " + cfg + skip);
+  ASSERT_EQ(ok.code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("2 files, 2 documents"), std::string::npos) << ok.out;
+  EXPECT_NE(ok.out.find("skipped 2: binary file 1, invalid UTF-8 1"), std::string::npos) << ok.out;
+  Result tok = run("tokenizer train --config " + cfg + skip + " --vocab-size 260 --out " +
+                   (dir_ / "tok.json").string());
+  ASSERT_EQ(tok.code, 0) << tok.out;
+  EXPECT_NE(tok.out.find("learned from 2 documents of 1 source(s); skipped 2: binary file 1, "
+                         "invalid UTF-8 1"),
+            std::string::npos)
+      << tok.out;
+}
+
 TEST_F(PrepareCli, PrepareNeedsSomewhereToWrite) {
   Result r = run("prepare --config " + config() + " --set data.store=");
   EXPECT_EQ(r.code, 2) << r.out;

@@ -94,13 +94,55 @@ TEST(TextSource, ExcludePatternsAndSymlinkRepeatsAreLeftOut) {
   }
 }
 
-TEST(TextSource, SingleFileKeepsArbitraryBytes) {
+TEST(TextSource, SingleFileKeepsItsBytes) {
   TempDir dir;
-  std::string bytes = std::string("\xff\xfe\x00\x80 caf\xc3\xa9", 10);
-  std::string path = dir.write("bin.dat", bytes);
+  const std::string bytes = "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80\r\n\tend";
+  std::string path = dir.write("one.txt", bytes);
   Docs docs = read_documents({path, "text", "file", "%", 1.0}, 0);
   ASSERT_EQ(docs.size(), 1u);
   EXPECT_EQ(docs[0], bytes);
+}
+
+std::string error_of(const std::function<void()>& fn);
+
+// Text must be text. Under on_error: stop a binary file (a NUL byte in its first 8 KiB) and a
+// document that is not valid UTF-8 are errors naming the file and line; under skip they are left
+// out and counted, and every good document still comes through.
+TEST(TextSource, BinaryFilesAndInvalidUtf8AreRefusedOrCounted) {
+  TempDir dir;
+  const std::string bin = dir.write("d/a.bin", std::string(100, 'x') + std::string("\x00\x01", 2));
+  std::string msg = error_of([&] { read_documents({bin, "text", "line", "%", 1.0}, 1); });
+  EXPECT_NE(msg.find(bin + ": a binary file (a NUL byte at offset 100); leave it out with "
+                           "data.sources[1].exclude (set on_error: skip"),
+            std::string::npos)
+      << msg;
+  const std::string bad = dir.write("d/b.txt", "good one\n\nfine \xc3\xa9\ncaf\xc3\n"
+                                               "\xed\xa0\x80 surrogate\nlast\n");
+  msg = error_of([&] { read_documents({bad, "text", "line", "%", 1.0}, 0); });
+  EXPECT_NE(msg.find(bad + ":4: the document starting on this line is not valid UTF-8"),
+            std::string::npos)
+      << msg;
+  const std::string delim =
+      dir.write("d/c.txt", "first\nfortune\n%\nsecond\n%\nthird \xff\nfortune\n%\nok\n");
+  msg = error_of([&] { read_documents({delim, "text", "delimiter", "%", 1.0}, 0); });
+  EXPECT_NE(msg.find(delim + ":6: the document starting"), std::string::npos) << msg;
+
+  TextSourceSpec skip{(dir.path / "d").string(), "text", "line", "%", 1.0};
+  skip.on_error = "skip";
+  TextSourceStats stats;
+  Docs docs = read_documents(skip, 0, &stats);
+  EXPECT_EQ(docs, (Docs{"good one", "fine \xc3\xa9", "last", "first", "fortune", "%", "second",
+                        "%", "fortune", "%", "ok"}));
+  EXPECT_EQ(stats.skipped.total, 4);
+  EXPECT_EQ(stats.skipped.by_reason["binary file"], 1);
+  EXPECT_EQ(stats.skipped.by_reason["invalid UTF-8"], 3);
+  EXPECT_EQ(stats.files, 3);  // every file of the source, the skipped one included
+
+  // A NUL past the first 8 KiB does not make a file binary: U+0000 is valid UTF-8.
+  const std::string late = dir.write("late.txt", std::string(9000, 'y') + std::string("\0z", 2));
+  docs = read_documents({late, "text", "file", "%", 1.0}, 0);
+  ASSERT_EQ(docs.size(), 1u);
+  EXPECT_EQ(docs[0].size(), 9002u);
 }
 
 std::string error_of(const std::function<void()>& fn) {

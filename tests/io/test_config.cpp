@@ -344,6 +344,64 @@ TEST(RunConfig, HashIsStableAndSensitive) {
   EXPECT_NE(h, run_config_hash(c));
 }
 
+// Messages quote at most a short excerpt of what the user wrote, however long it is.
+TEST(RunConfig, HugeValuesAreQuotedShort) {
+  const std::string digits(1000000, '9');
+  const std::string big_int = edited("big_int.yaml", "max_steps: 50", "max_steps: " + digits);
+  std::string msg = expect_user_error(
+      [&] { load_run_config(big_int, {}); },
+      {"big_int.yaml:18: key 'train.max_steps': 99999", "... (1000000 bytes) is out of the range"});
+  EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
+  const std::string big_lr = edited("big_lr.yaml", "lr: 0.001", "lr: 1" + digits);
+  msg = expect_user_error([&] { load_run_config(big_lr, {}); },
+                          {"big_lr.yaml:17: key 'train.lr'", "(1000001 bytes) is out of the range"});
+  EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
+  const std::string arg = "train.max_steps=" + std::string(100000, '7');
+  msg = expect_user_error([&] { load_run_config(valid_file(), {arg}); },
+                          {"out of the range", "(from --set 'train.max_steps=777", "bytes)')"});
+  EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+  const std::string key(100000, 'k');
+  msg = expect_user_error([&] { load_run_config(valid_file(), {"train." + key + "=1"}); },
+                          {"unknown key 'train.kkk", "(100006 bytes)'"});
+  EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+  msg = expect_user_error([&] { load_run_config(valid_file(), {"train.schedule=" + key}); },
+                          {"train.schedule must be one of", "(got 'kkk", "(100000 bytes)')"});
+  EXPECT_LT(msg.size(), 400u) << msg.substr(0, 400);
+}
+
+TEST(RunConfig, MessagesBlameTheFileNotAnUnrelatedSet) {
+  // A section written twice is the file's doing, even when --set edits that section.
+  const std::string twice = test::write_text(
+      "twice.yaml", std::string(kValid) + "train:\n  max_steps: 4\n");
+  std::string msg = expect_user_error([&] { load_run_config(twice, {"train.lr=0.1"}); },
+                                      {"twice.yaml:21: key 'train' appears twice (first on line 16)"});
+  EXPECT_EQ(msg.find("--set"), std::string::npos) << msg;
+  // A top-level list is not a config, whatever --set says.
+  const std::string list = test::write_text("list.yaml", "- a\n- b\n");
+  msg = expect_user_error([&] { load_run_config(list, {"train.lr=0.1"}); },
+                          {"list.yaml:1: the config must be a map of sections, got a list"});
+  EXPECT_EQ(msg.find("--set"), std::string::npos) << msg;
+  const std::string scalar = test::write_text("scalar.yaml", "just text\n");
+  expect_user_error([&] { load_run_config(scalar, {"train.lr=0.1"}); },
+                    {"scalar.yaml:1: the config must be a map of sections, got 'just text'"});
+  // A --set that is at fault is still named.
+  expect_user_error([&] { load_run_config(valid_file(), {"train.lr=abc"}); },
+                    {"key 'train.lr': expected a number", "(from --set 'train.lr=abc')"});
+}
+
+// yaml-cpp stops at a nesting depth and calls it "bad file"; the message says what is wrong.
+TEST(RunConfig, DeepNestingIsNamed) {
+  const std::string deep = test::write_text(
+      "deep.yaml", "model:\n  x: " + std::string(600, '[') + std::string(600, ']') + "\n");
+  std::string msg = expect_user_error([&] { load_run_config(deep, {}); },
+                                      {"deep.yaml:2:", "YAML syntax error: lists or maps nested "
+                                                       "too deeply (a config is a few levels deep)"});
+  EXPECT_EQ(msg.find("bad file"), std::string::npos) << msg;
+  msg = expect_user_error(
+      [&] { load_run_config(valid_file(), {"train.x=" + std::string(600, '[')}); },
+      {"--set 'train.x=[[[", "is not valid YAML: lists or maps nested too deeply"});
+}
+
 }  // namespace
 }  // namespace lmt
 
