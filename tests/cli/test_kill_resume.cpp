@@ -310,12 +310,33 @@ TEST_F(KillResume, TrainResumedAfterKillsMatchesAnUninterruptedRun) {
       }
       std::printf("  trial %d: killed at %.3f s: %s\n", trial, d, left_behind(out).c_str());
     }
+    const Clock::time_point t1 = Clock::now();
     const Outcome o = next_command(first, kChildTimeoutS);
+    std::printf("  trial %d: ran to the end in %.3f s\n", trial, seconds_since(t1));
     ASSERT_TRUE(o.code.has_value()) << "lmtrain hung (killed after " << kChildTimeoutS << " s)";
     ASSERT_EQ(*o.code, 0) << o.output;
     EXPECT_EQ(join(tree_diff(ref, out, {".lock", "metrics.jsonl"})), "(nothing)");
     EXPECT_EQ(logged_values(out), ref_values);
   }
+}
+
+// What a kill can leave that no random kill is sure to hit: a checkpoint being deleted (keep_last)
+// or written, and a config.yaml or metrics.jsonl being rewritten, all after the last step. A
+// --resume that has no step left to run must still clear them (they used to stay for good, and
+// the half-deleted checkpoint was a step_N missing its files).
+TEST_F(KillResume, ResumeAfterTheLastStepClearsWhatAKillLeft) {
+  const std::string cfg = write_train_config(dir_);
+  const fs::path out = dir_ / "out";
+  ASSERT_EQ(run_to_end({"train", "--config", cfg}, log("train")), 0);
+  const std::vector<std::string> finished = files_under(out);
+  fs::create_directories(out / "checkpoints" / ".tmp-deleted-step_0000010-999999999");
+  std::ofstream(out / "checkpoints" / ".tmp-deleted-step_0000010-999999999" / "config.json")
+      << "{}";
+  fs::create_directories(out / "checkpoints" / ".tmp-step_0000018-999999999");
+  std::ofstream(out / "config.yaml.tmp-999999999") << "model: {}\n";
+  std::ofstream(out / "metrics.jsonl.tmp-999999999") << "{}\n";
+  ASSERT_EQ(run_to_end({"train", "--config", cfg, "--resume"}, log("resume")), 0);
+  EXPECT_EQ(files_under(out), finished);
 }
 
 // ---- prepare ----
