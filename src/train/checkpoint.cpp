@@ -104,6 +104,12 @@ void load_into(const SafetensorsFile& file, const std::string& name, const Param
 
 }  // namespace
 
+void remove_checkpoint_leftovers(const std::string& run_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(fs::path(run_dir) / "checkpoints", ec))
+    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+}
+
 std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const float* m,
                             const float* v, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last) {
@@ -112,9 +118,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   const std::string name = fmt::format("step_{:07d}", state.step);
   const fs::path final_dir = root / name;
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", name, ::getpid());
-  // Leftovers of writers that died mid-checkpoint (one process writes a run's checkpoints).
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+  remove_checkpoint_leftovers(run_dir);
   fs::create_directories(tmp);
   RemoveOnError cleanup(tmp);  // a save that fails leaves no temporary directory behind
 
@@ -174,18 +178,28 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   for (const char* f : kFiles) fsync_path(tmp / f);
   fsync_path(tmp);
 
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);
+  // A step_N already there (a run resumed from an older checkpoint) goes out of sight before it is
+  // deleted, as in the pruning below.
+  const fs::path replaced = root / fmt::format(".tmp-replaced-{}-{}", name, ::getpid());
+  const bool replace = fs::exists(final_dir);
+  if (replace) fs::rename(final_dir, replaced);
   fs::rename(tmp, final_dir);
   cleanup.disarm();
   fsync_path(root);
+  if (replace) fs::remove_all(replaced);
 
   if (keep_last > 0) {
     std::vector<std::pair<int64_t, fs::path>> all;
     for (const auto& e : fs::directory_iterator(root))
       if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
     std::sort(all.begin(), all.end());
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i)
-      fs::remove_all(all[i].second);
+    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+      // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
+      const fs::path doomed =
+          root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
+      fs::rename(all[i].second, doomed);
+      fs::remove_all(doomed);
+    }
   }
   return final_dir.string();
 }

@@ -24,10 +24,15 @@ struct CheckpointState {
 };
 
 // m and v: optimizer moments in the flat parameter layout (f32, may be null to skip).
-// Returns the checkpoint directory. Deletes the oldest ones beyond keep_last (0 keeps all).
+// Returns the checkpoint directory. Deletes the oldest ones beyond keep_last (0 keeps all), each
+// renamed to a temporary name first, so that a kill mid-delete never leaves a damaged step_N.
 std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const float* m,
                             const float* v, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last);
+
+// Removes checkpoints/.tmp-* of a run: saves and deletions that a killed process left unfinished.
+// Call it only while holding the run directory's lock (one process writes a run's checkpoints).
+void remove_checkpoint_leftovers(const std::string& run_dir);
 
 // The newest checkpoint of a run (checkpoints/step_N), if any. Checkpoints appear whole (written
 // under a temporary name, then renamed), so a newest one with a missing file, an unreadable

@@ -88,6 +88,22 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
   return total.tokens ? total.sum / static_cast<double>(total.tokens) : 0.0;
 }
 
+// Leftovers of a process killed while writing this run directory: unfinished checkpoint saves and
+// deletions, and the NAME.tmp-PID files of write_text_file (config.yaml, metrics.jsonl). The
+// caller holds the directory's lock, so no live process owns them. A store being prepared in
+// <run_dir>/data is prepare's to clean (it checks the writer's pid).
+void remove_run_dir_leftovers(const fs::path& run_dir) {
+  remove_checkpoint_leftovers(run_dir.string());
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp-");
+    if (at != std::string::npos && at + 5 < name.size() && e.is_regular_file() &&
+        name.find_first_not_of("0123456789", at + 5) == std::string::npos)
+      fs::remove(e.path(), ec);
+  }
+}
+
 }  // namespace
 
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from) {
@@ -102,6 +118,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   if (ec)
     throw UserError("train.out_dir: cannot create '" + run_dir.string() + "': " + ec.message());
   const RunDirLock lock(run_dir.string());  // held until train() returns
+  remove_run_dir_leftovers(run_dir);
 
   // Resume point, if asked for and present.
   std::optional<std::string> ckpt;

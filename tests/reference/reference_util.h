@@ -6,17 +6,17 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
 #include <string>
 
-#include "cli/cli_util.h"  // capture()
+#include "cli/cli_util.h"   // capture()
+#include "cli/test_seed.h"  // fresh_seed(), for the tests that include this header
 
 namespace lmt::test {
 
 // Empty when the reference environment is ready; otherwise the message that says how to make it.
 inline std::string reference_env_problem() {
   const Result r = capture("LMTRAIN_PYTHON='" + std::string(LMT_PYTHON) + "' bash '" +
-                                 std::string(LMT_SOURCE_DIR) + "/tests/run_reference.sh' --check");
+                           std::string(LMT_SOURCE_DIR) + "/tests/run_reference.sh' --check");
   return r.code == 0 ? "" : r.out;
 }
 
@@ -33,18 +33,6 @@ inline std::string run_reference_script(const std::string& script, const std::st
   const Result r = capture(cmd);
   if (r.code != 0) ADD_FAILURE() << cmd << " exited " << r.code << ":\n" << r.out;
   return r.out;
-}
-
-// A fresh seed per run (LMTRAIN_TEST_SEED replays one), printed so a failure can be replayed.
-inline uint32_t fresh_seed(const std::string& what) {
-  static const uint32_t run_seed = [] {
-    const char* s = std::getenv("LMTRAIN_TEST_SEED");
-    return s ? static_cast<uint32_t>(std::stoul(s)) : std::random_device{}() % 2000000000u + 1;
-  }();
-  const uint32_t seed =
-      static_cast<uint32_t>((run_seed + std::hash<std::string>{}(what)) % 2000000000u) + 1;
-  std::printf("[%s] seed %u (LMTRAIN_TEST_SEED=%u)\n", what.c_str(), seed, run_seed);
-  return seed;
 }
 
 }  // namespace lmt::test
