@@ -118,7 +118,18 @@ Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
 }
 
 void Transformer::zero_grads() {
-  be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * es_);
+  if (has_lora()) {
+    be_->zero(lora_grads_.data(), static_cast<size_t>(lora_.flat_size) * es_);
+    be_->zero(grad_sink_.data(), grad_sink_.bytes());
+  } else {
+    be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * es_);
+  }
+}
+
+void* Transformer::grad_sink(void* g, int which) const {
+  if (g || !has_lora()) return g;
+  const int64_t n = std::max<int64_t>(dims_.C, dims_.D);
+  return at(grad_sink_.data(), which * n);
 }
 
 void Transformer::set_activation_checkpointing(bool on) {
@@ -275,24 +286,72 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
 // ---- building blocks ----
 
 void Transformer::linear(const void* x, const void* w, const void* b, void* y, int64_t N,
-                         int64_t in, int64_t out) {
+                         int64_t in, int64_t out, const std::vector<int>* lora) {
   if (tr_.conv1d)
     be_->gemm(dt_, false, false, N, out, in, 1.0, x, in, w, out, 0.0, y, out);
   else
     be_->gemm(dt_, false, true, N, out, in, 1.0, x, in, w, in, 0.0, y, out);
   if (b) be_->add_bias(dt_, y, b, N, out);
+  if (lora && !lora->empty()) lora_forward(*lora, x, y, N, in, out);
 }
 
 void Transformer::linear_backward(const void* dy, const void* x, const void* w, void* dx, void* dw,
-                                  void* db, int64_t N, int64_t in, int64_t out) {
+                                  void* db, int64_t N, int64_t in, int64_t out,
+                                  const std::vector<int>* lora) {
   if (tr_.conv1d) {
     be_->gemm(dt_, false, true, N, in, out, 1.0, dy, out, w, out, 0.0, dx, in);
-    be_->gemm(dt_, true, false, in, out, N, 1.0, x, in, dy, out, 1.0, dw, out);
+    if (dw) be_->gemm(dt_, true, false, in, out, N, 1.0, x, in, dy, out, 1.0, dw, out);
   } else {
     be_->gemm(dt_, false, false, N, in, out, 1.0, dy, out, w, in, 0.0, dx, in);
-    be_->gemm(dt_, true, false, out, in, N, 1.0, dy, out, x, in, 1.0, dw, in);
+    if (dw) be_->gemm(dt_, true, false, out, in, N, 1.0, dy, out, x, in, 1.0, dw, in);
   }
   if (db) be_->bias_backward(dt_, db, dy, N, out);
+  if (lora && !lora->empty()) lora_backward(*lora, dy, x, dx, N, in, out);
+}
+
+// y[:, o : o + out] += s (x A^T) B^T per adapter; u = x A^T goes through the scratch.
+void Transformer::lora_forward(const std::vector<int>& ids, const void* x, void* y, int64_t N,
+                               int64_t in, int64_t ldy) {
+  const int64_t r = lora_spec_.rank;
+  const double s = lora_spec_.scaling();
+  const size_t need = static_cast<size_t>(2 * N * r) * es_;
+  if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
+  void* u = lora_scratch_.data();
+  for (int id : ids) {
+    const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
+    const void* A = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.a)].offset);
+    const void* B = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.b)].offset);
+    be_->gemm(dt_, false, true, N, r, in, 1.0, x, in, A, in, 0.0, u, r);
+    be_->gemm(dt_, false, true, N, t.module.out, r, s, u, r, B, r, 1.0,
+              at(y, t.module.out_offset), ldy);
+  }
+}
+
+// With u = x A^T recomputed: dB += s dy^T u, du = s dy B, dA += du^T x, dx += du A.
+void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, const void* x,
+                                void* dx, int64_t N, int64_t in, int64_t ldy) {
+  const int64_t r = lora_spec_.rank;
+  const double s = lora_spec_.scaling();
+  const size_t need = static_cast<size_t>(2 * N * r) * es_;
+  if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
+  void* u = lora_scratch_.data();
+  void* du = at(u, N * r);
+  for (int id : ids) {
+    const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
+    const int64_t a_off = lora_.params[static_cast<size_t>(t.a)].offset;
+    const int64_t b_off = lora_.params[static_cast<size_t>(t.b)].offset;
+    const void* A = at(lora_weights_.data(), a_off);
+    const void* B = at(lora_weights_.data(), b_off);
+    const void* dyt = at(const_cast<void*>(dy), t.module.out_offset);
+    const int64_t out = t.module.out;
+    be_->gemm(dt_, false, true, N, r, in, 1.0, x, in, A, in, 0.0, u, r);
+    be_->gemm(dt_, true, false, out, r, N, s, dyt, ldy, u, r, 1.0, at(lora_grads_.data(), b_off),
+              r);
+    be_->gemm(dt_, false, false, N, r, out, s, dyt, ldy, B, r, 0.0, du, r);
+    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, x, in, 1.0, at(lora_grads_.data(), a_off),
+              in);
+    be_->gemm(dt_, false, false, N, in, r, 1.0, du, r, A, in, 1.0, dx, in);
+  }
 }
 
 // The family's norm over C: LayerNorm with bias, or RMSNorm scaled by (offset + w).
@@ -307,6 +366,8 @@ void Transformer::norm_forward(const void* w, const void* b, void* out, void* me
 // dx += the norm's input gradient; dw (and db) +=.
 void Transformer::norm_backward(const void* w, void* dw, void* db, void* dx, const void* dout,
                                 const void* x, const void* mean, const void* rstd, int64_t N) {
+  dw = grad_sink(dw, 0);
+  if (tr_.layernorm) db = grad_sink(db, 1);
   if (tr_.layernorm)
     be_->layernorm_backward(dt_, dx, dw, db, dout, x, w, mean, rstd, N, dims_.C);
   else
@@ -328,6 +389,7 @@ void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void*
 
 // dx [N, C] (d loss / d embedding output) into the tables' gradients; dx is scaled in place.
 void Transformer::embed_backward(void* dx, const int32_t* ids, const int32_t* pos, int64_t N) {
+  if (has_lora()) return;  // frozen tables
   const int64_t C = dims_.C;
   if (pos_embed_ >= 0)
     be_->embedding_backward(dt_, param_ptr(pos_embed_, true), dx, pos, N, C,
@@ -347,7 +409,7 @@ void Transformer::block_qkv(int64_t l, const LayerWeights& w, const LayerActs& a
                             const int32_t* pos, int64_t N) {
   const Dims& d = dims_;
   norm_forward(w.ln1, w.ln1_b, a.h1, a.mean1, a.rstd1, x, N);
-  linear(a.h1, w.qkv, w.qkv_b, a.qkv, N, d.C, d.QKV);
+  linear(a.h1, w.qkv, w.qkv_b, a.qkv, N, d.C, d.QKV, w.lora ? &w.lora->qkv : nullptr);
   if (tr_.qk_norm) {  // a.qkv keeps v; q and k are normalised per head from the raw copy
     be_->copy(a.qkv_raw, a.qkv, static_cast<size_t>(N * d.QKV) * es_);
     be_->head_rmsnorm_forward(dt_, a.qkv, a.qk_rstd, a.qkv_raw, w.q_norm, N, d.QKV, d.Hq, d.D,
@@ -372,26 +434,26 @@ void Transformer::block_rest(const LayerWeights& w, const LayerActs& a, const vo
   const int64_t C = d.C;
   be_->attention_forward(dt_, args, a.att, a.lse, a.qkv, k, v);
   if (tr_.sandwich_norms) {
-    linear(a.att, w.o, w.o_b, a.o_raw, N, d.Q, C);
+    linear(a.att, w.o, w.o_b, a.o_raw, N, d.Q, C, w.lora ? &w.lora->o : nullptr);
     be_->rmsnorm_forward(dt_, a.x_mid, a.rstd_pa, a.o_raw, w.post_attn, N, C, cfg_.rms_norm_eps,
                          tr_.norm_offset);
   } else {
-    linear(a.att, w.o, w.o_b, a.x_mid, N, d.Q, C);
+    linear(a.att, w.o, w.o_b, a.x_mid, N, d.Q, C, w.lora ? &w.lora->o : nullptr);
   }
   be_->accumulate(dt_, a.x_mid, x, N * C);
   norm_forward(w.ln2, w.ln2_b, a.h2, a.mean2, a.rstd2, a.x_mid, N);
-  linear(a.h2, w.up, w.up_b, a.gu, N, C, d.G);
+  linear(a.h2, w.up, w.up_b, a.gu, N, C, d.G, w.lora ? &w.lora->up : nullptr);
   const Activation act = cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
   if (tr_.gated_mlp)
     be_->glu_forward(dt_, act, a.a, a.gu, N, d.F);
   else
     be_->act_forward(dt_, act, a.a, a.gu, N * d.F);
   if (tr_.sandwich_norms) {
-    linear(a.a, w.down, w.down_b, a.m_raw, N, d.F, C);
+    linear(a.a, w.down, w.down_b, a.m_raw, N, d.F, C, w.lora ? &w.lora->down : nullptr);
     be_->rmsnorm_forward(dt_, y, a.rstd_pf, a.m_raw, w.post_ffw, N, C, cfg_.rms_norm_eps,
                          tr_.norm_offset);
   } else {
-    linear(a.a, w.down, w.down_b, y, N, d.F, C);
+    linear(a.a, w.down, w.down_b, y, N, d.F, C, w.lora ? &w.lora->down : nullptr);
   }
   be_->accumulate(dt_, y, a.x_mid, N * C);
 }
@@ -421,26 +483,26 @@ void Transformer::layer_backward(int64_t l) {
   const void* dm = p.dx;
   if (tr_.sandwich_norms) {  // p.dh = d/d m_raw
     be_->zero(p.dh, nc_bytes);
-    be_->rmsnorm_backward(dt_, p.dh, g.post_ffw, p.dx, a.m_raw, w.post_ffw, a.rstd_pf, N, C,
-                          tr_.norm_offset);
+    be_->rmsnorm_backward(dt_, p.dh, grad_sink(g.post_ffw), p.dx, a.m_raw, w.post_ffw, a.rstd_pf,
+                          N, C, tr_.norm_offset);
     dm = p.dh;
   }
-  linear_backward(dm, a.a, w.down, p.da, g.down, g.down_b, N, d.F, C);
+  linear_backward(dm, a.a, w.down, p.da, g.down, g.down_b, N, d.F, C, w.lora ? &w.lora->down : nullptr);
   if (tr_.gated_mlp)
     be_->glu_backward(dt_, act, p.dgu, p.da, a.gu, N, d.F);
   else
     be_->act_backward(dt_, act, p.dgu, p.da, a.gu, N * d.F);
-  linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G);
+  linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G, w.lora ? &w.lora->up : nullptr);
   norm_backward(w.ln2, g.ln2, g.ln2_b, p.dx, p.dh, a.x_mid, a.mean2, a.rstd2, N);
   // Attention branch: x_mid = x + [post_attn](o(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))
   const void* dout = p.dx;
   if (tr_.sandwich_norms) {
     be_->zero(p.dh, nc_bytes);
-    be_->rmsnorm_backward(dt_, p.dh, g.post_attn, p.dx, a.o_raw, w.post_attn, a.rstd_pa, N, C,
-                          tr_.norm_offset);
+    be_->rmsnorm_backward(dt_, p.dh, grad_sink(g.post_attn), p.dx, a.o_raw, w.post_attn,
+                          a.rstd_pa, N, C, tr_.norm_offset);
     dout = p.dh;
   }
-  linear_backward(dout, a.att, w.o, p.datt, g.o, g.o_b, N, d.Q, C);
+  linear_backward(dout, a.att, w.o, p.datt, g.o, g.o_b, N, d.Q, C, w.lora ? &w.lora->o : nullptr);
   AttentionArgs args = attention_args(l, p.B, p.T);
   be_->attention_backward(dt_, args, p.dqkv, at(p.dqkv, d.Q), at(p.dqkv, d.Q + d.KV), p.datt, a.qkv,
                           at(a.qkv, d.Q), at(a.qkv, d.Q + d.KV), a.att, a.lse);
@@ -452,13 +514,14 @@ void Transformer::layer_backward(int64_t l) {
               true);
   }
   if (tr_.qk_norm) {
-    be_->head_rmsnorm_backward(dt_, p.dqkv, g.q_norm, p.dqkv, a.qkv_raw, w.q_norm, a.qk_rstd, N,
-                               d.QKV, d.Hq, d.D, tr_.norm_offset);
-    be_->head_rmsnorm_backward(dt_, at(p.dqkv, d.Q), g.k_norm, at(p.dqkv, d.Q), at(a.qkv_raw, d.Q),
-                               w.k_norm, at(a.qk_rstd, N * d.Hq), N, d.QKV, d.Hkv, d.D,
-                               tr_.norm_offset);
+    be_->head_rmsnorm_backward(dt_, p.dqkv, grad_sink(g.q_norm), p.dqkv, a.qkv_raw, w.q_norm,
+                               a.qk_rstd, N, d.QKV, d.Hq, d.D, tr_.norm_offset);
+    be_->head_rmsnorm_backward(dt_, at(p.dqkv, d.Q), grad_sink(g.k_norm, 1), at(p.dqkv, d.Q),
+                               at(a.qkv_raw, d.Q), w.k_norm, at(a.qk_rstd, N * d.Hq), N, d.QKV,
+                               d.Hkv, d.D, tr_.norm_offset);
   }
-  linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV);
+  linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV,
+                  w.lora ? &w.lora->qkv : nullptr);
   norm_backward(w.ln1, g.ln1, g.ln1_b, p.dx, p.dh, p.res[l], a.mean1, a.rstd1, N);
 }
 
@@ -526,7 +589,7 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
     for (int64_t i = s; i < s + n; ++i) out.tokens += p.host_labels[i] != kIgnoreIndex;
     if (backward) {
       be_->gemm(dt_, false, false, n, C, V, 1.0, p.logits, V, w, C, 0.0, at(p.dh, s * C), C);
-      be_->gemm(dt_, true, false, V, C, n, 1.0, p.logits, V, at(p.hf, s * C), C, 1.0, gw, C);
+      if (gw) be_->gemm(dt_, true, false, V, C, n, 1.0, p.logits, V, at(p.hf, s * C), C, 1.0, gw, C);
     }
   }
   return out;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/lora.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
@@ -51,6 +52,25 @@ class Transformer {
   int64_t flat_size() const { return flat_size_; }  // elements in the flat buffer
   void* params_data() const { return params_.empty() ? nullptr : weights_.data(); }
   void* grads_data() const { return grads_.data(); }
+
+  // LoRA: adds the adapters of `spec`, initialised as PEFT does (A uniform in +-1/sqrt(in), B
+  // zero, so the model still computes what it did), and freezes the base: its gradient buffer
+  // is released, backward computes no weight gradient GEMM for it, and the gradients are the
+  // adapters' (lora_grads_data()). Throws UserError for a bad spec (lora_layout()).
+  void add_lora(const LoraSpec& spec, uint64_t seed);
+  bool has_lora() const { return !lora_.params.empty(); }
+  const LoraSpec& lora_spec() const { return lora_spec_; }
+  const std::vector<ParamInfo>& lora_params() const { return lora_.params; }
+  int64_t lora_flat_size() const { return lora_.flat_size; }
+  void* lora_data() const { return lora_weights_.data(); }
+  void* lora_grads_data() const { return lora_grads_.data(); }
+  // What an optimizer steps: the adapters with LoRA, else every parameter.
+  const std::vector<ParamInfo>& trainable_params() const {
+    return has_lora() ? lora_.params : params_;
+  }
+  int64_t trainable_flat_size() const { return has_lora() ? lora_.flat_size : flat_size_; }
+  void* trainable_data() const { return has_lora() ? lora_data() : params_data(); }
+  void* trainable_grads_data() const { return has_lora() ? lora_grads_data() : grads_data(); }
 
   // Normal(0, initializer_range) for matrices and embeddings, residual output projections
   // (o_proj, down_proj, gpt2's c_proj) scaled by 1/sqrt(2 * layers), biases 0, norm weights
@@ -138,10 +158,16 @@ class Transformer {
         post_attn = -1, ln2 = -1, ln2_b = -1, up = -1, up_b = -1, down = -1, down_b = -1,
         post_ffw = -1;
   };
-  // The weights (or their gradients) of one layer; null where LayerIndex is -1.
+  // The adapters of one layer per fused GEMM (indices into lora_.targets).
+  struct LayerLora {
+    std::vector<int> qkv, o, up, down;
+  };
+  // The weights (or their gradients) of one layer; null where LayerIndex is -1, or for the
+  // gradients of a frozen base.
   struct LayerWeights {
     void *ln1, *ln1_b, *qkv, *qkv_b, *q_norm, *k_norm, *o, *o_b, *post_attn, *ln2, *ln2_b, *up,
         *up_b, *down, *down_b, *post_ffw;
+    const LayerLora* lora = nullptr;  // the layer's adapters (forward and backward alike)
   };
   // The RoPE table of one kind of layer (f32 [D / 2] on the backend) and its cos/sin factor.
   struct Rope {
@@ -163,12 +189,21 @@ class Transformer {
   void embed_backward(void* dx, const int32_t* ids, const int32_t* pos, int64_t N);
   void final_norm(void* out, void* mean, void* rstd, const void* x, int64_t N);
   void forward_trunk();
-  // y[N,out] = x[N,in] W^T (+ b) for a weight stored as Hugging Face stores it.
+  // y[N,out] = x[N,in] W^T (+ b) for a weight stored as Hugging Face stores it, plus the
+  // adapters `lora` (null: none) on their slices of y.
   void linear(const void* x, const void* w, const void* b, void* y, int64_t N, int64_t in,
-              int64_t out);
-  // dx[N,in] = dy W (beta 0), dw += x^T dy in the weight's layout, db += column sums.
+              int64_t out, const std::vector<int>* lora = nullptr);
+  // dx[N,in] = dy W (beta 0) plus the adapters' share, dw += x^T dy in the weight's layout, db +=
+  // column sums (dw, db null: not computed); the adapters' gradients accumulate.
   void linear_backward(const void* dy, const void* x, const void* w, void* dx, void* dw, void* db,
-                       int64_t N, int64_t in, int64_t out);
+                       int64_t N, int64_t in, int64_t out, const std::vector<int>* lora = nullptr);
+  // The adapters' part of linear() and linear_backward() for output rows of stride ldy.
+  void lora_forward(const std::vector<int>& ids, const void* x, void* y, int64_t N, int64_t in,
+                    int64_t ldy);
+  void lora_backward(const std::vector<int>& ids, const void* dy, const void* x, void* dx,
+                     int64_t N, int64_t in, int64_t ldy);
+  // Where a frozen base's norm weight gradients go: computed with dx by the same kernel, unused.
+  void* grad_sink(void* g, int which = 0) const;
   void norm_forward(const void* w, const void* b, void* out, void* mean, void* rstd, const void* x,
                     int64_t N);
   void norm_backward(const void* w, void* dw, void* db, void* dx, const void* dout, const void* x,
@@ -204,6 +239,12 @@ class Transformer {
   int64_t loss_chunk_ = 1024;
   std::unique_ptr<Plan> plan_;
   std::vector<int32_t> doc_start_;  // host [B, T] of the current batch, or empty (no packing)
+  LoraSpec lora_spec_;
+  LoraLayout lora_;
+  std::vector<LayerLora> layer_lora_;  // per layer, with adapters
+  Buffer lora_weights_, lora_grads_;
+  Buffer lora_scratch_;  // u = x A^T and its gradient, [N, rank] each, grown on demand
+  Buffer grad_sink_;     // 2 x [max(C, D)]
 };
 
 }  // namespace lmt

@@ -147,16 +147,56 @@ void Transformer::build_layout() {
 }
 
 void* Transformer::param_ptr(int index, bool grads) const {
-  if (index < 0) return nullptr;
-  return at(grads ? grads_.data() : weights_.data(), params_[static_cast<size_t>(index)].offset);
+  void* base = grads ? grads_.data() : weights_.data();
+  if (index < 0 || !base) return nullptr;  // no such parameter, or a frozen base's gradient
+  return at(base, params_[static_cast<size_t>(index)].offset);
+}
+
+void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
+  LMT_CHECK(!has_lora(), "add_lora: the model has adapters already");
+  lora_ = lora_layout(cfg_, spec);
+  lora_spec_ = spec;
+  layer_lora_.assign(static_cast<size_t>(cfg_.num_hidden_layers), LayerLora{});
+  for (size_t i = 0; i < lora_.targets.size(); ++i) {
+    const LoraTarget& t = lora_.targets[i];
+    LayerLora& l = layer_lora_[static_cast<size_t>(t.layer)];
+    std::vector<int>& group = t.module.group == LoraGroup::qkv ? l.qkv
+                              : t.module.group == LoraGroup::o ? l.o
+                              : t.module.group == LoraGroup::up ? l.up
+                                                                : l.down;
+    group.push_back(static_cast<int>(i));
+  }
+  const size_t bytes = static_cast<size_t>(lora_.flat_size) * es_;
+  lora_weights_ = Buffer(be_, bytes);
+  lora_grads_ = Buffer(be_, bytes);
+  grads_ = Buffer();  // the base is frozen
+  grad_sink_ = Buffer(be_, static_cast<size_t>(2 * std::max<int64_t>(dims_.C, dims_.D)) * es_);
+  // PEFT: kaiming_uniform_(A, a=sqrt(5)), a bound of 1/sqrt(fan_in); B = 0.
+  for (size_t i = 0; i < lora_.params.size(); ++i) {
+    const ParamInfo& p = lora_.params[i];
+    if (p.name.find(".lora_A.") == std::string::npos) continue;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
+    std::vector<double> host(static_cast<size_t>(p.numel()));
+    for (size_t k = 0; k < host.size(); ++k)
+      host[k] = (2.0 * uniform01(seed, (uint64_t{1} << 32) + i, k) - 1.0) * bound;
+    void* dst = at(lora_weights_.data(), p.offset);
+    if (dt_ == DType::f64) {
+      be_->from_host(dst, host.data(), host.size() * sizeof(double));
+    } else {
+      std::vector<float> f(host.begin(), host.end());
+      be_->from_host(dst, f.data(), f.size() * sizeof(float));
+    }
+  }
 }
 
 Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) const {
   const LayerIndex& x = layers_[static_cast<size_t>(l)];
   auto p = [&](int i) { return param_ptr(i, grads); };
-  return LayerWeights{p(x.ln1),    p(x.ln1_b),  p(x.qkv),  p(x.qkv_b),    p(x.q_norm), p(x.k_norm),
-                      p(x.o),      p(x.o_b),    p(x.post_attn), p(x.ln2), p(x.ln2_b),  p(x.up),
-                      p(x.up_b),   p(x.down),   p(x.down_b), p(x.post_ffw)};
+  LayerWeights w{p(x.ln1),    p(x.ln1_b),  p(x.qkv),  p(x.qkv_b),    p(x.q_norm), p(x.k_norm),
+                 p(x.o),      p(x.o_b),    p(x.post_attn), p(x.ln2), p(x.ln2_b),  p(x.up),
+                 p(x.up_b),   p(x.down),   p(x.down_b), p(x.post_ffw)};
+  if (has_lora()) w.lora = &layer_lora_[static_cast<size_t>(l)];
+  return w;
 }
 
 void Transformer::init_weights(uint64_t seed) {

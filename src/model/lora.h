@@ -1,0 +1,65 @@
+// LoRA adapters (Hu et al. 2021, as PEFT implements them): a targeted projection y = x W^T + b
+// gains s * (x A^T) B^T with A [rank, in], B [out, rank] and s = alpha / rank (alpha / sqrt(rank)
+// with rsLoRA). The adapters live in their own flat buffer, named as PEFT names them in
+// adapter_model.safetensors ("base_model.model.<module>.lora_A.weight"), so export, import,
+// checkpoints and the optimizer read them by name. The fused q|k|v and gate|up projections take
+// one adapter per Hugging Face module (q, k, v; gate, up), each writing its slice of the output.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+#include "model/param_layout.h"
+
+namespace lmt {
+
+struct LoraSpec {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 16;
+  // Hugging Face module names, matched as PEFT does (the name, or a suffix after a '.': "q_proj",
+  // "self_attn.q_proj", "attn.c_proj"), or the single entry "all-linear" (every projection of
+  // the blocks, not the output head).
+  std::vector<std::string> target_modules;
+  bool use_rslora = false;
+
+  double scaling() const;
+};
+
+// Which group of a block's weights a projection belongs to (the layer code's fused GEMMs).
+enum class LoraGroup : uint8_t { qkv, o, up, down };
+
+// One projection a family has in every block: its Hugging Face module path inside the block
+// ("self_attn.q_proj", "mlp.c_fc"), the fused GEMM it is part of and its slice of that GEMM's
+// output columns.
+struct LoraModule {
+  std::string path;
+  LoraGroup group;
+  int64_t out_offset = 0;  // first output column inside the group's GEMM
+  int64_t in = 0, out = 0;
+};
+std::vector<LoraModule> lora_modules(const ModelConfig& cfg);
+
+// One adapter: layer, module, and the indices of its A and B in the adapter parameter list.
+struct LoraTarget {
+  int64_t layer = 0;
+  LoraModule module;
+  int a = -1, b = -1;
+};
+
+struct LoraLayout {
+  std::vector<ParamInfo> params;  // lora_A and lora_B of every target, PEFT names
+  std::vector<LoraTarget> targets;
+  int64_t flat_size = 0;
+};
+
+// The adapters `spec` puts on a model of `cfg`. Throws UserError naming lora.rank,
+// lora.target_modules (a name no projection of the family matches, listing those it has) or
+// lora.alpha.
+LoraLayout lora_layout(const ModelConfig& cfg, const LoraSpec& spec);
+
+// The block module prefix of layer l ("model.layers.3." / "transformer.h.3.").
+std::string block_prefix(const ModelConfig& cfg, int64_t layer);
+
+}  // namespace lmt

@@ -1,0 +1,161 @@
+// LoRA adapter layout and set-up: PEFT's names and shapes per family, target matching as PEFT
+// does it (a name or a '.'-separated suffix), PEFT's initialisation, one clear message for a bad
+// spec, and generation through the KV cache with adapters.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "model/lora.h"
+#include "model/transformer.h"
+#include "model_test_util.h"
+
+namespace lmt {
+namespace {
+
+ModelConfig small(const std::string& family) {
+  ModelConfig c = family_defaults(family);
+  c.vocab_size = 13;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = family == "gpt2" ? 0 : 2;
+  c.max_position_embeddings = 32;
+  return c;
+}
+
+LoraSpec spec(std::vector<std::string> targets, int64_t rank = 4) {
+  LoraSpec s;
+  s.rank = rank;
+  s.alpha = 8;
+  s.target_modules = std::move(targets);
+  return s;
+}
+
+std::vector<std::string> names(const LoraLayout& l) {
+  std::vector<std::string> out;
+  for (const ParamInfo& p : l.params) out.push_back(p.name);
+  return out;
+}
+
+TEST(Lora, PeftNamesAndShapes) {
+  const LoraLayout l = lora_layout(small("llama"), spec({"q_proj", "v_proj", "down_proj"}));
+  ASSERT_EQ(l.params.size(), 12u);
+  EXPECT_EQ(l.params[0].name, "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight");
+  EXPECT_EQ(l.params[0].shape, Shape({4, 16}));
+  EXPECT_EQ(l.params[1].name, "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight");
+  EXPECT_EQ(l.params[1].shape, Shape({16, 4}));
+  EXPECT_EQ(l.params[3].name, "base_model.model.model.layers.0.self_attn.v_proj.lora_B.weight");
+  EXPECT_EQ(l.params[3].shape, Shape({8, 4}));  // 2 kv heads of 4
+  EXPECT_EQ(l.params[4].shape, Shape({4, 24}));  // down_proj's A reads the MLP width
+  EXPECT_EQ(l.params[11].name, "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
+  EXPECT_EQ(l.targets[1].module.out_offset, 16 + 8);  // v's slice of q|k|v
+  for (const ParamInfo& p : l.params) EXPECT_EQ(p.offset % 64, 0) << p.name;
+  EXPECT_EQ(lora_layout(small("qwen3"), spec({"all-linear"})).params.size(), 28u);
+}
+
+TEST(Lora, TargetsMatchAsPeftDoes) {
+  // gpt2: "c_proj" is the attention's and the MLP's output projection; "attn.c_proj" only one.
+  const ModelConfig g = small("gpt2");
+  EXPECT_EQ(names(lora_layout(g, spec({"c_proj"}))).size(), 8u);
+  const auto attn = names(lora_layout(g, spec({"attn.c_proj"})));
+  ASSERT_EQ(attn.size(), 4u);
+  EXPECT_EQ(attn[0], "base_model.model.transformer.h.0.attn.c_proj.lora_A.weight");
+  EXPECT_EQ(names(lora_layout(g, spec({"c_attn", "c_fc"}))).size(), 8u);
+  EXPECT_EQ(names(lora_layout(small("gemma3"), spec({"self_attn.o_proj"}))).size(), 4u);
+  // "proj" is not a module name, and "_proj" is no '.'-separated suffix.
+  for (const char* bad : {"proj", "_proj", "c_attn"}) {
+    try {
+      lora_layout(small("llama"), spec({"q_proj", bad}));
+      ADD_FAILURE() << bad;
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                std::string("lora.target_modules: '") + bad +
+                    "' is not a projection of a llama model (it has self_attn.q_proj, "
+                    "self_attn.k_proj, self_attn.v_proj, self_attn.o_proj, mlp.gate_proj, "
+                    "mlp.up_proj, mlp.down_proj, or all-linear)");
+    }
+  }
+  auto message = [](const LoraSpec& s) -> std::string {
+    try {
+      lora_layout(small("llama"), s);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(message(spec({"q_proj"}, 0)), "lora.rank must be > 0 (got 0)");
+  EXPECT_EQ(message(spec({"q_proj"}, -3)), "lora.rank must be > 0 (got -3)");
+  EXPECT_EQ(message(spec({})),
+            "lora.target_modules is empty: name the projections to adapt, or all-linear");
+  LoraSpec a = spec({"q_proj"});
+  a.alpha = 0;
+  EXPECT_EQ(message(a), "lora.alpha must be a finite number > 0");
+}
+
+TEST(Lora, ScalingIsPeftsAndRsLora) {
+  LoraSpec s = spec({"q_proj"}, 16);
+  s.alpha = 32;
+  EXPECT_EQ(s.scaling(), 2.0);
+  s.use_rslora = true;
+  EXPECT_EQ(s.scaling(), 8.0);
+}
+
+// A uniform in +-1/sqrt(in) (PEFT's kaiming_uniform_ with a = sqrt(5)), B zero, reproducible.
+TEST(Lora, InitialisesAsPeft) {
+  CpuBackend be;
+  Transformer m(&be, small("llama"), DType::f64);
+  m.add_lora(spec({"all-linear"}), 7);
+  const auto* w = static_cast<const double*>(m.lora_data());
+  for (const ParamInfo& p : m.lora_params()) {
+    const bool a = p.name.find(".lora_A.") != std::string::npos;
+    const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
+    double lo = 0, hi = 0, sum = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      const double x = w[p.offset + i];
+      lo = std::min(lo, x), hi = std::max(hi, x), sum += x * x;
+    }
+    if (a) {
+      EXPECT_GE(lo, -bound) << p.name;
+      EXPECT_LE(hi, bound) << p.name;
+      EXPECT_GT(hi - lo, bound) << p.name;  // spread over the range
+      // Variance of U(-b, b) is b^2 / 3.
+      EXPECT_NEAR(sum / static_cast<double>(p.numel()), bound * bound / 3, bound * bound / 6);
+    } else {
+      EXPECT_EQ(sum, 0.0) << p.name;
+    }
+  }
+  Transformer again(&be, small("llama"), DType::f64);
+  again.add_lora(spec({"all-linear"}), 7);
+  EXPECT_EQ(std::memcmp(again.lora_data(), m.lora_data(), m.lora_flat_size() * 8), 0);
+}
+
+// Generation (KV cache, one token at a time) goes through the adapters as the full forward does.
+TEST(Lora, KvCacheMatchesFullForwardWithAdapters) {
+  for (const char* family : {"llama", "gemma3", "gpt2"}) {
+    SCOPED_TRACE(family);
+    CpuBackend be;
+    Transformer m(&be, small(family), DType::f64);
+    test::randomise(m, 3, 0.2);
+    m.add_lora(spec({"all-linear"}), 4);
+    std::vector<double> lw(static_cast<size_t>(m.lora_flat_size()));
+    fill_normal(lw.data(), m.lora_flat_size(), 0.0, 0.2, 5, 0);
+    be.from_host(m.lora_data(), lw.data(), lw.size() * sizeof(double));
+    const int64_t T = 7, V = 13;
+    const auto ids = test::random_ids(T, V, 6);
+    const std::vector<double> full = m.forward_logits(ids.data(), 1, T);
+    auto cache = m.make_kv_cache(T);
+    std::vector<float> last = m.feed(*cache, ids.data(), 3);
+    for (int64_t t = 3; t <= T; ++t) {
+      for (int64_t v = 0; v < V; ++v) EXPECT_NEAR(last[v], full[(t - 1) * V + v], 1e-5);
+      if (t < T) last = m.feed(*cache, &ids[t], 1);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lmt
