@@ -87,6 +87,31 @@ std::vector<Variant> variants() {
 
 
 
+// Every element of every parameter: the gradient `grad` (in the flat layout of `w`) against
+// central differences of `loss` in `w`, within 1e-7 relative to the largest difference.
+template <class Loss>
+void expect_gradients_match(const std::vector<ParamInfo>& params, double* w,
+                            const std::vector<double>& grad, Loss&& loss) {
+  const double h = 1e-5;
+  for (const ParamInfo& p : params) {
+    double max_err = 0, max_ref = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) {
+      double& x = w[p.offset + i];
+      const double x0 = x;
+      x = x0 + h;
+      const double lp = loss();
+      x = x0 - h;
+      const double lm = loss();
+      x = x0;
+      const double fd = (lp - lm) / (2 * h);
+      max_err = std::max(max_err, std::abs(fd - grad[p.offset + i]));
+      max_ref = std::max(max_ref, std::abs(fd));
+    }
+    EXPECT_GT(max_ref, 0.0) << p.name << ": gradient is identically zero";
+    EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref)) << p.name << " max |fd - grad| " << max_err;
+  }
+}
+
 class Family : public testing::TestWithParam<Variant> {};
 
 TEST_P(Family, GradientsMatchFiniteDifferences) {
@@ -108,24 +133,7 @@ TEST_P(Family, GradientsMatchFiniteDifferences) {
     auto* w = static_cast<double*>(m.params_data());
     auto loss = [&] { return m.forward_loss(ids.data(), labels.data(), B, T).sum; };
     EXPECT_NEAR(loss(), s.sum, 1e-12);
-    const double h = 1e-5;
-    for (const ParamInfo& p : m.params()) {
-      double max_err = 0, max_ref = 0;
-      for (int64_t i = 0; i < p.numel(); ++i) {
-        double& x = w[p.offset + i];
-        const double x0 = x;
-        x = x0 + h;
-        const double lp = loss();
-        x = x0 - h;
-        const double lm = loss();
-        x = x0;
-        const double fd = (lp - lm) / (2 * h);
-        max_err = std::max(max_err, std::abs(fd - grad[p.offset + i]));
-        max_ref = std::max(max_ref, std::abs(fd));
-      }
-      EXPECT_GT(max_ref, 0.0) << p.name << ": gradient is identically zero";
-      EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref)) << p.name << " max |fd - grad| " << max_err;
-    }
+    expect_gradients_match(m.params(), w, grad, loss);
   }
 }
 
@@ -220,26 +228,8 @@ TEST_P(Family, LoraGradientsMatchFiniteDifferences) {
       auto* w = static_cast<double*>(m.lora_data());
       auto loss = [&] { return m.forward_loss(ids.data(), labels.data(), B, T, &packing).sum; };
       EXPECT_NEAR(loss(), s.sum, 1e-12);
-      const double h = 1e-5;
-      size_t n_params = 0;
-      for (const ParamInfo& p : m.lora_params()) {
-        ++n_params;
-        double max_err = 0, max_ref = 0;
-        for (int64_t i = 0; i < p.numel(); ++i) {
-          double& x = w[p.offset + i];
-          const double x0 = x;
-          x = x0 + h;
-          const double lp = loss();
-          x = x0 - h;
-          const double lm = loss();
-          x = x0;
-          const double fd = (lp - lm) / (2 * h);
-          max_err = std::max(max_err, std::abs(fd - grad[p.offset + i]));
-          max_ref = std::max(max_ref, std::abs(fd));
-        }
-        EXPECT_GT(max_ref, 0.0) << p.name << ": gradient is identically zero";
-        EXPECT_LT(max_err, 1e-7 * std::max(1.0, max_ref)) << p.name << " max |fd - grad| " << max_err;
-      }
+      expect_gradients_match(m.lora_params(), w, grad, loss);
+      const size_t n_params = m.lora_params().size();
       const size_t per_layer = std::string(targets) == "all" ? (gpt2 ? 4 : 7) : (gpt2 ? 1 : 2);
       EXPECT_EQ(n_params, 2 * per_layer * static_cast<size_t>(GetParam().cfg.num_hidden_layers));
       std::vector<double> after(base.size());
