@@ -29,6 +29,15 @@ namespace {
 
 const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.json",
                               "config.yaml", "state.json"};
+// A LoRA run's checkpoint: the adapters as PEFT saves them instead of the model's weights.
+const char* const kLoraFiles[] = {"adapter_model.safetensors", "adapter_config.json",
+                                  "optimizer.safetensors", "config.json", "config.yaml",
+                                  "state.json"};
+
+std::vector<std::string> checkpoint_files(bool lora) {
+  if (lora) return {std::begin(kLoraFiles), std::end(kLoraFiles)};
+  return {std::begin(kFiles), std::end(kFiles)};
+}
 
 // Flushes a file or directory to disk so that the rename that follows publishes complete data.
 void fsync_path(const fs::path& path) {
@@ -38,14 +47,16 @@ void fsync_path(const fs::path& path) {
   ::close(fd);
 }
 
+// The trainable parameters (the adapters of a LoRA model, else all) on the host.
 std::vector<uint8_t> flat_to_host(const Transformer& model) {
-  std::vector<uint8_t> host(static_cast<size_t>(model.flat_size()) * dtype_size(model.dtype()));
-  model.backend()->to_host(host.data(), model.params_data(), host.size());
+  std::vector<uint8_t> host(static_cast<size_t>(model.trainable_flat_size()) *
+                            dtype_size(model.dtype()));
+  model.backend()->to_host(host.data(), model.trainable_data(), host.size());
   return host;
 }
 
 std::vector<float> moments_to_host(const Transformer& model, const float* m) {
-  std::vector<float> host(static_cast<size_t>(model.flat_size()));
+  std::vector<float> host(static_cast<size_t>(model.trainable_flat_size()));
   model.backend()->to_host(host.data(), m, host.size() * sizeof(float));
   return host;
 }
@@ -54,7 +65,7 @@ std::vector<float> moments_to_host(const Transformer& model, const float* m) {
 // a value that is not finite; "" when all are finite. A checkpoint never holds such values: they
 // would load and train on, and be copied into every later checkpoint.
 std::string non_finite_param(const Transformer& model, const void* host, DType dt) {
-  for (const ParamInfo& p : model.params()) {
+  for (const ParamInfo& p : model.trainable_params()) {
     bool bad = false;
     for (int64_t i = p.offset; i < p.offset + p.numel() && !bad; ++i)
       bad = dt == DType::f64 ? !std::isfinite(static_cast<const double*>(host)[i])
@@ -62,6 +73,36 @@ std::string non_finite_param(const Transformer& model, const void* host, DType d
     if (bad) return p.name;
   }
   return "";
+}
+
+// adapter_config.json as PEFT writes it for a LoRA model, so that PeftModel.from_pretrained reads
+// a checkpoint (or an export) directly.
+nlohmann::json peft_adapter_config(const Transformer& model, const std::string& base) {
+  const LoraSpec& s = model.lora_spec();
+  // The modules adapted, by their paths inside a block ("self_attn.q_proj", "attn.c_proj"), which
+  // PEFT matches as suffixes: a bare "c_proj" would also adapt gpt2's mlp.c_proj.
+  std::vector<std::string> modules;
+  for (const LoraModule& m : lora_modules(model.config())) {
+    const std::string suffix = "." + m.path + ".lora_A.weight";
+    for (const ParamInfo& p : model.lora_params())
+      if (p.name.ends_with(suffix)) {
+        modules.push_back(m.path);
+        break;
+      }
+  }
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", base},
+          {"r", s.rank},
+          {"lora_alpha", s.alpha},
+          {"lora_dropout", 0.0},
+          {"target_modules", modules},
+          {"use_rslora", s.use_rslora},
+          {"fan_in_fan_out", model.config().traits().conv1d},
+          {"bias", "none"},
+          {"modules_to_save", nullptr},
+          {"init_lora_weights", true},
+          {"inference_mode", true}};
 }
 
 int64_t step_of(const fs::path& dir) {
@@ -142,13 +183,16 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   }
   SafetensorsWriter mw;
   mw.set_metadata("format", "pt");
-  for (const ParamInfo& p : model.params())
+  for (const ParamInfo& p : model.trainable_params())
     mw.add(p.name, dt, p.shape, weights.data() + static_cast<size_t>(p.offset) * dtype_size(dt));
-  mw.write((tmp / "model.safetensors").string());
+  mw.write((tmp / (model.has_lora() ? "adapter_model.safetensors" : "model.safetensors")).string());
+  if (model.has_lora())
+    write_text_file((tmp / "adapter_config.json").string(),
+                    peft_adapter_config(model, state.base_init_from).dump(2) + "\n");
 
   SafetensorsWriter ow;
   if (m && v) {
-    for (const ParamInfo& p : model.params()) {
+    for (const ParamInfo& p : model.trainable_params()) {
       ow.add("exp_avg." + p.name, DType::f32, p.shape, hm.data() + p.offset);
       ow.add("exp_avg_sq." + p.name, DType::f32, p.shape, hv.data() + p.offset);
     }
@@ -173,9 +217,11 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                        {"loader", state.loader},
                        {"config_hash", state.config_hash},
                        {"tokenizer", state.tokenizer}};
+  if (model.has_lora())
+    sj["lora"] = {{"base_init_from", state.base_init_from}, {"base_hash", state.base_hash}};
   write_text_file((tmp / "state.json").string(),
                   sj.dump(2) + "\n");  // written last: marks the set complete
-  for (const char* f : kFiles) fsync_path(tmp / f);
+  for (const std::string& f : checkpoint_files(model.has_lora())) fsync_path(tmp / f);
   fsync_path(tmp);
 
   // A step_N already there (a run resumed from an older checkpoint) goes out of sight before it is
@@ -231,8 +277,11 @@ void check_checkpoint_dir(const fs::path& dir, int64_t step) {
                          ? "; no older checkpoint is there"
                          : "; to resume from an older one, pass --resume NAME (" + older + ")"));
   };
-  for (const char* f : kFiles)
-    if (!fs::is_regular_file(dir / f)) damaged(std::string(f) + " is missing");
+  // A LoRA run's checkpoint holds adapters instead of the model (state.json says so too).
+  const bool lora = fs::exists(dir / "adapter_model.safetensors") ||
+                    fs::exists(dir / "adapter_config.json");
+  for (const std::string& f : checkpoint_files(lora))
+    if (!fs::is_regular_file(dir / f)) damaged(f + " is missing");
   const fs::path path = dir / "state.json";
   std::ifstream sf(path);
   auto j = nlohmann::json::parse(sf, nullptr, false);
@@ -245,6 +294,19 @@ void check_checkpoint_dir(const fs::path& dir, int64_t step) {
 }
 
 }  // namespace
+
+std::string base_weights_hash(const Transformer& model) {
+  const size_t total = static_cast<size_t>(model.flat_size()) * dtype_size(model.dtype());
+  std::vector<uint8_t> chunk(std::min<size_t>(total, size_t{64} << 20));  // bounded host memory
+  uint64_t h = 14695981039346656037ull;
+  for (size_t at = 0; at < total; at += chunk.size()) {
+    const size_t n = std::min(chunk.size(), total - at);
+    model.backend()->to_host(chunk.data(), static_cast<const uint8_t*>(model.params_data()) + at,
+                             n);
+    for (size_t i = 0; i < n; ++i) h = (h ^ chunk[i]) * 1099511628211ull;
+  }
+  return fmt::format("fnv1a64:{:016x}", h);
+}
 
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
@@ -272,11 +334,31 @@ std::string find_checkpoint(const std::string& run_dir, const std::string& name)
 }
 
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {
-  load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
+  const std::string state_path = (fs::path(dir) / "state.json").string();
+  const bool lora_checkpoint = read_json(state_path).contains("lora");
+  if (lora_checkpoint != model.has_lora())
+    throw UserError(dir + (lora_checkpoint
+                               ? " holds LoRA adapters, and this run has no lora section (lora.rank "
+                                 "is 0)"
+                               : " holds a whole model, and this run trains LoRA adapters "
+                                 "(lora.rank > 0)"));
+  if (model.has_lora()) {
+    const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
+    SafetensorsFile st = SafetensorsFile::open(path);
+    for (const ParamInfo& p : model.lora_params()) {
+      if (!st.contains(p.name))
+        throw UserError(path + ": tensor '" + p.name +
+                        "' is missing (the adapter targets other modules than lora.target_modules "
+                        "names)");
+      load_into(st, p.name, p, model.dtype(), model.backend(), model.lora_data());
+    }
+  } else {
+    load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
+  }
   if (m && v) {
     const std::string path = (fs::path(dir) / "optimizer.safetensors").string();
     SafetensorsFile st = SafetensorsFile::open(path);
-    for (const ParamInfo& p : model.params()) {
+    for (const ParamInfo& p : model.trainable_params()) {
       for (auto [prefix, dst] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
         const std::string name = prefix + p.name;
         if (!st.contains(name)) throw UserError(path + ": tensor '" + name + "' is missing");
@@ -306,6 +388,11 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
     s.loader = j.at("loader");
     s.config_hash = j.value("config_hash", std::string());
     s.tokenizer = j.value("tokenizer", std::string());
+    if (j.contains("lora")) {
+      s.lora = true;
+      s.base_init_from = j.at("lora").at("base_init_from").get<std::string>();
+      s.base_hash = j.at("lora").at("base_hash").get<std::string>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw UserError(dir + "/state.json: " + e.what());
   }

@@ -21,7 +21,15 @@ struct CheckpointState {
   nlohmann::json loader;       // the loader's state
   std::string config_hash;
   std::string tokenizer;
+  // LoRA runs: the frozen base the adapters belong to (train.init_from; empty: initialised from
+  // train.seed) and base_weights_hash() of its weights. Such a checkpoint holds the adapters
+  // (adapter_model.safetensors, adapter_config.json: a PEFT adapter directory), not the base.
+  bool lora = false;
+  std::string base_init_from, base_hash;
 };
+
+// "fnv1a64:<hex>" of the base weights' bytes, as the model holds them.
+std::string base_weights_hash(const Transformer& model);
 
 // m and v: optimizer moments in the flat parameter layout (f32, may be null to skip).
 // Returns the checkpoint directory. Deletes the oldest ones beyond keep_last (0 keeps all), each

@@ -46,8 +46,14 @@ TrainingMemory training_memory(const RunConfig& cfg) {
   int64_t flat = 0;
   Transformer::param_layout(cfg.model, &flat);
   m.weights = mul(static_cast<uint64_t>(flat), sizeof(float));
-  m.gradients = m.weights;
-  m.adamw = mul(m.weights, 2);
+  uint64_t trained = m.weights;  // what has gradients and moments
+  if (cfg.lora.rank > 0) {       // a frozen base and its adapters
+    trained = mul(static_cast<uint64_t>(lora_layout(cfg.model, lora_spec(cfg.lora)).flat_size),
+                  sizeof(float));
+    m.weights = add(m.weights, trained);
+  }
+  m.gradients = trained;
+  m.adamw = mul(trained, 2);
   const TrainConfig& t = cfg.train;
   m.activations =
       Transformer::activation_bytes(cfg.model, DType::f32, t.micro_batch_size, cfg.data.seq_len,

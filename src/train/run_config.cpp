@@ -251,11 +251,23 @@ std::vector<std::string> model_key_names() {
   return names;
 }
 
+LoraSpec lora_spec(const LoraConfig& c) {
+  LoraSpec s;
+  s.rank = c.rank;
+  s.alpha = c.alpha;
+  s.target_modules = c.target_modules;
+  s.use_rslora = c.use_rslora;
+  return s;
+}
+
 void RunConfig::validate() const {
   model.validate();
   validate_data(data, model);
   validate_train(train);
   validate_optimizer(optimizer);
+  require_finite(lora, "lora");
+  require(lora.rank >= 0, "lora.rank", ">= 0 (0 = full training)", lora.rank);
+  if (lora.rank > 0) lora_layout(model, lora_spec(lora));  // names and sizes, one message
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {

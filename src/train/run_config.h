@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/lora.h"
 #include "model/model_config.h"
 
 namespace lmt {
@@ -181,11 +182,31 @@ struct LoggingConfig {
   }
 };
 
+// LoRA fine-tuning (rank > 0): the base model (train.init_from, or the initialisation) is frozen
+// and adapters on the chosen projections train; checkpoints hold the adapters only.
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 16;
+  std::vector<std::string> target_modules = {"all-linear"};
+  bool use_rslora = false;
+
+  template <class V>
+  void visit(V& v) {
+    v("rank", rank, "adapter rank; 0 = full training (no adapters)");
+    v("alpha", alpha, "adapter scale numerator: the update is (alpha / rank) B A x");
+    v("target_modules", target_modules,
+      "projections to adapt: Hugging Face module names (q_proj, k_proj, v_proj, o_proj, "
+      "gate_proj, up_proj, down_proj; gpt2: c_attn, c_proj, c_fc), or all-linear");
+    v("use_rslora", use_rslora, "scale by alpha / sqrt(rank) (rank-stabilised LoRA)");
+  }
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
   OptimizerConfig optimizer;
+  LoraConfig lora;
   LoggingConfig logging;
 
   template <class V>
@@ -194,12 +215,16 @@ struct RunConfig {
     v("data", data, "data sources and sampling");
     v("train", train, "training loop");
     v("optimizer", optimizer, "optimizer");
+    v("lora", lora, "LoRA adapters (rank 0: full training)");
     v("logging", logging, "metric sinks");
   }
 
   // Throws UserError naming the key of the first inconsistent or out-of-range value.
   void validate() const;
 };
+
+// The adapters a config asks for, as the model takes them.
+LoraSpec lora_spec(const LoraConfig& c);
 
 // train.init_from: sets cfg.model from DIR/config.json. `set_model_keys`: the model keys the
 // user gave (names without "model."); each must agree with DIR's value (num_key_value_heads and

@@ -92,6 +92,12 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
 // deletions, and the NAME.tmp-PID files of write_text_file (config.yaml, metrics.jsonl). The
 // caller holds the directory's lock, so no live process owns them. A store being prepared in
 // <run_dir>/data is prepare's to clean (it checks the writer's pid).
+int64_t trainable_count(const Transformer& model) {
+  int64_t n = 0;
+  for (const ParamInfo& p : model.trainable_params()) n += p.numel();
+  return n;
+}
+
 void remove_run_dir_leftovers(const fs::path& run_dir) {
   remove_checkpoint_leftovers(run_dir.string());
   std::error_code ec;
@@ -142,6 +148,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
 
   auto be = make_backend(tc.backend);
   Transformer model(be.get(), cfg.model);
+  const bool lora = cfg.lora.rank > 0;
   model.set_activation_checkpointing(tc.activation_checkpointing);
   model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
   std::string init_line;
@@ -154,13 +161,26 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
         "init: weights of Hugging Face model '{}' ({}, from its config.json); "
         "tokenizer {}",
         tc.init_from, cfg.model.family, cfg.data.tokenizer);
+  } else if (lora && !tc.init_from.empty()) {  // the frozen base is not in the checkpoint
+    load_hf_weights(tc.init_from, model);
+    init_line = fmt::format("init: base weights of Hugging Face model '{}'", tc.init_from);
   } else {
     model.init_weights(static_cast<uint64_t>(tc.seed));
     if (!tc.init_from.empty())
       init_line = fmt::format("init: train.init_from '{}' not reloaded: resuming from {}",
                               tc.init_from, *ckpt);
   }
-  AdamW opt(be.get(), model.params(), model.flat_size(), cfg.optimizer, tc.weight_decay);
+  std::string base_hash;
+  if (lora) {
+    base_hash = base_weights_hash(model);
+    model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(tc.seed));
+    init_line += fmt::format(
+        "{}LoRA: rank {}, alpha {}, {} adapters, {} trainable parameters; the base is frozen",
+        init_line.empty() ? "" : "\n", cfg.lora.rank, cfg.lora.alpha,
+        model.lora_params().size() / 2, trainable_count(model));
+  }
+  AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
+            tc.weight_decay);
 
   int64_t step = 0, tokens_seen = 0;
   if (ckpt) {
@@ -171,6 +191,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       throw UserError("--resume: checkpoint '" + *ckpt + "' cannot be resumed: " + e.what() +
                       " (an older checkpoint can be named: --resume step_N)");
     }
+    if (lora && st.base_hash != base_hash)
+      throw UserError(fmt::format(
+          "--resume: checkpoint '{}' holds adapters for another base model (base {} with weights "
+          "{}; this run's base {} has weights {})",
+          *ckpt, st.base_init_from.empty() ? "initialised from train.seed" : st.base_init_from,
+          st.base_hash, tc.init_from.empty() ? "initialised from train.seed" : tc.init_from,
+          base_hash));
     step = st.step;
     tokens_seen = st.tokens;
     opt.set_step_count(st.optimizer_step);
@@ -228,6 +255,9 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     st.loader = loader.get_state();
     st.config_hash = config_hash;
     st.tokenizer = cfg.data.tokenizer;
+    st.lora = lora;
+    st.base_init_from = tc.init_from;
+    st.base_hash = base_hash;
     result.last_checkpoint = save_checkpoint(run_dir.string(), model, opt.m_data(), opt.v_data(),
                                              st, config_yaml, tc.keep_last);
   };
@@ -274,8 +304,8 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
                       "written from this step",
                       step + 1, mean_loss, lr));
     const double norm =
-        opt.clip_and_step(static_cast<float*>(model.params_data()),
-                          static_cast<float*>(model.grads_data()), lr, tc.grad_clip);
+        opt.clip_and_step(static_cast<float*>(model.trainable_data()),
+                          static_cast<float*>(model.trainable_grads_data()), lr, tc.grad_clip);
     if (!std::isfinite(norm))
       throw NonFiniteError(
           fmt::format("step {}: the gradient norm is {} (loss {:.4f}); no "

@@ -54,6 +54,24 @@ TEST(MemoryCheck, TermsMatchTheModel) {
   EXPECT_EQ(refusal(c, 0), "");  // unknown: no check
 }
 
+// LoRA: gradients and AdamW moments of the adapters alone, which a frozen base does not have.
+TEST(MemoryCheck, LoraCountsTheAdaptersGradientsAndMomentsOnly) {
+  RunConfig c = small();
+  c.lora.rank = 4;
+  c.lora.target_modules = {"q_proj", "down_proj"};
+  c.validate();
+  const TrainingMemory m = training_memory(c);
+  int64_t flat = 0;
+  Transformer::param_layout(c.model, &flat);
+  const uint64_t adapters =
+      static_cast<uint64_t>(lora_layout(c.model, lora_spec(c.lora)).flat_size) * 4;
+  EXPECT_GT(adapters, 0u);
+  EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4 + adapters);
+  EXPECT_EQ(m.gradients, adapters);
+  EXPECT_EQ(m.adamw, 2 * adapters);
+  EXPECT_LT(m.total(), training_memory(small()).total());
+}
+
 TEST(MemoryCheck, TooBigNamesTheKeysAndBothNumbers) {
   const uint64_t gib16 = uint64_t{16} << 30;
   RunConfig a = small();

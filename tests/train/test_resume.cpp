@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "train/checkpoint.h"
@@ -119,6 +120,77 @@ TEST_F(Resume, InterruptedRunIsBitIdentical) {
   // The run crossed at least one epoch boundary of the training split.
   auto state = nlohmann::json::parse(file_bytes(dir_ / "a" / "checkpoints" / ck / "state.json"));
   EXPECT_GE(state["loader"]["epoch"].get<int64_t>(), 1);
+}
+
+// LoRA: the checkpoint is a PEFT adapter directory (adapters, adapter_config.json, their AdamW
+// moments; no base weights), resume is bit-exact as for full training, and a checkpoint is only
+// resumed by a run with the same base and the same kind of training.
+TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
+  const int64_t N = 6;
+  auto lora = [&](const std::string& out) {
+    RunConfig c = config(out, 2 * N);
+    c.lora.rank = 2;
+    c.lora.alpha = 4;
+    c.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+    c.train.lr = 3e-2;
+    c.validate();
+    return c;
+  };
+  TrainResult whole = train(lora("a"), false);
+  train(lora("b"), false, /*stop_after=*/N);
+  TrainResult second = train(lora("b"), true);
+  EXPECT_EQ(whole.last_loss, second.last_loss);
+  auto la = metric_lines("a"), lb = metric_lines("b");
+  ASSERT_EQ(la.size(), lb.size());
+  for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i], lb[i]) << "line " << i;
+  std::vector<double> losses;
+  for (const std::string& l : la)
+    if (auto j = nlohmann::json::parse(l); j.contains("loss")) losses.push_back(j["loss"]);
+  ASSERT_EQ(losses.size(), static_cast<size_t>(2 * N));
+  EXPECT_LT(losses.back(), losses.front());  // the adapters learn
+  const fs::path ck = dir_ / "a" / "checkpoints" / fmt_step(2 * N);
+  for (const char* f : {"adapter_model.safetensors", "optimizer.safetensors"})
+    EXPECT_EQ(file_bytes(ck / f), file_bytes(dir_ / "b" / "checkpoints" / fmt_step(2 * N) / f))
+        << f;
+  EXPECT_FALSE(fs::exists(ck / "model.safetensors"));
+  const auto cfg = nlohmann::json::parse(file_bytes(ck / "adapter_config.json"));
+  EXPECT_EQ(cfg["peft_type"], "LORA");
+  EXPECT_EQ(cfg["r"], 2);
+  EXPECT_EQ(cfg["lora_alpha"], 4.0);
+  EXPECT_EQ(cfg["target_modules"],
+            nlohmann::json({"self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"}));
+  // The hash names the base the run started from: the initialisation from train.seed.
+  CpuBackend be;
+  Transformer base(&be, lora("a").model);
+  base.init_weights(static_cast<uint64_t>(lora("a").train.seed));
+  const auto state = nlohmann::json::parse(file_bytes(ck / "state.json"));
+  EXPECT_EQ(state["lora"]["base_hash"], base_weights_hash(base));
+
+  // Resumed by another kind of run, on another base, or with other targets: one message each.
+  auto expect_error = [&](RunConfig c, const std::string& part) {
+    try {
+      train(c, true);
+      ADD_FAILURE() << "no error; expected " << part;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  RunConfig full = lora("a");
+  full.lora.rank = 0;
+  expect_error(full, "holds LoRA adapters, and this run has no lora section (lora.rank is 0)");
+  RunConfig other_base = lora("a");
+  other_base.train.seed = 99;
+  expect_error(other_base, "holds adapters for another base model (base initialised from "
+                           "train.seed with weights fnv1a64:");
+  RunConfig other_targets = lora("a");
+  other_targets.lora.target_modules = {"o_proj"};
+  expect_error(other_targets, "adapter_model.safetensors: tensor "
+                              "'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight' "
+                              "is missing");
+  RunConfig plain = config("c", 4);
+  train(plain, false);
+  RunConfig adapters = lora("c");
+  expect_error(adapters, "holds a whole model, and this run trains LoRA adapters (lora.rank > 0)");
 }
 
 // Checkpoints appear whole (renamed into place), so a damaged one is never passed over quietly:
