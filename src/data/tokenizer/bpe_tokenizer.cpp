@@ -77,6 +77,11 @@ std::pair<uint32_t, size_t> decode_utf8(std::string_view s, size_t i) {
   return {cp, n};
 }
 
+// Nesting deeper than serde_json's recursion limit, which HF's tokenizers reads tokenizer.json
+// with, is refused while parsing: the readers of Sequence normalizers, pre-tokenizers and decoders
+// recurse once per level, and would otherwise run out of stack on a file of a few MB.
+constexpr int kMaxJsonDepth = 128;
+
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
@@ -369,7 +374,12 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   t->json_text = text.str();
   json j;
   try {
-    j = json::parse(t->json_text);
+    j = json::parse(t->json_text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth)
+        t->fail("(nesting)", "deeper than " + std::to_string(kMaxJsonDepth) +
+                                 " levels (Hugging Face's serde_json refuses it too)");
+      return true;
+    });
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": not valid JSON: " + e.what());
   }

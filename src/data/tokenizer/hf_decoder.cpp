@@ -108,6 +108,7 @@ void HfDecoder::add(const nlohmann::json& j, const std::string& where) {
   } else if (type == "Metaspace") {
     st.kind = Step::Kind::kMetaspace;
     st.content = j.value("replacement", "\u2581");
+    if (st.content.empty()) throw UserError(where + ".replacement: empty");  // replace_all loops
     st.prepend = j.value("prepend_scheme", "always") != "never";
   } else {
     throw UserError(where + ".type: '" + type +
