@@ -328,17 +328,21 @@ bool merges_never_cross_metaspace(const BpeTokenizer::Impl& t) {
   return true;
 }
 
-// `size` is the vocab size TokenIds::finish checked: every id is below it, and it fits an int32.
-void build_tables(BpeTokenizer::Impl& t, int64_t size) {
+// `ids` holds every id claimed; the vocab size it checks fits an int32, and every id is below it.
+void build_tables(BpeTokenizer::Impl& t, const TokenIds& ids) {
+  const int64_t size = ids.finish();
   // Unigram's Viterbi and unk fusion run over the whole word, so its words are never cut.
   t.cut_at_metaspace =
       !t.unigram && !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
   t.id_to_token.assign(size, "");
   t.id_used.assign(size, false);
-  for (const auto& [tok, id] : t.vocab) {
-    t.id_to_token[id] = tok;
+  // Every claimed id, not only those t.vocab still maps to: an added token with the content of
+  // another token but its own id takes that content's entry in t.vocab, while the merges,
+  // unk_token and added tokens before it still give the other id.
+  ids.for_each_token([&](int32_t id, const std::string& content) {
+    t.id_to_token[id] = content;
     t.id_used[id] = true;
-  }
+  });
   if (t.unigram) {  // a piece listed twice keeps both ids, as HF's id_to_token does
     const auto& pieces = t.unigram->pieces();
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -393,7 +397,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     load_model(*t, field(j, "model", path, "model"), ids);
     load_added_tokens(*t, j.value("added_tokens", json()), ids);
     load_pre_tokenizer(*t, j.value("pre_tokenizer", json()), "pre_tokenizer");
-    build_tables(*t, ids.finish());
+    build_tables(*t, ids);
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": unexpected JSON content: " + e.what());
   }
