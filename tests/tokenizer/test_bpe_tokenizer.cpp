@@ -269,6 +269,21 @@ TEST(BpeTokenizer, DeepNestingAndEmptyDecoderReplacementAreRefused) {
                     "decoder.replacement: empty");
 }
 
+// Strip's start and stop were read with get<int>, which is undefined behaviour for a float out of
+// int's range (1e10); they are counts, as HF's usize, and anything else is refused.
+TEST(BpeTokenizer, StripCountsAreIntegersAtLeastZero) {
+  auto strip = [](json start) {
+    json j = json::parse(read_file(data_path("llama2_style_bpe.json")));
+    j["decoder"]["decoders"][3]["start"] = start;
+    return j.dump();
+  };
+  for (const json& bad : {json(1e10), json(-1), json(1.5), json("1"), json(nullptr)})
+    expect_load_error(write_temp("strip.json", strip(bad)), "decoder.decoders[3].start: expected");
+  const BpeTokenizer huge =
+      BpeTokenizer::load(write_temp("strip_huge.json", strip(uint64_t{1} << 40)));
+  EXPECT_EQ(huge.decode(huge.encode("  a b")), "a b");
+}
+
 TEST(BpeTokenizer, SplitOnLiteralString) {
   // The Split pattern {"String": ...} is a literal: "l." must not match "ll" as a regex would.
   const BpeTokenizer plain = BpeTokenizer::load(data_path("llama3_style_bpe.json"));
