@@ -9,7 +9,8 @@
 // Encode may refuse a text with a UserError (a Unigram model without unk_id, a regex past PCRE2's
 // match limit). Run under the debug preset (ASan/UBSan) to catch what does not crash.
 // LMT_TOKENIZER_FUZZ_INPUTS overrides the number of inputs (default 2000), LMT_FUZZ_SEED replays
-// a seed, LMT_FUZZ_VERBOSE lists the refusals by kind.
+// a seed, LMT_FUZZ_VERBOSE lists the refusals by kind; a failing input is kept in the test's temp
+// directory, and LMT_TOKENIZER_FUZZ_REPLAY=FILE loads and exercises that one file alone.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
