@@ -703,6 +703,10 @@ TEST(TokenizerJsonFuzz, EveryInputLoadsAndWorksOrThrowsUserError) {
       fs::path(fs::is_directory("/dev/shm") ? "/dev/shm" : fs::temp_directory_path()) /
       ("lmt_tokenizer_fuzz_" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  struct RemoveAtExit {
+    fs::path dir;
+    ~RemoveAtExit() { fs::remove_all(dir); }
+  } remove_at_exit{dir};
   const std::string path = (dir / "tokenizer.json").string();
 
   std::vector<std::string> seed_texts;
@@ -758,7 +762,6 @@ TEST(TokenizerJsonFuzz, EveryInputLoadsAndWorksOrThrowsUserError) {
       FAIL() << "input " << i << " kept in " << kept;
     }
   }
-  fs::remove_all(dir);
   std::printf(
       "tokenizer.json fuzz: %lld inputs tried, %lld loaded and worked, %lld refused for %zu kinds "
       "of reason; %lld texts encoded and decoded (%lld ids), %lld refused by encode\n",
