@@ -246,6 +246,44 @@ TEST(BpeTokenizer, LoadErrorsNameTheFileAndField) {
   expect_load_error(edited_fixture("nomodel.json", [](json& j) { j.erase("model"); }), "model");
 }
 
+// Found by the tokenizer.json fuzz test: 20000 nested Sequence normalizers made the recursive
+// reader build gigabytes of field names (bad_alloc), 200000 ran it out of stack; and an empty
+// Metaspace decoder replacement made decode loop, growing its output until memory ran out.
+TEST(BpeTokenizer, DeepNestingAndEmptyDecoderReplacementAreRefused) {
+  auto nested = [](int depth) {
+    json j = json::parse(read_file(data_path("llama3_style_bpe.json")));
+    j["normalizer"] = "@@nested@@";
+    std::string text = j.dump(), deep;
+    for (int i = 0; i < depth; ++i) deep += R"({"type":"Sequence","normalizers":[)";
+    deep += R"({"type":"Prepend","prepend":"x"})";
+    for (int i = 0; i < depth; ++i) deep += "]}";
+    return text.replace(text.find("\"@@nested@@\""), 12, deep);
+  };
+  EXPECT_NO_THROW(BpeTokenizer::load(write_temp("nested60.json", nested(60))));
+  expect_load_error(write_temp("nested64.json", nested(64)), "(nesting): deeper than 128 levels");
+  expect_load_error(write_temp("nested200k.json", nested(200000)), "(nesting)");
+  expect_load_error(edited_fixture("metaspace_decoder.json",
+                                   [](json& j) {
+                                     j["decoder"] = {{"type", "Metaspace"}, {"replacement", ""}};
+                                   }),
+                    "decoder.replacement: empty");
+}
+
+// Strip's start and stop were read with get<int>, which is undefined behaviour for a float out of
+// int's range (1e10); they are counts, as HF's usize, and anything else is refused.
+TEST(BpeTokenizer, StripCountsAreIntegersAtLeastZero) {
+  auto strip = [](json start) {
+    json j = json::parse(read_file(data_path("llama2_style_bpe.json")));
+    j["decoder"]["decoders"][3]["start"] = start;
+    return j.dump();
+  };
+  for (const json& bad : {json(1e10), json(-1), json(1.5), json("1"), json(nullptr)})
+    expect_load_error(write_temp("strip.json", strip(bad)), "decoder.decoders[3].start: expected");
+  const BpeTokenizer huge =
+      BpeTokenizer::load(write_temp("strip_huge.json", strip(uint64_t{1} << 40)));
+  EXPECT_EQ(huge.decode(huge.encode("  a b")), "a b");
+}
+
 TEST(BpeTokenizer, SplitOnLiteralString) {
   // The Split pattern {"String": ...} is a literal: "l." must not match "ll" as a regex would.
   const BpeTokenizer plain = BpeTokenizer::load(data_path("llama3_style_bpe.json"));

@@ -161,5 +161,44 @@ TEST(TokenIds, PostProcessorIdsMustBeIdsOfTheVocab) {
             (std::vector<int32_t>{1, 0}));
 }
 
+// Found by the tokenizer.json fuzz test: an added token with the content of a vocab token but
+// another id took that content's entry in the vocab, so the vocab token's id (here unk's, which
+// encode still gave) was no longer an id of the vocab, and decode refused it.
+TEST(TokenIds, ContentRepeatedUnderAnotherIdKeepsBothIds) {
+  json j = with_added(bpe({{"<unk>", 0}, {"a", 1}}), "<unk>", 2);
+  j["model"]["unk_token"] = "<unk>";
+  const BpeTokenizer tok = BpeTokenizer::load(write("repeat_content", j));
+  EXPECT_EQ(tok.vocab_size(), 3);
+  EXPECT_TRUE(tok.has_id(0) && tok.has_id(1) && tok.has_id(2));
+  const std::vector<int32_t> ids = tok.encode("ab<unk>");
+  EXPECT_EQ(ids, (std::vector<int32_t>{1, 0, 2}));
+  EXPECT_NO_THROW(tok.decode(ids));
+  EXPECT_EQ(tok.id_to_token(0), "<unk>");
+}
+
+// Found by the tokenizer.json fuzz test: a post_processor field of another type than HF writes
+// (a null SpecialToken id) escaped load_tokenizer as nlohmann's type_error, and so did an added
+// token's "special" that is not a boolean, when BOS / EOS were looked for by name.
+TEST(TokenIds, PostProcessorOrSpecialFlagOfAnotherTypeIsNoCrash) {
+  json j = with_added(bpe({{"a", 0}, {"<s>", 1}}), "<s>", 1);
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", {{{"SpecialToken", {{"id", nullptr}}}}}},
+                         {"special_tokens", json::object()}};
+  const std::string path = write("post_null", j);
+  try {
+    load_tokenizer(path);
+    ADD_FAILURE() << "loaded a SpecialToken id of null";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": post_processor: unexpected JSON content"),
+              std::string::npos)
+        << e.what();
+  }
+  j.erase("post_processor");
+  j["added_tokens"][0]["special"] = "yes";  // not special, as BpeTokenizer::load reads it
+  EXPECT_EQ(load_tokenizer(write("special_str", j))->bos_id(), -1);
+  j["added_tokens"][0]["special"] = true;
+  EXPECT_EQ(load_tokenizer(write("special_true", j))->bos_id(), 1);
+}
+
 }  // namespace
 }  // namespace lmt

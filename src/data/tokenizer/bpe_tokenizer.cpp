@@ -77,6 +77,11 @@ std::pair<uint32_t, size_t> decode_utf8(std::string_view s, size_t i) {
   return {cp, n};
 }
 
+// Nesting deeper than serde_json's recursion limit, which HF's tokenizers reads tokenizer.json
+// with, is refused while parsing: the readers of Sequence normalizers, pre-tokenizers and decoders
+// recurse once per level, and would otherwise run out of stack on a file of a few MB.
+constexpr int kMaxJsonDepth = 128;
+
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
 }
@@ -323,17 +328,21 @@ bool merges_never_cross_metaspace(const BpeTokenizer::Impl& t) {
   return true;
 }
 
-// `size` is the vocab size TokenIds::finish checked: every id is below it, and it fits an int32.
-void build_tables(BpeTokenizer::Impl& t, int64_t size) {
+// `ids` holds every id claimed; the vocab size it checks fits an int32, and every id is below it.
+void build_tables(BpeTokenizer::Impl& t, const TokenIds& ids) {
+  const int64_t size = ids.finish();
   // Unigram's Viterbi and unk fusion run over the whole word, so its words are never cut.
   t.cut_at_metaspace =
       !t.unigram && !t.byte_level && !t.ignore_merges && merges_never_cross_metaspace(t);
   t.id_to_token.assign(size, "");
   t.id_used.assign(size, false);
-  for (const auto& [tok, id] : t.vocab) {
-    t.id_to_token[id] = tok;
+  // Every claimed id, not only those t.vocab still maps to: an added token with the content of
+  // another token but its own id takes that content's entry in t.vocab, while the merges,
+  // unk_token and added tokens before it still give the other id.
+  ids.for_each_token([&](int32_t id, const std::string& content) {
+    t.id_to_token[id] = content;
     t.id_used[id] = true;
-  }
+  });
   if (t.unigram) {  // a piece listed twice keeps both ids, as HF's id_to_token does
     const auto& pieces = t.unigram->pieces();
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -369,7 +378,12 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
   t->json_text = text.str();
   json j;
   try {
-    j = json::parse(t->json_text);
+    j = json::parse(t->json_text, [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth)
+        t->fail("(nesting)", "deeper than " + std::to_string(kMaxJsonDepth) +
+                                 " levels (Hugging Face's serde_json refuses it too)");
+      return true;
+    });
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": not valid JSON: " + e.what());
   }
@@ -383,7 +397,7 @@ BpeTokenizer BpeTokenizer::load(const std::string& path) {
     load_model(*t, field(j, "model", path, "model"), ids);
     load_added_tokens(*t, j.value("added_tokens", json()), ids);
     load_pre_tokenizer(*t, j.value("pre_tokenizer", json()), "pre_tokenizer");
-    build_tables(*t, ids.finish());
+    build_tables(*t, ids);
   } catch (const json::exception& e) {
     throw UserError("tokenizer " + path + ": unexpected JSON content: " + e.what());
   }

@@ -2,6 +2,8 @@
 // concatenated.
 #include "data/tokenizer/hf_decoder.h"
 
+#include <algorithm>
+#include <climits>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
@@ -67,6 +69,16 @@ int byte_token(const std::string& t) {
   return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
+// Strip's start / stop: how many characters to take off, an integer >= 0 as HF's usize (which
+// refuses -1, 1.5 or "1"); read as uint64, since get<int> of 1e10 is undefined behaviour.
+int strip_count(const nlohmann::json& j, const char* key, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return 0;
+  if (!it->is_number_unsigned())
+    throw UserError(where + "." + key + ": expected an integer >= 0, got " + it->dump());
+  return static_cast<int>(std::min<uint64_t>(it->get<uint64_t>(), INT_MAX));
+}
+
 }  // namespace
 
 HfDecoder HfDecoder::from_json(const nlohmann::json& j, const std::string& where) {
@@ -103,11 +115,12 @@ void HfDecoder::add(const nlohmann::json& j, const std::string& where) {
   } else if (type == "Strip") {
     st.kind = Step::Kind::kStrip;
     st.content = j.value("content", " ");
-    st.start = j.value("start", 0);
-    st.stop = j.value("stop", 0);
+    st.start = strip_count(j, "start", where);
+    st.stop = strip_count(j, "stop", where);
   } else if (type == "Metaspace") {
     st.kind = Step::Kind::kMetaspace;
     st.content = j.value("replacement", "\u2581");
+    if (st.content.empty()) throw UserError(where + ".replacement: empty");  // replace_all loops
     st.prepend = j.value("prepend_scheme", "always") != "never";
   } else {
     throw UserError(where + ".type: '" + type +

@@ -35,6 +35,12 @@ class TokenIds {
   // (largest id + 1), computed in 64 bits.
   int64_t finish() const;
 
+  // Calls f(id, content) for every claimed id, with the content of the token that claimed it.
+  template <class F>
+  void for_each_token(F f) const {
+    for (const auto& [id, o] : owners_) f(id, o.content);
+  }
+
  private:
   struct Owner {
     std::string owner, content;

@@ -51,7 +51,12 @@ class HfBpeTokenizer final : public Tokenizer {
     std::ifstream f(path);
     const auto j = nlohmann::json::parse(f, nullptr, false);
     if (j.is_discarded()) return;  // load() above has already rejected a malformed file
-    read_template(path, j);
+    try {
+      read_template(path, j);
+    } catch (const nlohmann::json::exception& e) {  // a field of another type than HF writes
+      throw UserError("tokenizer " + path +
+                      ": post_processor: unexpected JSON content: " + e.what());
+    }
     bos_ = !prefix_.empty()
                ? prefix_.front()
                : named_special(j, {"<|begin_of_text|>", "<s>", "<bos>", "<|startoftext|>"});
@@ -69,13 +74,16 @@ class HfBpeTokenizer final : public Tokenizer {
   int32_t eos_id() const override { return eos_; }
 
  private:
-  // The id of the first of `names` that is an added token marked special; -1 when none is.
+  // The id of the first of `names` that is an added token marked special; -1 when none is. The
+  // fields are read as BpeTokenizer::load reads them (a "special" that is not true is false), and
+  // load has checked the contents and ids.
   static int32_t named_special(const nlohmann::json& j, std::initializer_list<const char*> names) {
     const auto& added = j.value("added_tokens", nlohmann::json::array());
     for (const char* name : names)
       for (const auto& a : added)
-        if (a.is_object() && a.value("special", false) && a.value("content", "") == name)
-          return a.value("id", -1);
+        if (a.is_object() && a.value("special", nlohmann::json()) == true &&
+            a.value("content", nlohmann::json()) == name)
+          return a["id"].get<int32_t>();
     return -1;
   }
 
