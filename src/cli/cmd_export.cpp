@@ -15,10 +15,12 @@
 #include <tuple>
 
 #include "cli/commands.h"
+#include "backend/backend.h"
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "train/run_config.h"
@@ -107,9 +109,52 @@ fs::path resolve_model_dir(const std::string& arg, const char* flag) {
   return *latest;
 }
 
+namespace {
+
+// A LoRA checkpoint as a PEFT adapter directory, or (merge) any model with its adapters folded in
+// as a plain Hugging Face directory.
+template <class Opts>
+int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lora_checkpoint) {
+  auto be = make_backend("cpu");
+  std::unique_ptr<Transformer> model = load_model_for_inference(dir.string(), o.adapter, be.get());
+  if (!model->has_lora())
+    throw UserError("--merge: '" + dir.string() + "' has no LoRA adapters (give --adapter DIR)");
+  if (!o.merge) {
+    std::string base;
+    if (std::ifstream in(dir / "adapter_config.json"); in) {
+      const auto j = nlohmann::json::parse(in, nullptr, false);
+      if (j.is_object()) base = j.value("base_model_name_or_path", std::string());
+    }
+    save_peft_adapter(o.out, *model, base, opt.dtype);
+    fmt::print("exported the LoRA adapters of {} to {} as a PEFT adapter directory ({} tensors, "
+               "{}; base: {})\n",
+               dir.string(), o.out, model->lora_params().size(), dtype_name(opt.dtype),
+               base.empty() ? "initialised from train.seed, export it with --merge" : base);
+    return 0;
+  }
+  merge_lora_into_base(*model);
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::exists(dir / name)) {
+      opt.tokenizer = (dir / name).string();
+      break;
+    }
+  std::string template_note;
+  if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, template_note);
+  const HfExportResult r = save_hf_model(o.out, *model, opt);
+  fmt::print("exported {} with its LoRA adapters merged{} to {}: {} {} weights in {} file{}\n",
+             dir.string(), lora_checkpoint ? "" : " (" + o.adapter + ")", r.dir,
+             format_bytes(r.tensor_bytes), dtype_name(opt.dtype), r.shards,
+             r.shards == 1 ? "" : "s");
+  if (!template_note.empty()) fmt::print("tokenizer_config.json: {}\n", template_note);
+  return 0;
+}
+
+}  // namespace
+
 Run add_export(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, out, dtype = "bf16", max_shard = "5GB";
+    std::string checkpoint, adapter, out, dtype = "bf16", max_shard = "5GB";
+    bool merge = false;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--checkpoint", o->checkpoint,
@@ -121,11 +166,20 @@ Run add_export(CLI::App& app) {
   app.add_option("--max-shard-size", o->max_shard,
                  "split the weights into shards of at most this size (500MB, 5GB, bytes)")
       ->capture_default_str();
+  app.add_flag("--merge", o->merge,
+               "LoRA: fold the adapters into the base and write a plain Hugging Face model "
+               "(without it, a LoRA checkpoint exports as a PEFT adapter directory)");
+  app.add_option("--adapter", o->adapter,
+                 "with --merge: a PEFT adapter directory to fold into the --checkpoint model");
   return [o]() {
     HfExportOptions opt;
     opt.dtype = parse_export_dtype(o->dtype, "--dtype");
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
     const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
+    const bool lora_checkpoint = fs::exists(dir / "adapter_config.json");
+    if (!o->adapter.empty() && !o->merge)
+      throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
+    if (lora_checkpoint || o->merge) return export_lora(*o, dir, opt, lora_checkpoint);
     const ModelConfig cfg = read_hf_model_config(dir.string());
     const HfWeights weights = open_hf_weights(dir.string(), cfg);
     std::vector<HostTensor> owned;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_model.h"
+#include "train/checkpoint.h"
 #include "train/generation.h"
 #include "train/trainer.h"
 
@@ -33,7 +34,7 @@ std::string tokenizer_spec(const std::filesystem::path& dir) {
 
 Run add_generate(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, prompt, prompt_ids, backend = "cpu";
+    std::string checkpoint, adapter, prompt, prompt_ids, backend = "cpu";
     int64_t max_new_tokens = 200, top_k = 0, threads = 0;
     double temperature = 0.8, top_p = 1.0;
     uint64_t seed = 0;
@@ -68,6 +69,7 @@ Run add_generate(CLI::App& app) {
   app.add_flag("--json", o->json,
                "print one JSON object instead of the text: {\"prompt_ids\": [...], \"ids\": "
                "[the new ids], \"text\": the new ids decoded}");
+  app.add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory to put on the model");
   app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();
   return [o, prompt, prompt_ids]() {
@@ -88,8 +90,9 @@ Run add_generate(CLI::App& app) {
       for (int32_t id : tok->encode(o->prompt)) ids_in.push_back(id);
     }
     auto be = make_backend(o->backend);
-    Transformer model(be.get(), mc);
-    load_hf_weights(dir.string(), model);  // f32 checkpoints, and bf16 / sharded HF directories
+    // f32 checkpoints, bf16 / sharded HF directories, LoRA checkpoints and --adapter
+    std::unique_ptr<Transformer> loaded = load_model_for_inference(dir.string(), o->adapter, be.get());
+    Transformer& model = *loaded;
 
     GenerateOptions g;
     g.max_new_tokens = o->max_new_tokens;

@@ -1,4 +1,5 @@
-// `lmtrain logits`: one forward pass of a Hugging Face model directory over a list of ids, for
+// `lmtrain logits`: one forward pass of a Hugging Face model directory (or a checkpoint, LoRA ones
+// included, or a model plus a PEFT adapter) over a list of ids, for
 // comparing with other implementations: writes the logits ([T, vocab], f32) as safetensors and
 // prints the mean next-token cross-entropy (labels = the ids, shifted) as JSON on stdout.
 #include <fmt/core.h>
@@ -12,6 +13,7 @@
 #include "core/error.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace lmt::cli {
@@ -46,12 +48,13 @@ std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab
 
 Run add_logits(CLI::App& app) {
   struct Opts {
-    std::string model, ids_file, out, backend = "cpu";
+    std::string model, adapter, ids_file, out, backend = "cpu";
     int64_t threads = 0;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--model", o->model, "Hugging Face model directory (config.json, safetensors)")
       ->required();
+  app.add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory to put on the model");
   app.add_option("--ids-file", o->ids_file, "JSON file with one array of token ids")->required();
   app.add_option("--out", o->out, "safetensors file to write the logits to")->required();
   app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
@@ -59,7 +62,7 @@ Run add_logits(CLI::App& app) {
   return [o]() {
     set_threads(o->threads);
     auto be = make_backend(o->backend);
-    std::unique_ptr<Transformer> model = load_hf_model(o->model, be.get());
+    std::unique_ptr<Transformer> model = load_model_for_inference(o->model, o->adapter, be.get());
     const int64_t V = model->config().vocab_size;
     const std::vector<int32_t> ids = read_ids(o->ids_file, V);
     const auto T = static_cast<int64_t>(ids.size());

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <yaml-cpp/yaml.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +18,10 @@
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
+#include "train/run_config.h"
 #include "train/trainer.h"
 
 namespace lmt {
@@ -73,36 +76,6 @@ std::string non_finite_param(const Transformer& model, const void* host, DType d
     if (bad) return p.name;
   }
   return "";
-}
-
-// adapter_config.json as PEFT writes it for a LoRA model, so that PeftModel.from_pretrained reads
-// a checkpoint (or an export) directly.
-nlohmann::json peft_adapter_config(const Transformer& model, const std::string& base) {
-  const LoraSpec& s = model.lora_spec();
-  // The modules adapted, by their paths inside a block ("self_attn.q_proj", "attn.c_proj"), which
-  // PEFT matches as suffixes: a bare "c_proj" would also adapt gpt2's mlp.c_proj.
-  std::vector<std::string> modules;
-  for (const LoraModule& m : lora_modules(model.config())) {
-    const std::string suffix = "." + m.path + ".lora_A.weight";
-    for (const ParamInfo& p : model.lora_params())
-      if (p.name.ends_with(suffix)) {
-        modules.push_back(m.path);
-        break;
-      }
-  }
-  return {{"peft_type", "LORA"},
-          {"task_type", "CAUSAL_LM"},
-          {"base_model_name_or_path", base},
-          {"r", s.rank},
-          {"lora_alpha", s.alpha},
-          {"lora_dropout", 0.0},
-          {"target_modules", modules},
-          {"use_rslora", s.use_rslora},
-          {"fan_in_fan_out", model.config().traits().conv1d},
-          {"bias", "none"},
-          {"modules_to_save", nullptr},
-          {"init_lora_weights", true},
-          {"inference_mode", true}};
 }
 
 int64_t step_of(const fs::path& dir) {
@@ -306,6 +279,45 @@ std::string base_weights_hash(const Transformer& model) {
     for (size_t i = 0; i < n; ++i) h = (h ^ chunk[i]) * 1099511628211ull;
   }
   return fmt::format("fnv1a64:{:016x}", h);
+}
+
+std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
+                                                      const std::string& adapter, Backend* be) {
+  const fs::path state_path = fs::path(dir) / "state.json";
+  const bool lora_checkpoint =
+      fs::exists(fs::path(dir) / "adapter_config.json") && fs::exists(state_path) &&
+      read_json(state_path).contains("lora");
+  if (!lora_checkpoint) {
+    std::unique_ptr<Transformer> model = load_hf_model(dir, be);
+    if (!adapter.empty()) load_peft_adapter(adapter, *model);
+    return model;
+  }
+  if (!adapter.empty())
+    throw UserError("--adapter: '" + dir + "' is a LoRA checkpoint, which brings its own adapters");
+  const nlohmann::json lora = read_json(state_path).at("lora");
+  const std::string base = lora.value("base_init_from", std::string());
+  auto model = std::make_unique<Transformer>(be, read_hf_model_config(dir));
+  if (!base.empty()) {
+    load_hf_weights(base, *model);
+  } else {  // initialised as the run did, from its train.seed
+    int64_t seed = TrainConfig{}.seed;
+    try {
+      const YAML::Node train = YAML::LoadFile((fs::path(dir) / "config.yaml").string())["train"];
+      if (train && train["seed"]) seed = train["seed"].as<int64_t>();
+    } catch (const YAML::Exception& e) {
+      throw UserError(dir + "/config.yaml: " + e.what());
+    }
+    model->init_weights(static_cast<uint64_t>(seed));
+  }
+  const std::string hash = base_weights_hash(*model);
+  if (hash != lora.value("base_hash", std::string()))
+    throw UserError(fmt::format(
+        "{}: the base model ({}) is not the one these adapters were trained on: its weights hash "
+        "to {}, the checkpoint recorded {}",
+        dir, base.empty() ? "initialised from train.seed" : base, hash,
+        lora.value("base_hash", std::string())));
+  load_peft_adapter(dir, *model);
+  return model;
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {

@@ -31,6 +31,13 @@ struct CheckpointState {
 // "fnv1a64:<hex>" of the base weights' bytes, as the model holds them.
 std::string base_weights_hash(const Transformer& model);
 
+// The model in `dir` for inference and export (f32): a Hugging Face directory or a checkpoint as
+// load_hf_weights reads it, or, for a LoRA checkpoint, its base (the run's train.init_from, or
+// the initialisation from its train.seed; checked against the hash the checkpoint recorded) with
+// its adapters. `adapter`, when not empty, is a PEFT adapter directory put on the model.
+std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
+                                                      const std::string& adapter, Backend* be);
+
 // m and v: optimizer moments in the flat parameter layout (f32, may be null to skip).
 // Returns the checkpoint directory. Deletes the oldest ones beyond keep_last (0 keeps all), each
 // renamed to a temporary name first, so that a kill mid-delete never leaves a damaged step_N.

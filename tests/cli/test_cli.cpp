@@ -280,6 +280,64 @@ TEST_F(Cli, ResumingAFinishedRunSaysThereIsNothingToDo) {
   EXPECT_EQ(more.out.find("last loss 0.0000"), std::string::npos) << more.out;
 }
 
+// LoRA from the command line: a bad lora section is one message (exit 2); a LoRA run's checkpoint
+// exports as a PEFT adapter directory and merged; logits take the checkpoint, or the base plus
+// --adapter, with the same result, and generate takes the checkpoint.
+TEST_F(Cli, LoraTrainExportAndUse) {
+  const std::string cfg = config("  save_every: 0\n");
+  Result bad = run("train --config " + cfg + " --set lora.rank=4 --set lora.target_modules=[qproj]");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("lora.target_modules: 'qproj' is not a projection of a llama model"),
+            std::string::npos)
+      << bad.out;
+  Result neg = run("train --config " + cfg + " --set lora.rank=-1");
+  EXPECT_EQ(neg.code, 2) << neg.out;
+  EXPECT_NE(neg.out.find("lora.rank must be >= 0 (0 = full training) (got -1)"), std::string::npos)
+      << neg.out;
+
+  const std::string base = (dir_ / "base").string();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  ASSERT_EQ(run("export --checkpoint " + (dir_ / "out").string() + " --out " + base +
+                " --dtype f32").code,
+            0);
+  const std::string lora_run = (dir_ / "lora").string();
+  Result t = run("train --config " + cfg + " --set train.init_from=" + base +
+                 " --set train.out_dir=" + lora_run + " --set lora.rank=2 --set train.lr=0.05");
+  ASSERT_EQ(t.code, 0) << t.out;
+  EXPECT_NE(t.out.find("LoRA: rank 2, alpha 16, 7 adapters"), std::string::npos) << t.out;
+  const std::string ids = (dir_ / "ids.json").string();
+  std::ofstream(ids) << "[104, 101, 108, 108, 111, 32, 119]";
+  auto loss_of = [&](const std::string& args) {
+    Result r = run("logits " + args + " --ids-file " + ids + " --out " +
+                   (dir_ / "l.safetensors").string());
+    EXPECT_EQ(r.code, 0) << r.out;
+    return r.out;
+  };
+  const std::string from_checkpoint = loss_of("--model " + lora_run + "/checkpoints/step_0000002");
+  const std::string adapter = (dir_ / "adapter").string();
+  Result e = run("export --checkpoint " + lora_run + " --out " + adapter + " --dtype f32");
+  ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_TRUE(fs::exists(fs::path(adapter) / "adapter_config.json"));
+  EXPECT_EQ(loss_of("--model " + base + " --adapter " + adapter), from_checkpoint);
+  EXPECT_NE(loss_of("--model " + base), from_checkpoint);  // the adapters changed something
+  Result m = run("export --checkpoint " + lora_run + " --out " + (dir_ / "merged").string() +
+                 " --dtype f32 --merge");
+  ASSERT_EQ(m.code, 0) << m.out;
+  const std::string g = "generate --temperature 0 --max-new-tokens 5 --prompt-ids '[104, 101]' ";
+  Result g1 = run(g + "--checkpoint " + lora_run);  // its tokenizer: bytes, from state.json
+  EXPECT_EQ(g1.code, 0) << g1.out;
+  Result only = run("export --checkpoint " + base + " --out " + (dir_ / "x").string() +
+                    " --adapter " + adapter);
+  EXPECT_EQ(only.code, 2) << only.out;
+  EXPECT_NE(only.out.find("--adapter: give --merge too"), std::string::npos) << only.out;
+  Result wrong = run("logits --model " + base + " --adapter " + base + " --ids-file " + ids +
+                     " --out " + (dir_ / "l.safetensors").string());
+  EXPECT_EQ(wrong.code, 2) << wrong.out;
+  EXPECT_NE(wrong.out.find("adapter_config.json' not found (not a PEFT adapter directory)"),
+            std::string::npos)
+      << wrong.out;
+}
+
 TEST_F(Cli, BenchPrintsOneJsonObject) {
   Result g = run("bench --config " + config() + " --steps 1 --set train.threads=1");
   ASSERT_EQ(g.code, 0) << g.out;

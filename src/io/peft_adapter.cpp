@@ -1,0 +1,173 @@
+// PEFT adapter directories: reading and writing adapter_config.json and adapter_model.safetensors,
+// and folding adapters into the base.
+#include "io/peft_adapter.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "io/text_file.h"
+
+namespace lmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The base weights of a model and its adapters on the host as f64.
+std::vector<double> to_host_f64(const Transformer& model, const void* data, int64_t n) {
+  std::vector<uint8_t> raw(static_cast<size_t>(n) * dtype_size(model.dtype()));
+  model.backend()->to_host(raw.data(), data, raw.size());
+  std::vector<double> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[i] = load_element(model.dtype(), raw.data(), i);
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json peft_adapter_config(const Transformer& model, const std::string& base) {
+  const LoraSpec& s = model.lora_spec();
+  // The modules adapted, by their paths inside a block ("self_attn.q_proj", "attn.c_proj"), which
+  // PEFT matches as suffixes: a bare "c_proj" would also adapt gpt2's mlp.c_proj.
+  std::vector<std::string> modules;
+  for (const LoraModule& m : lora_modules(model.config())) {
+    const std::string suffix = "." + m.path + ".lora_A.weight";
+    for (const ParamInfo& p : model.lora_params())
+      if (p.name.ends_with(suffix)) {
+        modules.push_back(m.path);
+        break;
+      }
+  }
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", base},
+          {"r", s.rank},
+          {"lora_alpha", s.alpha},
+          {"lora_dropout", 0.0},
+          {"target_modules", modules},
+          {"use_rslora", s.use_rslora},
+          {"fan_in_fan_out", model.config().traits().conv1d},
+          {"bias", "none"},
+          {"modules_to_save", nullptr},
+          {"init_lora_weights", true},
+          {"inference_mode", true}};
+}
+
+LoraSpec read_peft_adapter_config(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "adapter_config.json").string();
+  std::ifstream in(path);
+  if (!in) throw UserError("adapter: '" + path + "' not found (not a PEFT adapter directory)");
+  const auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object()) throw UserError(path + ": not a JSON object");
+  auto field = [&](const char* name) -> const nlohmann::json& {
+    static const nlohmann::json null;
+    auto it = j.find(name);
+    return it == j.end() ? null : *it;
+  };
+  auto refuse = [&](const std::string& what) { throw UserError(path + ": " + what); };
+  if (field("peft_type") != "LORA")
+    refuse("peft_type is " + field("peft_type").dump() + "; lmtrain reads LORA adapters");
+  LoraSpec s;
+  if (!field("r").is_number_integer()) refuse("field 'r' must be an integer");
+  s.rank = field("r").get<int64_t>();
+  if (!field("lora_alpha").is_number()) refuse("field 'lora_alpha' must be a number");
+  s.alpha = field("lora_alpha").get<double>();
+  const nlohmann::json& tm = field("target_modules");
+  if (tm.is_string())
+    refuse("target_modules is a regular expression (" + excerpt(tm.get<std::string>()) +
+           "); lmtrain reads adapters whose target_modules is a list of module names");
+  if (!tm.is_array()) refuse("field 'target_modules' must be a list of module names");
+  for (const auto& t : tm) {
+    if (!t.is_string()) refuse("target_modules holds " + t.dump() + ", not a module name");
+    s.target_modules.push_back(t.get<std::string>());
+  }
+  s.use_rslora = field("use_rslora").is_boolean() && field("use_rslora").get<bool>();
+  if (!field("bias").is_null() && field("bias") != "none")
+    refuse("bias is " + field("bias").dump() + "; lmtrain's adapters train no biases (none)");
+  for (const char* unsupported : {"use_dora", "modules_to_save", "layers_to_transform",
+                                  "rank_pattern", "alpha_pattern"}) {
+    const nlohmann::json& v = field(unsupported);
+    if (!v.is_null() && v != false && !(v.is_object() && v.empty()) && !(v.is_array() && v.empty()))
+      refuse(std::string(unsupported) + " is " + excerpt(v.dump()) +
+             "; lmtrain reads plain LoRA adapters without it");
+  }
+  return s;
+}
+
+void load_peft_adapter(const std::string& dir, Transformer& model) {
+  const LoraSpec spec = read_peft_adapter_config(dir);
+  try {
+    model.add_lora(spec, 0);
+  } catch (const UserError& e) {
+    throw UserError((fs::path(dir) / "adapter_config.json").string() + ": " + e.what());
+  }
+  const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
+  SafetensorsFile st = SafetensorsFile::open(path);
+  for (const ParamInfo& p : model.lora_params()) {
+    if (!st.contains(p.name))
+      throw UserError(path + ": tensor '" + p.name + "' is missing");
+    if (st.meta(p.name).shape != p.shape)
+      throw UserError(path + ": tensor '" + p.name + "' has shape " + st.meta(p.name).shape.str() +
+                      ", the model expects " + p.shape.str() +
+                      " (an adapter made for another base model?)");
+    HostTensor t = st.read_as(p.name, model.dtype());
+    model.backend()->from_host(static_cast<char*>(model.lora_data()) +
+                                   static_cast<size_t>(p.offset) * dtype_size(model.dtype()),
+                               t.data(), t.nbytes());
+  }
+}
+
+void save_peft_adapter(const std::string& dir, const Transformer& model, const std::string& base,
+                       DType dtype) {
+  const std::vector<double> w =
+      to_host_f64(model, model.lora_data(), model.lora_flat_size());
+  SafetensorsWriter out;
+  out.set_metadata("format", "pt");
+  for (const ParamInfo& p : model.lora_params()) {
+    HostTensor t(dtype, p.shape);
+    for (int64_t i = 0; i < p.numel(); ++i) store_element(dtype, t.data(), i, w[p.offset + i]);
+    out.add_copy(p.name, t);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError("cannot create '" + dir + "': " + ec.message());
+  out.write((fs::path(dir) / "adapter_model.safetensors").string());
+  write_text_file((fs::path(dir) / "adapter_config.json").string(),
+                  peft_adapter_config(model, base).dump(2) + "\n");
+}
+
+void merge_lora_into_base(Transformer& model) {
+  const bool conv1d = model.config().traits().conv1d;
+  std::vector<double> base = to_host_f64(model, model.params_data(), model.flat_size());
+  const std::vector<double> lw = to_host_f64(model, model.lora_data(), model.lora_flat_size());
+  const LoraSpec& spec = model.lora_spec();
+  const double s = spec.scaling();
+  const int64_t r = spec.rank;
+  for (const ParamInfo& a : model.lora_params()) {
+    const std::string tail = ".lora_A.weight";
+    if (!a.name.ends_with(tail)) continue;
+    const std::string module =
+        a.name.substr(std::string("base_model.model.").size(), a.name.size() - 17 - tail.size());
+    const ParamInfo& b = [&]() -> const ParamInfo& {
+      for (const ParamInfo& p : model.lora_params())
+        if (p.name == "base_model.model." + module + ".lora_B.weight") return p;
+      throw InternalError("merge: no lora_B for " + module);
+    }();
+    const ParamInfo& w = model.param(module + ".weight");
+    const int64_t in = a.shape[1], out = b.shape[0];
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) {
+        double d = 0;
+        for (int64_t k = 0; k < r; ++k) d += lw[b.offset + o * r + k] * lw[a.offset + k * in + i];
+        // Hugging Face stores Linear weights [out, in] and gpt2's Conv1D weights [in, out].
+        base[w.offset + (conv1d ? i * out + o : o * in + i)] += s * d;
+      }
+  }
+  std::vector<uint8_t> raw(base.size() * dtype_size(model.dtype()));
+  for (size_t i = 0; i < base.size(); ++i)
+    store_element(model.dtype(), raw.data(), static_cast<int64_t>(i), base[i]);
+  model.backend()->from_host(model.params_data(), raw.data(), raw.size());
+}
+
+}  // namespace lmt
