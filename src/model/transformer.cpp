@@ -70,8 +70,7 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
   dims_ = dims_of(cfg_);
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
-  grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
-  set_rope(0);
+  set_rope(0);  // the gradient buffer comes with the first backward (none for a frozen base)
 }
 
 Transformer::~Transformer() = default;
@@ -117,7 +116,12 @@ Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
   return plan_->sets[plan_->checkpointing ? 0 : static_cast<size_t>(l)];
 }
 
+void Transformer::ensure_grads() {
+  if (!has_lora() && !grads_.data()) grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
+}
+
 void Transformer::zero_grads() {
+  ensure_grads();
   if (has_lora()) {
     be_->zero(lora_grads_.data(), static_cast<size_t>(lora_.flat_size) * es_);
     be_->zero(grad_sink_.data(), grad_sink_.bytes());
@@ -598,6 +602,7 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
 LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels, int64_t B,
                                       int64_t T, double grad_scale, const Packing* packing) {
   LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
+  ensure_grads();
   upload_batch(ids, labels, B, T, packing);
   forward_trunk();
   LossSum loss = head_loss(true, grad_scale);

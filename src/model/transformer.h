@@ -51,6 +51,8 @@ class Transformer {
   int64_t num_params() const;                       // sum of parameter sizes (no padding)
   int64_t flat_size() const { return flat_size_; }  // elements in the flat buffer
   void* params_data() const { return params_.empty() ? nullptr : weights_.data(); }
+  // The gradient buffer: allocated (zeroed) by the first zero_grads() or forward_backward(), so
+  // a model that never trains, or trains adapters only, never holds one.
   void* grads_data() const { return grads_.data(); }
 
   // LoRA: adds the adapters of `spec`, initialised as PEFT does (A uniform in +-1/sqrt(in), B
@@ -176,6 +178,7 @@ class Transformer {
   };
 
   void build_layout();
+  void ensure_grads();
   void set_rope(int64_t seq_len);
   void plan(int64_t B, int64_t T);
   LayerWeights layer_weights(int64_t l, bool grads) const;

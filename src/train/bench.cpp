@@ -56,7 +56,10 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   model.set_activation_checkpointing(cfg.train.activation_checkpointing);
   model.set_loss_chunk_tokens(cfg.train.loss_chunk_tokens);
   model.init_weights(static_cast<uint64_t>(cfg.train.seed));
-  AdamW opt(be.get(), model.params(), model.flat_size(), cfg.optimizer, cfg.train.weight_decay);
+  const bool lora = cfg.lora.rank > 0;  // a frozen base and adapters, as train() runs LoRA
+  if (lora) model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(cfg.train.seed));
+  AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
+            cfg.train.weight_decay);
 
   Rng rng(static_cast<uint64_t>(cfg.train.seed), 99);
   std::vector<int32_t> ids(static_cast<size_t>(B * T * accum));
@@ -69,8 +72,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
     model.zero_grads();
     for (int64_t a = 0; a < accum; ++a)
       model.forward_backward(ids.data() + a * B * T, labels.data() + a * B * T, B, T, scale);
-    opt.clip_and_step(static_cast<float*>(model.params_data()),
-                      static_cast<float*>(model.grads_data()), cfg.train.lr, cfg.train.grad_clip);
+    opt.clip_and_step(static_cast<float*>(model.trainable_data()),
+                      static_cast<float*>(model.trainable_grads_data()), cfg.train.lr,
+                      cfg.train.grad_clip);
     be->synchronize();
   };
   step();  // warm-up: plans the arena, touches every page
@@ -94,7 +98,14 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   if (!mc.tie_word_embeddings) matmul_params -= mc.vocab_size * mc.hidden_size;
   if (mc.traits().learned_positions) matmul_params -= mc.max_position_embeddings * mc.hidden_size;
   const double tokens = static_cast<double>(B * T * accum);
-  const double fpt = train_flops_per_token(mc, T, matmul_params);
+  int64_t adapter_params = 0;
+  for (const ParamInfo& p : model.lora_params()) adapter_params += p.numel();
+  // LoRA: the frozen base's products run forward and for the input gradient only (4 FLOPs per
+  // parameter and token instead of 6); the adapters train fully.
+  const double fpt = lora ? train_flops_per_token(mc, T, matmul_params) -
+                                2.0 * static_cast<double>(matmul_params) +
+                                6.0 * static_cast<double>(adapter_params)
+                          : train_flops_per_token(mc, T, matmul_params);
   const double tps = tokens / mean;
   nlohmann::json j;
   j["backend"] = be->name();
@@ -109,6 +120,10 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
                 {"grad_accum_steps", accum},
                 {"activation_checkpointing", cfg.train.activation_checkpointing}};
   j["params"] = model.num_params();
+  if (lora)
+    j["lora"] = {{"rank", cfg.lora.rank},
+                 {"target_modules", cfg.lora.target_modules},
+                 {"trainable_params", adapter_params}};
   j["steps"] = steps;
   j["tokens_per_s"] = tps;
   j["step_ms"] = mean * 1e3;
