@@ -11,7 +11,10 @@
 #include "core/error.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "model/transformer.h"
+#include "train/memory_check.h"
+#include "train/run_config.h"
 
 namespace lmt::cli {
 
@@ -54,7 +57,7 @@ ParamCounts count_params(const ModelConfig& cfg) {
 
 Run add_info(CLI::App& app) {
   struct Opts {
-    std::string model;
+    std::string model, adapter;
     int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
     bool checkpointing = false, json = false;
   };
@@ -63,6 +66,8 @@ Run add_info(CLI::App& app) {
          "--model", o->model,
          "Hugging Face model directory, checkpoint, or run directory (its newest checkpoint)")
       ->required();
+  app.add_option("--adapter", o->adapter,
+                 "a PEFT LoRA adapter directory on the model (a LoRA checkpoint brings its own)");
   app.add_option("--micro-batch", o->micro_batch, "sequences per training micro-batch")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -86,21 +91,38 @@ Run add_info(CLI::App& app) {
                                   cfg.max_position_embeddings, dir));
     const ParamCounts pc = count_params(cfg);
     const HfWeightsOnDisk disk = hf_weights_on_disk(dir);
-    // One training step on the CPU backend: f32 weights, gradients, AdamW's m and v over the flat
-    // buffer (alignment padding included), and the activation arena.
-    const uint64_t flat_bytes = static_cast<uint64_t>(pc.flat) * sizeof(float);
-    const uint64_t acts =
-        Transformer::activation_bytes(cfg, DType::f32, B, T, o->checkpointing, o->loss_chunk);
+    // LoRA adapters: --adapter, or those of a LoRA checkpoint.
+    std::string adapter = o->adapter;
+    if (adapter.empty() && std::filesystem::exists(std::filesystem::path(dir) / "adapter_config.json"))
+      adapter = dir;
+    RunConfig run;  // one training step on the CPU backend, as train's memory check counts it
+    run.model = cfg;
+    run.train.micro_batch_size = B;
+    run.data.seq_len = T;
+    run.train.activation_checkpointing = o->checkpointing;
+    run.train.loss_chunk_tokens = o->loss_chunk;
+    LoraLayout lora;
+    if (!adapter.empty()) {
+      const LoraSpec spec = read_peft_adapter_config(adapter);
+      lora = lora_layout(cfg, spec);
+      run.lora.rank = spec.rank;
+      run.lora.alpha = spec.alpha;
+      run.lora.target_modules = spec.target_modules;
+      run.lora.use_rslora = spec.use_rslora;
+    }
+    int64_t lora_params = 0;
+    for (const ParamInfo& p : lora.params) lora_params += p.numel();
+    const TrainingMemory tm = training_memory(run);
     struct Line {
       const char* key;    // in --json
       const char* label;  // in the table
       uint64_t bytes;
     };
-    const std::vector<Line> mem = {{"weights", "weights", flat_bytes},
-                                   {"gradients", "gradients", flat_bytes},
-                                   {"adamw_m", "AdamW m", flat_bytes},
-                                   {"adamw_v", "AdamW v", flat_bytes},
-                                   {"activations", "activations", acts}};
+    const std::vector<Line> mem = {{"weights", "weights", tm.weights},
+                                   {"gradients", "gradients", tm.gradients},
+                                   {"adamw_m", "AdamW m", tm.adamw / 2},
+                                   {"adamw_v", "AdamW v", tm.adamw / 2},
+                                   {"activations", "activations", tm.activations}};
     uint64_t total = 0;
     for (const Line& l : mem) total += l.bytes;
 
@@ -125,6 +147,12 @@ Run add_info(CLI::App& app) {
            {{"bytes", disk.bytes}, {"files", disk.files}, {"dtypes", disk.dtypes}}},
           {"training_step",
            {{"micro_batch", B}, {"seq_len", T}, {"activation_checkpointing", o->checkpointing}}}};
+      if (!adapter.empty())
+        j["lora"] = {{"adapter", adapter},
+                     {"rank", run.lora.rank},
+                     {"alpha", run.lora.alpha},
+                     {"tensors", lora.params.size()},
+                     {"parameters", lora_params}};
       for (const Line& l : mem) j["training_step"][l.key] = l.bytes;
       j["training_step"]["total"] = total;
       fmt::print("{}\n", j.dump(2));
@@ -148,6 +176,10 @@ Run add_info(CLI::App& app) {
     } else {
       fmt::print("on disk:     no weights (config.json only)\n");
     }
+    if (!adapter.empty())
+      fmt::print("LoRA:        {} ({} tensors, {} parameters; rank {}, alpha {}; the base frozen)\n",
+                 adapter, lora.params.size(), format_count(lora_params), run.lora.rank,
+                 run.lora.alpha);
     fmt::print("one training step on the CPU backend (f32, AdamW), micro-batch {} x {} tokens{}:\n",
                B, T, o->checkpointing ? ", activation checkpointing" : "");
     for (const Line& l : mem) fmt::print("  {:<12} {:>10}\n", l.label, format_bytes(l.bytes));

@@ -4,6 +4,7 @@
 #include "train/run_config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "io/config_yaml.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "model/rope.h"
 #include "train/checkpoint.h"
 
@@ -260,6 +262,38 @@ LoraSpec lora_spec(const LoraConfig& c) {
   return s;
 }
 
+void apply_lora_init_from(RunConfig& cfg) {
+  LoraConfig& l = cfg.lora;
+  if (l.init_from.empty()) return;
+  const LoraSpec a = read_peft_adapter_config(l.init_from);
+  const std::string where = "lora.init_from '" + l.init_from + "'";
+  if (l.rank == 0) {
+    l.rank = a.rank;
+    l.alpha = a.alpha;
+    l.use_rslora = a.use_rslora;
+    l.target_modules = a.target_modules;
+    return;
+  }
+  auto differ = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
+    throw UserError(fmt::format("lora.{} is {} here but {} in {} (leave lora.rank at 0 to take "
+                                "the adapter's settings)",
+                                key, ours, theirs, where));
+  };
+  if (l.rank != a.rank) differ("rank", std::to_string(l.rank), std::to_string(a.rank));
+  if (l.alpha != a.alpha) differ("alpha", fmt::format("{}", l.alpha), fmt::format("{}", a.alpha));
+  if (l.use_rslora != a.use_rslora)
+    differ("use_rslora", l.use_rslora ? "true" : "false", a.use_rslora ? "true" : "false");
+  // The same projections, whatever the spelling ("q_proj" or "self_attn.q_proj").
+  auto adapted = [&](const LoraSpec& s) {
+    std::vector<std::string> names;
+    for (const ParamInfo& p : lora_layout(cfg.model, s).params) names.push_back(p.name);
+    return names;
+  };
+  if (adapted(lora_spec(l)) != adapted(a))
+    differ("target_modules", fmt::format("[{}]", fmt::join(l.target_modules, ", ")),
+           fmt::format("[{}]", fmt::join(a.target_modules, ", ")));
+}
+
 void RunConfig::validate() const {
   model.validate();
   validate_data(data, model);
@@ -295,6 +329,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     apply_init_from(cfg, model_keys, tokenizer_set, path);
   }
   try {
+    apply_lora_init_from(cfg);
     cfg.validate();
     check_config_json_holds(cfg.model, "model");
   } catch (const UserError& e) {

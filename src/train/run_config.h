@@ -189,6 +189,7 @@ struct LoraConfig {
   double alpha = 16;
   std::vector<std::string> target_modules = {"all-linear"};
   bool use_rslora = false;
+  std::string init_from;
 
   template <class V>
   void visit(V& v) {
@@ -198,6 +199,10 @@ struct LoraConfig {
       "projections to adapt: Hugging Face module names (q_proj, k_proj, v_proj, o_proj, "
       "gate_proj, up_proj, down_proj; gpt2: c_attn, c_proj, c_fc), or all-linear");
     v("use_rslora", use_rslora, "scale by alpha / sqrt(rank) (rank-stabilised LoRA)");
+    v("init_from", init_from,
+      "a PEFT LoRA adapter directory to continue training: its adapter_config.json gives rank, "
+      "alpha, target_modules and use_rslora (with rank set here, those keys must agree with it) "
+      "and its weights replace the initialisation; a resumed run continues from its checkpoint");
   }
 };
 
@@ -225,6 +230,11 @@ struct RunConfig {
 
 // The adapters a config asks for, as the model takes them.
 LoraSpec lora_spec(const LoraConfig& c);
+
+// lora.init_from: fills the lora section from DIR/adapter_config.json when lora.rank is 0, else
+// checks that rank, alpha, use_rslora and the adapted modules agree with it (one UserError naming
+// the key and both values). Does nothing when lora.init_from is empty.
+void apply_lora_init_from(RunConfig& cfg);
 
 // train.init_from: sets cfg.model from DIR/config.json. `set_model_keys`: the model keys the
 // user gave (names without "model."); each must agree with DIR's value (num_key_value_heads and

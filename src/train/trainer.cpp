@@ -20,6 +20,7 @@
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "io/text_file.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
@@ -173,7 +174,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   std::string base_hash;
   if (lora) {
     base_hash = base_weights_hash(model);
-    model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(tc.seed));
+    if (!cfg.lora.init_from.empty() && !ckpt) {  // continue from an existing adapter
+      load_peft_adapter(cfg.lora.init_from, model);
+      init_line += fmt::format("{}init: LoRA adapters of '{}'", init_line.empty() ? "" : "\n",
+                               cfg.lora.init_from);
+    } else {
+      model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(tc.seed));
+    }
     init_line += fmt::format(
         "{}LoRA: rank {}, alpha {}, {} adapters, {} trainable parameters; the base is frozen",
         init_line.empty() ? "" : "\n", cfg.lora.rank, cfg.lora.alpha,

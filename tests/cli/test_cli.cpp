@@ -326,6 +326,36 @@ TEST_F(Cli, LoraTrainExportAndUse) {
   const std::string g = "generate --temperature 0 --max-new-tokens 5 --prompt-ids '[104, 101]' ";
   Result g1 = run(g + "--checkpoint " + lora_run);  // its tokenizer: bytes, from state.json
   EXPECT_EQ(g1.code, 0) << g1.out;
+  // info counts a training step of the adapters: gradients and moments of theirs alone.
+  Result info = run("info --model " + base + " --adapter " + adapter + " --seq-len 8 --json");
+  ASSERT_EQ(info.code, 0) << info.out;
+  const auto ij = nlohmann::json::parse(info.out);
+  EXPECT_EQ(ij["lora"]["rank"], 2);
+  EXPECT_EQ(ij["lora"]["tensors"], 14);
+  EXPECT_LT(ij["training_step"]["gradients"].get<int64_t>(),
+            ij["training_step"]["weights"].get<int64_t>() / 4);
+  Result ci = run("info --model " + lora_run + " --seq-len 8 --json");
+  ASSERT_EQ(ci.code, 0) << ci.out;
+  EXPECT_EQ(nlohmann::json::parse(ci.out)["lora"]["parameters"], ij["lora"]["parameters"]);
+  // lora.init_from continues from a PEFT adapter: its settings, or keys that agree with them.
+  const std::string cont = " --set train.init_from=" + base + " --set lora.init_from=" + adapter;
+  Result c = run("train --config " + cfg + cont + " --set train.out_dir=" +
+                 (dir_ / "cont").string());
+  EXPECT_EQ(c.code, 0) << c.out;
+  EXPECT_NE(c.out.find("init: LoRA adapters of '" + adapter + "'"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("LoRA: rank 2, alpha 16, 7 adapters"), std::string::npos) << c.out;
+  Result clash = run("train --config " + cfg + cont + " --set lora.rank=4");
+  EXPECT_EQ(clash.code, 2) << clash.out;
+  EXPECT_NE(clash.out.find("lora.rank is 4 here but 2 in lora.init_from '" + adapter + "'"),
+            std::string::npos)
+      << clash.out;
+  Result targets = run("train --config " + cfg + cont + " --set lora.rank=2" +
+                       " --set lora.target_modules=[q_proj]");
+  EXPECT_EQ(targets.code, 2) << targets.out;
+  EXPECT_NE(targets.out.find("lora.target_modules is [q_proj] here but [self_attn.q_proj, "
+                             "self_attn.k_proj"),
+            std::string::npos)
+      << targets.out;
   Result only = run("export --checkpoint " + base + " --out " + (dir_ / "x").string() +
                     " --adapter " + adapter);
   EXPECT_EQ(only.code, 2) << only.out;
