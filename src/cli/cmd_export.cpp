@@ -96,6 +96,19 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
   return jinja;
 }
 
+// The export carries dir's tokenizer file, if any, and then the chat template of
+// export_chat_template; returns its note.
+std::string add_tokenizer(const fs::path& dir, HfExportOptions& opt) {
+  for (const char* name : {"tokenizer.json", "tokenizer.model"})
+    if (fs::exists(dir / name)) {
+      opt.tokenizer = (dir / name).string();
+      break;
+    }
+  std::string note;
+  if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, note);
+  return note;
+}
+
 }  // namespace
 
 fs::path resolve_model_dir(const std::string& arg, const char* flag) {
@@ -133,13 +146,7 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
     return 0;
   }
   merge_lora_into_base(*model);
-  for (const char* name : {"tokenizer.json", "tokenizer.model"})
-    if (fs::exists(dir / name)) {
-      opt.tokenizer = (dir / name).string();
-      break;
-    }
-  std::string template_note;
-  if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, template_note);
+  const std::string template_note = add_tokenizer(dir, opt);
   const HfExportResult r = save_hf_model(o.out, *model, opt);
   fmt::print("exported {} with its LoRA adapters merged{} to {}: {} {} weights in {} file{}\n",
              dir.string(), lora_checkpoint ? "" : " (" + o.adapter + ")", r.dir,
@@ -176,7 +183,7 @@ Run add_export(CLI::App& app) {
     opt.dtype = parse_export_dtype(o->dtype, "--dtype");
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
     const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
-    const bool lora_checkpoint = fs::exists(dir / "adapter_config.json");
+    const bool lora_checkpoint = is_lora_checkpoint(dir.string());
     if (!o->adapter.empty() && !o->merge)
       throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
     if (lora_checkpoint || o->merge) return export_lora(*o, dir, opt, lora_checkpoint);
@@ -184,13 +191,7 @@ Run add_export(CLI::App& app) {
     const HfWeights weights = open_hf_weights(dir.string(), cfg);
     std::vector<HostTensor> owned;
     const std::vector<HfTensor> tensors = source_tensors(weights, owned);
-    for (const char* name : {"tokenizer.json", "tokenizer.model"})
-      if (fs::exists(dir / name)) {
-        opt.tokenizer = (dir / name).string();
-        break;
-      }
-    std::string template_note;
-    if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, template_note);
+    const std::string template_note = add_tokenizer(dir, opt);
     const HfExportResult r = save_hf_model(o->out, cfg, tensors, opt);
     fmt::print("exported {} to {}: {} {} weights in {} file{}{}\n", dir.string(), r.dir,
                format_bytes(r.tensor_bytes), dtype_name(opt.dtype), r.shards,

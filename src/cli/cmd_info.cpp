@@ -13,6 +13,7 @@
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
 #include "model/transformer.h"
+#include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/run_config.h"
 
@@ -93,8 +94,7 @@ Run add_info(CLI::App& app) {
     const HfWeightsOnDisk disk = hf_weights_on_disk(dir);
     // LoRA adapters: --adapter, or those of a LoRA checkpoint.
     std::string adapter = o->adapter;
-    if (adapter.empty() && std::filesystem::exists(std::filesystem::path(dir) / "adapter_config.json"))
-      adapter = dir;
+    if (adapter.empty() && is_lora_checkpoint(dir)) adapter = dir;
     RunConfig run;  // one training step on the CPU backend, as train's memory check counts it
     run.model = cfg;
     run.train.micro_batch_size = B;

@@ -119,12 +119,8 @@ Run add_tokenizer(CLI::App& app) {
             }
           },
           o->train, o->out);
-      std::string left_out;  // as prepare reports them
-      if (skipped.total) left_out = fmt::format("; skipped {}:", skipped.total);
-      for (const auto& [reason, n] : skipped.by_reason) left_out += fmt::format(" {} {},", reason, n);
-      if (skipped.total) left_out.pop_back();
       fmt::print("learned from {} documents of {} source(s){}\n", docs, cfg.data.sources.size(),
-                 left_out);
+                 skipped.total ? "; " + skipped_summary(skipped.total, skipped.by_reason) : "");
     } else {
       merges = train_bpe_tokenizer(o->inputs, o->train, o->out);
     }

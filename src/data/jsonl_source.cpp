@@ -16,6 +16,14 @@ bool blank(std::string_view line) {
 
 }  // namespace
 
+std::string skipped_summary(int64_t total, const std::map<std::string, int64_t>& by_reason) {
+  if (total == 0) return "";
+  std::string out = "skipped " + std::to_string(total) + ":";
+  for (const auto& [reason, n] : by_reason) out += " " + reason + " " + std::to_string(n) + ",";
+  out.pop_back();
+  return out;
+}
+
 void report_bad_record(SkippedRecords* skipped, const std::string& where,
                        const std::string& reason, const std::string& detail) {
   if (!skipped)

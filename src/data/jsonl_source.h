@@ -26,6 +26,9 @@ struct SkippedRecords {
   }
 };
 
+// "skipped N: reason n, reason n" for a summary line; "" when nothing was skipped.
+std::string skipped_summary(int64_t total, const std::map<std::string, int64_t>& by_reason);
+
 // One bad record: a UserError "FILE:LINE: detail (set on_error: skip ...)" when `skipped` is null,
 // else counted under `reason`.
 void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t line,

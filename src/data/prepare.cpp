@@ -416,11 +416,7 @@ std::string manifest_summary(const Manifest& m) {
         s.train.tokens, s.validation.documents, s.validation.tokens);
     if (s.schema != "text")
       out += fmt::format("; loss on {} of {} train tokens", s.train.loss_tokens, s.train.tokens);
-    if (s.skipped) {
-      out += fmt::format("; skipped {}:", s.skipped);
-      for (const auto& [reason, n] : s.skipped_by_reason) out += fmt::format(" {} {},", reason, n);
-      out.pop_back();
-    }
+    if (s.skipped) out += "; " + skipped_summary(s.skipped, s.skipped_by_reason);
     out += "\n";
   }
   out += fmt::format("tokenizer {} ({}, vocab {}), {} tokens, prepared in {:.1f}s", m.tokenizer,

@@ -29,16 +29,11 @@ std::vector<double> to_host_f64(const Transformer& model, const void* data, int6
 nlohmann::json peft_adapter_config(const Transformer& model, const std::string& base) {
   const LoraSpec& s = model.lora_spec();
   // The modules adapted, by their paths inside a block ("self_attn.q_proj", "attn.c_proj"), which
-  // PEFT matches as suffixes: a bare "c_proj" would also adapt gpt2's mlp.c_proj.
+  // PEFT matches as suffixes: a bare "c_proj" would also adapt gpt2's mlp.c_proj. Every layer has
+  // the same adapters, so layer 0's name them all.
   std::vector<std::string> modules;
-  for (const LoraModule& m : lora_modules(model.config())) {
-    const std::string suffix = "." + m.path + ".lora_A.weight";
-    for (const ParamInfo& p : model.lora_params())
-      if (p.name.ends_with(suffix)) {
-        modules.push_back(m.path);
-        break;
-      }
-  }
+  for (const LoraTarget& t : model.lora_targets())
+    if (t.layer == 0) modules.push_back(t.module.path);
   return {{"peft_type", "LORA"},
           {"task_type", "CAUSAL_LM"},
           {"base_model_name_or_path", base},
@@ -102,11 +97,16 @@ void load_peft_adapter(const std::string& dir, Transformer& model) {
   } catch (const UserError& e) {
     throw UserError((fs::path(dir) / "adapter_config.json").string() + ": " + e.what());
   }
+  load_peft_adapter_weights(dir, model);
+}
+
+void load_peft_adapter_weights(const std::string& dir, Transformer& model) {
   const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
   SafetensorsFile st = SafetensorsFile::open(path);
   for (const ParamInfo& p : model.lora_params()) {
     if (!st.contains(p.name))
-      throw UserError(path + ": tensor '" + p.name + "' is missing");
+      throw UserError(path + ": tensor '" + p.name +
+                      "' is missing (the adapter was made for other target modules)");
     if (st.meta(p.name).shape != p.shape)
       throw UserError(path + ": tensor '" + p.name + "' has shape " + st.meta(p.name).shape.str() +
                       ", the model expects " + p.shape.str() +
@@ -144,18 +144,12 @@ void merge_lora_into_base(Transformer& model) {
   const LoraSpec& spec = model.lora_spec();
   const double s = spec.scaling();
   const int64_t r = spec.rank;
-  for (const ParamInfo& a : model.lora_params()) {
-    const std::string tail = ".lora_A.weight";
-    if (!a.name.ends_with(tail)) continue;
-    const std::string module =
-        a.name.substr(std::string("base_model.model.").size(), a.name.size() - 17 - tail.size());
-    const ParamInfo& b = [&]() -> const ParamInfo& {
-      for (const ParamInfo& p : model.lora_params())
-        if (p.name == "base_model.model." + module + ".lora_B.weight") return p;
-      throw InternalError("merge: no lora_B for " + module);
-    }();
-    const ParamInfo& w = model.param(module + ".weight");
-    const int64_t in = a.shape[1], out = b.shape[0];
+  for (const LoraTarget& t : model.lora_targets()) {
+    const ParamInfo& a = model.lora_params()[static_cast<size_t>(t.a)];
+    const ParamInfo& b = model.lora_params()[static_cast<size_t>(t.b)];
+    const ParamInfo& w =
+        model.param(block_prefix(model.config(), t.layer) + t.module.path + ".weight");
+    const int64_t in = t.module.in, out = t.module.out;
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) {
         double d = 0;

@@ -22,6 +22,8 @@ LoraSpec read_peft_adapter_config(const std::string& dir);
 // Adds DIR's adapters to `model` (which has none) and loads their weights. A tensor missing from
 // adapter_model.safetensors, or of another shape (an adapter of another base), is a UserError.
 void load_peft_adapter(const std::string& dir, Transformer& model);
+// The same for a model that has those adapters already (a LoRA checkpoint being resumed).
+void load_peft_adapter_weights(const std::string& dir, Transformer& model);
 
 // Writes DIR/adapter_model.safetensors (as `dtype`: f32, bf16 or f16) and adapter_config.json.
 void save_peft_adapter(const std::string& dir, const Transformer& model, const std::string& base,

@@ -313,14 +313,24 @@ void Transformer::linear_backward(const void* dy, const void* x, const void* w, 
   if (lora && !lora->empty()) lora_backward(*lora, dy, x, dx, N, in, out);
 }
 
+void* Transformer::lora_scratch(int64_t N) {
+  const size_t need = static_cast<size_t>(2 * N * lora_spec_.rank) * es_;
+  if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
+  return lora_scratch_.data();
+}
+
+int64_t Transformer::lora_num_params() const {
+  int64_t n = 0;
+  for (const ParamInfo& p : lora_.params) n += p.numel();
+  return n;
+}
+
 // y[:, o : o + out] += s (x A^T) B^T per adapter; u = x A^T goes through the scratch.
 void Transformer::lora_forward(const std::vector<int>& ids, const void* x, void* y, int64_t N,
                                int64_t in, int64_t ldy) {
   const int64_t r = lora_spec_.rank;
   const double s = lora_spec_.scaling();
-  const size_t need = static_cast<size_t>(2 * N * r) * es_;
-  if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
-  void* u = lora_scratch_.data();
+  void* u = lora_scratch(N);
   for (int id : ids) {
     const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
     const void* A = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.a)].offset);
@@ -336,9 +346,7 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
                                 void* dx, int64_t N, int64_t in, int64_t ldy) {
   const int64_t r = lora_spec_.rank;
   const double s = lora_spec_.scaling();
-  const size_t need = static_cast<size_t>(2 * N * r) * es_;
-  if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
-  void* u = lora_scratch_.data();
+  void* u = lora_scratch(N);
   void* du = at(u, N * r);
   for (int id : ids) {
     const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];

@@ -63,6 +63,8 @@ class Transformer {
   bool has_lora() const { return !lora_.params.empty(); }
   const LoraSpec& lora_spec() const { return lora_spec_; }
   const std::vector<ParamInfo>& lora_params() const { return lora_.params; }
+  const std::vector<LoraTarget>& lora_targets() const { return lora_.targets; }
+  int64_t lora_num_params() const;  // sum of adapter sizes (no padding); 0 without adapters
   int64_t lora_flat_size() const { return lora_.flat_size; }
   void* lora_data() const { return lora_weights_.data(); }
   void* lora_grads_data() const { return lora_grads_.data(); }
@@ -205,6 +207,8 @@ class Transformer {
                     int64_t ldy);
   void lora_backward(const std::vector<int>& ids, const void* dy, const void* x, void* dx,
                      int64_t N, int64_t in, int64_t ldy);
+  // The scratch of lora_forward / lora_backward: u and du, [N, rank] each.
+  void* lora_scratch(int64_t N);
   // Where a frozen base's norm weight gradients go: computed with dx by the same kernel, unused.
   void* grad_sink(void* g, int which = 0) const;
   void norm_forward(const void* w, const void* b, void* out, void* mean, void* rstd, const void* x,

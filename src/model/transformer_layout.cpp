@@ -172,13 +172,13 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
   grads_ = Buffer();  // the base is frozen
   grad_sink_ = Buffer(be_, static_cast<size_t>(2 * std::max<int64_t>(dims_.C, dims_.D)) * es_);
   // PEFT: kaiming_uniform_(A, a=sqrt(5)), a bound of 1/sqrt(fan_in); B = 0.
-  for (size_t i = 0; i < lora_.params.size(); ++i) {
-    const ParamInfo& p = lora_.params[i];
-    if (p.name.find(".lora_A.") == std::string::npos) continue;
+  for (const LoraTarget& t : lora_.targets) {
+    const ParamInfo& p = lora_.params[static_cast<size_t>(t.a)];
     const double bound = 1.0 / std::sqrt(static_cast<double>(p.shape[1]));
     std::vector<double> host(static_cast<size_t>(p.numel()));
+    const uint64_t stream = (uint64_t{1} << 32) + static_cast<uint64_t>(t.a);
     for (size_t k = 0; k < host.size(); ++k)
-      host[k] = (2.0 * uniform01(seed, (uint64_t{1} << 32) + i, k) - 1.0) * bound;
+      host[k] = (2.0 * uniform01(seed, stream, k) - 1.0) * bound;
     void* dst = at(lora_weights_.data(), p.offset);
     if (dt_ == DType::f64) {
       be_->from_host(dst, host.data(), host.size() * sizeof(double));

@@ -98,8 +98,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   if (!mc.tie_word_embeddings) matmul_params -= mc.vocab_size * mc.hidden_size;
   if (mc.traits().learned_positions) matmul_params -= mc.max_position_embeddings * mc.hidden_size;
   const double tokens = static_cast<double>(B * T * accum);
-  int64_t adapter_params = 0;
-  for (const ParamInfo& p : model.lora_params()) adapter_params += p.numel();
+  const int64_t adapter_params = model.lora_num_params();
   // LoRA: the frozen base's products run forward and for the input gradient only (4 FLOPs per
   // parameter and token instead of 6); the adapters train fully.
   const double fpt = lora ? train_flops_per_token(mc, T, matmul_params) -

@@ -154,14 +154,15 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     refuse("AdamW moment (exp_avg)", hm.data(), DType::f32);
     refuse("AdamW moment (exp_avg_sq)", hv.data(), DType::f32);
   }
-  SafetensorsWriter mw;
-  mw.set_metadata("format", "pt");
-  for (const ParamInfo& p : model.trainable_params())
-    mw.add(p.name, dt, p.shape, weights.data() + static_cast<size_t>(p.offset) * dtype_size(dt));
-  mw.write((tmp / (model.has_lora() ? "adapter_model.safetensors" : "model.safetensors")).string());
-  if (model.has_lora())
-    write_text_file((tmp / "adapter_config.json").string(),
-                    peft_adapter_config(model, state.base_init_from).dump(2) + "\n");
+  if (model.has_lora()) {  // a PEFT adapter directory
+    save_peft_adapter(tmp.string(), model, state.base_init_from, dt);
+  } else {
+    SafetensorsWriter mw;
+    mw.set_metadata("format", "pt");
+    for (const ParamInfo& p : model.params())
+      mw.add(p.name, dt, p.shape, weights.data() + static_cast<size_t>(p.offset) * dtype_size(dt));
+    mw.write((tmp / "model.safetensors").string());
+  }
 
   SafetensorsWriter ow;
   if (m && v) {
@@ -283,18 +284,14 @@ std::string base_weights_hash(const Transformer& model) {
 
 std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
                                                       const std::string& adapter, Backend* be) {
-  const fs::path state_path = fs::path(dir) / "state.json";
-  const bool lora_checkpoint =
-      fs::exists(fs::path(dir) / "adapter_config.json") && fs::exists(state_path) &&
-      read_json(state_path).contains("lora");
-  if (!lora_checkpoint) {
+  if (!is_lora_checkpoint(dir)) {
     std::unique_ptr<Transformer> model = load_hf_model(dir, be);
     if (!adapter.empty()) load_peft_adapter(adapter, *model);
     return model;
   }
   if (!adapter.empty())
     throw UserError("--adapter: '" + dir + "' is a LoRA checkpoint, which brings its own adapters");
-  const nlohmann::json lora = read_json(state_path).at("lora");
+  const nlohmann::json lora = read_json(fs::path(dir) / "state.json").at("lora");
   const std::string base = lora.value("base_init_from", std::string());
   auto model = std::make_unique<Transformer>(be, read_hf_model_config(dir));
   if (!base.empty()) {
@@ -345,9 +342,16 @@ std::string find_checkpoint(const std::string& run_dir, const std::string& name)
   return dir.string();
 }
 
+bool is_lora_checkpoint(const std::string& dir) {
+  const fs::path state = fs::path(dir) / "state.json";
+  return fs::exists(fs::path(dir) / "adapter_config.json") && fs::exists(state) &&
+         read_json(state).contains("lora");
+}
+
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {
-  const std::string state_path = (fs::path(dir) / "state.json").string();
-  const bool lora_checkpoint = read_json(state_path).contains("lora");
+  const std::string path = (fs::path(dir) / "state.json").string();
+  const nlohmann::json j = read_json(path);
+  const bool lora_checkpoint = j.contains("lora");
   if (lora_checkpoint != model.has_lora())
     throw UserError(dir + (lora_checkpoint
                                ? " holds LoRA adapters, and this run has no lora section (lora.rank "
@@ -355,25 +359,17 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
                                : " holds a whole model, and this run trains LoRA adapters "
                                  "(lora.rank > 0)"));
   if (model.has_lora()) {
-    const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
-    SafetensorsFile st = SafetensorsFile::open(path);
-    for (const ParamInfo& p : model.lora_params()) {
-      if (!st.contains(p.name))
-        throw UserError(path + ": tensor '" + p.name +
-                        "' is missing (the adapter targets other modules than lora.target_modules "
-                        "names)");
-      load_into(st, p.name, p, model.dtype(), model.backend(), model.lora_data());
-    }
+    load_peft_adapter_weights(dir, model);
   } else {
     load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
   }
   if (m && v) {
-    const std::string path = (fs::path(dir) / "optimizer.safetensors").string();
-    SafetensorsFile st = SafetensorsFile::open(path);
+    const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
+    SafetensorsFile st = SafetensorsFile::open(opt_path);
     for (const ParamInfo& p : model.trainable_params()) {
       for (auto [prefix, dst] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
         const std::string name = prefix + p.name;
-        if (!st.contains(name)) throw UserError(path + ": tensor '" + name + "' is missing");
+        if (!st.contains(name)) throw UserError(opt_path + ": tensor '" + name + "' is missing");
         load_into(st, name, p, DType::f32, model.backend(), dst);
       }
     }
@@ -390,8 +386,6 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
     refuse("AdamW moment (exp_avg_sq)",
            non_finite_param(model, moments_to_host(model, v).data(), DType::f32));
   }
-  const std::string path = (fs::path(dir) / "state.json").string();
-  nlohmann::json j = read_json(path);
   CheckpointState s;
   try {
     s.step = counter(j, "step", path);

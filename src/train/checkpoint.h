@@ -31,6 +31,9 @@ struct CheckpointState {
 // "fnv1a64:<hex>" of the base weights' bytes, as the model holds them.
 std::string base_weights_hash(const Transformer& model);
 
+// Whether `dir` is a LoRA run's checkpoint: adapters (a PEFT adapter directory), not a model.
+bool is_lora_checkpoint(const std::string& dir);
+
 // The model in `dir` for inference and export (f32): a Hugging Face directory or a checkpoint as
 // load_hf_weights reads it, or, for a LoRA checkpoint, its base (the run's train.init_from, or
 // the initialisation from its train.seed; checked against the hash the checkpoint recorded) with

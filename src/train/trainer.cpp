@@ -93,12 +93,6 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
 // deletions, and the NAME.tmp-PID files of write_text_file (config.yaml, metrics.jsonl). The
 // caller holds the directory's lock, so no live process owns them. A store being prepared in
 // <run_dir>/data is prepare's to clean (it checks the writer's pid).
-int64_t trainable_count(const Transformer& model) {
-  int64_t n = 0;
-  for (const ParamInfo& p : model.trainable_params()) n += p.numel();
-  return n;
-}
-
 void remove_run_dir_leftovers(const fs::path& run_dir) {
   remove_checkpoint_leftovers(run_dir.string());
   std::error_code ec;
@@ -183,8 +177,8 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     }
     init_line += fmt::format(
         "{}LoRA: rank {}, alpha {}, {} adapters, {} trainable parameters; the base is frozen",
-        init_line.empty() ? "" : "\n", cfg.lora.rank, cfg.lora.alpha,
-        model.lora_params().size() / 2, trainable_count(model));
+        init_line.empty() ? "" : "\n", cfg.lora.rank, cfg.lora.alpha, model.lora_targets().size(),
+        model.lora_num_params());
   }
   AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
             tc.weight_decay);

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "io/fuzz_mutations.h"
 
 namespace lmt {
 namespace {
@@ -118,18 +119,9 @@ std::vector<uint8_t> mutate_json(const std::vector<uint8_t>& file, std::mt19937_
 std::vector<uint8_t> mutate(const std::vector<uint8_t>& file, std::mt19937_64& rng) {
   std::vector<uint8_t> b = file;
   auto pos = [&](size_t size) { return size ? rng() % size : 0; };
-  switch (rng() % 7) {
-    case 0:  // bit flips anywhere
-      for (int i = 0, k = 1 + static_cast<int>(rng() % 8); i < k && !b.empty(); ++i)
-        b[pos(b.size())] ^= static_cast<uint8_t>(1u << (rng() % 8));
-      break;
-    case 1:  // truncation
-      b.resize(pos(b.size() + 1));
-      break;
-    case 2:  // a run of random bytes
-      for (size_t p = pos(b.size()), k = 1 + rng() % 16; k-- && p < b.size(); ++p)
-        b[p] = static_cast<uint8_t>(rng());
-      break;
+  const unsigned kind = static_cast<unsigned>(rng() % 7);
+  if (test::mutate_raw_bytes(b, kind, rng)) return b;  // kinds 0-2
+  switch (kind) {
     case 3: {  // a new header length
       const uint64_t choices[] = {0, 1, b.size() - 8, b.size(), rng(), rng() % 512, ~0ull};
       const uint64_t n = choices[rng() % 7];

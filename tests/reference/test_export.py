@@ -103,7 +103,8 @@ def tokenizer_file(family):
     return DATA / "tokenizers" / ("sp_bpe.model" if sentencepiece else "llama3_style_bpe.json")
 
 
-def train_config(path, init_dir, text_file, out_dir, seed):
+def train_config(path, init_dir, text_file, out_dir, seed, lr=1e-2, extra=""):
+    """A few training steps from init_dir on text_file; `extra`: more YAML sections."""
     path.write_text(f"""data:
   sources:
     - path: {text_file}
@@ -114,7 +115,7 @@ train:
   init_from: {init_dir}
   max_steps: 4
   micro_batch_size: 4
-  lr: 1.0e-2
+  lr: {lr}
   schedule: constant
   warmup_steps: 0
   eval_every: 0
@@ -125,7 +126,7 @@ train:
   out_dir: {out_dir}
 logging:
   jsonl: false
-""")
+""" + extra)
 
 
 def safetensors_dtypes(path):

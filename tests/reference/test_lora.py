@@ -25,7 +25,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from conftest import lmtrain
-from test_export import FAMILIES, lmtrain_logits, model_shape, random_text, rel, tokenizer_file
+from test_export import (FAMILIES, lmtrain_logits, model_shape, random_text, rel, tokenizer_file,
+                         train_config)
 
 LOGITS_TOL = 1e-4
 LOSS_TOL = 1e-5
@@ -37,35 +38,13 @@ MODULES = {
 }
 
 
-def lora_config(path, init_dir, text_file, out_dir, seed, lora):
-    targets = json.dumps(lora["targets"])
-    path.write_text(f"""data:
-  sources:
-    - path: {text_file}
-      split: line
-  seq_len: 32
-  val_fraction: 0.0
-train:
-  init_from: {init_dir}
-  max_steps: 4
-  micro_batch_size: 4
-  lr: 3.0e-2
-  schedule: constant
-  warmup_steps: 0
-  eval_every: 0
-  save_every: 0
-  log_every: 1
-  seed: {seed}
-  threads: 1
-  out_dir: {out_dir}
-lora:
+def lora_section(lora):
+    return f"""lora:
   rank: {lora["rank"]}
   alpha: {lora["alpha"]}
   use_rslora: {str(lora["rslora"]).lower()}
-  target_modules: {targets}
-logging:
-  jsonl: false
-""")
+  target_modules: {json.dumps(lora["targets"])}
+"""
 
 
 def hf_base(init):
@@ -107,7 +86,7 @@ def test_lora_adapters_match_peft(family, seed, tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(random_text(rng, rng.randint(8, 20)) for _ in range(64)) + "\n")
     config = tmp_path / "lora.yaml"
-    lora_config(config, init, corpus, tmp_path / "run", seed, lora)
+    train_config(config, init, corpus, tmp_path / "run", seed, lr=3e-2, extra=lora_section(lora))
     lmtrain("train", "--config", config)
     adapter = tmp_path / "adapter"
     lmtrain("export", "--checkpoint", tmp_path / "run", "--out", adapter, "--dtype", "f32")

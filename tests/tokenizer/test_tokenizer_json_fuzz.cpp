@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/fuzz_mutations.h"
 
 namespace lmt {
 namespace {
@@ -584,18 +585,9 @@ std::string mutate_json(json j, std::mt19937_64& rng, const std::vector<std::str
 
 std::string mutate_bytes(std::string b, std::mt19937_64& rng) {
   auto pos = [&](size_t size) { return size ? rng() % size : 0; };
-  switch (rng() % 7) {
-    case 0:  // bit flips anywhere
-      for (int i = 0, k = 1 + static_cast<int>(rng() % 8); i < k && !b.empty(); ++i)
-        b[pos(b.size())] ^= static_cast<char>(1u << (rng() % 8));
-      break;
-    case 1:  // truncation
-      b.resize(pos(b.size() + 1));
-      break;
-    case 2:  // a run of random bytes
-      for (size_t p = pos(b.size()), k = 1 + rng() % 16; k-- && p < b.size(); ++p)
-        b[p] = static_cast<char>(rng());
-      break;
+  const unsigned kind = static_cast<unsigned>(rng() % 7);
+  if (test::mutate_raw_bytes(b, kind, rng)) return b;  // kinds 0-2
+  switch (kind) {
     case 3: {  // a byte replaced by a JSON-significant character
       static const char kChars[] = "{}[]\",:0123456789-.eE \\tfn";
       if (!b.empty()) b[pos(b.size())] = kChars[rng() % (sizeof kChars - 1)];
