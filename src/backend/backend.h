@@ -73,6 +73,11 @@ class Backend {
   virtual void scale(DType dt, void* x, double s, int64_t n) = 0;                      // x *= s
   // Sum of squares of x[n], accumulated in double; returned on the host.
   virtual double sum_squares(DType dt, const void* x, int64_t n) = 0;
+  // Dropout: out[i] = x[i] / (1 - p) where element i of mask (seed, stream) is kept (core/rng.h
+  // dropout_keeps), else 0. The mask is a pure function of (seed, stream, i): backward applies
+  // the same call to the gradient. out may be x.
+  virtual void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+                       uint64_t stream) = 0;
   // Converts n elements between floating dtypes (f32, f64, bf16, f16).
   virtual void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) = 0;
 

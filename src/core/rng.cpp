@@ -1,5 +1,6 @@
 #include "core/rng.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace lmt {
@@ -33,6 +34,14 @@ double to_unit(uint32_t a, uint32_t b) {
   return static_cast<double>(x) * (1.0 / 9007199254740992.0);
 }
 }  // namespace
+
+uint32_t dropout_threshold(double p) {
+  return static_cast<uint32_t>(std::min(std::max(p, 0.0), 1.0 - 0x1p-32) * 0x1p32);
+}
+
+bool dropout_keeps(uint64_t seed, uint64_t stream, uint64_t index, double p) {
+  return philox4x32(seed, stream, index / 4)[index % 4] >= dropout_threshold(p);
+}
 
 double uniform01(uint64_t seed, uint64_t stream, uint64_t index) {
   auto r = philox4x32(seed, stream, index);

@@ -15,6 +15,11 @@ std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t stream, uint64_t ctr)
 double uniform01(uint64_t seed, uint64_t stream, uint64_t index);
 double normal01(uint64_t seed, uint64_t stream, uint64_t index);
 
+// Dropout's mask: element `index` of mask (seed, stream) is kept when Philox word index % 4 of
+// counter index / 4 is at least dropout_threshold(p), which happens with probability 1 - p.
+uint32_t dropout_threshold(double p);  // p in [0, 1)
+bool dropout_keeps(uint64_t seed, uint64_t stream, uint64_t index, double p);
+
 // Fills out[0..n) with N(mean, std) numbers for elements [offset, offset + n) of the stream.
 // Parallel over elements; the result is independent of the thread count.
 void fill_normal(float* out, int64_t n, double mean, double std, uint64_t seed, uint64_t stream,

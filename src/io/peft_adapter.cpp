@@ -39,7 +39,7 @@ nlohmann::json peft_adapter_config(const Transformer& model, const std::string& 
           {"base_model_name_or_path", base},
           {"r", s.rank},
           {"lora_alpha", s.alpha},
-          {"lora_dropout", 0.0},
+          {"lora_dropout", s.dropout},
           {"target_modules", modules},
           {"use_rslora", s.use_rslora},
           {"fan_in_fan_out", model.config().traits().conv1d},
@@ -78,6 +78,9 @@ LoraSpec read_peft_adapter_config(const std::string& dir) {
     s.target_modules.push_back(t.get<std::string>());
   }
   s.use_rslora = field("use_rslora").is_boolean() && field("use_rslora").get<bool>();
+  if (field("lora_dropout").is_number()) s.dropout = field("lora_dropout").get<double>();
+  if (!(s.dropout >= 0 && s.dropout < 1))
+    refuse("lora_dropout is " + field("lora_dropout").dump() + "; it must be in [0, 1)");
   if (!field("bias").is_null() && field("bias") != "none")
     refuse("bias is " + field("bias").dump() + "; lmtrain's adapters train no biases (none)");
   for (const char* unsupported : {"use_dora", "modules_to_save", "layers_to_transform",

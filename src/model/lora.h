@@ -23,6 +23,9 @@ struct LoraSpec {
   // the blocks, not the output head).
   std::vector<std::string> target_modules;
   bool use_rslora = false;
+  // PEFT's lora_dropout: in training, each adapter reads its input through its own dropout mask
+  // (the base projection reads it unchanged). Evaluation and inference use no dropout.
+  double dropout = 0;
 
   double scaling() const;
 };

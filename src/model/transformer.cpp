@@ -313,10 +313,16 @@ void Transformer::linear_backward(const void* dy, const void* x, const void* w, 
   if (lora && !lora->empty()) lora_backward(*lora, dy, x, dx, N, in, out);
 }
 
-void* Transformer::lora_scratch(int64_t N) {
-  const size_t need = static_cast<size_t>(2 * N * lora_spec_.rank) * es_;
+void* Transformer::lora_scratch(int64_t N, int64_t in) {
+  const int64_t elems = 2 * N * lora_spec_.rank + (lora_dropping() ? N * in : 0);
+  const size_t need = static_cast<size_t>(elems) * es_;
   if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
   return lora_scratch_.data();
+}
+
+uint64_t Transformer::dropout_stream(int id) const {
+  LMT_CHECK(static_cast<uint64_t>(id) < (uint64_t{1} << 24), "too many adapters for dropout");
+  return (dropout_micro_ << 24) + static_cast<uint64_t>(id);
 }
 
 int64_t Transformer::lora_num_params() const {
@@ -325,29 +331,38 @@ int64_t Transformer::lora_num_params() const {
   return n;
 }
 
-// y[:, o : o + out] += s (x A^T) B^T per adapter; u = x A^T goes through the scratch.
+// y[:, o : o + out] += s (xd A^T) B^T per adapter, xd = dropout(x) in training (else x); u =
+// xd A^T goes through the scratch.
 void Transformer::lora_forward(const std::vector<int>& ids, const void* x, void* y, int64_t N,
                                int64_t in, int64_t ldy) {
   const int64_t r = lora_spec_.rank;
   const double s = lora_spec_.scaling();
-  void* u = lora_scratch(N);
+  void* u = lora_scratch(N, in);
+  void* xd = at(u, 2 * N * r);
   for (int id : ids) {
     const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
     const void* A = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.a)].offset);
     const void* B = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.b)].offset);
-    be_->gemm(dt_, false, true, N, r, in, 1.0, x, in, A, in, 0.0, u, r);
+    const void* xin = x;
+    if (lora_dropping()) {
+      be_->dropout(dt_, xd, x, N * in, lora_spec_.dropout, dropout_seed_, dropout_stream(id));
+      xin = xd;
+    }
+    be_->gemm(dt_, false, true, N, r, in, 1.0, xin, in, A, in, 0.0, u, r);
     be_->gemm(dt_, false, true, N, t.module.out, r, s, u, r, B, r, 1.0,
               at(y, t.module.out_offset), ldy);
   }
 }
 
-// With u = x A^T recomputed: dB += s dy^T u, du = s dy B, dA += du^T x, dx += du A.
+// With xd = dropout(x) and u = xd A^T recomputed: dB += s dy^T u, du = s dy B, dA += du^T xd,
+// dx += dropout(du A) (the same mask: dropout's backward).
 void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, const void* x,
                                 void* dx, int64_t N, int64_t in, int64_t ldy) {
   const int64_t r = lora_spec_.rank;
   const double s = lora_spec_.scaling();
-  void* u = lora_scratch(N);
+  void* u = lora_scratch(N, in);
   void* du = at(u, N * r);
+  void* xd = at(u, 2 * N * r);
   for (int id : ids) {
     const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
     const int64_t a_off = lora_.params[static_cast<size_t>(t.a)].offset;
@@ -356,13 +371,25 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
     const void* B = at(lora_weights_.data(), b_off);
     const void* dyt = at(const_cast<void*>(dy), t.module.out_offset);
     const int64_t out = t.module.out;
-    be_->gemm(dt_, false, true, N, r, in, 1.0, x, in, A, in, 0.0, u, r);
+    const bool drop = lora_dropping();
+    const void* xin = x;
+    if (drop) {
+      be_->dropout(dt_, xd, x, N * in, lora_spec_.dropout, dropout_seed_, dropout_stream(id));
+      xin = xd;
+    }
+    be_->gemm(dt_, false, true, N, r, in, 1.0, xin, in, A, in, 0.0, u, r);
     be_->gemm(dt_, true, false, out, r, N, s, dyt, ldy, u, r, 1.0, at(lora_grads_.data(), b_off),
               r);
     be_->gemm(dt_, false, false, N, r, out, s, dyt, ldy, B, r, 0.0, du, r);
-    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, x, in, 1.0, at(lora_grads_.data(), a_off),
-              in);
-    be_->gemm(dt_, false, false, N, in, r, 1.0, du, r, A, in, 1.0, dx, in);
+    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, xin, in, 1.0,
+              at(lora_grads_.data(), a_off), in);
+    if (drop) {  // xd is read for the last time above; it now holds du A through the mask
+      be_->gemm(dt_, false, false, N, in, r, 1.0, du, r, A, in, 0.0, xd, in);
+      be_->dropout(dt_, xd, xd, N * in, lora_spec_.dropout, dropout_seed_, dropout_stream(id));
+      be_->accumulate(dt_, dx, xd, N * in);
+    } else {
+      be_->gemm(dt_, false, false, N, in, r, 1.0, du, r, A, in, 1.0, dx, in);
+    }
   }
 }
 
@@ -612,6 +639,11 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
   ensure_grads();
   upload_batch(ids, labels, B, T, packing);
+  struct Training {  // LoRA dropout applies inside this call only, whatever leaves it
+    bool& on;
+    explicit Training(bool& f) : on(f) { on = true; }
+    ~Training() { on = false; }
+  } training(training_);
   forward_trunk();
   LossSum loss = head_loss(true, grad_scale);
   const Plan& p = *plan_;

@@ -82,6 +82,14 @@ class Transformer {
   void init_weights(uint64_t seed);
   void zero_grads();
 
+  // LoRA dropout: the masks of the next forward_backward are Philox streams under `seed`, one per
+  // (micro_batch, adapter), so a layer recomputed under checkpointing, and a resumed run, draw
+  // the same masks. Forward passes outside forward_backward apply no dropout.
+  void set_dropout(uint64_t seed, uint64_t micro_batch) {
+    dropout_seed_ = seed;
+    dropout_micro_ = micro_batch;
+  }
+
   void set_activation_checkpointing(bool on);
   void set_loss_chunk_tokens(int64_t n) { loss_chunk_ = n; }
 
@@ -207,8 +215,13 @@ class Transformer {
                     int64_t ldy);
   void lora_backward(const std::vector<int>& ids, const void* dy, const void* x, void* dx,
                      int64_t N, int64_t in, int64_t ldy);
-  // The scratch of lora_forward / lora_backward: u and du, [N, rank] each.
-  void* lora_scratch(int64_t N);
+  // The scratch of lora_forward / lora_backward: u and du, [N, rank] each, then (with dropout)
+  // the adapter's input through its mask, [N, in].
+  void* lora_scratch(int64_t N, int64_t in);
+  // Whether adapters read their input through dropout now (LoRA dropout, in forward_backward),
+  // and the mask stream of adapter `id`.
+  bool lora_dropping() const { return training_ && lora_spec_.dropout > 0; }
+  uint64_t dropout_stream(int id) const;
   // Where a frozen base's norm weight gradients go: computed with dx by the same kernel, unused.
   void* grad_sink(void* g, int which = 0) const;
   void norm_forward(const void* w, const void* b, void* out, void* mean, void* rstd, const void* x,
@@ -252,6 +265,8 @@ class Transformer {
   Buffer lora_weights_, lora_grads_;
   Buffer lora_scratch_;  // u = x A^T and its gradient, [N, rank] each, grown on demand
   Buffer grad_sink_;     // 2 x [max(C, D)]
+  uint64_t dropout_seed_ = 0, dropout_micro_ = 0;
+  bool training_ = false;  // inside forward_backward
 };
 
 }  // namespace lmt

@@ -259,6 +259,7 @@ LoraSpec lora_spec(const LoraConfig& c) {
   s.alpha = c.alpha;
   s.target_modules = c.target_modules;
   s.use_rslora = c.use_rslora;
+  s.dropout = c.dropout;
   return s;
 }
 
@@ -271,6 +272,7 @@ void apply_lora_init_from(RunConfig& cfg) {
     l.rank = a.rank;
     l.alpha = a.alpha;
     l.use_rslora = a.use_rslora;
+    l.dropout = a.dropout;
     l.target_modules = a.target_modules;
     return;
   }
@@ -301,6 +303,7 @@ void RunConfig::validate() const {
   validate_optimizer(optimizer);
   require_finite(lora, "lora");
   require(lora.rank >= 0, "lora.rank", ">= 0 (0 = full training)", lora.rank);
+  require(lora.dropout >= 0 && lora.dropout < 1, "lora.dropout", "in [0, 1)", lora.dropout);
   if (lora.rank > 0) lora_layout(model, lora_spec(lora));  // names and sizes, one message
 }
 

@@ -189,6 +189,7 @@ struct LoraConfig {
   double alpha = 16;
   std::vector<std::string> target_modules = {"all-linear"};
   bool use_rslora = false;
+  double dropout = 0;
   std::string init_from;
 
   template <class V>
@@ -199,10 +200,13 @@ struct LoraConfig {
       "projections to adapt: Hugging Face module names (q_proj, k_proj, v_proj, o_proj, "
       "gate_proj, up_proj, down_proj; gpt2: c_attn, c_proj, c_fc), or all-linear");
     v("use_rslora", use_rslora, "scale by alpha / sqrt(rank) (rank-stabilised LoRA)");
+    v("dropout", dropout,
+      "dropout probability on each adapter's input in training (PEFT's lora_dropout), in [0, 1)");
     v("init_from", init_from,
       "a PEFT LoRA adapter directory to continue training: its adapter_config.json gives rank, "
-      "alpha, target_modules and use_rslora (with rank set here, those keys must agree with it) "
-      "and its weights replace the initialisation; a resumed run continues from its checkpoint");
+      "alpha, target_modules, use_rslora and dropout (with rank set here, rank, alpha, "
+      "use_rslora and the modules must agree with it, and dropout is this file's) and its "
+      "weights replace the initialisation; a resumed run continues from its checkpoint");
   }
 };
 

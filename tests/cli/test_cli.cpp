@@ -294,6 +294,9 @@ TEST_F(Cli, LoraTrainExportAndUse) {
   EXPECT_EQ(neg.code, 2) << neg.out;
   EXPECT_NE(neg.out.find("lora.rank must be >= 0 (0 = full training) (got -1)"), std::string::npos)
       << neg.out;
+  Result drop = run("train --config " + cfg + " --set lora.rank=2 --set lora.dropout=1");
+  EXPECT_EQ(drop.code, 2) << drop.out;
+  EXPECT_NE(drop.out.find("lora.dropout must be in [0, 1) (got 1)"), std::string::npos) << drop.out;
 
   const std::string base = (dir_ / "base").string();
   ASSERT_EQ(run("train --config " + cfg).code, 0);

@@ -207,6 +207,7 @@ TEST_P(Family, LoraGradientsMatchFiniteDifferences) {
       spec.rank = 2;
       spec.alpha = 3;
       spec.use_rslora = ckpt;
+      spec.dropout = ckpt ? 0.3 : 0.0;  // the recomputed layers must draw the forward's masks
       if (std::string(targets) == "all")
         spec.target_modules = {"all-linear"};
       else if (gpt2)
@@ -226,8 +227,15 @@ TEST_P(Family, LoraGradientsMatchFiniteDifferences) {
       std::vector<double> grad(static_cast<size_t>(m.lora_flat_size()));
       be.to_host(grad.data(), m.lora_grads_data(), grad.size() * sizeof(double));
       auto* w = static_cast<double*>(m.lora_data());
-      auto loss = [&] { return m.forward_loss(ids.data(), labels.data(), B, T, &packing).sum; };
+      // With dropout the loss of forward_backward (fixed masks) is the function differentiated;
+      // forward_loss (evaluation) applies none.
+      const double eval_loss = m.forward_loss(ids.data(), labels.data(), B, T, &packing).sum;
+      auto loss = [&] {
+        if (spec.dropout == 0) return m.forward_loss(ids.data(), labels.data(), B, T, &packing).sum;
+        return m.forward_backward(ids.data(), labels.data(), B, T, 1.0, &packing).sum;
+      };
       EXPECT_NEAR(loss(), s.sum, 1e-12);
+      if (spec.dropout > 0) EXPECT_GT(std::abs(eval_loss - s.sum), 1e-6);
       expect_gradients_match(m.lora_params(), w, grad, loss);
       const size_t n_params = m.lora_params().size();
       const size_t per_layer = std::string(targets) == "all" ? (gpt2 ? 4 : 7) : (gpt2 ? 1 : 2);

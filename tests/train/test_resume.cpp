@@ -132,6 +132,7 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
     c.lora.rank = 2;
     c.lora.alpha = 4;
     c.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
+    c.lora.dropout = 0.1;  // masks drawn again on resume, as they were
     c.train.lr = 3e-2;
     c.validate();
     return c;
@@ -157,6 +158,7 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
   EXPECT_EQ(cfg["peft_type"], "LORA");
   EXPECT_EQ(cfg["r"], 2);
   EXPECT_EQ(cfg["lora_alpha"], 4.0);
+  EXPECT_EQ(cfg["lora_dropout"], 0.1);
   EXPECT_EQ(cfg["target_modules"],
             nlohmann::json({"self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"}));
   // The hash names the base the run started from: the initialisation from train.seed.

@@ -32,6 +32,8 @@ class CpuBackend final : public Backend {
   void accumulate(DType dt, void* y, const void* x, int64_t n) override;
   void scale(DType dt, void* x, double s, int64_t n) override;
   double sum_squares(DType dt, const void* x, int64_t n) override;
+  void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+               uint64_t stream) override;
   void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override;
 
   void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,

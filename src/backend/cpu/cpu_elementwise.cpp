@@ -1,13 +1,15 @@
-// Elementwise kernels of the CPU backend: add, accumulate, scale, sum of squares and dtype
-// conversion. sum_squares splits x into fixed-size chunks (independent of the thread count), sums
-// each in double with eight fixed lanes, then adds the chunk sums in order: bit-identical results
-// for any thread count.
+// Elementwise kernels of the CPU backend: add, accumulate, scale, dropout, sum of squares and
+// dtype conversion. sum_squares splits x into fixed-size chunks (independent of the thread
+// count), sums each in double with eight fixed lanes, then adds the chunk sums in order:
+// bit-identical results for any thread count.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_dispatch.h"
+#include "core/rng.h"
 
 namespace lmt {
 
@@ -42,6 +44,27 @@ void CpuBackend::scale(DType dt, void* x, double s, int64_t n) {
     const T f = static_cast<T>(s);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t i = 0; i < n; ++i) xx[i] *= f;
+  });
+}
+
+// out[n] = x[n] / (1 - p) or 0, by mask (seed, stream): one Philox call per 4 elements.
+void CpuBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+                         uint64_t stream) {
+  cpu::dispatch_float(dt, "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    T* y = static_cast<T*>(out);
+    const T* xx = static_cast<const T*>(x);
+    const uint32_t threshold = dropout_threshold(p);
+    const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+    const int64_t groups = (n + 3) / 4;
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
+    for (int64_t g = 0; g < groups; ++g) {
+      const std::array<uint32_t, 4> r = philox4x32(seed, stream, static_cast<uint64_t>(g));
+      for (int64_t j = 0; j < 4 && 4 * g + j < n; ++j) {
+        const int64_t i = 4 * g + j;
+        y[i] = r[static_cast<size_t>(j)] >= threshold ? xx[i] * keep_scale : T(0);
+      }
+    }
   });
 }
 
