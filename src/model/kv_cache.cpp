@@ -67,8 +67,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   Buffer h(be_, e(C)), stats(be_, e(2));
   final_norm(h.data(), stats.data(), at(stats.data(), 1), at(x.data(), (n - 1) * C), 1);
   Buffer logits(be_, e(V));
-  be_->gemm(dt_, false, true, 1, V, C, 1.0, h.data(), C, param_ptr(head_, false), C, 0.0,
-            logits.data(), V);
+  head_forward(h.data(), logits.data(), 1);
   const std::vector<double> out = host_logits(logits.data(), V);
   return std::vector<float>(out.begin(), out.end());
 }

@@ -63,7 +63,7 @@ class ArenaCarver {
 // ---- construction and the activation arena ----
 
 Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
-    : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)) {
+    : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)), base_dt_(dt) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
   tr_ = cfg_.traits();
@@ -417,7 +417,13 @@ void Transformer::norm_backward(const void* w, void* dw, void* db, void* dx, con
 void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void* scratch,
                         int64_t N) {
   const int64_t C = dims_.C;
-  be_->embedding_forward(dt_, out, ids, param_ptr(embed_, false), N, C);
+  const void* table = base_at(params_[static_cast<size_t>(embed_)].offset);
+  if (base_dt_ != dt_) {  // gather the rows in the base's dtype, then convert them
+    be_->embedding_forward(base_dt_, scratch, ids, table, N, C);
+    be_->convert(dt_, out, base_dt_, scratch, N * C);
+  } else {
+    be_->embedding_forward(dt_, out, ids, table, N, C);
+  }
   if (tr_.embed_scale)  // transformers multiplies by sqrt(hidden) rounded to the model's dtype
     be_->scale(dt_, out, static_cast<float>(std::sqrt(static_cast<double>(C))), N * C);
   if (pos_embed_ >= 0) {
@@ -596,13 +602,38 @@ void Transformer::forward_trunk() {
   final_norm(p.hf, p.meanf, p.rstdf, p.res[cfg_.num_hidden_layers], p.N);
 }
 
+template <class F>
+void Transformer::for_head_blocks(F&& f) {
+  const int64_t C = dims_.C, V = dims_.V, offset = params_[static_cast<size_t>(head_)].offset;
+  if (base_dt_ == dt_) return f(static_cast<const void*>(at(weights_.data(), offset)), 0, V);
+  for (int64_t v0 = 0; v0 < V; v0 += head_rows_) {
+    const int64_t rows = std::min(head_rows_, V - v0);
+    be_->convert(dt_, staging_.data(), base_dt_, base_at(offset + v0 * C), rows * C);
+    f(static_cast<const void*>(staging_.data()), v0, rows);
+  }
+}
+
+void Transformer::head_forward(const void* h, void* logits, int64_t n) {
+  const int64_t C = dims_.C, V = dims_.V;
+  for_head_blocks([&](const void* w, int64_t v0, int64_t rows) {
+    be_->gemm(dt_, false, true, n, rows, C, 1.0, h, C, w, C, 0.0, at(logits, v0), V);
+  });
+}
+
+void Transformer::head_backward_input(const void* dlogits, void* dh, int64_t n) {
+  const int64_t C = dims_.C, V = dims_.V;
+  for_head_blocks([&](const void* w, int64_t v0, int64_t rows) {
+    be_->gemm(dt_, false, false, n, C, rows, 1.0, at(const_cast<void*>(dlogits), v0), V, w, C,
+              v0 == 0 ? 0.0 : 1.0, dh, C);
+  });
+}
+
 // The chunked cross-entropy head: logits exist for `chunk` tokens at a time. With backward, each
 // chunk's logits become their gradient in place and flow into dh (d loss / d final norm output)
 // and the head's weight gradient before the next chunk overwrites them.
 LossSum Transformer::head_loss(bool backward, double grad_scale) {
   const Plan& p = *plan_;
   const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
-  const void* w = param_ptr(head_, false);
   void* gw = param_ptr(head_, true);
   LossSum out;
   std::vector<double> host(static_cast<size_t>(p.chunk));
@@ -615,7 +646,7 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
       if (backward) be_->zero(at(p.dh, s * C), static_cast<size_t>(n * C) * es_);
       continue;
     }
-    be_->gemm(dt_, false, true, n, V, C, 1.0, at(p.hf, s * C), C, w, C, 0.0, p.logits, V);
+    head_forward(at(p.hf, s * C), p.logits, n);
     be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, V, kIgnoreIndex,
                        backward ? grad_scale : 0.0, cfg_.final_logit_softcapping);
     if (dt_ == DType::f64) {
@@ -627,7 +658,7 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
     }
     for (int64_t i = s; i < s + n; ++i) out.tokens += p.host_labels[i] != kIgnoreIndex;
     if (backward) {
-      be_->gemm(dt_, false, false, n, C, V, 1.0, p.logits, V, w, C, 0.0, at(p.dh, s * C), C);
+      head_backward_input(p.logits, at(p.dh, s * C), n);
       if (gw) be_->gemm(dt_, true, false, V, C, n, 1.0, p.logits, V, at(p.hf, s * C), C, 1.0, gw, C);
     }
   }
@@ -686,10 +717,9 @@ std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, i
   upload_batch(ids, nullptr, B, T, packing);
   forward_trunk();
   const Plan& p = *plan_;
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t V = cfg_.vocab_size;
   Buffer logits(be_, static_cast<size_t>(p.N * V) * es_);
-  be_->gemm(dt_, false, true, p.N, V, C, 1.0, p.hf, C, param_ptr(head_, false), C, 0.0,
-            logits.data(), V);
+  head_forward(p.hf, logits.data(), p.N);
   return host_logits(logits.data(), p.N * V);
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -50,6 +51,7 @@ class Transformer {
   const ParamInfo& param(const std::string& name) const;
   int64_t num_params() const;                       // sum of parameter sizes (no padding)
   int64_t flat_size() const { return flat_size_; }  // elements in the flat buffer
+  // The flat buffer of weights, in base_dtype() (dtype() unless set_base_dtype() changed it).
   void* params_data() const { return params_.empty() ? nullptr : weights_.data(); }
   // The gradient buffer: allocated (zeroed) by the first zero_grads() or forward_backward(), so
   // a model that never trains, or trains adapters only, never holds one.
@@ -73,6 +75,16 @@ class Transformer {
     return has_lora() ? lora_.params : params_;
   }
   int64_t trainable_flat_size() const { return has_lora() ? lora_.flat_size : flat_size_; }
+  // LoRA: keeps the frozen base in `dt` (bf16: half the memory of its weights; f32: as it is).
+  // Each layer's weights are converted to f32 when the layer runs (into one layer's staging
+  // buffer) and the output head `head_block_rows` rows at a time (0: about 4M elements' worth);
+  // the final norm and gpt2's position table stay f32. Call it after the base weights are
+  // loaded (it rounds them) and after add_lora(): the base must be frozen and the model f32.
+  void set_base_dtype(DType dt, int64_t head_block_rows = 0);
+  DType base_dtype() const { return base_dt_; }
+  // Bytes the base weights take with `base_dt` (f32: the flat buffer; bf16: its bf16 copy, the
+  // staging buffer and the f32 copies), without a model.
+  static size_t base_bytes(const ModelConfig& cfg, DType base_dt);
   void* trainable_data() const { return has_lora() ? lora_data() : params_data(); }
   void* trainable_grads_data() const { return has_lora() ? lora_grads_data() : grads_data(); }
 
@@ -191,7 +203,21 @@ class Transformer {
   void ensure_grads();
   void set_rope(int64_t seq_len);
   void plan(int64_t B, int64_t T);
-  LayerWeights layer_weights(int64_t l, bool grads) const;
+  // Pointers to layer l's weights (or gradients); with a bf16 base, the weights are converted
+  // into the staging buffer first (valid until the next layer_weights or head call).
+  LayerWeights layer_weights(int64_t l, bool grads);
+  // logits[n, V] = h[n, C] W_head^T, and dh[n, C] = dlogits[n, V] W_head (beta 0).
+  void head_forward(const void* h, void* logits, int64_t n);
+  void head_backward_input(const void* dlogits, void* dh, int64_t n);
+  // Calls f(W rows [v0, v0 + rows) as f32, v0, rows) over the head: one call with the weights
+  // themselves, or blocks converted from a bf16 base.
+  template <class F>
+  void for_head_blocks(F&& f);
+  // Where parameter `index` starts in the flat buffer, in base_dtype().
+  const void* base_at(int64_t offset) const;
+  // [begin, end) of each layer's parameters in the flat buffer, and the largest such range.
+  static std::vector<std::pair<int64_t, int64_t>> layer_ranges(const std::vector<ParamInfo>& params,
+                                                               const ModelConfig& cfg);
   LayerActs layer_acts(int64_t l) const;
   // One layer's working set for n tokens of one sequence, in `arena` (allocated here).
   LayerActs alloc_layer_acts(Buffer& arena, int64_t n) const;
@@ -250,6 +276,12 @@ class Transformer {
   std::vector<ParamInfo> params_;
   int64_t flat_size_ = 0;
   Buffer weights_, grads_;
+  DType base_dt_;                                    // dtype of weights_
+  std::vector<std::pair<int64_t, int64_t>> layer_range_;  // per layer [begin, end) in weights_
+  Buffer staging_;  // bf16 base: one layer's weights, or a block of head rows, in f32
+  Buffer small_;    // bf16 base: f32 copies of the final norm and position table
+  std::vector<int64_t> small_at_;  // per parameter: its offset in small_, or -1
+  int64_t head_rows_ = 0;          // bf16 base: head rows converted at a time
   ModelConfig::Traits tr_;
   std::vector<LayerIndex> layers_;
   int embed_ = -1, pos_embed_ = -1, norm_ = -1, norm_b_ = -1, head_ = -1;

@@ -1,6 +1,8 @@
 // The parameter layout of every family: Hugging Face names and shapes in one flat buffer, and
 // the per-layer index of each role (first norm, q|k|v, ...), so the layer code is family-blind.
 // gpt2 keeps its Conv1D weights as Hugging Face stores them ([in, out]); linear() knows.
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <unordered_map>
 
@@ -144,12 +146,102 @@ void Transformer::build_layout() {
   norm_b_ = find("transformer.ln_f.bias");
   head_ = cfg_.tie_word_embeddings ? embed_ : find("lm_head.weight");
   LMT_CHECK(embed_ >= 0 && norm_ >= 0 && head_ >= 0, "model layout incomplete");
+  layer_range_ = layer_ranges(params_, cfg_);
 }
 
 void* Transformer::param_ptr(int index, bool grads) const {
   void* base = grads ? grads_.data() : weights_.data();
   if (index < 0 || !base) return nullptr;  // no such parameter, or a frozen base's gradient
+  if (!grads && base_dt_ != dt_) {  // a bf16 base: only the f32 copies are addressed directly
+    const int64_t off = small_at_[static_cast<size_t>(index)];
+    LMT_CHECK(off >= 0, "param_ptr: " + params_[static_cast<size_t>(index)].name +
+                            " of a bf16 base is read through staging");
+    return at(small_.data(), off);
+  }
   return at(base, params_[static_cast<size_t>(index)].offset);
+}
+
+const void* Transformer::base_at(int64_t offset) const {
+  return static_cast<const char*>(weights_.data()) +
+         static_cast<size_t>(offset) * dtype_size(base_dt_);
+}
+
+std::vector<std::pair<int64_t, int64_t>> Transformer::layer_ranges(
+    const std::vector<ParamInfo>& params, const ModelConfig& cfg) {
+  std::vector<std::pair<int64_t, int64_t>> r(static_cast<size_t>(cfg.num_hidden_layers),
+                                             {INT64_MAX, 0});
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
+    const std::string prefix = block_prefix(cfg, l);
+    auto& [begin, end] = r[static_cast<size_t>(l)];
+    for (const ParamInfo& p : params)
+      if (p.name.starts_with(prefix)) {
+        begin = std::min(begin, p.offset);
+        end = std::max(end, p.offset + p.numel());
+      }
+  }
+  return r;
+}
+
+namespace {
+
+constexpr int64_t kHeadBlockElems = int64_t{1} << 22;  // 16 MiB of f32 head rows
+
+// Head rows converted at a time and the staging buffer's elements, for a bf16 base.
+std::pair<int64_t, int64_t> staging_shape(const ModelConfig& cfg,
+                                          const std::vector<std::pair<int64_t, int64_t>>& layers,
+                                          int64_t head_rows) {
+  const int64_t C = cfg.hidden_size, V = cfg.vocab_size;
+  if (head_rows <= 0) head_rows = std::clamp<int64_t>(kHeadBlockElems / C, 1, V);
+  int64_t elems = std::min(head_rows, V) * C;
+  for (const auto& [begin, end] : layers) elems = std::max(elems, end - begin);
+  return {std::min(head_rows, V), elems};
+}
+
+// The parameters of a bf16 base kept in f32: those outside the blocks (staged per layer) but
+// the token embedding and the head (the final norm, its bias, gpt2's position table).
+bool kept_f32(const std::string& name, const ModelConfig& cfg) {
+  const bool gpt2 = cfg.traits().conv1d;
+  if (name.starts_with(gpt2 ? "transformer.h." : "model.layers.")) return false;
+  return name != (gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight") &&
+         name != "lm_head.weight";
+}
+
+}  // namespace
+
+size_t Transformer::base_bytes(const ModelConfig& cfg, DType base_dt) {
+  int64_t flat = 0;
+  const std::vector<ParamInfo> params = param_layout(cfg, &flat);
+  if (base_dt != DType::bf16) return static_cast<size_t>(flat) * dtype_size(base_dt);
+  const auto [rows, staging] = staging_shape(cfg, layer_ranges(params, cfg), 0);
+  int64_t small = 0;
+  for (const ParamInfo& p : params)
+    if (kept_f32(p.name, cfg)) small += align_up(p.numel(), kAlignElems);
+  return static_cast<size_t>(flat) * 2 + static_cast<size_t>(staging + small) * sizeof(float);
+}
+
+void Transformer::set_base_dtype(DType dt, int64_t head_block_rows) {
+  if (dt == base_dt_) return;
+  LMT_CHECK(dt == DType::bf16 && dt_ == DType::f32 && has_lora(),
+            "set_base_dtype: a bf16 base needs an f32 model with adapters (a frozen base)");
+  int64_t small = 0;
+  small_at_.assign(params_.size(), -1);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (kept_f32(params_[i].name, cfg_)) {
+      small_at_[i] = small;
+      small += align_up(params_[i].numel(), kAlignElems);
+    }
+  small_ = Buffer(be_, static_cast<size_t>(small) * es_);
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (small_at_[i] >= 0)
+      be_->copy(at(small_.data(), small_at_[i]), at(weights_.data(), params_[i].offset),
+                static_cast<size_t>(params_[i].numel()) * es_);
+  Buffer half(be_, static_cast<size_t>(flat_size_) * dtype_size(dt));
+  be_->convert(dt, half.data(), dt_, weights_.data(), flat_size_);
+  weights_ = std::move(half);
+  base_dt_ = dt;
+  const auto [rows, elems] = staging_shape(cfg_, layer_range_, head_block_rows);
+  head_rows_ = rows;
+  staging_ = Buffer(be_, static_cast<size_t>(elems) * es_);
 }
 
 void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
@@ -189,9 +281,17 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
   }
 }
 
-Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) const {
+Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) {
   const LayerIndex& x = layers_[static_cast<size_t>(l)];
-  auto p = [&](int i) { return param_ptr(i, grads); };
+  const bool staged = !grads && base_dt_ != dt_;
+  const int64_t begin = layer_range_[static_cast<size_t>(l)].first;
+  if (staged)
+    be_->convert(dt_, staging_.data(), base_dt_, base_at(begin),
+                 layer_range_[static_cast<size_t>(l)].second - begin);
+  auto p = [&](int i) -> void* {
+    if (!staged || i < 0) return param_ptr(i, grads);
+    return at(staging_.data(), params_[static_cast<size_t>(i)].offset - begin);
+  };
   LayerWeights w{p(x.ln1),    p(x.ln1_b),  p(x.qkv),  p(x.qkv_b),    p(x.q_norm), p(x.k_norm),
                  p(x.o),      p(x.o_b),    p(x.post_attn), p(x.ln2), p(x.ln2_b),  p(x.up),
                  p(x.up_b),   p(x.down),   p(x.down_b), p(x.post_ffw)};
@@ -203,21 +303,29 @@ void Transformer::init_weights(uint64_t seed) {
   const int64_t L = cfg_.num_hidden_layers;
   const double std = cfg_.initializer_range;
   const double resid_std = std / std::sqrt(2.0 * static_cast<double>(L));
+  // A chunk at a time (the same numbers: element k of stream i is a function of (seed, i, k)),
+  // so that a large embedding never has a host copy as large as itself.
+  constexpr int64_t kChunk = int64_t{1} << 20;
   std::vector<double> host;
+  std::vector<float> host_f;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_[i];
-    host.assign(static_cast<size_t>(p.numel()), p.kind == ParamKind::norm ? norm_init() : 0.0);
-    if (p.kind == ParamKind::matrix || p.kind == ParamKind::embedding) {
-      const bool resid = p.name.ends_with("o_proj.weight") ||
-                         p.name.ends_with("down_proj.weight") || p.name.ends_with("c_proj.weight");
-      fill_normal(host.data(), p.numel(), 0.0, resid ? resid_std : std, seed, /*stream=*/i);
-    }
-    void* dst = at(weights_.data(), p.offset);
-    if (dt_ == DType::f64) {
-      be_->from_host(dst, host.data(), host.size() * sizeof(double));
-    } else {
-      std::vector<float> f(host.begin(), host.end());
-      be_->from_host(dst, f.data(), f.size() * sizeof(float));
+    const bool random = p.kind == ParamKind::matrix || p.kind == ParamKind::embedding;
+    const bool resid = p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight") ||
+                       p.name.ends_with("c_proj.weight");
+    for (int64_t k = 0; k < p.numel(); k += kChunk) {
+      const int64_t n = std::min(kChunk, p.numel() - k);
+      host.assign(static_cast<size_t>(n), p.kind == ParamKind::norm ? norm_init() : 0.0);
+      if (random)
+        fill_normal(host.data(), n, 0.0, resid ? resid_std : std, seed, /*stream=*/i,
+                    static_cast<uint64_t>(k));
+      void* dst = at(weights_.data(), p.offset + k);
+      if (dt_ == DType::f64) {
+        be_->from_host(dst, host.data(), host.size() * sizeof(double));
+      } else {
+        host_f.assign(host.begin(), host.end());
+        be_->from_host(dst, host_f.data(), host_f.size() * sizeof(float));
+      }
     }
   }
 }

@@ -57,7 +57,10 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   model.set_loss_chunk_tokens(cfg.train.loss_chunk_tokens);
   model.init_weights(static_cast<uint64_t>(cfg.train.seed));
   const bool lora = cfg.lora.rank > 0;  // a frozen base and adapters, as train() runs LoRA
-  if (lora) model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(cfg.train.seed));
+  if (lora) {
+    model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(cfg.train.seed));
+    if (cfg.lora.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
+  }
   AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
             cfg.train.weight_decay);
 
@@ -122,6 +125,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   if (lora)
     j["lora"] = {{"rank", cfg.lora.rank},
                  {"target_modules", cfg.lora.target_modules},
+                 {"base_dtype", cfg.lora.base_dtype},
                  {"trainable_params", adapter_params}};
   j["steps"] = steps;
   j["tokens_per_s"] = tps;

@@ -50,6 +50,8 @@ TrainingMemory training_memory(const RunConfig& cfg) {
   if (cfg.lora.rank > 0) {       // a frozen base and its adapters
     trained = mul(static_cast<uint64_t>(lora_layout(cfg.model, lora_spec(cfg.lora)).flat_size),
                   sizeof(float));
+    if (cfg.lora.base_dtype == "bf16")
+      m.weights = Transformer::base_bytes(cfg.model, DType::bf16);
     m.weights = add(m.weights, trained);
   }
   m.gradients = trained;

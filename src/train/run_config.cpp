@@ -304,6 +304,11 @@ void RunConfig::validate() const {
   require_finite(lora, "lora");
   require(lora.rank >= 0, "lora.rank", ">= 0 (0 = full training)", lora.rank);
   require(lora.dropout >= 0 && lora.dropout < 1, "lora.dropout", "in [0, 1)", lora.dropout);
+  require_one_of("lora.base_dtype", lora.base_dtype, {"f32", "bf16"});
+  if (lora.base_dtype != "f32" && lora.rank == 0)
+    throw UserError("lora.base_dtype: " + lora.base_dtype +
+                    " keeps a frozen base; it needs lora.rank > 0 (a model that trains in full "
+                    "keeps f32 weights)");
   if (lora.rank > 0) lora_layout(model, lora_spec(lora));  // names and sizes, one message
 }
 

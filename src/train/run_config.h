@@ -190,6 +190,7 @@ struct LoraConfig {
   std::vector<std::string> target_modules = {"all-linear"};
   bool use_rslora = false;
   double dropout = 0;
+  std::string base_dtype = "f32";
   std::string init_from;
 
   template <class V>
@@ -202,6 +203,9 @@ struct LoraConfig {
     v("use_rslora", use_rslora, "scale by alpha / sqrt(rank) (rank-stabilised LoRA)");
     v("dropout", dropout,
       "dropout probability on each adapter's input in training (PEFT's lora_dropout), in [0, 1)");
+    v("base_dtype", base_dtype,
+      "f32 or bf16: the frozen base's weights in memory (bf16 halves them; each layer is "
+      "converted to f32 when it runs, the computation stays f32)");
     v("init_from", init_from,
       "a PEFT LoRA adapter directory to continue training: its adapter_config.json gives rank, "
       "alpha, target_modules, use_rslora and dropout (with rank set here, rank, alpha, "

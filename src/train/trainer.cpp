@@ -175,10 +175,12 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     } else {
       model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(tc.seed));
     }
+    if (cfg.lora.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
     init_line += fmt::format(
-        "{}LoRA: rank {}, alpha {}, {} adapters, {} trainable parameters; the base is frozen",
+        "{}LoRA: rank {}, alpha {}, {} adapters, {} trainable parameters; the base is frozen{}",
         init_line.empty() ? "" : "\n", cfg.lora.rank, cfg.lora.alpha, model.lora_targets().size(),
-        model.lora_num_params());
+        model.lora_num_params(),
+        cfg.lora.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : "");
   }
   AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
             tc.weight_decay);

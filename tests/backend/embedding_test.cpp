@@ -42,6 +42,18 @@ TEST(Embedding, ForwardGathersBackwardScattersF64) {
   run_embedding<double>(1, 1, 1);
 }
 
+// The forward copies rows of any dtype (a bf16 frozen base's table).
+TEST(Embedding, ForwardGathersBf16Rows) {
+  CpuBackend be;
+  const int64_t V = 5, C = 7;
+  std::vector<uint16_t> table(V * C), out(3 * C, 0xFFFF);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint16_t>(1000 + i);
+  const std::vector<int32_t> ids = {4, 0, 4};
+  be.embedding_forward(DType::bf16, out.data(), ids.data(), table.data(), 3, C);
+  for (int64_t n = 0; n < 3; ++n)
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out[n * C + c], table[ids[n] * C + c]);
+}
+
 TEST(Embedding, RejectsIdsOutsideVocabulary) {
   CpuBackend be;
   std::vector<float> table(4 * 3), out(2 * 3);

@@ -297,6 +297,11 @@ TEST_F(Cli, LoraTrainExportAndUse) {
   Result drop = run("train --config " + cfg + " --set lora.rank=2 --set lora.dropout=1");
   EXPECT_EQ(drop.code, 2) << drop.out;
   EXPECT_NE(drop.out.find("lora.dropout must be in [0, 1) (got 1)"), std::string::npos) << drop.out;
+  Result bf16 = run("train --config " + cfg + " --set lora.base_dtype=bf16");
+  EXPECT_EQ(bf16.code, 2) << bf16.out;
+  EXPECT_NE(bf16.out.find("lora.base_dtype: bf16 keeps a frozen base; it needs lora.rank > 0"),
+            std::string::npos)
+      << bf16.out;
 
   const std::string base = (dir_ / "base").string();
   ASSERT_EQ(run("train --config " + cfg).code, 0);
@@ -308,6 +313,12 @@ TEST_F(Cli, LoraTrainExportAndUse) {
                  " --set train.out_dir=" + lora_run + " --set lora.rank=2 --set train.lr=0.05");
   ASSERT_EQ(t.code, 0) << t.out;
   EXPECT_NE(t.out.find("LoRA: rank 2, alpha 16, 7 adapters"), std::string::npos) << t.out;
+  // The same run with the base held in bf16 trains too, and says so.
+  Result half = run("train --config " + cfg + " --set train.init_from=" + base +
+                    " --set train.out_dir=" + (dir_ / "lora_bf16").string() +
+                    " --set lora.rank=2 --set train.lr=0.05 --set lora.base_dtype=bf16");
+  ASSERT_EQ(half.code, 0) << half.out;
+  EXPECT_NE(half.out.find("the base is frozen and held in bf16"), std::string::npos) << half.out;
   const std::string ids = (dir_ / "ids.json").string();
   std::ofstream(ids) << "[104, 101, 108, 108, 111, 32, 119]";
   auto loss_of = [&](const std::string& args) {

@@ -157,5 +157,68 @@ TEST(Lora, KvCacheMatchesFullForwardWithAdapters) {
   }
 }
 
+// lora.base_dtype bf16: the model computes what an f32 model holding the same bf16-rounded
+// weights computes (logits, loss, adapter gradients, generation), with the head converted a few
+// rows at a time; and the base takes about half the bytes on a real shape.
+TEST(Lora, Bf16BaseComputesWhatAnF32BaseOfTheSameWeightsDoes) {
+  for (const char* family : {"llama", "llama_untied", "gemma3", "gpt2", "qwen2"}) {
+    SCOPED_TRACE(family);
+    const std::string name = family;
+    ModelConfig c = small(name == "llama_untied" ? "llama" : name);
+    if (name == "llama_untied") c.tie_word_embeddings = false;
+    CpuBackend be;
+    int64_t flat = 0;
+    const std::vector<ParamInfo> params = Transformer::param_layout(c, &flat);
+    std::vector<double> wd(static_cast<size_t>(flat));
+    fill_normal(wd.data(), flat, 0.0, 0.3, 21, 0);
+    for (const ParamInfo& p : params)
+      if (p.kind == ParamKind::norm)
+        for (int64_t i = 0; i < p.numel(); ++i) wd[p.offset + i] += c.traits().norm_offset ? 0 : 1;
+    std::vector<float> w(wd.begin(), wd.end());
+    std::vector<uint16_t> half(w.size());
+    be.convert(DType::bf16, half.data(), DType::f32, w.data(), flat);
+    be.convert(DType::f32, w.data(), DType::bf16, half.data(), flat);  // bf16-rounded weights
+    auto make = [&](bool bf16) {
+      auto m = std::make_unique<Transformer>(&be, c);
+      be.from_host(m->params_data(), w.data(), w.size() * sizeof(float));
+      m->add_lora(spec({"all-linear"}), 4);
+      std::vector<float> lw(static_cast<size_t>(m->lora_flat_size()));
+      fill_normal(lw.data(), m->lora_flat_size(), 0.0, 0.2, 22, 0);
+      be.from_host(m->lora_data(), lw.data(), lw.size() * sizeof(float));
+      if (bf16) m->set_base_dtype(DType::bf16, 5);  // the head's 13 rows in blocks of 5, 5, 3
+      return m;
+    };
+    auto f32 = make(false), bf = make(true);
+    EXPECT_EQ(bf->base_dtype(), DType::bf16);
+    const int64_t B = 2, T = 7, V = c.vocab_size;
+    const auto ids = test::random_ids(B * T, V, 23), labels = test::random_ids(B * T, V, 24);
+    const std::vector<double> want = f32->forward_logits(ids.data(), B, T);
+    const std::vector<double> got = bf->forward_logits(ids.data(), B, T);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
+    f32->zero_grads();
+    bf->zero_grads();
+    const LossSum lw = f32->forward_backward(ids.data(), labels.data(), B, T, 1.0);
+    const LossSum lb = bf->forward_backward(ids.data(), labels.data(), B, T, 1.0);
+    EXPECT_NEAR(lb.sum, lw.sum, 1e-5 * std::abs(lw.sum));
+    std::vector<float> gw(static_cast<size_t>(f32->lora_flat_size())), gb(gw.size());
+    be.to_host(gw.data(), f32->lora_grads_data(), gw.size() * sizeof(float));
+    be.to_host(gb.data(), bf->lora_grads_data(), gb.size() * sizeof(float));
+    double scale = 0;
+    for (float g : gw) scale = std::max(scale, std::abs(double{g}));
+    ASSERT_GT(scale, 0);
+    for (size_t i = 0; i < gw.size(); ++i) ASSERT_NEAR(gb[i], gw[i], 1e-5 * scale) << i;
+    auto cache = bf->make_kv_cache(T);
+    const std::vector<float> last = bf->feed(*cache, ids.data(), T);
+    for (int64_t v = 0; v < V; ++v) EXPECT_NEAR(last[v], want[(T - 1) * V + v], 1e-5);
+  }
+  ModelConfig g = family_defaults("gemma3");  // Gemma 3 270M's sizes
+  g.vocab_size = 262144, g.hidden_size = 640, g.intermediate_size = 2048;
+  g.num_hidden_layers = 18, g.num_attention_heads = 4, g.num_key_value_heads = 1, g.head_dim = 256;
+  const double ratio = static_cast<double>(Transformer::base_bytes(g, DType::bf16)) /
+                       static_cast<double>(Transformer::base_bytes(g, DType::f32));
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.53);
+}
+
 }  // namespace
 }  // namespace lmt

@@ -70,6 +70,8 @@ TEST(MemoryCheck, LoraCountsTheAdaptersGradientsAndMomentsOnly) {
   EXPECT_EQ(m.gradients, adapters);
   EXPECT_EQ(m.adamw, 2 * adapters);
   EXPECT_LT(m.total(), training_memory(small()).total());
+  c.lora.base_dtype = "bf16";  // the base as Transformer::set_base_dtype holds it
+  EXPECT_EQ(training_memory(c).weights, Transformer::base_bytes(c.model, DType::bf16) + adapters);
 }
 
 TEST(MemoryCheck, TooBigNamesTheKeysAndBothNumbers) {

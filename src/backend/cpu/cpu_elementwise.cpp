@@ -127,6 +127,13 @@ void CpuBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src,
     for (int64_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
     return;
   }
+  if (src_dt == DType::bf16 && dst_dt == DType::f32) {  // a bf16 frozen base, every layer
+    const uint16_t* s = static_cast<const uint16_t*>(src);
+    uint32_t* d = static_cast<uint32_t*>(dst);  // bf16 is the top half of an f32's bits
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) d[i] = static_cast<uint32_t>(s[i]) << 16;
+    return;
+  }
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
   for (int64_t i = 0; i < n; ++i) store_element(dst_dt, dst, i, load_element(src_dt, src, i));
 }

@@ -10,20 +10,18 @@
 
 namespace lmt {
 
-// out[N,C] = table[ids[n], :]
+// out[N,C] = table[ids[n], :]: a row copy, so any dtype (a bf16 frozen base's table too).
 void CpuBackend::embedding_forward(DType dt, void* out, const int32_t* ids, const void* table,
                                    int64_t N, int64_t C) {
-  cpu::dispatch_float(dt, "embedding_forward", [&](auto tag) {
-    using T = decltype(tag);
-    for (int64_t n = 0; n < N; ++n)
-      LMT_CHECK(ids[n] >= 0, "CpuBackend::embedding_forward: negative id " +
-                                 std::to_string(ids[n]) + " at row " + std::to_string(n));
-    T* y = static_cast<T*>(out);
-    const T* w = static_cast<const T*>(table);
+  for (int64_t n = 0; n < N; ++n)
+    LMT_CHECK(ids[n] >= 0, "CpuBackend::embedding_forward: negative id " +
+                               std::to_string(ids[n]) + " at row " + std::to_string(n));
+  const size_t row = static_cast<size_t>(C) * dtype_size(dt);
+  auto* y = static_cast<char*>(out);
+  const auto* w = static_cast<const char*>(table);
 #pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
-    for (int64_t n = 0; n < N; ++n)
-      std::memcpy(y + n * C, w + static_cast<int64_t>(ids[n]) * C, sizeof(T) * C);
-  });
+  for (int64_t n = 0; n < N; ++n)
+    std::memcpy(y + static_cast<size_t>(n) * row, w + static_cast<size_t>(ids[n]) * row, row);
 }
 
 // dtable[V,C] += dout[N,C] scattered by ids[N].
