@@ -2,6 +2,8 @@
 // and folding adapters into the base.
 #include "io/peft_adapter.h"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <fstream>
 
@@ -44,7 +46,8 @@ nlohmann::json peft_adapter_config(const Transformer& model, const std::string& 
           {"use_rslora", s.use_rslora},
           {"fan_in_fan_out", model.config().traits().conv1d},
           {"bias", "none"},
-          {"modules_to_save", nullptr},
+          {"modules_to_save", s.modules_to_save.empty() ? nlohmann::json(nullptr)
+                                                          : nlohmann::json(s.modules_to_save)},
           {"init_lora_weights", true},
           {"inference_mode", true}};
 }
@@ -83,8 +86,14 @@ LoraSpec read_peft_adapter_config(const std::string& dir) {
     refuse("lora_dropout is " + field("lora_dropout").dump() + "; it must be in [0, 1)");
   if (!field("bias").is_null() && field("bias") != "none")
     refuse("bias is " + field("bias").dump() + "; lmtrain's adapters train no biases (none)");
-  for (const char* unsupported : {"use_dora", "modules_to_save", "layers_to_transform",
-                                  "rank_pattern", "alpha_pattern"}) {
+  const nlohmann::json& mts = field("modules_to_save");
+  if (!mts.is_null() && !mts.is_array()) refuse("field 'modules_to_save' must be a list or null");
+  for (const auto& m : mts.is_array() ? mts : nlohmann::json::array()) {
+    if (!m.is_string()) refuse("modules_to_save holds " + excerpt(m.dump()) + ", not a name");
+    s.modules_to_save.push_back(m.get<std::string>());
+  }
+  for (const char* unsupported :
+       {"use_dora", "layers_to_transform", "rank_pattern", "alpha_pattern"}) {
     const nlohmann::json& v = field(unsupported);
     if (!v.is_null() && v != false && !(v.is_object() && v.empty()) && !(v.is_array() && v.empty()))
       refuse(std::string(unsupported) + " is " + excerpt(v.dump()) +
@@ -109,7 +118,8 @@ void load_peft_adapter_weights(const std::string& dir, Transformer& model) {
   for (const ParamInfo& p : model.lora_params()) {
     if (!st.contains(p.name))
       throw UserError(path + ": tensor '" + p.name +
-                      "' is missing (the adapter was made for other target modules)");
+                      "' is missing (the adapter was made for other target modules or "
+                      "modules_to_save)");
     if (st.meta(p.name).shape != p.shape)
       throw UserError(path + ": tensor '" + p.name + "' has shape " + st.meta(p.name).shape.str() +
                       ", the model expects " + p.shape.str() +
@@ -118,6 +128,14 @@ void load_peft_adapter_weights(const std::string& dir, Transformer& model) {
     model.backend()->from_host(static_cast<char*>(model.lora_data()) +
                                    static_cast<size_t>(p.offset) * dtype_size(model.dtype()),
                                t.data(), t.nbytes());
+  }
+  // A tensor the model has no place for would be lost without a word.
+  for (const std::string& name : st.names()) {
+    const auto& ps = model.lora_params();
+    if (std::none_of(ps.begin(), ps.end(), [&](const ParamInfo& p) { return p.name == name; }))
+      throw UserError(path + ": tensor '" + name +
+                      "' is not one this model's adapters have (the adapter was made for other "
+                      "target modules or modules_to_save)");
   }
 }
 
@@ -160,6 +178,11 @@ void merge_lora_into_base(Transformer& model) {
         // Hugging Face stores Linear weights [out, in] and gpt2's Conv1D weights [in, out].
         base[w.offset + (conv1d ? i * out + o : o * in + i)] += s * d;
       }
+  }
+  for (const SavedParam& sp : model.lora_saved()) {  // trained copies replace the base's
+    const ParamInfo& copy = model.lora_params()[static_cast<size_t>(sp.index)];
+    const ParamInfo& w = model.param(sp.base_name);
+    std::copy_n(lw.begin() + copy.offset, copy.numel(), base.begin() + w.offset);
   }
   std::vector<uint8_t> raw(base.size() * dtype_size(model.dtype()));
   for (size_t i = 0; i < base.size(); ++i)

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/transformer.h"
 
 namespace lmt {
 
@@ -15,6 +16,55 @@ bool matches(const std::string& path, const std::string& target) {
   return path == target ||
          (path.size() > target.size() && path.ends_with(target) &&
           path[path.size() - target.size() - 1] == '.');
+}
+
+// Appends the base parameters of spec.modules_to_save to `out` (each a copy, with its kind, so
+// that weight decay treats it as full training would), after offset `off`.
+void add_saved_modules(const ModelConfig& cfg, const LoraSpec& spec, LoraLayout& out,
+                       int64_t& off) {
+  const std::vector<ParamInfo> base = Transformer::param_layout(cfg);
+  auto module_of = [](const std::string& name) { return name.substr(0, name.rfind('.')); };
+  std::vector<bool> chosen(base.size(), false);
+  for (const std::string& target : spec.modules_to_save) {
+    bool any = false;
+    for (size_t i = 0; i < base.size(); ++i) {
+      const std::string module = module_of(base[i].name);
+      if (!module.ends_with(target)) continue;  // PEFT's test for modules_to_save
+      const ParamKind kind = base[i].kind;
+      const bool norm = kind == ParamKind::norm || (kind == ParamKind::bias && [&] {
+                          for (const ParamInfo& p : base)
+                            if (p.kind == ParamKind::norm && module_of(p.name) == module)
+                              return true;
+                          return false;
+                        }());
+      const bool head = module == "lm_head";
+      if (!norm && !head && kind != ParamKind::embedding)
+        throw UserError("lora.modules_to_save: '" + excerpt(target) + "' matches " + module +
+                        ", a projection: adapt it with lora.target_modules (modules_to_save "
+                        "trains norms, and the embeddings and head of an untied model)");
+      if (!norm && cfg.tie_word_embeddings && (head || module.ends_with("embed_tokens") ||
+                                               module.ends_with("wte")))
+        throw UserError("lora.modules_to_save: '" + excerpt(target) + "' matches " + module +
+                        ", which this model ties to its output head (tie_word_embeddings); "
+                        "lmtrain does not untie it to train it beside adapters");
+      chosen[i] = any = true;
+    }
+    if (!any)
+      throw UserError("lora.modules_to_save: '" + excerpt(target) + "' matches no module of a " +
+                      cfg.family + " model" +
+                      (target.ends_with("lm_head") && cfg.tie_word_embeddings
+                           ? " (its head is the token embedding: tie_word_embeddings)"
+                           : " (norms, for example input_layernorm or norm; gpt2: ln_1, ln_2, "
+                             "ln_f; an untied model's embeddings and lm_head)"));
+  }
+  for (size_t i = 0; i < base.size(); ++i) {
+    if (!chosen[i]) continue;
+    off = (off + kAlignElems - 1) / kAlignElems * kAlignElems;
+    out.params.push_back(
+        ParamInfo{"base_model.model." + base[i].name, base[i].shape, off, base[i].kind});
+    out.saved.push_back(SavedParam{base[i].name, static_cast<int>(out.params.size() - 1)});
+    off += base[i].shape.numel();
+  }
 }
 
 }  // namespace
@@ -86,6 +136,7 @@ LoraLayout lora_layout(const ModelConfig& cfg, const LoraSpec& spec) {
       out.targets.push_back(t);
     }
   }
+  add_saved_modules(cfg, spec, out, off);
   out.flat_size = (off + kAlignElems - 1) / kAlignElems * kAlignElems;
   return out;
 }

@@ -26,6 +26,10 @@ struct LoraSpec {
   // PEFT's lora_dropout: in training, each adapter reads its input through its own dropout mask
   // (the base projection reads it unchanged). Evaluation and inference use no dropout.
   double dropout = 0;
+  // PEFT's modules_to_save: base modules trained in full beside the adapters, matched as PEFT
+  // does (the module name ends with the entry: "norm" takes every norm, "input_layernorm",
+  // "model.norm", "lm_head"). Norms, and the embeddings and head of an untied model.
+  std::vector<std::string> modules_to_save;
 
   double scaling() const;
 };
@@ -51,15 +55,25 @@ struct LoraTarget {
   int a = -1, b = -1;
 };
 
+// A base parameter trained beside the adapters (modules_to_save): a copy of it lives in the
+// adapter buffer as params[index], named "base_model.model.<base_name>" (PEFT's name in
+// adapter_model.safetensors).
+struct SavedParam {
+  std::string base_name;
+  int index = -1;
+};
+
 struct LoraLayout {
-  std::vector<ParamInfo> params;  // lora_A and lora_B of every target, PEFT names
+  std::vector<ParamInfo> params;  // lora_A and lora_B of every target, then the saved modules
   std::vector<LoraTarget> targets;
+  std::vector<SavedParam> saved;
   int64_t flat_size = 0;
 };
 
 // The adapters `spec` puts on a model of `cfg`. Throws UserError naming lora.rank,
-// lora.target_modules (a name no projection of the family matches, listing those it has) or
-// lora.alpha.
+// lora.target_modules (a name no projection of the family matches, listing those it has),
+// lora.modules_to_save (a name that matches nothing, a projection, or a table tied to another)
+// or lora.alpha.
 LoraLayout lora_layout(const ModelConfig& cfg, const LoraSpec& spec);
 
 // The block module prefix of layer l ("model.layers.3." / "transformer.h.3.").

@@ -417,12 +417,12 @@ void Transformer::norm_backward(const void* w, void* dw, void* db, void* dx, con
 void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void* scratch,
                         int64_t N) {
   const int64_t C = dims_.C;
-  const void* table = base_at(params_[static_cast<size_t>(embed_)].offset);
-  if (base_dt_ != dt_) {  // gather the rows in the base's dtype, then convert them
-    be_->embedding_forward(base_dt_, scratch, ids, table, N, C);
+  if (base_dt_ != dt_ && !saved(embed_)) {  // gather rows of a bf16 base, then convert them
+    be_->embedding_forward(base_dt_, scratch, ids,
+                           base_at(params_[static_cast<size_t>(embed_)].offset), N, C);
     be_->convert(dt_, out, base_dt_, scratch, N * C);
   } else {
-    be_->embedding_forward(dt_, out, ids, table, N, C);
+    be_->embedding_forward(dt_, out, ids, param_ptr(embed_, false), N, C);
   }
   if (tr_.embed_scale)  // transformers multiplies by sqrt(hidden) rounded to the model's dtype
     be_->scale(dt_, out, static_cast<float>(std::sqrt(static_cast<double>(C))), N * C);
@@ -434,14 +434,15 @@ void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void*
 
 // dx [N, C] (d loss / d embedding output) into the tables' gradients; dx is scaled in place.
 void Transformer::embed_backward(void* dx, const int32_t* ids, const int32_t* pos, int64_t N) {
-  if (has_lora()) return;  // frozen tables
   const int64_t C = dims_.C;
-  if (pos_embed_ >= 0)
-    be_->embedding_backward(dt_, param_ptr(pos_embed_, true), dx, pos, N, C,
-                            cfg_.max_position_embeddings);
+  void* pos_grad = param_ptr(pos_embed_, true);  // null: a frozen table (or none)
+  if (pos_grad)
+    be_->embedding_backward(dt_, pos_grad, dx, pos, N, C, cfg_.max_position_embeddings);
+  void* grad = param_ptr(embed_, true);
+  if (!grad) return;
   if (tr_.embed_scale)
     be_->scale(dt_, dx, static_cast<float>(std::sqrt(static_cast<double>(C))), N * C);
-  be_->embedding_backward(dt_, param_ptr(embed_, true), dx, ids, N, C, cfg_.vocab_size);
+  be_->embedding_backward(dt_, grad, dx, ids, N, C, cfg_.vocab_size);
 }
 
 void Transformer::final_norm(void* out, void* mean, void* rstd, const void* x, int64_t N) {
@@ -605,7 +606,8 @@ void Transformer::forward_trunk() {
 template <class F>
 void Transformer::for_head_blocks(F&& f) {
   const int64_t C = dims_.C, V = dims_.V, offset = params_[static_cast<size_t>(head_)].offset;
-  if (base_dt_ == dt_) return f(static_cast<const void*>(at(weights_.data(), offset)), 0, V);
+  if (base_dt_ == dt_ || saved(head_))
+    return f(static_cast<const void*>(param_ptr(head_, false)), 0, V);
   for (int64_t v0 = 0; v0 < V; v0 += head_rows_) {
     const int64_t rows = std::min(head_rows_, V - v0);
     be_->convert(dt_, staging_.data(), base_dt_, base_at(offset + v0 * C), rows * C);

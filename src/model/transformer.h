@@ -60,12 +60,15 @@ class Transformer {
   // LoRA: adds the adapters of `spec`, initialised as PEFT does (A uniform in +-1/sqrt(in), B
   // zero, so the model still computes what it did), and freezes the base: its gradient buffer
   // is released, backward computes no weight gradient GEMM for it, and the gradients are the
-  // adapters' (lora_grads_data()). Throws UserError for a bad spec (lora_layout()).
+  // adapters' (lora_grads_data()). The modules of spec.modules_to_save train as copies in the
+  // adapter buffer, which the model then reads instead of the base's. Throws UserError for a
+  // bad spec (lora_layout()).
   void add_lora(const LoraSpec& spec, uint64_t seed);
   bool has_lora() const { return !lora_.params.empty(); }
   const LoraSpec& lora_spec() const { return lora_spec_; }
   const std::vector<ParamInfo>& lora_params() const { return lora_.params; }
   const std::vector<LoraTarget>& lora_targets() const { return lora_.targets; }
+  const std::vector<SavedParam>& lora_saved() const { return lora_.saved; }
   int64_t lora_num_params() const;  // sum of adapter sizes (no padding); 0 without adapters
   int64_t lora_flat_size() const { return lora_.flat_size; }
   void* lora_data() const { return lora_weights_.data(); }
@@ -281,6 +284,10 @@ class Transformer {
   Buffer staging_;  // bf16 base: one layer's weights, or a block of head rows, in f32
   Buffer small_;    // bf16 base: f32 copies of the final norm and position table
   std::vector<int64_t> small_at_;  // per parameter: its offset in small_, or -1
+  std::vector<int64_t> saved_at_;  // per parameter: its trained copy's offset in lora_weights_
+  bool saved(int index) const {
+    return index >= 0 && !saved_at_.empty() && saved_at_[static_cast<size_t>(index)] >= 0;
+  }
   int64_t head_rows_ = 0;          // bf16 base: head rows converted at a time
   ModelConfig::Traits tr_;
   std::vector<LayerIndex> layers_;

@@ -151,6 +151,9 @@ void Transformer::build_layout() {
 
 void* Transformer::param_ptr(int index, bool grads) const {
   void* base = grads ? grads_.data() : weights_.data();
+  if (saved(index))
+    return at(grads ? lora_grads_.data() : lora_weights_.data(),
+              saved_at_[static_cast<size_t>(index)]);
   if (index < 0 || !base) return nullptr;  // no such parameter, or a frozen base's gradient
   if (!grads && base_dt_ != dt_) {  // a bf16 base: only the f32 copies are addressed directly
     const int64_t off = small_at_[static_cast<size_t>(index)];
@@ -262,6 +265,16 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
   lora_weights_ = Buffer(be_, bytes);
   lora_grads_ = Buffer(be_, bytes);
   grads_ = Buffer();  // the base is frozen
+  saved_at_.assign(params_.size(), -1);
+  for (const SavedParam& sp : lora_.saved) {  // trained copies start as the base's values
+    const ParamInfo& copy = lora_.params[static_cast<size_t>(sp.index)];
+    const auto it = std::find_if(params_.begin(), params_.end(),
+                                 [&](const ParamInfo& p) { return p.name == sp.base_name; });
+    LMT_CHECK(it != params_.end(), "add_lora: no base parameter " + sp.base_name);
+    saved_at_[static_cast<size_t>(it - params_.begin())] = copy.offset;
+    be_->copy(at(lora_weights_.data(), copy.offset), at(weights_.data(), it->offset),
+              static_cast<size_t>(copy.numel()) * es_);
+  }
   grad_sink_ = Buffer(be_, static_cast<size_t>(2 * std::max<int64_t>(dims_.C, dims_.D)) * es_);
   // PEFT: kaiming_uniform_(A, a=sqrt(5)), a bound of 1/sqrt(fan_in); B = 0.
   for (const LoraTarget& t : lora_.targets) {
@@ -289,7 +302,7 @@ Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) {
     be_->convert(dt_, staging_.data(), base_dt_, base_at(begin),
                  layer_range_[static_cast<size_t>(l)].second - begin);
   auto p = [&](int i) -> void* {
-    if (!staged || i < 0) return param_ptr(i, grads);
+    if (!staged || i < 0 || saved(i)) return param_ptr(i, grads);
     return at(staging_.data(), params_[static_cast<size_t>(i)].offset - begin);
   };
   LayerWeights w{p(x.ln1),    p(x.ln1_b),  p(x.qkv),  p(x.qkv_b),    p(x.q_norm), p(x.k_norm),

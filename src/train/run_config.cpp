@@ -260,6 +260,7 @@ LoraSpec lora_spec(const LoraConfig& c) {
   s.target_modules = c.target_modules;
   s.use_rslora = c.use_rslora;
   s.dropout = c.dropout;
+  s.modules_to_save = c.modules_to_save;
   return s;
 }
 
@@ -274,6 +275,7 @@ void apply_lora_init_from(RunConfig& cfg) {
     l.use_rslora = a.use_rslora;
     l.dropout = a.dropout;
     l.target_modules = a.target_modules;
+    l.modules_to_save = a.modules_to_save;
     return;
   }
   auto differ = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
@@ -285,15 +287,24 @@ void apply_lora_init_from(RunConfig& cfg) {
   if (l.alpha != a.alpha) differ("alpha", fmt::format("{}", l.alpha), fmt::format("{}", a.alpha));
   if (l.use_rslora != a.use_rslora)
     differ("use_rslora", l.use_rslora ? "true" : "false", a.use_rslora ? "true" : "false");
-  // The same projections, whatever the spelling ("q_proj" or "self_attn.q_proj").
-  auto adapted = [&](const LoraSpec& s) {
+  // The same projections and saved modules, whatever the spelling ("q_proj" or
+  // "self_attn.q_proj").
+  auto adapted = [&](const LoraSpec& s, bool saved) {
+    const LoraLayout layout = lora_layout(cfg.model, s);
     std::vector<std::string> names;
-    for (const ParamInfo& p : lora_layout(cfg.model, s).params) names.push_back(p.name);
+    if (saved)
+      for (const SavedParam& p : layout.saved) names.push_back(p.base_name);
+    else
+      for (const LoraTarget& t : layout.targets)
+        names.push_back(layout.params[static_cast<size_t>(t.a)].name);
     return names;
   };
-  if (adapted(lora_spec(l)) != adapted(a))
+  if (adapted(lora_spec(l), false) != adapted(a, false))
     differ("target_modules", fmt::format("[{}]", fmt::join(l.target_modules, ", ")),
            fmt::format("[{}]", fmt::join(a.target_modules, ", ")));
+  if (adapted(lora_spec(l), true) != adapted(a, true))
+    differ("modules_to_save", fmt::format("[{}]", fmt::join(l.modules_to_save, ", ")),
+           fmt::format("[{}]", fmt::join(a.modules_to_save, ", ")));
 }
 
 void RunConfig::validate() const {

@@ -191,6 +191,7 @@ struct LoraConfig {
   bool use_rslora = false;
   double dropout = 0;
   std::string base_dtype = "f32";
+  std::vector<std::string> modules_to_save;
   std::string init_from;
 
   template <class V>
@@ -203,13 +204,17 @@ struct LoraConfig {
     v("use_rslora", use_rslora, "scale by alpha / sqrt(rank) (rank-stabilised LoRA)");
     v("dropout", dropout,
       "dropout probability on each adapter's input in training (PEFT's lora_dropout), in [0, 1)");
+    v("modules_to_save", modules_to_save,
+      "base modules trained in full beside the adapters (PEFT's modules_to_save, matched as PEFT "
+      "does: a module whose name ends with the entry): norms (norm, input_layernorm, ln_f, ...), "
+      "and an untied model's lm_head or embeddings");
     v("base_dtype", base_dtype,
       "f32 or bf16: the frozen base's weights in memory (bf16 halves them; each layer is "
       "converted to f32 when it runs, the computation stays f32)");
     v("init_from", init_from,
       "a PEFT LoRA adapter directory to continue training: its adapter_config.json gives rank, "
-      "alpha, target_modules, use_rslora and dropout (with rank set here, rank, alpha, "
-      "use_rslora and the modules must agree with it, and dropout is this file's) and its "
+      "alpha, target_modules, modules_to_save, use_rslora and dropout (with rank set here, rank, "
+      "alpha, use_rslora and the modules must agree with it, and dropout is this file's) and its "
       "weights replace the initialisation; a resumed run continues from its checkpoint");
   }
 };

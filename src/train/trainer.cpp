@@ -177,8 +177,12 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     }
     if (cfg.lora.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
     init_line += fmt::format(
-        "{}LoRA: rank {}, alpha {}, {} adapters, {} trainable parameters; the base is frozen{}",
+        "{}LoRA: rank {}, alpha {}, {} adapters{}, {} trainable parameters; the base is frozen{}",
         init_line.empty() ? "" : "\n", cfg.lora.rank, cfg.lora.alpha, model.lora_targets().size(),
+        model.lora_saved().empty()
+            ? ""
+            : fmt::format(" and {} base tensors trained in full (modules_to_save)",
+                          model.lora_saved().size()),
         model.lora_num_params(),
         cfg.lora.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : "");
   }

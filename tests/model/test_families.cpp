@@ -208,8 +208,15 @@ TEST_P(Family, LoraGradientsMatchFiniteDifferences) {
       spec.alpha = 3;
       spec.use_rslora = ckpt;
       spec.dropout = ckpt ? 0.3 : 0.0;  // the recomputed layers must draw the forward's masks
-      if (std::string(targets) == "all")
+      if (std::string(targets) == "all") {
         spec.target_modules = {"all-linear"};
+        // Every norm trains beside the adapters, and an untied model's tables and head.
+        spec.modules_to_save = gpt2 ? std::vector<std::string>{"ln_1", "ln_2", "ln_f", "wpe"}
+                                    : std::vector<std::string>{"norm"};
+        if (!GetParam().cfg.tie_word_embeddings)
+          for (const char* m : {"lm_head", gpt2 ? "wte" : "embed_tokens"})
+            spec.modules_to_save.push_back(m);
+      }
       else if (gpt2)
         spec.target_modules = {"c_fc"};
       else
@@ -237,9 +244,18 @@ TEST_P(Family, LoraGradientsMatchFiniteDifferences) {
       EXPECT_NEAR(loss(), s.sum, 1e-12);
       if (spec.dropout > 0) EXPECT_GT(std::abs(eval_loss - s.sum), 1e-6);
       expect_gradients_match(m.lora_params(), w, grad, loss);
-      const size_t n_params = m.lora_params().size();
+      const size_t n_params = m.lora_params().size() - m.lora_saved().size();
       const size_t per_layer = std::string(targets) == "all" ? (gpt2 ? 4 : 7) : (gpt2 ? 1 : 2);
       EXPECT_EQ(n_params, 2 * per_layer * static_cast<size_t>(GetParam().cfg.num_hidden_layers));
+      if (std::string(targets) == "all") {  // every norm parameter, and untied tables and head
+        size_t want = 0;
+        for (const ParamInfo& p : m.params())
+          want += p.kind == ParamKind::norm || (gpt2 && p.name.find("ln_") != std::string::npos) ||
+                  p.name == "transformer.wpe.weight" ||
+                  (!GetParam().cfg.tie_word_embeddings &&
+                   (p.kind == ParamKind::embedding || p.name == "lm_head.weight"));
+        EXPECT_EQ(m.lora_saved().size(), want);
+      }
       std::vector<double> after(base.size());
       be.to_host(after.data(), m.params_data(), after.size() * sizeof(double));
       EXPECT_EQ(after, base);

@@ -97,6 +97,69 @@ TEST(Lora, TargetsMatchAsPeftDoes) {
   EXPECT_EQ(message(a), "lora.alpha must be a finite number > 0");
 }
 
+// modules_to_save: PEFT's plain suffix test ("norm" takes every norm), copies with PEFT's names
+// and the base's kinds after the adapters; a projection, a name matching nothing, and a table
+// tied to the head are one message each.
+TEST(Lora, ModulesToSaveMatchAsPeftDoes) {
+  auto saved = [](const ModelConfig& c, std::vector<std::string> modules) {
+    LoraSpec s = spec({"q_proj"});
+    if (c.traits().conv1d) s.target_modules = {"c_attn"};
+    s.modules_to_save = std::move(modules);
+    const LoraLayout l = lora_layout(c, s);
+    std::vector<std::string> out;
+    for (const SavedParam& p : l.saved) {
+      const ParamInfo& info = l.params[static_cast<size_t>(p.index)];
+      EXPECT_EQ(info.name, "base_model.model." + p.base_name);
+      EXPECT_GT(p.index, l.targets.back().b);
+      out.push_back(p.base_name);
+    }
+    return out;
+  };
+  ModelConfig q = small("qwen3");
+  q.num_hidden_layers = 1;
+  EXPECT_EQ(saved(q, {"norm"}),
+            (std::vector<std::string>{"model.layers.0.input_layernorm.weight",
+                                      "model.layers.0.self_attn.q_norm.weight",
+                                      "model.layers.0.self_attn.k_norm.weight",
+                                      "model.layers.0.post_attention_layernorm.weight",
+                                      "model.norm.weight"}));
+  EXPECT_EQ(saved(q, {"model.norm"}), std::vector<std::string>{"model.norm.weight"});
+  ModelConfig g = small("gpt2");
+  g.num_hidden_layers = 1;
+  EXPECT_EQ(saved(g, {"ln_f", "wpe"}),
+            (std::vector<std::string>{"transformer.wpe.weight", "transformer.ln_f.weight",
+                                      "transformer.ln_f.bias"}));
+  ModelConfig u = small("llama");
+  u.tie_word_embeddings = false;
+  EXPECT_EQ(saved(u, {"lm_head", "embed_tokens"}),
+            (std::vector<std::string>{"model.embed_tokens.weight", "lm_head.weight"}));
+  auto message = [&](const ModelConfig& c, std::vector<std::string> modules) -> std::string {
+    try {
+      saved(c, std::move(modules));
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(message(u, {"down_proj"}),
+            "lora.modules_to_save: 'down_proj' matches model.layers.0.mlp.down_proj, a "
+            "projection: adapt it with lora.target_modules (modules_to_save trains norms, and the "
+            "embeddings and head of an untied model)");
+  EXPECT_EQ(message(u, {"nrm"}),
+            "lora.modules_to_save: 'nrm' matches no module of a llama model (norms, for example "
+            "input_layernorm or norm; gpt2: ln_1, ln_2, ln_f; an untied model's embeddings and "
+            "lm_head)");
+  ModelConfig tied = small("gemma3");
+  ASSERT_TRUE(tied.tie_word_embeddings);
+  EXPECT_EQ(message(tied, {"lm_head"}),
+            "lora.modules_to_save: 'lm_head' matches no module of a gemma3 model (its head is "
+            "the token embedding: tie_word_embeddings)");
+  EXPECT_EQ(message(tied, {"embed_tokens"}),
+            "lora.modules_to_save: 'embed_tokens' matches model.embed_tokens, which this model "
+            "ties to its output head (tie_word_embeddings); lmtrain does not untie it to train it "
+            "beside adapters");
+}
+
 TEST(Lora, ScalingIsPeftsAndRsLora) {
   LoraSpec s = spec({"q_proj"}, 16);
   s.alpha = 32;
@@ -181,7 +244,11 @@ TEST(Lora, Bf16BaseComputesWhatAnF32BaseOfTheSameWeightsDoes) {
     auto make = [&](bool bf16) {
       auto m = std::make_unique<Transformer>(&be, c);
       be.from_host(m->params_data(), w.data(), w.size() * sizeof(float));
-      m->add_lora(spec({"all-linear"}), 4);
+      LoraSpec ls = spec({"all-linear"});  // saved modules are read from the adapter buffer
+      ls.modules_to_save = name == "gpt2"           ? std::vector<std::string>{"ln_1", "wpe"}
+                           : name == "llama_untied" ? std::vector<std::string>{"lm_head", "embed_tokens"}
+                                                    : std::vector<std::string>{"input_layernorm"};
+      m->add_lora(ls, 4);
       std::vector<float> lw(static_cast<size_t>(m->lora_flat_size()));
       fill_normal(lw.data(), m->lora_flat_size(), 0.0, 0.2, 22, 0);
       be.from_host(m->lora_data(), lw.data(), lw.size() * sizeof(float));

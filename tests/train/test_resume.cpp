@@ -133,6 +133,7 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
     c.lora.alpha = 4;
     c.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
     c.lora.dropout = 0.1;  // masks drawn again on resume, as they were
+    c.lora.modules_to_save = {"norm"};  // trained norms and their moments resume too
     c.train.lr = 3e-2;
     c.validate();
     return c;
@@ -159,6 +160,7 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
   EXPECT_EQ(cfg["r"], 2);
   EXPECT_EQ(cfg["lora_alpha"], 4.0);
   EXPECT_EQ(cfg["lora_dropout"], 0.1);
+  EXPECT_EQ(cfg["modules_to_save"], nlohmann::json({"norm"}));
   EXPECT_EQ(cfg["target_modules"],
             nlohmann::json({"self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"}));
   // The hash names the base the run started from: the initialisation from train.seed.
@@ -189,6 +191,11 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
   expect_error(other_targets, "adapter_model.safetensors: tensor "
                               "'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight' "
                               "is missing");
+  RunConfig other_saved = lora("a");
+  other_saved.lora.modules_to_save = {"input_layernorm"};
+  expect_error(other_saved, "adapter_model.safetensors: tensor "
+                            "'base_model.model.model.layers.0.post_attention_layernorm.weight' "
+                            "is not one this model's adapters have");
   RunConfig plain = config("c", 4);
   train(plain, false);
   RunConfig adapters = lora("c");
