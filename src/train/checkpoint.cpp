@@ -207,21 +207,25 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   cleanup.disarm();
   fsync_path(root);
   if (replace) fs::remove_all(replaced);
-
-  if (keep_last > 0) {
-    std::vector<std::pair<int64_t, fs::path>> all;
-    for (const auto& e : fs::directory_iterator(root))
-      if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
-    std::sort(all.begin(), all.end());
-    for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
-      // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
-      const fs::path doomed =
-          root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
-      fs::rename(all[i].second, doomed);
-      fs::remove_all(doomed);
-    }
-  }
+  prune_checkpoints(run_dir, keep_last);
   return final_dir.string();
+}
+
+void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
+  if (keep_last <= 0) return;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  std::vector<std::pair<int64_t, fs::path>> all;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
+  std::sort(all.begin(), all.end());
+  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
+    // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
+    const fs::path doomed =
+        root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
+    fs::rename(all[i].second, doomed);
+    fs::remove_all(doomed);
+  }
 }
 
 namespace {

@@ -48,6 +48,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const float* v, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last);
 
+// Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does.
+void prune_checkpoints(const std::string& run_dir, int64_t keep_last);
+
 // Removes checkpoints/.tmp-* of a run: saves and deletions that a killed process left unfinished.
 // Call it only while holding the run directory's lock (one process writes a run's checkpoints).
 void remove_checkpoint_leftovers(const std::string& run_dir);

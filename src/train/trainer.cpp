@@ -355,6 +355,10 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   if (step > first_step || !ckpt) {
     run_eval();
     save();
+  } else if (resume_from.empty()) {
+    // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
+    // and pruning the oldest ones is tidied as the save would have.
+    prune_checkpoints(run_dir.string(), tc.keep_last);
   }
 
   if (tc.sample_tokens > 0) {

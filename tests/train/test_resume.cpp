@@ -315,6 +315,17 @@ TEST_F(Resume, KeepLastDeletesOldCheckpoints) {
     names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   EXPECT_EQ(names, (std::vector<std::string>{fmt_step(10), fmt_step(12)}));
+
+  // A run killed after renaming its last checkpoint into place but before pruning: the resume
+  // that finds nothing to do prunes as the save would have.
+  fs::copy(dir_ / "e" / "checkpoints" / fmt_step(10), dir_ / "e" / "checkpoints" / fmt_step(8),
+           fs::copy_options::recursive);
+  EXPECT_EQ(train(c, true).steps, 12);
+  names.clear();
+  for (const auto& e : fs::directory_iterator(dir_ / "e" / "checkpoints"))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{fmt_step(10), fmt_step(12)}));
 }
 
 }  // namespace
