@@ -51,6 +51,9 @@ class Backend {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* p, size_t bytes) = 0;
   virtual void synchronize() {}
+  // The host address of the backend's memory at p when that memory is host memory (the CPU
+  // backend), so a reader can use it in place; null where it must be copied with to_host.
+  virtual const void* host_address(const void* p) const { return nullptr; }
   // Seconds spent inside gemm() since the last reset (for the benchmark's GEMM share).
   virtual double gemm_seconds() const { return 0.0; }
   virtual void reset_gemm_seconds() {}

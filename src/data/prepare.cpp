@@ -1,7 +1,6 @@
 #include "data/prepare.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/remove_on_error.h"
 #include "core/timer.h"
 #include "data/packing.h"
@@ -266,7 +266,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
       throw UserError("data.sources[" + std::to_string(i) + "].weight: must be > 0");
 
   Timer clock;
-  const int threads = std::max(1, omp_get_max_threads());  // train.threads, via set_threads
+  const int threads = std::max(1, thread_count());  // train.threads, via set_threads
   std::unique_ptr<Tokenizer> tok = load_tokenizer(opt.tokenizer);
   Manifest m;
   m.tokenizer = opt.tokenizer;

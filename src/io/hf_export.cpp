@@ -348,8 +348,8 @@ HfExportResult save_hf_model(const std::string& out_dir, const Transformer& mode
                              const HfExportOptions& opt) {
   const DType dt = model.dtype();
   std::vector<float> flat;
-  const float* values = static_cast<const float*>(model.params_data());
-  if (dt == DType::f32 && model.backend()->name() == "cpu") {
+  const float* values = static_cast<const float*>(model.backend()->host_address(model.params_data()));
+  if (dt == DType::f32 && values) {
     // Host memory already: export from it directly.
   } else if (dt == DType::f32) {
     flat.resize(static_cast<size_t>(model.flat_size()));

@@ -1,8 +1,6 @@
 #include "train/trainer.h"
 
-#include <cblas.h>
 #include <fmt/core.h>
-#include <omp.h>
 
 #include <atomic>
 #include <cmath>
@@ -13,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "data/mixture.h"
@@ -37,14 +36,6 @@ namespace lmt {
 static_assert(kNoLabel == Transformer::kIgnoreIndex, "the loader's and the model's ignore label");
 
 namespace fs = std::filesystem;
-
-void set_threads(int64_t threads) {
-  if (threads < 0)
-    throw UserError("train.threads must be >= 0 (got " + std::to_string(threads) + ")");
-  const int n = threads > 0 ? static_cast<int>(threads) : omp_get_num_procs();
-  omp_set_num_threads(n);
-  openblas_set_num_threads(n);
-}
 
 namespace {
 
@@ -240,7 +231,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   }
   metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
                                model.num_params(), cfg.model.num_hidden_layers,
-                               cfg.model.hidden_size, be->name(), omp_get_max_threads()));
+                               cfg.model.hidden_size, be->name(), thread_count()));
   if (!init_line.empty()) metrics.log_line(init_line);
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/threads.h"  // set_threads: train.threads
 #include "train/run_config.h"
 
 namespace lmt {
@@ -34,8 +35,5 @@ constexpr int kExitBadStep = 3;
 // resume_from (with resume): a checkpoint's name (step_N) or path instead of the newest.
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after = 0,
                   const std::string& resume_from = "");
-
-// Applies train.threads to OpenMP and OpenBLAS (0 = all cores).
-void set_threads(int64_t threads);
 
 }  // namespace lmt

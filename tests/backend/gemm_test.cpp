@@ -2,6 +2,7 @@
 // transpose combination, padded leading dimensions whose padding must survive, alpha/beta,
 // beta == 0 with a C full of NaN (C must not be read), K == 0, and += semantics of the bias
 // kernels.
+#include <cblas.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backend_test_util.h"
+#include "core/threads.h"
 
 namespace lmt {
 namespace {
@@ -130,6 +132,21 @@ TEST(Bias, BackwardIsIndependentOfThreadCount) {
   be.bias_backward(DType::f32, two.data(), dy.data(), N, O);
   omp_set_num_threads(threads);
   EXPECT_EQ(std::memcmp(one.data(), two.data(), O * sizeof(float)), 0);
+}
+
+// train.threads reaches OpenBLAS through set_threads alone: the CPU backend's GEMM follows it.
+TEST(Gemm, BlasFollowsTheThreadSetting) {
+  CpuBackend be;
+  std::vector<float> a(64 * 64, 1.0f), c(64 * 64);
+  const int before = thread_count();
+  for (int n : {1, 2}) {
+    set_threads(n);
+    be.gemm(DType::f32, false, false, 64, 64, 64, 1.0, a.data(), 64, a.data(), 64, 0.0, c.data(),
+            64);
+    EXPECT_EQ(openblas_get_num_threads(), n);
+    EXPECT_EQ(c[0], 64.0f);
+  }
+  set_threads(before);
 }
 
 }  // namespace

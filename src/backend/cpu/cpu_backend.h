@@ -19,6 +19,7 @@ class CpuBackend final : public Backend {
   void from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
   void zero(void* p, size_t bytes) override;
+  const void* host_address(const void* p) const override { return p; }
   double gemm_seconds() const override { return gemm_seconds_; }
   void reset_gemm_seconds() override { gemm_seconds_ = 0; }
 
@@ -84,6 +85,7 @@ class CpuBackend final : public Backend {
                   double grad_scale) override;
 
  private:
+  int blas_threads_ = 0;  // what OpenBLAS was last told: follows thread_count()
   double gemm_seconds_ = 0;
 };
 

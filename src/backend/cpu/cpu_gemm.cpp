@@ -10,6 +10,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_dispatch.h"
+#include "core/threads.h"
 
 namespace lmt {
 
@@ -32,6 +33,10 @@ void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N
   LMT_CHECK(ldb >= std::max<int64_t>(trans_b ? K : N, 1), "CpuBackend::gemm: ldb too small");
   if (M == 0 || N == 0) return;
   const auto t0 = std::chrono::steady_clock::now();
+  if (const int n = thread_count(); n != blas_threads_) {  // train.threads, as set_threads set it
+    openblas_set_num_threads(n);
+    blas_threads_ = n;
+  }
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
