@@ -1,0 +1,448 @@
+// The backend parity harness (as ggml's test-backend-ops): one table of cases, each naming an
+// operation of the kernel interface, its shapes and its float32 tolerance. For every case:
+// - every backend in parity_backends() runs the forward in float32 through device buffers and
+//   matches the CPU backend in float64 (the reference);
+// - the CPU backend's float64 backward matches central finite differences of
+//   L = sum_k R_k * out_k (R random; a case whose kernel takes one scale for all rows, such as
+//   cross-entropy, uses a constant R);
+// - every backend's float32 backward matches the CPU backend's float64 one.
+// A new backend joins by being added to parity_backends(); a new kernel, by a row in cases().
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend_test_util.h"
+#include "core/rng.h"
+
+namespace lmt {
+namespace {
+
+using test::expect_close;
+
+// One tensor of a case: its element count and how its values are drawn. ids are i32 in [0, range)
+// (-100, an ignored label, at every ignore-th element when `ignore` > 0); freqs are f32 in any
+// run (RoPE's table), around 1 as positive values are.
+struct Spec {
+  int64_t n = 0;
+  enum Kind { normal, positive, ids, freqs } kind = normal;
+  int64_t range = 0;
+  int ignore = 0;
+  bool aux = false;  // outputs: saved for backward (rstd, lse), not part of L; inputs: no gradient
+};
+
+// Device buffers of one run: floats in the run's dtype, ids as i32.
+struct Run {
+  Backend* be;
+  DType dt;
+  std::vector<void*> in, out, din, dout;
+};
+
+struct Case {
+  std::string name;
+  std::vector<Spec> in, out;
+  double tol = 1e-5;  // float32 against float64, relative to the largest element (expect_close)
+  std::function<void(Run&)> forward;
+  std::function<void(Run&)> backward;  // reads dout, writes din (zeroed first); null: none
+  bool uniform_dout = false;
+};
+
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
+std::vector<std::unique_ptr<Backend>> parity_backends() {
+  std::vector<std::unique_ptr<Backend>> b;
+  b.push_back(make_backend("cpu"));
+  return b;
+}
+
+size_t esize(const Spec& s, DType dt) {
+  return static_cast<size_t>(s.n) *
+         (s.kind == Spec::ids || s.kind == Spec::freqs ? 4 : dtype_size(dt));
+}
+
+std::vector<double> draw(const Spec& s, uint64_t seed) {
+  const bool positive = s.kind == Spec::positive || s.kind == Spec::freqs;
+  std::vector<double> v = test::randn(s.n, seed, 0, positive ? 0.3 : 1.0);
+  if (positive)
+    for (double& x : v) x = 1.0 + x;
+  if (s.kind == Spec::ids) {
+    Rng r(seed, 1);
+    for (int64_t i = 0; i < s.n; ++i)
+      v[i] = s.ignore > 0 && i % s.ignore == s.ignore - 1 ? -100.0
+                                                          : static_cast<double>(r.below(s.range));
+  }
+  return v;
+}
+
+void upload(Backend& be, DType dt, const Spec& s, void* dst, const std::vector<double>& v) {
+  if (s.kind == Spec::ids) {
+    std::vector<int32_t> i(v.begin(), v.end());
+    be.from_host(dst, i.data(), i.size() * 4);
+  } else if (dt == DType::f64 && s.kind != Spec::freqs) {
+    be.from_host(dst, v.data(), v.size() * 8);
+  } else {
+    std::vector<float> f(v.begin(), v.end());
+    be.from_host(dst, f.data(), f.size() * 4);
+  }
+}
+
+std::vector<double> download(Backend& be, DType dt, int64_t n, const void* src) {
+  std::vector<double> v(static_cast<size_t>(n));
+  if (dt == DType::f64) {
+    be.to_host(v.data(), src, v.size() * 8);
+  } else {
+    std::vector<float> f(v.size());
+    be.to_host(f.data(), src, f.size() * 4);
+    std::copy(f.begin(), f.end(), v.begin());
+  }
+  return v;
+}
+
+// Runs a case on `be` in `dt` from host inputs; returns outputs and (with dout) input gradients.
+struct Result {
+  std::vector<std::vector<double>> out, din;
+};
+Result run(const Case& c, Backend& be, DType dt, const std::vector<std::vector<double>>& in,
+           const std::vector<std::vector<double>>* dout) {
+  std::vector<Buffer> keep;
+  Run r{&be, dt, {}, {}, {}, {}};
+  auto alloc = [&](const Spec& s) {
+    keep.emplace_back(&be, std::max<size_t>(esize(s, dt), 1));
+    return keep.back().data();
+  };
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    r.in.push_back(alloc(c.in[i]));
+    upload(be, dt, c.in[i], r.in.back(), in[i]);
+  }
+  for (const Spec& s : c.out) r.out.push_back(alloc(s));
+  c.forward(r);
+  Result res;
+  for (size_t i = 0; i < c.out.size(); ++i)
+    res.out.push_back(download(be, dt, c.out[i].n, r.out[i]));
+  if (!dout) return res;
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    r.dout.push_back(alloc(c.out[i]));
+    upload(be, dt, c.out[i], r.dout.back(), (*dout)[i]);
+  }
+  for (const Spec& s : c.in) r.din.push_back(alloc(s));  // zero-filled by alloc
+  c.backward(r);
+  for (size_t i = 0; i < c.in.size(); ++i)
+    res.din.push_back(c.in[i].aux || c.in[i].kind != Spec::normal && c.in[i].kind != Spec::positive
+                          ? std::vector<double>{}
+                          : download(be, dt, c.in[i].n, r.din[i]));
+  return res;
+}
+
+// ---- the cases ----
+
+void* ptr(void* base, int64_t elems, DType dt) {
+  return static_cast<char*>(base) + static_cast<size_t>(elems) * dtype_size(dt);
+}
+const int32_t* ids_of(const Run& r, int i) {
+  return static_cast<const int32_t*>(r.in[i]);
+}
+
+Case gemm_case(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, double beta) {
+  Case c;
+  c.name = "gemm" + std::string(ta ? " A^T" : "") + (tb ? " B^T" : "") + " " + std::to_string(M) +
+           "x" + std::to_string(N) + "x" + std::to_string(K);
+  c.in = {{M * K}, {K * N}, {M * N}};
+  c.out = {{M * N}};
+  const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+  c.forward = [=](Run& r) {
+    r.be->copy(r.out[0], r.in[2], static_cast<size_t>(M * N) * dtype_size(r.dt));
+    r.be->gemm(r.dt, ta, tb, M, N, K, alpha, r.in[0], lda, r.in[1], ldb, beta, r.out[0], N);
+  };
+  c.backward = [=](Run& r) {
+    if (!ta)  // dA = alpha dC op(B)^T
+      r.be->gemm(r.dt, false, !tb, M, K, N, alpha, r.dout[0], N, r.in[1], ldb, 0, r.din[0], K);
+    else  // dA^T = alpha op(B) dC^T
+      r.be->gemm(r.dt, tb, true, K, M, N, alpha, r.in[1], ldb, r.dout[0], N, 0, r.din[0], M);
+    if (!tb)  // dB = alpha op(A)^T dC
+      r.be->gemm(r.dt, !ta, false, K, N, M, alpha, r.in[0], lda, r.dout[0], N, 0, r.din[1], N);
+    else  // dB^T = alpha dC^T op(A)
+      r.be->gemm(r.dt, true, ta, N, K, M, alpha, r.dout[0], N, r.in[0], lda, 0, r.din[1], K);
+    r.be->accumulate(r.dt, r.din[2], r.dout[0], M * N);
+    r.be->scale(r.dt, r.din[2], beta, M * N);
+  };
+  return c;
+}
+
+Case norm_case(bool layer, int64_t N, int64_t C, double offset) {
+  Case c;
+  c.name = std::string(layer ? "layernorm " : "rmsnorm ") + std::to_string(N) + "x" +
+           std::to_string(C) + (offset != 0 ? " offset 1" : "");
+  if (layer) {
+    c.in = {{N * C}, {C, Spec::positive}, {C}};
+    c.out = {{N * C}, {N, Spec::normal, 0, 0, true}, {N, Spec::normal, 0, 0, true}};
+    c.forward = [=](Run& r) {
+      r.be->layernorm_forward(r.dt, r.out[0], r.out[1], r.out[2], r.in[0], r.in[1], r.in[2], N, C,
+                              1e-5);
+    };
+    c.backward = [=](Run& r) {
+      r.be->layernorm_backward(r.dt, r.din[0], r.din[1], r.din[2], r.dout[0], r.in[0], r.in[1],
+                               r.out[1], r.out[2], N, C);
+    };
+  } else {
+    c.in = {{N * C}, {C, offset != 0 ? Spec::normal : Spec::positive}};
+    c.out = {{N * C}, {N, Spec::normal, 0, 0, true}};
+    c.forward = [=](Run& r) {
+      r.be->rmsnorm_forward(r.dt, r.out[0], r.out[1], r.in[0], r.in[1], N, C, 1e-6, offset);
+    };
+    c.backward = [=](Run& r) {
+      r.be->rmsnorm_backward(r.dt, r.din[0], r.din[1], r.dout[0], r.in[0], r.in[1], r.out[1], N, C,
+                             offset);
+    };
+  }
+  return c;
+}
+
+Case attention_case(const std::string& name, int64_t B, int64_t T, int Hq, int Hkv, int D,
+                    int64_t window, double softcap, bool docs) {
+  Case c;
+  c.name = "attention " + name;
+  const int64_t Q = Hq * D, KV = Hkv * D;
+  c.in = {{B * T * Q}, {B * T * KV}, {B * T * KV}};
+  c.out = {{B * T * Q}, {B * Hq * T, Spec::normal, 0, 0, true}};
+  auto starts = std::make_shared<std::vector<int32_t>>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      starts->push_back(docs && t >= T / 3 ? static_cast<int32_t>(T / 3) : 0);
+  auto args = [=](DType) {
+    AttentionArgs a;
+    a.batch = B, a.q_len = T, a.kv_len = T, a.num_heads = Hq, a.num_kv_heads = Hkv, a.head_dim = D;
+    a.q_row_stride = Q, a.q_batch_stride = T * Q;
+    a.kv_row_stride = KV, a.kv_batch_stride = T * KV;
+    a.out_row_stride = Q, a.out_batch_stride = T * Q;
+    a.scale = 1.0 / std::sqrt(static_cast<double>(D));
+    a.softcap = softcap, a.window = window;
+    a.doc_start = docs ? starts->data() : nullptr;
+    return a;
+  };
+  c.forward = [=](Run& r) {
+    r.be->attention_forward(r.dt, args(r.dt), r.out[0], r.out[1], r.in[0], r.in[1], r.in[2]);
+  };
+  c.backward = [=](Run& r) {
+    r.be->attention_backward(r.dt, args(r.dt), r.din[0], r.din[1], r.din[2], r.dout[0], r.in[0],
+                             r.in[1], r.in[2], r.out[0], r.out[1]);
+  };
+  return c;
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> cs;
+  cs.push_back(gemm_case(false, false, 7, 9, 5, 1.0, 0.0));
+  cs.push_back(gemm_case(false, true, 6, 11, 13, 0.7, 1.0));
+  cs.push_back(gemm_case(true, false, 10, 3, 8, 1.3, 0.5));
+  cs.push_back(gemm_case(true, true, 5, 7, 9, -0.4, 0.0));
+  cs.push_back(norm_case(false, 5, 37, 0.0));
+  cs.push_back(norm_case(false, 4, 19, 1.0));
+  cs.push_back(norm_case(true, 6, 23, 0.0));
+  cs.push_back(attention_case("causal GQA", 2, 9, 4, 2, 8, 0, 0.0, false));
+  cs.push_back(attention_case("window 3, softcap 2", 1, 11, 2, 1, 6, 3, 2.0, false));
+  cs.push_back(attention_case("documents", 2, 10, 2, 2, 4, 0, 0.0, true));
+  {
+    Case c;  // out[N, O] = x + bias
+    const int64_t N = 6, O = 13;
+    c.name = "bias 6x13";
+    c.in = {{N * O}, {O}};
+    c.out = {{N * O}};
+    c.forward = [=](Run& r) {
+      r.be->copy(r.out[0], r.in[0], static_cast<size_t>(N * O) * dtype_size(r.dt));
+      r.be->add_bias(r.dt, r.out[0], r.in[1], N, O);
+    };
+    c.backward = [=](Run& r) {
+      r.be->accumulate(r.dt, r.din[0], r.dout[0], N * O);
+      r.be->bias_backward(r.dt, r.din[1], r.dout[0], N, O);
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;  // out = a + b, then *= -0.6
+    const int64_t n = 37;
+    c.name = "add, scale";
+    c.in = {{n}, {n}};
+    c.out = {{n}};
+    c.forward = [=](Run& r) {
+      r.be->add(r.dt, r.out[0], r.in[0], r.in[1], n);
+      r.be->scale(r.dt, r.out[0], -0.6, n);
+    };
+    c.backward = [=](Run& r) {
+      for (int i = 0; i < 2; ++i) {
+        r.be->accumulate(r.dt, r.din[i], r.dout[0], n);
+        r.be->scale(r.dt, r.din[i], -0.6, n);
+      }
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;  // a fixed mask: its own backward
+    const int64_t n = 301;
+    c.name = "dropout 0.25";
+    c.in = {{n}};
+    c.out = {{n}};
+    c.forward = [=](Run& r) { r.be->dropout(r.dt, r.out[0], r.in[0], n, 0.25, 9, 4); };
+    c.backward = [=](Run& r) { r.be->dropout(r.dt, r.din[0], r.dout[0], n, 0.25, 9, 4); };
+    cs.push_back(c);
+  }
+  {
+    Case c;
+    const int64_t N = 9, C = 7, V = 5;
+    c.name = "embedding 9 ids of 5x7";
+    c.in = {{V * C}, {N, Spec::ids, V}};
+    c.out = {{N * C}};
+    c.forward = [=](Run& r) {
+      r.be->embedding_forward(r.dt, r.out[0], ids_of(r, 1), r.in[0], N, C);
+    };
+    c.backward = [=](Run& r) {
+      r.be->embedding_backward(r.dt, r.din[0], r.dout[0], ids_of(r, 1), N, C, V);
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;  // per-head RMSNorm over rows of stride 20 holding 3 heads of 6
+    const int64_t N = 4, S = 20;
+    const int H = 3, D = 6;
+    c.name = "head rmsnorm";
+    c.in = {{N * S}, {D, Spec::positive}};
+    c.out = {{N * S}, {N * H, Spec::normal, 0, 0, true}};
+    c.forward = [=](Run& r) {
+      r.be->head_rmsnorm_forward(r.dt, r.out[0], r.out[1], r.in[0], r.in[1], N, S, H, D, 1e-6, 0);
+    };
+    c.backward = [=](Run& r) {
+      r.be->head_rmsnorm_backward(r.dt, r.din[0], r.din[1], r.dout[0], r.in[0], r.in[1], r.out[1],
+                                  N, S, H, D, 0);
+    };
+    cs.push_back(c);
+  }
+  {
+    Case c;  // RoPE on rows of 2 heads of 8, 6 of each rotated; backward is the inverse rotation
+    const int64_t N = 5, S = 16;
+    c.name = "rope";
+    c.in = {{N * S}, {N, Spec::ids, 40}, {3, Spec::freqs, 0, 0, true}};
+    c.out = {{N * S}};
+    auto freqs = [](Run& r) { return static_cast<const float*>(r.in[2]); };
+    c.forward = [=](Run& r) {
+      r.be->copy(r.out[0], r.in[0], static_cast<size_t>(N * S) * dtype_size(r.dt));
+      r.be->rope(r.dt, r.out[0], ids_of(r, 1), freqs(r), N, S, 2, 8, 6, 1.1, false);
+    };
+    c.backward = [=](Run& r) {
+      r.be->copy(r.din[0], r.dout[0], static_cast<size_t>(N * S) * dtype_size(r.dt));
+      r.be->rope(r.dt, r.din[0], ids_of(r, 1), freqs(r), N, S, 2, 8, 6, 1.1, true);
+    };
+    cs.push_back(c);
+  }
+  for (Activation act : {Activation::silu, Activation::gelu_tanh}) {
+    const std::string a = act == Activation::silu ? "silu" : "gelu";
+    const int64_t N = 5, F = 11;
+    Case g;
+    g.name = "glu " + a;
+    g.in = {{N * 2 * F}};
+    g.out = {{N * F}};
+    g.forward = [=](Run& r) { r.be->glu_forward(r.dt, act, r.out[0], r.in[0], N, F); };
+    g.backward = [=](Run& r) { r.be->glu_backward(r.dt, act, r.din[0], r.dout[0], r.in[0], N, F); };
+    cs.push_back(g);
+    Case p;
+    p.name = "act " + a;
+    p.in = {{N * F}};
+    p.out = {{N * F}};
+    p.forward = [=](Run& r) { r.be->act_forward(r.dt, act, r.out[0], r.in[0], N * F); };
+    p.backward = [=](Run& r) {
+      r.be->act_backward(r.dt, act, r.din[0], r.dout[0], r.in[0], N * F);
+    };
+    cs.push_back(p);
+  }
+  for (double cap : {0.0, 3.0}) {
+    Case c;  // losses of 7 rows over 13 classes, one label ignored; the gradient replaces logits
+    const int64_t N = 7, V = 13;
+    c.name = "cross-entropy" + std::string(cap > 0 ? " softcap 3" : "");
+    c.in = {{N * V}, {N, Spec::ids, V, 4}};
+    c.out = {{N}};
+    c.uniform_dout = true;
+    auto ce = [=](Run& r, void* logits, double scale) {
+      r.be->cross_entropy(r.dt, logits, r.out.empty() ? nullptr : r.out[0], ids_of(r, 1), N, V,
+                          -100, scale, cap);
+    };
+    c.forward = [=](Run& r) {
+      Buffer tmp(r.be, static_cast<size_t>(N * V) * dtype_size(r.dt));
+      r.be->copy(tmp.data(), r.in[0], tmp.bytes());
+      ce(r, tmp.data(), 0.0);
+    };
+    c.backward = [=](Run& r) {  // dout is one constant: read it back for the kernel's scale
+      double s = 0;
+      if (r.dt == DType::f64)
+        r.be->to_host(&s, r.dout[0], 8);
+      else {
+        float f = 0;
+        r.be->to_host(&f, r.dout[0], 4);
+        s = f;
+      }
+      Buffer losses(r.be, static_cast<size_t>(N) * dtype_size(r.dt));
+      Run scratch = r;
+      scratch.out = {losses.data()};
+      r.be->copy(r.din[0], r.in[0], static_cast<size_t>(N * V) * dtype_size(r.dt));
+      ce(scratch, r.din[0], s);
+    };
+    cs.push_back(c);
+  }
+  return cs;
+}
+
+class Parity : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Parity, BackendsMatchTheCpuInDoubleAndGradientsMatchFiniteDifferences) {
+  const Case& c = GetParam();
+  test::ScopedThreads threads(1);
+  CpuBackend ref;
+  std::vector<std::vector<double>> in;
+  for (size_t i = 0; i < c.in.size(); ++i) in.push_back(draw(c.in[i], 100 + i));
+  std::vector<std::vector<double>> dout;
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    std::vector<double> d = test::randn(c.out[i].n, 200 + i);
+    if (c.uniform_dout) std::fill(d.begin(), d.end(), 0.7);
+    if (c.out[i].aux) std::fill(d.begin(), d.end(), 0.0);
+    dout.push_back(d);
+  }
+  const Result want = run(c, ref, DType::f64, in, c.backward ? &dout : nullptr);
+
+  if (c.backward) {  // the reference's gradients against central differences of L
+    for (size_t i = 0; i < c.in.size(); ++i) {
+      if (want.din[i].empty()) continue;
+      std::vector<std::vector<double>> x = in;  // input i is perturbed in this copy
+      auto L = [&] {
+        const Result r = run(c, ref, DType::f64, x, nullptr);
+        double l = 0;
+        for (size_t k = 0; k < c.out.size(); ++k) l += test::dot(r.out[k], dout[k]);
+        return l;
+      };
+      test::expect_grad_matches_fd(x[i], want.din[i], L,
+                                   c.name + ": d/d input " + std::to_string(i), {}, 60);
+    }
+  }
+  for (auto& be : parity_backends()) {
+    SCOPED_TRACE(be->name());
+    const Result got = run(c, *be, DType::f32, in, c.backward ? &dout : nullptr);
+    for (size_t k = 0; k < c.out.size(); ++k)
+      expect_close(got.out[k], want.out[k], c.tol, c.name + ": output " + std::to_string(k));
+    for (size_t i = 0; i < got.din.size(); ++i)
+      if (!want.din[i].empty())
+        expect_close(got.din[i], want.din[i], 10 * c.tol,
+                     c.name + ": gradient " + std::to_string(i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, Parity, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string n;
+                           for (char ch : i.param.name)
+                             n += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return n;
+                         });
+
+}  // namespace
+}  // namespace lmt
