@@ -74,8 +74,10 @@ class Backend {
   virtual void add(DType dt, void* out, const void* a, const void* b, int64_t n) = 0;  // out = a+b
   virtual void accumulate(DType dt, void* y, const void* x, int64_t n) = 0;            // y += x
   virtual void scale(DType dt, void* x, double s, int64_t n) = 0;                      // x *= s
-  // Sum of squares of x[n], accumulated in double; returned on the host.
-  virtual double sum_squares(DType dt, const void* x, int64_t n) = 0;
+  // Reductions into device scalars (one f64 each, on the device like any buffer), so that a step
+  // reads nothing back before its end. *acc += sum of x[n] (of squares), formed in double.
+  virtual void sum(DType dt, double* acc, const void* x, int64_t n) = 0;
+  virtual void sum_squares(DType dt, double* acc, const void* x, int64_t n) = 0;
   // Dropout: out[i] = x[i] / (1 - p) where element i of mask (seed, stream) is kept (core/rng.h
   // dropout_keeps), else 0. The mask is a pure function of (seed, stream, i): backward applies
   // the same call to the gradient. out may be x.
@@ -162,12 +164,16 @@ class Backend {
                              double softcap) = 0;
 
   // ---- optimizer ----
+  // Global-norm clipping on the device: *scale = min(1, max_norm / (sqrt(*sum_squares) + 1e-6))
+  // (1 when max_norm <= 0), or NaN when the norm is not finite. Device f64 scalars.
+  virtual void clip_scale(double* scale, const double* sum_squares, double max_norm) = 0;
   // One AdamW step over n elements, all f32 (master weights, moments). grads are multiplied by
-  // grad_scale first (clipping). p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p),
-  // with bias corrections 1 - beta^step.
+  // *grad_scale (a device scalar, clip_scale's) first; a scale that is not finite leaves p, m and
+  // v as they are. p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p), with bias
+  // corrections 1 - beta^step.
   virtual void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
                           double beta1, double beta2, double eps, double weight_decay, int64_t step,
-                          double grad_scale) = 0;
+                          const double* grad_scale) = 0;
 };
 
 // Makes a backend by name: "cpu", "cuda" or "auto" (cuda when built with it and a GPU is present).

@@ -632,38 +632,32 @@ void Transformer::head_backward_input(const void* dlogits, void* dh, int64_t n) 
 
 // The chunked cross-entropy head: logits exist for `chunk` tokens at a time. With backward, each
 // chunk's logits become their gradient in place and flow into dh (d loss / d final norm output)
-// and the head's weight gradient before the next chunk overwrites them.
+// and the head's weight gradient before the next chunk overwrites them. The loss sum accumulates
+// in a device scalar, and every chunk runs whatever its labels (no decision on the data): the
+// sum is read once, at the end, as a compiled step would return it.
 LossSum Transformer::head_loss(bool backward, double grad_scale) {
   const Plan& p = *plan_;
-  const int64_t C = cfg_.hidden_size, V = cfg_.vocab_size;
+  const int64_t C = cfg_.hidden_size;
   void* gw = param_ptr(head_, true);
-  LossSum out;
-  std::vector<double> host(static_cast<size_t>(p.chunk));
-  std::vector<float> host_f(static_cast<size_t>(p.chunk));
+  if (!loss_acc_.data()) loss_acc_ = Buffer(be_, sizeof(double));
+  auto* acc = loss_acc_.as<double>();
+  be_->zero(acc, sizeof(double));
   for (int64_t s = 0; s < p.N; s += p.chunk) {
     const int64_t n = std::min(p.chunk, p.N - s);
-    bool any = false;
-    for (int64_t i = s; i < s + n; ++i) any |= p.host_labels[i] != kIgnoreIndex;
-    if (!any) {
-      if (backward) be_->zero(at(p.dh, s * C), static_cast<size_t>(n * C) * es_);
-      continue;
-    }
     head_forward(at(p.hf, s * C), p.logits, n);
-    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, V, kIgnoreIndex,
+    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, dims_.V, kIgnoreIndex,
                        backward ? grad_scale : 0.0, cfg_.final_logit_softcapping);
-    if (dt_ == DType::f64) {
-      be_->to_host(host.data(), p.losses, static_cast<size_t>(n) * 8);
-      for (int64_t i = 0; i < n; ++i) out.sum += host[i];
-    } else {
-      be_->to_host(host_f.data(), p.losses, static_cast<size_t>(n) * 4);
-      for (int64_t i = 0; i < n; ++i) out.sum += host_f[i];
-    }
-    for (int64_t i = s; i < s + n; ++i) out.tokens += p.host_labels[i] != kIgnoreIndex;
+    be_->sum(dt_, acc, p.losses, n);
     if (backward) {
       head_backward_input(p.logits, at(p.dh, s * C), n);
-      if (gw) be_->gemm(dt_, true, false, V, C, n, 1.0, p.logits, V, at(p.hf, s * C), C, 1.0, gw, C);
+      if (gw)
+        be_->gemm(dt_, true, false, dims_.V, C, n, 1.0, p.logits, dims_.V, at(p.hf, s * C), C, 1.0,
+                  gw, C);
     }
   }
+  LossSum out;
+  be_->to_host(&out.sum, acc, sizeof(double));
+  for (int32_t label : p.host_labels) out.tokens += label != kIgnoreIndex;
   return out;
 }
 

@@ -22,9 +22,11 @@ bool decays(ParamKind kind, const AdamWConfig& cfg) {
 }
 
 double grad_norm(Backend* be, const float* grads, const std::vector<ParamRange>& ranges) {
-  double sum = 0.0;
+  Buffer acc(be, sizeof(double));
   for (const ParamRange& r : ranges)
-    sum += be->sum_squares(DType::f32, grads + r.begin, r.end - r.begin);
+    be->sum_squares(DType::f32, acc.as<double>(), grads + r.begin, r.end - r.begin);
+  double sum = 0.0;
+  be->to_host(&sum, acc.data(), sizeof(double));
   return std::sqrt(sum);
 }
 
@@ -50,7 +52,8 @@ AdamW::AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_pa
       total_(total_params),
       cfg_(cfg),
       m_(be, static_cast<size_t>(total_params) * sizeof(float)),
-      v_(be, static_cast<size_t>(total_params) * sizeof(float)) {
+      v_(be, static_cast<size_t>(total_params) * sizeof(float)),
+      stats_(be, 2 * sizeof(double)) {
   std::vector<const ParamInfo*> sorted;
   for (const ParamInfo& p : params_) sorted.push_back(&p);
   std::sort(sorted.begin(), sorted.end(),
@@ -69,16 +72,24 @@ AdamW::AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_pa
 }
 
 double AdamW::clip_and_step(float* params, const float* grads, double lr, double grad_clip) {
-  const double norm = grad_norm(be_, grads, norm_ranges_);
-  if (!std::isfinite(norm)) return norm;
-  const double scale = grad_clip > 0 ? std::min(1.0, grad_clip / (norm + 1e-6)) : 1.0;
-  ++step_;
+  // Norm, clipping scale and the non-finite skip stay on the device; the norm is read once, after
+  // the update is queued, and decides the step count.
+  double* sum_squares = stats_.as<double>();
+  double* scale = sum_squares + 1;
+  be_->zero(sum_squares, sizeof(double));
+  for (const ParamRange& r : norm_ranges_)
+    be_->sum_squares(DType::f32, sum_squares, grads + r.begin, r.end - r.begin);
+  be_->clip_scale(scale, sum_squares, grad_clip);
   float* m = m_data();
   float* v = v_data();
   for (const ParamRange& r : decay_ranges_)
     be_->adamw_step(params + r.begin, grads + r.begin, m + r.begin, v + r.begin, r.end - r.begin,
-                    lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0, step_,
-                    scale);
+                    lr, cfg_.beta1, cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0,
+                    step_ + 1, scale);
+  double host = 0;
+  be_->to_host(&host, sum_squares, sizeof(double));
+  const double norm = std::sqrt(host);
+  if (std::isfinite(norm)) ++step_;
   return norm;
 }
 

@@ -88,6 +88,7 @@ class AdamW {
   int64_t total_;
   AdamWConfig cfg_;
   Buffer m_, v_;
+  Buffer stats_;  // device f64 [sum of squared gradients, clipping scale]
   int64_t step_ = 0;
   std::vector<ParamRange> decay_ranges_;  // split where the decay choice changes or at gaps
   std::vector<ParamRange> norm_ranges_;   // the same merged across decay choices (for the norm)

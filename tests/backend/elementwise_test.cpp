@@ -76,24 +76,36 @@ TEST(Elementwise, DropoutFollowsItsMask) {
   EXPECT_EQ(other, x);
 }
 
-TEST(Elementwise, SumSquaresInDouble) {
+// The device-scalar reductions: *acc += sum (of squares) in double, thread-count independent.
+TEST(Elementwise, SumsAccumulateInDouble) {
   CpuBackend be;
-  EXPECT_EQ(be.sum_squares(DType::f32, nullptr, 0), 0.0);
+  auto reduce = [&](bool squares, DType dt, const void* x, int64_t n, double start = 0) {
+    double acc = start;  // the CPU backend's device memory is host memory
+    if (squares)
+      be.sum_squares(dt, &acc, x, n);
+    else
+      be.sum(dt, &acc, x, n);
+    return acc;
+  };
+  EXPECT_EQ(reduce(true, DType::f32, nullptr, 0, 2.5), 2.5);
   for (int64_t n : {int64_t{1}, int64_t{13}, int64_t{100003}}) {
     const std::vector<double> x = test::randn(n, static_cast<uint64_t>(n), 0, 3.0);
     const std::vector<float> xf = test::cast<float>(x);
-    double want_d = 0, want_f = 0;  // the float input's squares are exact in double
-    for (int64_t i = 0; i < n; ++i) want_d += x[i] * x[i], want_f += double{xf[i]} * xf[i];
-    EXPECT_NEAR(be.sum_squares(DType::f64, x.data(), n), want_d, 1e-12 * want_d) << n;
-    EXPECT_NEAR(be.sum_squares(DType::f32, xf.data(), n), want_f, 1e-12 * want_f) << n;
+    double sq_d = 0, sq_f = 0, s_d = 0, abs_d = 0;  // the float input's squares are exact in double
+    for (int64_t i = 0; i < n; ++i)
+      sq_d += x[i] * x[i], sq_f += double{xf[i]} * xf[i], s_d += x[i], abs_d += std::abs(x[i]);
+    EXPECT_NEAR(reduce(true, DType::f64, x.data(), n), sq_d, 1e-12 * sq_d) << n;
+    EXPECT_NEAR(reduce(true, DType::f32, xf.data(), n), sq_f, 1e-12 * sq_f) << n;
+    EXPECT_NEAR(reduce(true, DType::f32, xf.data(), n, 1.0), sq_f + 1.0, 1e-12 * sq_f) << n;
+    EXPECT_NEAR(reduce(false, DType::f64, x.data(), n, -4.0), s_d - 4.0, 1e-12 * abs_d) << n;
   }
   // Bit-identical for 1 and 2 threads: fixed chunks, summed in order.
   const std::vector<double> x = test::randn(300001, 3);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  const double one = be.sum_squares(DType::f64, x.data(), 300001);
+  const double one = reduce(true, DType::f64, x.data(), 300001);
   omp_set_num_threads(std::max(2, threads));
-  const double two = be.sum_squares(DType::f64, x.data(), 300001);
+  const double two = reduce(true, DType::f64, x.data(), 300001);
   omp_set_num_threads(threads);
   EXPECT_EQ(std::memcmp(&one, &two, sizeof one), 0) << one << " vs " << two;
 }
@@ -135,7 +147,8 @@ TEST(Elementwise, UnsupportedDtypeNamesKernelAndDtype) {
     EXPECT_NE(std::string(e.what()).find("accumulate"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(be.sum_squares(DType::f16, x.data(), 8), InternalError);
+  double acc = 0;
+  EXPECT_THROW(be.sum_squares(DType::f16, &acc, x.data(), 8), InternalError);
   EXPECT_THROW(be.scale(DType::i32, x.data(), 2.0, 4), InternalError);
 }
 

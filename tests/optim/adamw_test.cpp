@@ -54,6 +54,8 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
     }
 }
 
+constexpr double kOne = 1.0;  // an unclipped step's scale (a device scalar: host memory here)
+
 TEST(AdamWKernel, MatchesTorchReference) {
   CpuBackend be;
   for (int64_t n : {1, 7, 1001, 40001}) {  // 40001 takes the OpenMP path
@@ -63,7 +65,7 @@ TEST(AdamWKernel, MatchesTorchReference) {
     for (int64_t t = 1; t <= 6; ++t) {
       std::vector<float> g = randn(n, 100 + t, 0.5 * t);
       const double gs = t % 2 ? 1.0 : 0.37;
-      be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, gs);
+      be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, &gs);
       ref.step(g, lr, b1, b2, eps, wd, t, gs);
     }
     expect_close(p, ref.p, 1e-6, "p");
@@ -72,11 +74,35 @@ TEST(AdamWKernel, MatchesTorchReference) {
   }
 }
 
+// Clipping on the device: the scale as torch's clip_grad_norm_ forms it, 1 without clipping, NaN
+// for a norm that is not finite, and a NaN scale leaves the step undone.
+TEST(AdamWKernel, ClipScaleAndNonFiniteSkip) {
+  CpuBackend be;
+  double scale = 0;
+  const double ss = 16.0;  // norm 4
+  be.clip_scale(&scale, &ss, 1.0);
+  EXPECT_DOUBLE_EQ(scale, 1.0 / (4.0 + 1e-6));
+  be.clip_scale(&scale, &ss, 10.0);
+  EXPECT_EQ(scale, 1.0);
+  be.clip_scale(&scale, &ss, 0.0);
+  EXPECT_EQ(scale, 1.0);
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    be.clip_scale(&scale, &bad, 1.0);
+    EXPECT_TRUE(std::isnan(scale));
+    std::vector<float> p{1.f, 2.f}, g{0.5f, 0.5f}, m{0.1f, 0.1f}, v{0.2f, 0.2f};
+    be.adamw_step(p.data(), g.data(), m.data(), v.data(), 2, 0.1, 0.9, 0.95, 1e-8, 0.1, 3, &scale);
+    EXPECT_EQ(p, (std::vector<float>{1.f, 2.f}));
+    EXPECT_EQ(m, (std::vector<float>{0.1f, 0.1f}));
+    EXPECT_EQ(v, (std::vector<float>{0.2f, 0.2f}));
+  }
+}
+
 TEST(AdamWKernel, FirstStepIsSignedLrPlusDecay) {
   // Step 1: m_hat = g, v_hat = g^2, so p1 = p0 (1 - lr wd) - lr g / (|g| + eps).
   CpuBackend be;
   std::vector<float> p{1.f, -2.f, 0.5f}, g{3.f, -0.25f, 0.f}, m(3), v(3);
-  be.adamw_step(p.data(), g.data(), m.data(), v.data(), 3, 0.1, 0.9, 0.999, 1e-8, 0.5, 1, 1.0);
+  const double one = 1.0;
+  be.adamw_step(p.data(), g.data(), m.data(), v.data(), 3, 0.1, 0.9, 0.999, 1e-8, 0.5, 1, &one);
   EXPECT_NEAR(p[0], 1.0 * 0.95 - 0.1, 1e-6);
   EXPECT_NEAR(p[1], -2.0 * 0.95 + 0.1, 1e-6);
   EXPECT_NEAR(p[2], 0.5 * 0.95, 1e-7);
@@ -158,7 +184,8 @@ TEST(AdamW, StepMatchesKernelPerRangeWithDecayOnlyWhereChosen) {
   EXPECT_EQ(opt.step_count(), 1);
   for (const ParamRange& r : opt.decay_ranges())
     be.adamw_step(want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
-                  r.end - r.begin, 0.1, cfg.beta1, cfg.beta2, cfg.eps, r.decay ? 0.5 : 0.0, 1, 1.0);
+                  r.end - r.begin, 0.1, cfg.beta1, cfg.beta2, cfg.eps, r.decay ? 0.5 : 0.0, 1,
+                  &kOne);
   EXPECT_EQ(p, want);
   for (int64_t i = 72; i < 75; ++i) EXPECT_EQ(p[i], 7.f);
   // With zero gradients only decay moves parameters: matrices shrink by 1 - lr wd, the rest stay.
@@ -232,7 +259,7 @@ TEST(AdamW, RestoredStepCountDrivesBiasCorrection) {
   EXPECT_EQ(opt.step_count(), 11);
   for (const ParamRange& r : opt.decay_ranges())
     be.adamw_step(want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
-                  r.end - r.begin, 0.01, cfg.beta1, cfg.beta2, cfg.eps, 0.0, 11, 1.0);
+                  r.end - r.begin, 0.01, cfg.beta1, cfg.beta2, cfg.eps, 0.0, 11, &kOne);
   EXPECT_EQ(p, want);
 }
 

@@ -3,6 +3,8 @@
 // m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
 // p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
 // The per-step constants are formed in double; the per-element arithmetic is f32, as on a GPU.
+// The clipping scale comes from the device (clip_scale), so no value crosses to the host.
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
@@ -10,10 +12,17 @@
 
 namespace lmt {
 
+void CpuBackend::clip_scale(double* scale, const double* sum_squares, double max_norm) {
+  const double norm = std::sqrt(*sum_squares);
+  *scale = !std::isfinite(norm) ? NAN : max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
+}
+
 void CpuBackend::adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
                             double beta1, double beta2, double eps, double weight_decay,
-                            int64_t step, double grad_scale) {
+                            int64_t step, const double* scale) {
   LMT_CHECK(step >= 1, "adamw_step: step counts from 1");
+  const double grad_scale = *scale;
+  if (!std::isfinite(grad_scale)) return;  // a non-finite gradient norm: no update
   const float decay = static_cast<float>(1.0 - lr * weight_decay);
   const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
   const float one_minus_b1 = static_cast<float>(1.0 - beta1);

@@ -32,7 +32,8 @@ class CpuBackend final : public Backend {
   void add(DType dt, void* out, const void* a, const void* b, int64_t n) override;
   void accumulate(DType dt, void* y, const void* x, int64_t n) override;
   void scale(DType dt, void* x, double s, int64_t n) override;
-  double sum_squares(DType dt, const void* x, int64_t n) override;
+  void sum(DType dt, double* acc, const void* x, int64_t n) override;
+  void sum_squares(DType dt, double* acc, const void* x, int64_t n) override;
   void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
                uint64_t stream) override;
   void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override;
@@ -80,9 +81,10 @@ class CpuBackend final : public Backend {
   void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
                      int64_t V, int32_t ignore_index, double grad_scale, double softcap) override;
 
+  void clip_scale(double* scale, const double* sum_squares, double max_norm) override;
   void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t step,
-                  double grad_scale) override;
+                  const double* grad_scale) override;
 
  private:
   int blas_threads_ = 0;  // what OpenBLAS was last told: follows thread_count()

@@ -1,7 +1,7 @@
-// Elementwise kernels of the CPU backend: add, accumulate, scale, dropout, sum of squares and
-// dtype conversion. sum_squares splits x into fixed-size chunks (independent of the thread
-// count), sums each in double with eight fixed lanes, then adds the chunk sums in order:
-// bit-identical results for any thread count.
+// Elementwise kernels of the CPU backend: add, accumulate, scale, dropout, sums (of squares) and
+// dtype conversion. The sums split x into fixed-size chunks (independent of the thread count),
+// sum each in double with eight fixed lanes, then add the chunk sums in order: bit-identical
+// results for any thread count.
 #include <algorithm>
 #include <array>
 #include <cstring>
@@ -68,37 +68,47 @@ void CpuBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p
   });
 }
 
-// Sum of x[n]^2 in double.
-double CpuBackend::sum_squares(DType dt, const void* x, int64_t n) {
-  return cpu::dispatch_float(dt, "sum_squares", [&](auto tag) {
-    using T = decltype(tag);
-    const T* xx = static_cast<const T*>(x);
-    constexpr int64_t kChunk = int64_t{1} << 15;
-    constexpr int kLanes = 8;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    std::vector<double> partial(static_cast<size_t>(chunks));
+namespace {
+
+// Sum of f(x[i]) in double over fixed chunks of x, each with eight fixed lanes, chunk sums added
+// in order: the same bits for any thread count.
+template <class T, class F>
+double chunked_sum(const T* x, int64_t n, F f) {
+  constexpr int64_t kChunk = int64_t{1} << 15;
+  constexpr int kLanes = 8;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
 #pragma omp parallel for schedule(static) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      const T* p = xx + c * kChunk;
-      const int64_t len = std::min(kChunk, n - c * kChunk);
-      double lane[kLanes] = {};
-      int64_t i = 0;
-      for (; i + kLanes <= len; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) {
-          const double v = static_cast<double>(p[i + l]);
-          lane[l] += v * v;
-        }
-      for (; i < len; ++i) {
-        const double v = static_cast<double>(p[i]);
-        lane[0] += v * v;
-      }
-      double s = 0;
-      for (int l = 0; l < kLanes; ++l) s += lane[l];
-      partial[static_cast<size_t>(c)] = s;
-    }
-    double total = 0;
-    for (double s : partial) total += s;
-    return total;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const T* p = x + c * kChunk;
+    const int64_t len = std::min(kChunk, n - c * kChunk);
+    double lane[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= len; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lane[l] += f(static_cast<double>(p[i + l]));
+    for (; i < len; ++i) lane[0] += f(static_cast<double>(p[i]));
+    double s = 0;
+    for (int l = 0; l < kLanes; ++l) s += lane[l];
+    partial[static_cast<size_t>(c)] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+}  // namespace
+
+void CpuBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
+  *acc += cpu::dispatch_float(dt, "sum", [&](auto tag) {
+    using T = decltype(tag);
+    return chunked_sum(static_cast<const T*>(x), n, [](double v) { return v; });
+  });
+}
+
+void CpuBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
+  *acc += cpu::dispatch_float(dt, "sum_squares", [&](auto tag) {
+    using T = decltype(tag);
+    return chunked_sum(static_cast<const T*>(x), n, [](double v) { return v * v; });
   });
 }
 
