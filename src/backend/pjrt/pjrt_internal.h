@@ -20,7 +20,8 @@ struct PjrtSession {
   ~PjrtSession();
 };
 
-// Waits for `event`, destroys it, and throws the UserError of a failed `call`.
+// Waits for `event` (nullptr: nothing to wait for), destroys it, and throws the UserError of a
+// failed `call`.
 void await_event(const PjrtPlugin& plugin, PJRT_Event* event, const char* call);
 // Frees an error nobody can report (destructors).
 void discard_error(const PjrtPlugin& plugin, PJRT_Error* error) noexcept;

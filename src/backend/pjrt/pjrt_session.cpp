@@ -23,6 +23,7 @@ void discard_error(const PjrtPlugin& plugin, PJRT_Error* error) noexcept {
 }
 
 void await_event(const PjrtPlugin& plugin, PJRT_Event* event, const char* call) {
+  if (!event) return;  // a plugin that finished synchronously may hand back no event
   const PJRT_Api* api = plugin.api();
   PJRT_Event_Await_Args wait{};
   wait.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
