@@ -1,0 +1,120 @@
+// Creating a PJRT client, compiling StableHLO text for it, and copying arrays to its device.
+// Programs are handed over as MLIR text (PJRT_Program format "mlir"), which every XLA plugin
+// parses; compile options are the hand-written single-device message of compile_options.cpp.
+#include "backend/pjrt/pjrt_client.h"
+
+#include "backend/pjrt/compile_options.h"
+#include "backend/pjrt/pjrt_internal.h"
+#include "core/error.h"
+
+namespace lmt {
+
+namespace {
+
+std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = device;
+  plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription_Kind_Args kind{};
+  kind.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
+  kind.device_description = get.device_description;
+  plugin.check(plugin.api()->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
+  return std::string(kind.device_kind, kind.device_kind_size);
+}
+
+}  // namespace
+
+PjrtClient::PjrtClient(const std::string& plugin_path) {
+  const PjrtPlugin& plugin = load_pjrt_plugin(plugin_path);
+  const PJRT_Api* api = plugin.api();
+  session_ = std::make_shared<PjrtSession>(plugin);
+
+  PJRT_Client_Create_Args create{};
+  create.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  plugin.check(api->PJRT_Client_Create(&create), "PJRT_Client_Create");
+  session_->client = create.client;
+
+  PJRT_Client_PlatformName_Args name{};
+  name.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
+  name.client = session_->client;
+  plugin.check(api->PJRT_Client_PlatformName(&name), "PJRT_Client_PlatformName");
+  platform_name_.assign(name.platform_name, name.platform_name_size);
+
+  PJRT_Client_AddressableDevices_Args devices{};
+  devices.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  devices.client = session_->client;
+  plugin.check(api->PJRT_Client_AddressableDevices(&devices), "PJRT_Client_AddressableDevices");
+  if (devices.num_addressable_devices == 0) {
+    throw UserError("PJRT plugin " + plugin.path() + " (platform " + platform_name_ +
+                    ") has no addressable device");
+  }
+  device_count_ = devices.num_addressable_devices;
+  session_->device = devices.addressable_devices[0];
+  device_kind_ = describe_device(plugin, session_->device);
+}
+
+const PjrtPlugin& PjrtClient::plugin() const {
+  return session_->plugin;
+}
+
+PjrtExecutable PjrtClient::compile(const std::string& mlir) const {
+  const PjrtPlugin& plugin = session_->plugin;
+  const PJRT_Api* api = plugin.api();
+  std::string code = mlir;  // PJRT_Program.code is not const
+  static const std::string kFormat = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = code.data();
+  program.code_size = code.size();
+  program.format = kFormat.data();
+  program.format_size = kFormat.size();
+
+  const std::string options = single_device_compile_options();
+  PJRT_Client_Compile_Args args{};
+  args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  args.client = session_->client;
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  plugin.check(api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
+  PjrtExecutable result(session_, args.executable, 0);
+
+  PJRT_LoadedExecutable_GetExecutable_Args get{};
+  get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  get.loaded_executable = args.executable;
+  plugin.check(api->PJRT_LoadedExecutable_GetExecutable(&get),
+               "PJRT_LoadedExecutable_GetExecutable");
+  PJRT_Executable_NumOutputs_Args outputs{};
+  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  outputs.executable = get.executable;
+  PJRT_Error* error = api->PJRT_Executable_NumOutputs(&outputs);
+  PJRT_Executable_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  destroy.executable = get.executable;
+  discard_error(plugin, api->PJRT_Executable_Destroy(&destroy));
+  plugin.check(error, "PJRT_Executable_NumOutputs");
+  result.num_outputs_ = outputs.num_outputs;
+  return result;
+}
+
+PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int64_t> dims) const {
+  const PjrtPlugin& plugin = session_->plugin;
+  PJRT_Client_BufferFromHostBuffer_Args args{};
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = session_->client;
+  args.data = data;
+  args.type = to_pjrt_type(dtype);
+  args.dims = dims.data();
+  args.num_dims = dims.size();
+  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+  args.device = session_->device;
+  plugin.check(plugin.api()->PJRT_Client_BufferFromHostBuffer(&args),
+               "PJRT_Client_BufferFromHostBuffer");
+  PjrtBuffer buffer(session_, args.buffer, dtype, std::move(dims));
+  await_event(plugin, args.done_with_host_buffer,
+              "PJRT_Client_BufferFromHostBuffer (waiting for the copy)");
+  return buffer;
+}
+
+}  // namespace lmt

@@ -1,0 +1,93 @@
+// Running a compiled program on one device. Every argument not named in `donate` is listed as
+// non-donatable, so a program's aliasing attributes can only consume what the caller gave away.
+// execute() waits for the device to finish: the caller reads results next anyway, and a failure
+// is reported by the call that caused it.
+#include "backend/pjrt/pjrt_executable.h"
+
+#include <algorithm>
+
+#include "backend/pjrt/pjrt_internal.h"
+#include "core/error.h"
+
+namespace lmt {
+
+PjrtExecutable& PjrtExecutable::operator=(PjrtExecutable&& o) noexcept {
+  if (this != &o) {
+    reset();
+    session_ = std::move(o.session_);
+    executable_ = std::exchange(o.executable_, nullptr);
+    num_outputs_ = o.num_outputs_;
+  }
+  return *this;
+}
+
+void PjrtExecutable::reset() noexcept {
+  if (executable_) {
+    PJRT_LoadedExecutable_Destroy_Args args{};
+    args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
+    args.executable = executable_;
+    discard_error(session_->plugin, session_->plugin.api()->PJRT_LoadedExecutable_Destroy(&args));
+    executable_ = nullptr;
+  }
+  session_.reset();
+}
+
+std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> args,
+                                                std::span<const int> donate) {
+  LMT_CHECK(executable_, "execute on an empty PJRT executable");
+  const PjrtPlugin& plugin = session_->plugin;
+  std::vector<PJRT_Buffer*> raw_args;
+  std::vector<int64_t> keep;  // non-donatable argument indices
+  for (size_t i = 0; i < args.size(); ++i) {
+    LMT_CHECK(args[i] && args[i]->valid(),
+              "execute: argument " + std::to_string(i) + " is empty or was donated before");
+    raw_args.push_back(args[i]->raw());
+    if (std::find(donate.begin(), donate.end(), static_cast<int>(i)) == donate.end()) {
+      keep.push_back(static_cast<int64_t>(i));
+    }
+  }
+  for (int d : donate) {
+    LMT_CHECK(d >= 0 && static_cast<size_t>(d) < args.size(),
+              "execute: donated index " + std::to_string(d) + " is not an argument");
+  }
+
+  PJRT_ExecuteOptions options{};
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  options.non_donatable_input_indices = keep.data();
+  options.num_non_donatable_input_indices = keep.size();
+  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
+  PJRT_Buffer* const* arg_list = raw_args.data();
+  PJRT_Buffer** output_list = outputs.data();
+  PJRT_Event* done = nullptr;
+  PJRT_LoadedExecutable_Execute_Args exec{};
+  exec.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  exec.executable = executable_;
+  exec.options = &options;
+  exec.argument_lists = &arg_list;
+  exec.num_devices = 1;
+  exec.num_args = raw_args.size();
+  exec.output_lists = &output_list;
+  exec.device_complete_events = &done;
+  plugin.check(plugin.api()->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
+
+  // Own every output before anything else can throw, so none leaks.
+  std::vector<PjrtBuffer> result;
+  for (PJRT_Buffer* out : outputs) result.push_back(PjrtBuffer(session_, out, DType::f32, {}));
+  for (int d : donate) args[d]->reset();
+  await_event(plugin, done, "PJRT_LoadedExecutable_Execute (running the program)");
+  for (PjrtBuffer& out : result) {
+    PJRT_Buffer_ElementType_Args type{};
+    type.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+    type.buffer = out.buffer_;
+    plugin.check(plugin.api()->PJRT_Buffer_ElementType(&type), "PJRT_Buffer_ElementType");
+    out.dtype_ = from_pjrt_type(plugin, type.type);
+    PJRT_Buffer_Dimensions_Args dims{};
+    dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+    dims.buffer = out.buffer_;
+    plugin.check(plugin.api()->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
+    out.dims_.assign(dims.dims, dims.dims + dims.num_dims);
+  }
+  return result;
+}
+
+}  // namespace lmt

@@ -1,0 +1,33 @@
+// What the PJRT wrappers share, for src/backend/pjrt/*.cpp only: it includes pjrt_c_api.h, which
+// exists only in a build with PJRT (CMake finds it in the plugin's Python wheel).
+#pragma once
+
+#include "backend/pjrt/pjrt_plugin.h"
+#include "core/dtype.h"
+#include "pjrt_c_api.h"
+
+namespace lmt {
+
+// The client every buffer and executable was made by, destroyed after the last of them.
+struct PjrtSession {
+  const PjrtPlugin& plugin;
+  PJRT_Client* client = nullptr;
+  PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
+
+  explicit PjrtSession(const PjrtPlugin& p) : plugin(p) {}
+  PjrtSession(const PjrtSession&) = delete;
+  PjrtSession& operator=(const PjrtSession&) = delete;
+  ~PjrtSession();
+};
+
+// Waits for `event` (nullptr: nothing to wait for), destroys it, and throws the UserError of a
+// failed `call`.
+void await_event(const PjrtPlugin& plugin, PJRT_Event* event, const char* call);
+// Frees an error nobody can report (destructors).
+void discard_error(const PjrtPlugin& plugin, PJRT_Error* error) noexcept;
+
+PJRT_Buffer_Type to_pjrt_type(DType t);
+// The DType of a buffer the plugin made; UserError for element types lmtrain does not hold.
+DType from_pjrt_type(const PjrtPlugin& plugin, PJRT_Buffer_Type t);
+
+}  // namespace lmt

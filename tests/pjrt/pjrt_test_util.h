@@ -1,0 +1,70 @@
+// Shared pieces of the PJRT tests: one client on XLA's CPU plugin per test process (loading the
+// plugin and creating a client is the slow part), fresh random inputs with their seed in the
+// failure message, and naive references in double. A machine without the plugin fails these tests
+// with the message that says to run scripts/setup.sh: CI always has it, so a skip would hide a
+// broken setup.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/pjrt/pjrt_client.h"
+#include "core/error.h"
+
+namespace lmt::test {
+
+class PjrtTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::unique_ptr<PjrtClient> shared;
+    static std::string failure;
+    if (!shared && failure.empty()) {
+      try {
+        shared = std::make_unique<PjrtClient>(resolve_pjrt_plugin_path());
+      } catch (const UserError& e) {
+        failure = e.what();
+      }
+    }
+    ASSERT_TRUE(shared) << failure;
+    client_ = shared.get();
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+
+  // n numbers uniform in [-1, 1); the seed is in every failure message of the test.
+  std::vector<float> uniform(size_t n) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+  std::string seed_note() const { return "seed " + std::to_string(seed_); }
+
+  PjrtClient* client_ = nullptr;
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+};
+
+// Expects |got_i - want_i| <= tol * scale_i for every element.
+inline void expect_near_all(const std::vector<float>& got, const std::vector<double>& want,
+                            const std::vector<double>& scale, double tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double ratio = std::fabs(got[i] - want[i]) / (tol * scale[i] + 1e-300);
+    if (!(ratio <= 1)) ++bad;
+    if (!(ratio <= worst_ratio)) worst_ratio = ratio, worst = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size()
+                     << " elements out of tolerance; worst at " << worst << ": got " << got[worst]
+                     << ", want " << want[worst];
+}
+
+}  // namespace lmt::test
