@@ -81,6 +81,8 @@ TEST(StablehloText, TypesAreComputed) {
   EXPECT_THROW(b.add(x, w), InternalError);            // shapes differ
   EXPECT_THROW(b.reshape(x, {3, 13}), InternalError);  // element counts differ
   EXPECT_THROW(b.transpose(x, {0, 0, 1}), InternalError);
+  EXPECT_THROW(b.constant(0.5, DType::i32), InternalError);
+  EXPECT_THROW(b.ret({b.compare(x, x, CompareDir::eq)}), InternalError);  // no pred outputs
 }
 
 TEST_F(StablehloTest, SoftmaxOverLastAxis) {
@@ -238,6 +240,48 @@ TEST_F(StablehloTest, UnaryAndBinaryElementwise) {
       for (double& s : scale) s = std::max(s, 1.0);
     expect_near_all(out[k].to_host<float>(), want[k], scale, 1e-6, names[k]);
   }
+}
+
+// Constants in every element type, non-finite ones included, come back bit for bit; an f64 sum
+// and an i32 max (whose init is INT32_MIN, not -inf) reduce in their own type.
+TEST_F(StablehloTest, ConstantsAndOtherDtypes) {
+  SCOPED_TRACE(seed_note());
+  StablehloBuilder b;
+  auto d = b.param(DType::f64, {4, 9});
+  auto n = b.param(DType::i32, {4, 9});
+  b.ret({b.constant(0.1, DType::f64, {2}), b.constant(-INFINITY, DType::f64),
+         b.constant(1e20, DType::f32, {3}), b.constant(NAN, DType::f32),
+         b.constant(3.14159, DType::bf16), b.constant(INFINITY, DType::bf16),
+         b.constant(-2147483648.0, DType::i32), b.reduce_sum(d, {1}), b.reduce_max(n, {0}),
+         b.convert(b.compare(n, b.constant(0, DType::i32, {4, 9}), CompareDir::ge), DType::i32)});
+  std::vector<double> ds(36);
+  fill_normal(ds.data(), 36, 0.0, 1.0, seed_, stream_++);
+  std::vector<int32_t> ns(36);
+  for (int32_t& v : ns) v = int32_t(rng_() % 2001) - 1500;  // mostly negative
+  PjrtBuffer dd = client_->to_device(ds.data(), DType::f64, {4, 9});
+  PjrtBuffer dn = client_->to_device(ns.data(), DType::i32, {4, 9});
+  std::vector<PjrtBuffer> out = run(b, {&dd, &dn});
+  ASSERT_EQ(out.size(), 10u);
+  EXPECT_EQ(out[0].to_host<double>(), (std::vector<double>{0.1, 0.1}));
+  EXPECT_EQ(out[1].to_host<double>()[0], -INFINITY);
+  EXPECT_EQ(out[2].to_host<float>(), (std::vector<float>{1e20f, 1e20f, 1e20f}));
+  EXPECT_TRUE(std::isnan(out[3].to_host<float>()[0]));
+  EXPECT_EQ(out[4].to_host<uint16_t>()[0], f32_to_bf16(3.14159f));
+  EXPECT_EQ(out[5].to_host<uint16_t>()[0], f32_to_bf16(INFINITY));
+  EXPECT_EQ(out[6].to_host<int32_t>()[0], std::numeric_limits<int32_t>::min());
+  std::vector<double> sums = out[7].to_host<double>();
+  std::vector<int32_t> maxes = out[8].to_host<int32_t>(), signs = out[9].to_host<int32_t>();
+  for (int r = 0; r < 4; ++r) {
+    double s = 0, a = 0;
+    for (int c = 0; c < 9; ++c) s += ds[r * 9 + c], a += std::fabs(ds[r * 9 + c]);
+    EXPECT_NEAR(sums[r], s, 9 * a * 0x1p-53) << r;
+  }
+  for (int c = 0; c < 9; ++c) {
+    int32_t m = ns[c];
+    for (int r = 1; r < 4; ++r) m = std::max(m, ns[r * 9 + c]);
+    EXPECT_EQ(maxes[c], m) << c;
+  }
+  for (int i = 0; i < 36; ++i) EXPECT_EQ(signs[i], ns[i] >= 0 ? 1 : 0) << i;
 }
 
 // p := p - 0.1 * g, three runs, p donated each time: the update happens in the buffer's memory.

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -67,44 +67,28 @@ std::string float_literal(T v) {
 }
 
 std::string constant_literal(double value, DType t) {
+  if (t == DType::i32) {
+    LMT_CHECK(value == std::trunc(value) && value >= -2147483648.0 && value <= 2147483647.0,
+              "StableHLO constant: " + std::to_string(value) + " is not an i32");
+    return std::to_string(static_cast<int64_t>(value));
+  }
+  if (t == DType::f64) {
+    return std::isfinite(value) ? float_literal(value)
+                                : hex_bits(std::bit_cast<uint64_t>(value), 16);
+  }
+  const float f = static_cast<float>(value);  // bf16 and f16 round through f32, as on the host
   switch (t) {
-    case DType::i32:
-      LMT_CHECK(value == std::trunc(value) && std::fabs(value) <= 2147483648.0,
-                "StableHLO constant: not an i32");
-      return std::to_string(static_cast<int64_t>(value));
-    case DType::f64: {
-      if (std::isfinite(value)) return float_literal(value);
-      uint64_t bits;
-      std::memcpy(&bits, &value, 8);
-      return hex_bits(bits, 16);
-    }
     case DType::f32:
+      return std::isfinite(f) ? float_literal(f) : hex_bits(std::bit_cast<uint32_t>(f), 8);
     case DType::bf16:
-    case DType::f16: {
-      float f = static_cast<float>(value);
-      if (t == DType::bf16) f = bf16_to_f32(f32_to_bf16(f));
-      if (t == DType::f16) f = f16_to_f32(f32_to_f16(f));
-      if (std::isfinite(f)) return float_literal(f);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      if (t == DType::bf16) return hex_bits(f32_to_bf16(f), 4);
-      if (t == DType::f16) return hex_bits(f32_to_f16(f), 4);
-      return hex_bits(bits, 8);
-    }
+      return std::isfinite(f) ? float_literal(bf16_to_f32(f32_to_bf16(f)))
+                              : hex_bits(f32_to_bf16(f), 4);
+    case DType::f16:
+      return std::isfinite(f) ? float_literal(f16_to_f32(f32_to_f16(f)))
+                              : hex_bits(f32_to_f16(f), 4);
     default:
-      element_type(t);  // fails
+      return element_type(t);  // fails
   }
-  return "";
-}
-
-bool is_permutation(const std::vector<int64_t>& p, int64_t n) {
-  if (static_cast<int64_t>(p.size()) != n) return false;
-  std::vector<bool> seen(n, false);
-  for (int64_t d : p) {
-    if (d < 0 || d >= n || seen[d]) return false;
-    seen[d] = true;
-  }
-  return true;
 }
 
 // Distinct dimensions of a rank-n tensor.
@@ -163,7 +147,10 @@ StablehloBuilder::Value StablehloBuilder::param(DType dtype, Dims dims, int dona
 
 void StablehloBuilder::ret(std::vector<Value> outputs) {
   LMT_CHECK(!returned_, "StableHLO: ret twice");
-  for (const Value& v : outputs) check_mine(v);
+  for (const Value& v : outputs) {
+    check_mine(v);
+    LMT_CHECK(!v.pred, "StableHLO: a pred output (no PJRT buffer type holds it; convert it)");
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     int k = donate_to_[i];
     if (k < 0) continue;
@@ -298,7 +285,8 @@ Value StablehloBuilder::reshape(const Value& x, Dims dims) {
 
 Value StablehloBuilder::transpose(const Value& x, Dims permutation) {
   check_mine(x);
-  LMT_CHECK(is_permutation(permutation, x.rank()), "StableHLO transpose: not a permutation");
+  LMT_CHECK(int64_t(permutation.size()) == x.rank(), "StableHLO transpose: one entry per dim");
+  check_dims(permutation, x.rank(), "StableHLO transpose");
   Dims dims;
   for (int64_t p : permutation) dims.push_back(x.dims[p]);
   Value r = next(x.dtype, std::move(dims), x.pred);

@@ -43,7 +43,8 @@ class StablehloBuilder {
   // The whole module, `module { func.func @main(...) -> (...) { ... } }`.
   std::string text() const;
 
-  // `value` in every element of a tensor of this type (rounded to dtype as the MLIR parser does).
+  // `value` in every element of a tensor of this type, rounded to dtype (bf16 and f16 through f32,
+  // as f32_to_bf16 does); an i32 constant must be an integer in range.
   Value constant(double value, DType dtype, Dims dims = {});
 
   // Elementwise, on operands of one type (no implicit broadcast: see broadcast_in_dim).
@@ -58,8 +59,8 @@ class StablehloBuilder {
   Value tanh(const Value& x);
   Value rsqrt(const Value& x);
   Value sqrt(const Value& x);
-  Value logistic(const Value& x);  // 1 / (1 + exp(-x))
-  Value convert(const Value& x, DType to);
+  Value logistic(const Value& x);           // 1 / (1 + exp(-x))
+  Value convert(const Value& x, DType to);  // x may be a pred (true -> 1)
 
   // Result dims `dims`; operand dimension i becomes result dimension broadcast_dims[i] (its size
   // equal there, or 1 to repeat it).
