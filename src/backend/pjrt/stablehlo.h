@@ -1,0 +1,103 @@
+// A builder of StableHLO programs as MLIR text: one function @main, built op by op, printed as the
+// module PjrtClient::compile takes. Each value is an SSA handle that carries its type, and each op
+// checks its operands and computes its result type itself, so a caller never spells a type and a
+// mistake fails here (LMT_CHECK) rather than as a parser diagnostic from the plugin. Ops are
+// printed in StableHLO's pretty form, which XLA's CPU plugin parses (tests/pjrt/stablehlo_test).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace lmt {
+
+// One SSA value of the program: a function argument or an op's result. `pred` marks a boolean
+// tensor (a compare's result, i1 in MLIR); its dtype is then meaningless.
+struct HloValue {
+  int builder = -1;  // which StablehloBuilder made it (values do not cross programs)
+  int index = -1;    // argument number or op number, by is_param
+  bool is_param = false;
+  bool pred = false;
+  DType dtype = DType::f32;
+  std::vector<int64_t> dims;  // row-major, outermost first; empty for a scalar
+
+  int64_t rank() const { return static_cast<int64_t>(dims.size()); }
+};
+
+enum class CompareDir { eq, ne, lt, le, gt, ge };
+
+class StablehloBuilder {
+ public:
+  using Value = HloValue;
+  using Dims = std::vector<int64_t>;
+
+  StablehloBuilder();
+
+  // A function argument. donate_to >= 0 marks it `tf.aliasing_output = donate_to`: when the caller
+  // donates the buffer, output donate_to (same type) may be written into its memory.
+  Value param(DType dtype, Dims dims, int donate_to = -1);
+  // The function's outputs, in order (set once).
+  void ret(std::vector<Value> outputs);
+  // The whole module, `module { func.func @main(...) -> (...) { ... } }`.
+  std::string text() const;
+
+  // `value` in every element of a tensor of this type, rounded to dtype (bf16 and f16 through f32,
+  // as f32_to_bf16 does); an i32 constant must be an integer in range.
+  Value constant(double value, DType dtype, Dims dims = {});
+
+  // Elementwise, on operands of one type (no implicit broadcast: see broadcast_in_dim).
+  Value add(const Value& a, const Value& b);
+  Value subtract(const Value& a, const Value& b);
+  Value multiply(const Value& a, const Value& b);
+  Value divide(const Value& a, const Value& b);
+  Value maximum(const Value& a, const Value& b);
+  Value negate(const Value& x);
+  Value exp(const Value& x);
+  Value log(const Value& x);
+  Value tanh(const Value& x);
+  Value rsqrt(const Value& x);
+  Value sqrt(const Value& x);
+  Value logistic(const Value& x);           // 1 / (1 + exp(-x))
+  Value convert(const Value& x, DType to);  // x may be a pred (true -> 1)
+
+  // Result dims `dims`; operand dimension i becomes result dimension broadcast_dims[i] (its size
+  // equal there, or 1 to repeat it).
+  Value broadcast_in_dim(const Value& x, Dims dims, Dims broadcast_dims);
+  Value reshape(const Value& x, Dims dims);           // same element count
+  Value transpose(const Value& x, Dims permutation);  // result dim i = x dim permutation[i]
+  // Elements start[d], start[d] + stride[d], ... below limit[d] (stride defaults to 1).
+  Value slice(const Value& x, Dims start, Dims limit, Dims stride = {});
+  Value concatenate(const std::vector<Value>& xs, int64_t dim);
+  // Result dims: batch dims (in lhs order), then lhs's free dims, then rhs's free dims.
+  Value dot_general(const Value& lhs, const Value& rhs, Dims lhs_batch, Dims rhs_batch,
+                    Dims lhs_contract, Dims rhs_contract);
+  // Sum or max over `dims` (removed from the result); init 0 or -inf (the dtype's lowest for i32).
+  Value reduce_sum(const Value& x, Dims dims);
+  Value reduce_max(const Value& x, Dims dims);
+  Value compare(const Value& a, const Value& b, CompareDir dir);  // a pred tensor
+  Value select(const Value& pred, const Value& on_true, const Value& on_false);
+  Value iota(DType dtype, Dims dims, int64_t dim);  // element = its index along `dim`
+
+ private:
+  Value next(DType dtype, Dims dims, bool pred = false);
+  std::string name(const Value& v) const;
+  void check_mine(const Value& v) const;
+  Value elementwise(const char* op, const Value& a, const Value& b);
+  Value unary(const char* op, const Value& x, bool float_only);
+  Value reduce(const char* op, double init, const Value& x, const Dims& dims);
+
+  std::vector<Value> params_;
+  std::vector<int> donate_to_;
+  std::vector<std::string> lines_;  // the body, one op a line
+  std::vector<Value> outputs_;
+  bool returned_ = false;
+  int ops_ = 0;
+  int id_;  // distinct per builder
+};
+
+// MLIR's spelling of a type: tensor<3x5xf32>, tensor<bf16>, tensor<4xi1>.
+std::string mlir_tensor_type(const HloValue& v);
+
+}  // namespace lmt
