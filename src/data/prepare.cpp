@@ -146,9 +146,13 @@ void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_sche
   else if (doc.segments.size() > 1)
     encode_segments(tok, doc.segments, ids, mask);
   if (!doc.has_special) {
+    // The end-of-sequence token is learned where the document ends in text that is learned: all
+    // text, and a chat or instruction whose template ends on the answer (plain), so that a model
+    // fine-tuned on it learns to stop. After a template's own closing text it stays outside.
     std::vector<int32_t> suffix = tok.special_suffix();
     if (suffix.empty() && tok.eos_id() >= 0) suffix.push_back(tok.eos_id());
-    append(suffix, text_schema ? 1 : 0);
+    const bool ends_learned = !doc.segments.empty() && doc.segments.back().loss;
+    append(suffix, text_schema || ends_learned ? 1 : 0);
   }
 }
 

@@ -242,8 +242,15 @@ TEST(Prepare, TokenizeDocumentAddsSpecialTokensUnlessTheTemplateDid) {
   tokenize_document(*tok, d, /*text_schema=*/true, ids, mask);
   EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', 'c', 256}));
   EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 1}));
+  // A chat that ends on its answer (the plain template): the end-of-sequence token is learned, so
+  // that the model learns to stop; after text outside the loss it is not.
   tokenize_document(*tok, d, /*text_schema=*/false, ids, mask);
-  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 0}));
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 1}));
+  d.segments.push_back({"\n", false});
+  tokenize_document(*tok, d, /*text_schema=*/false, ids, mask);
+  EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', 'c', '\n', 256}));
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+  d.segments.pop_back();
   d.has_special = true;
   tokenize_document(*tok, d, false, ids, mask);
   EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', 'c'}));

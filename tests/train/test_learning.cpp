@@ -80,8 +80,9 @@ std::string capture(const std::vector<std::string>& argv) {
 }
 
 // The share of held-out questions (DIR/heldout.jsonl, the first n) whose greedy answer from
-// `model` starts with exactly the expected words. The plain chat template's prompt ends at
-// "Assistant:"; nothing marks the end of an answer in its loss, so only the answer's words count.
+// `model` is exactly the expected words, then the end of the sequence: the plain chat template's
+// prompt ends at "Assistant:", and the end-of-sequence token after the answer is in the loss, so
+// a model that learned the task also stops.
 double exact_match(const std::string& model, const fs::path& heldout, int n) {
   std::ifstream in(heldout);
   std::string line;
@@ -96,8 +97,8 @@ double exact_match(const std::string& model, const fs::path& heldout, int n) {
     const std::string out = capture({LMT_BINARY, "generate", "--checkpoint", model, "--temperature",
                                      "0", "--max-new-tokens", "8", "--json", "--prompt", prompt});
     const std::vector<std::string> want = words(q["answer"].get<std::string>());
-    std::vector<std::string> got = words(nlohmann::json::parse(out)["text"].get<std::string>());
-    if (got.size() > want.size()) got.resize(want.size());
+    const std::vector<std::string> got =
+        words(nlohmann::json::parse(out)["text"].get<std::string>());
     hits += got == want;
     ++asked;
   }
