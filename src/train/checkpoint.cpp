@@ -242,6 +242,27 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& root) {
   return dirs;
 }
 
+}  // namespace
+
+std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir, int64_t step) {
+  const fs::path root = fs::path(run_dir) / "checkpoints", aside = root / "abandoned";
+  std::vector<std::string> moved;
+  for (const auto& [s, d] : step_dirs(root)) {
+    if (s <= step) continue;
+    fs::create_directories(aside);
+    fs::path to = aside / d.filename();
+    for (int k = 2; fs::exists(to); ++k)  // an earlier set-aside of the same step
+      to = aside / fmt::format("{}-{}", d.filename().string(), k);
+    fs::rename(d, to);
+    moved.push_back(d.filename().string());
+  }
+  fsync_path(root);
+  std::reverse(moved.begin(), moved.end());
+  return moved;
+}
+
+namespace {
+
 // A step directory appears whole (it is renamed into place once complete), so a missing file or
 // an unreadable state.json is damage: a UserError naming the checkpoint, the cause and the older
 // checkpoints one can resume from instead.

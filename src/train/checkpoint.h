@@ -65,6 +65,11 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir);
 // a name that is not there is a UserError listing the checkpoints that are.
 std::string find_checkpoint(const std::string& run_dir, const std::string& name);
 
+// Moves the run's checkpoints newer than `step` to checkpoints/abandoned/ (a resume from an
+// older checkpoint starts another line; a later plain --resume must not pick the old one's end,
+// and nothing is deleted). Returns their names, oldest first.
+std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir, int64_t step);
+
 // Loads weights (and moments when m, v are given) into the model's flat buffers; every tensor
 // must be present with the model's shape. Returns state.json's contents.
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v);

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 
 #include <atomic>
 #include <cmath>
@@ -234,6 +235,14 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
                                cfg.model.hidden_size, be->name(), thread_count()));
   if (!init_line.empty()) metrics.log_line(init_line);
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
+  if (ckpt && !resume_from.empty() &&
+      fs::equivalent(fs::path(*ckpt).parent_path(), run_dir / "checkpoints", ec)) {
+    const std::vector<std::string> aside = set_aside_newer_checkpoints(run_dir.string(), step);
+    if (!aside.empty())
+      metrics.log_line(fmt::format(
+          "set aside {} newer checkpoint(s) of the run resumed from an older point: {} (now in {})",
+          aside.size(), fmt::join(aside, ", "), (run_dir / "checkpoints" / "abandoned").string()));
+  }
 
   TrainResult result;
   result.first_step = step;

@@ -249,6 +249,14 @@ TEST_F(Cli, ResumeFromANamedCheckpoint) {
   ASSERT_EQ(run("train --config " + cfg).code, 0);
   Result r = run("train --config " + cfg + " --resume step_0000001 --set train.max_steps=3");
   EXPECT_EQ(r.code, 0) << r.out;
+  // The old line's newer checkpoint is set aside, not deleted, and not picked by a plain --resume.
+  EXPECT_NE(r.out.find("set aside 1 newer checkpoint(s) of the run resumed from an older point: "
+                       "step_0000002"),
+            std::string::npos)
+      << r.out;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "checkpoints" / "abandoned" / "step_0000002" /
+                         "model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "checkpoints" / "step_0000003"));
   Result bad = run("train --config " + cfg + " --resume step_0000042");
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("--resume step_0000042: no checkpoint of that name"), std::string::npos)
