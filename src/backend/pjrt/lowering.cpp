@@ -1,0 +1,129 @@
+// StableHLO forms of the kernels; see lowering.h. Each follows its CPU kernel's formula (the
+// same rstd, the same tanh-approximated GELU, softmax through the row maximum), so the two agree
+// to float32 rounding.
+#include "backend/pjrt/lowering.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace lmt::hlo {
+
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+// x[N] repeated along C: [N, C].
+Value rows(StablehloBuilder& b, const Value& x, int64_t C) {
+  return b.broadcast_in_dim(x, {x.dims[0], C}, {0});
+}
+// w[C] repeated for N rows: [N, C].
+Value cols(StablehloBuilder& b, const Value& w, int64_t N) {
+  return b.broadcast_in_dim(w, {N, w.dims[0]}, {1});
+}
+Value scalar(StablehloBuilder& b, double v, const Value& like) {
+  return b.constant(v, like.dtype, like.dims);
+}
+
+// act(g) and act'(g), elementwise.
+struct Act {
+  Value f, df;
+};
+Act activation(StablehloBuilder& b, Activation act, const Value& g) {
+  if (act == Activation::silu) {  // g s(g); s (1 + g (1 - s))
+    const Value s = b.logistic(g);
+    const Value one = scalar(b, 1.0, g);
+    return {b.multiply(g, s), b.multiply(s, b.add(one, b.multiply(g, b.subtract(one, s))))};
+  }
+  // 0.5 g (1 + t), t = tanh(k (g + c g^3)); derivative 0.5 (1 + t) + 0.5 g (1 - t^2) k (1 + 3c g^2)
+  const double k = std::sqrt(2.0 / M_PI), c = 0.044715;
+  const Value g2 = b.multiply(g, g);
+  const Value inner =
+      b.multiply(scalar(b, k, g), b.add(g, b.multiply(scalar(b, c, g), b.multiply(g2, g))));
+  const Value t = b.tanh(inner);
+  const Value half = scalar(b, 0.5, g), one = scalar(b, 1.0, g);
+  const Value one_t = b.add(one, t);
+  const Value f = b.multiply(half, b.multiply(g, one_t));
+  const Value dinner = b.multiply(scalar(b, k, g), b.add(one, b.multiply(scalar(b, 3 * c, g), g2)));
+  const Value df =
+      b.add(b.multiply(half, one_t),
+            b.multiply(half, b.multiply(g, b.multiply(b.subtract(one, b.multiply(t, t)), dinner))));
+  return {f, df};
+}
+
+}  // namespace
+
+NormOut rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
+                        double w_offset) {
+  LMT_CHECK(x.rank() == 2 && w.rank() == 1 && w.dims[0] == x.dims[1], "rmsnorm: x [N,C], w [C]");
+  const int64_t N = x.dims[0], C = x.dims[1];
+  const Value ms = b.divide(b.reduce_sum(b.multiply(x, x), {1}), b.constant(C, x.dtype, {N}));
+  const Value rstd = b.rsqrt(b.add(ms, b.constant(eps, x.dtype, {N})));
+  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {C}));
+  return {b.multiply(b.multiply(x, rows(b, rstd, C)), cols(b, scale, N)), rstd};
+}
+
+// With g = dout * (offset + w): dx = rstd (g - x rstd^2 mean(g x)), dw = sum over rows of
+// dout x rstd.
+NormGrads rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x, const Value& w,
+                           const Value& rstd, double w_offset) {
+  const int64_t N = x.dims[0], C = x.dims[1];
+  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {C}));
+  const Value g = b.multiply(dout, cols(b, scale, N));
+  const Value r = rows(b, rstd, C);
+  const Value mean_gx = b.divide(b.reduce_sum(b.multiply(g, x), {1}), b.constant(C, x.dtype, {N}));
+  const Value r3_mean = b.multiply(b.multiply(b.multiply(rstd, rstd), rstd), mean_gx);
+  const Value dx = b.subtract(b.multiply(g, r), b.multiply(x, rows(b, r3_mean, C)));
+  const Value dw = b.reduce_sum(b.multiply(b.multiply(dout, x), r), {0});
+  return {dx, dw};
+}
+
+Value glu_forward(StablehloBuilder& b, Activation act, const Value& gate_up) {
+  const int64_t N = gate_up.dims[0], F = gate_up.dims[1] / 2;
+  LMT_CHECK(gate_up.rank() == 2 && gate_up.dims[1] == 2 * F, "glu: gate_up [N, 2F]");
+  const Value gate = b.slice(gate_up, {0, 0}, {N, F});
+  const Value up = b.slice(gate_up, {0, F}, {N, 2 * F});
+  return b.multiply(activation(b, act, gate).f, up);
+}
+
+Value glu_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& gate_up) {
+  const int64_t N = gate_up.dims[0], F = gate_up.dims[1] / 2;
+  const Value gate = b.slice(gate_up, {0, 0}, {N, F});
+  const Value up = b.slice(gate_up, {0, F}, {N, 2 * F});
+  const Act a = activation(b, act, gate);
+  return b.concatenate({b.multiply(b.multiply(dout, up), a.df), b.multiply(dout, a.f)}, 1);
+}
+
+CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value& labels,
+                           int32_t ignore_index, double grad_scale, double softcap) {
+  LMT_CHECK(logits.rank() == 2 && labels.rank() == 1 && labels.dtype == DType::i32 &&
+                labels.dims[0] == logits.dims[0],
+            "cross_entropy: logits [N,V], labels [N] i32");
+  const int64_t N = logits.dims[0], V = logits.dims[1];
+  Value z = logits, t;
+  if (softcap > 0) {
+    t = b.tanh(b.divide(logits, scalar(b, softcap, logits)));
+    z = b.multiply(scalar(b, softcap, logits), t);
+  }
+  const Value max = b.reduce_max(z, {1});
+  const Value e = b.exp(b.subtract(z, rows(b, max, V)));
+  const Value sum = b.reduce_sum(e, {1});
+  const Value lse = b.add(b.log(sum), max);
+  const Value hit = b.compare(b.iota(DType::i32, {N, V}, 1), rows(b, labels, V), CompareDir::eq);
+  const Value zero_nv = scalar(b, 0.0, z);
+  const Value z_label = b.reduce_sum(b.select(hit, z, zero_nv), {1});
+  const Value valid = b.compare(labels, b.constant(ignore_index, DType::i32, {N}), CompareDir::ne);
+  const Value zero_n = b.constant(0.0, z.dtype, {N});
+  CrossEntropy out;
+  out.losses = b.select(valid, b.subtract(lse, z_label), zero_n);
+  if (grad_scale == 0) return out;
+  // (softmax - onehot) * grad_scale on valid rows, through the cap's derivative 1 - tanh^2.
+  const Value p = b.divide(e, rows(b, sum, V));
+  Value d = b.subtract(p, b.select(hit, scalar(b, 1.0, z), zero_nv));
+  d = b.multiply(d, b.multiply(rows(b, b.convert(valid, z.dtype), V), scalar(b, grad_scale, z)));
+  if (softcap > 0) d = b.multiply(d, b.subtract(scalar(b, 1.0, z), b.multiply(t, t)));
+  out.dlogits = d;
+  return out;
+}
+
+}  // namespace lmt::hlo

@@ -1,0 +1,41 @@
+// The backend's kernels as StableHLO: each function appends to a StablehloBuilder the ops that
+// compute what the CPU backend's kernel of the same name computes (backend/backend.h), on whole
+// tensors instead of pointers. The PJRT training step will be assembled from these; their tests
+// (tests/pjrt/lowering_test.cpp) run each on XLA's CPU plugin against the CPU backend.
+// Shapes are given beside each argument; f32 (or f64) tensors unless said.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/pjrt/stablehlo.h"
+
+namespace lmt::hlo {
+
+using Value = HloValue;
+
+// out[N,C] = x * rstd * (w_offset + w[C]); rstd[N] = 1 / sqrt(mean(x^2) + eps).
+struct NormOut {
+  Value out, rstd;
+};
+NormOut rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
+                        double w_offset);
+// d/dx[N,C] and d/dw[C] of rmsnorm_forward for dout[N,C].
+struct NormGrads {
+  Value dx, dw;
+};
+NormGrads rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x, const Value& w,
+                           const Value& rstd, double w_offset);
+
+// gate_up[N, 2F] = [gate | up]: out[N,F] = act(gate) * up, and its gradient dgate_up[N, 2F].
+Value glu_forward(StablehloBuilder& b, Activation act, const Value& gate_up);
+Value glu_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& gate_up);
+
+// Cross-entropy of logits[N,V] against labels[N] (i32; ignore_index: no loss): losses[N], and
+// with grad_scale != 0 the gradient d(grad_scale * sum of losses)/dlogits (ignored rows 0).
+// softcap > 0 applies softcap * tanh(logits / softcap) first.
+struct CrossEntropy {
+  Value losses, dlogits;  // dlogits only when grad_scale != 0
+};
+CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value& labels,
+                           int32_t ignore_index, double grad_scale, double softcap);
+
+}  // namespace lmt::hlo
