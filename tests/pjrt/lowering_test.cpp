@@ -106,5 +106,90 @@ TEST_F(LoweringTest, CrossEntropyWithAndWithoutSoftcap) {
   }
 }
 
+TEST_F(LoweringTest, LayerNormAndPlainActivations) {
+  const int64_t N = 6, C = 23;
+  const std::vector<float> x = uniform(N * C), w = uniform(C), bias = uniform(C),
+                           dout = uniform(N * C);
+  StablehloBuilder b;
+  const auto px = b.param(DType::f32, {N, C}), pw = b.param(DType::f32, {C}),
+             pb = b.param(DType::f32, {C}), pd = b.param(DType::f32, {N, C});
+  const hlo::LayerNormOut f = hlo::layernorm_forward(b, px, pw, pb, 1e-5);
+  const hlo::LayerNormGrads g = hlo::layernorm_backward(b, pd, px, pw, f.mean, f.rstd);
+  const auto px3 = b.multiply(px, b.constant(3.0, DType::f32, {N, C}));
+  b.ret({f.out, g.dx, g.dw, g.db, hlo::act_forward(b, Activation::gelu_tanh, px3),
+         hlo::act_backward(b, Activation::gelu_tanh, pd, px3),
+         hlo::act_backward(b, Activation::silu, pd, px3)});
+  PjrtBuffer bx = dev(x, {N, C}), bw = dev(w, {C}), bb = dev(bias, {C}), bd = dev(dout, {N, C});
+  const auto got = run(b, {&bx, &bw, &bb, &bd});
+  std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C, 0.f), dw(C, 0.f), db(C, 0.f);
+  cpu_.layernorm_forward(DType::f32, out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                         bias.data(), N, C, 1e-5);
+  cpu_.layernorm_backward(DType::f32, dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                          w.data(), mean.data(), rstd.data(), N, C);
+  expect_match(got[0], out, "layernorm out");
+  expect_match(got[1], dx, "layernorm dx");
+  expect_match(got[2], dw, "layernorm dw");
+  expect_match(got[3], db, "layernorm db");
+  std::vector<float> x3(x), a(N * C), da(N * C), ds(N * C);
+  for (float& v : x3) v *= 3;
+  cpu_.act_forward(DType::f32, Activation::gelu_tanh, a.data(), x3.data(), N * C);
+  cpu_.act_backward(DType::f32, Activation::gelu_tanh, da.data(), dout.data(), x3.data(), N * C);
+  cpu_.act_backward(DType::f32, Activation::silu, ds.data(), dout.data(), x3.data(), N * C);
+  expect_match(got[4], a, "gelu");
+  expect_match(got[5], da, "gelu backward");
+  expect_match(got[6], ds, "silu backward");
+}
+
+// Clipping and AdamW: three steps against the CPU backend's kernels (the clip scale from a
+// device sum of squares, the per-step constants as runtime scalars), then a non-finite norm that
+// must leave p, m and v as they were.
+TEST_F(LoweringTest, ClipScaleAndAdamW) {
+  const int64_t n = 301;
+  const double b1 = 0.9, b2 = 0.95, eps = 1e-8, lr = 1e-2, wd = 0.1, max_norm = 5.0;
+  StablehloBuilder b;
+  const auto pp = b.param(DType::f32, {n}), pg = b.param(DType::f32, {n}),
+             pm = b.param(DType::f32, {n}), pv = b.param(DType::f32, {n}),
+             pss = b.param(DType::f32, {}), pdecay = b.param(DType::f32, {}),
+             pstep = b.param(DType::f32, {}), pbc2 = b.param(DType::f32, {});
+  const auto scale = hlo::clip_scale(b, pss, max_norm);
+  const hlo::AdamWOut o =
+      hlo::adamw_step(b, pp, pg, pm, pv, b1, b2, eps, pdecay, pstep, pbc2, scale);
+  b.ret({o.p, o.m, o.v, scale});
+  PjrtExecutable exe = client_->compile(b.text());
+  std::vector<float> p = uniform(n), m(n, 0.f), v(n, 0.f), cp = p, cm = m, cv = v;
+  for (int t = 1; t <= 4; ++t) {
+    std::vector<float> g = uniform(n);
+    for (float& x : g) x *= 2;
+    double ss = 0;
+    for (float x : g) ss += double{x} * x;
+    if (t == 4) g[7] = NAN, ss = NAN;
+    const float decay = static_cast<float>(1.0 - lr * wd);
+    const float step_size = static_cast<float>(lr / (1.0 - std::pow(b1, t)));
+    const float bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+    const float ssf = static_cast<float>(ss);
+    PjrtBuffer bp = dev(p, {n}), bg = dev(g, {n}), bm = dev(m, {n}), bv = dev(v, {n});
+    PjrtBuffer bs = client_->to_device(&ssf, DType::f32, {}),
+               bd = client_->to_device(&decay, DType::f32, {}),
+               bt = client_->to_device(&step_size, DType::f32, {}),
+               bc = client_->to_device(&bc2, DType::f32, {});
+    auto out = exe.execute(std::vector<PjrtBuffer*>{&bp, &bg, &bm, &bv, &bs, &bd, &bt, &bc});
+    p = out[0].to_host<float>(), m = out[1].to_host<float>(), v = out[2].to_host<float>();
+    const float got_scale = out[3].to_host<float>()[0];
+    double want_scale = 0;
+    cpu_.clip_scale(&want_scale, &ss, max_norm);
+    cpu_.adamw_step(cp.data(), g.data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, t,
+                    &want_scale);
+    if (t < 4) {
+      EXPECT_NEAR(got_scale, want_scale, 1e-6 * want_scale) << seed_note();
+      EXPECT_LT(want_scale, 1.0);  // the norm (about 20) is clipped to 5
+    } else {
+      EXPECT_TRUE(std::isnan(got_scale));
+    }
+    expect_match(p, cp, "p, step " + std::to_string(t));
+    expect_match(m, cm, "m, step " + std::to_string(t));
+    expect_match(v, cv, "v, step " + std::to_string(t));
+  }
+}
+
 }  // namespace
 }  // namespace lmt

@@ -78,6 +78,44 @@ NormGrads rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& 
   return {dx, dw};
 }
 
+LayerNormOut layernorm_forward(StablehloBuilder& b, const Value& x, const Value& w,
+                               const Value& bias, double eps) {
+  LMT_CHECK(x.rank() == 2 && w.rank() == 1 && w.dims[0] == x.dims[1], "layernorm: x [N,C], w [C]");
+  const int64_t N = x.dims[0], C = x.dims[1];
+  const Value count = b.constant(C, x.dtype, {N});
+  const Value mean = b.divide(b.reduce_sum(x, {1}), count);
+  const Value xc = b.subtract(x, rows(b, mean, C));
+  const Value var = b.divide(b.reduce_sum(b.multiply(xc, xc), {1}), count);
+  const Value rstd = b.rsqrt(b.add(var, b.constant(eps, x.dtype, {N})));
+  const Value out =
+      b.add(b.multiply(b.multiply(xc, rows(b, rstd, C)), cols(b, w, N)), cols(b, bias, N));
+  return {out, mean, rstd};
+}
+
+// xhat = (x - mean) rstd, g = dout w: dx = rstd (g - mean(g) - xhat mean(g xhat)); dw = sum of
+// dout xhat over rows; db = sum of dout.
+LayerNormGrads layernorm_backward(StablehloBuilder& b, const Value& dout, const Value& x,
+                                  const Value& w, const Value& mean, const Value& rstd) {
+  const int64_t N = x.dims[0], C = x.dims[1];
+  const Value count = b.constant(C, x.dtype, {N});
+  const Value xhat = b.multiply(b.subtract(x, rows(b, mean, C)), rows(b, rstd, C));
+  const Value g = b.multiply(dout, cols(b, w, N));
+  const Value mean_g = b.divide(b.reduce_sum(g, {1}), count);
+  const Value mean_gx = b.divide(b.reduce_sum(b.multiply(g, xhat), {1}), count);
+  const Value inner =
+      b.subtract(b.subtract(g, rows(b, mean_g, C)), b.multiply(xhat, rows(b, mean_gx, C)));
+  return {b.multiply(rows(b, rstd, C), inner), b.reduce_sum(b.multiply(dout, xhat), {0}),
+          b.reduce_sum(dout, {0})};
+}
+
+Value act_forward(StablehloBuilder& b, Activation act, const Value& x) {
+  return activation(b, act, x).f;
+}
+
+Value act_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& x) {
+  return b.multiply(dout, activation(b, act, x).df);
+}
+
 Value glu_forward(StablehloBuilder& b, Activation act, const Value& gate_up) {
   const int64_t N = gate_up.dims[0], F = gate_up.dims[1] / 2;
   LMT_CHECK(gate_up.rank() == 2 && gate_up.dims[1] == 2 * F, "glu: gate_up [N, 2F]");
@@ -124,6 +162,37 @@ CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value
   if (softcap > 0) d = b.multiply(d, b.subtract(scalar(b, 1.0, z), b.multiply(t, t)));
   out.dlogits = d;
   return out;
+}
+
+Value clip_scale(StablehloBuilder& b, const Value& sum_squares, double max_norm) {
+  LMT_CHECK(sum_squares.rank() == 0, "clip_scale: a scalar sum of squares");
+  const Value norm = b.sqrt(sum_squares);
+  const Value one = scalar(b, 1.0, norm);
+  const Value scale =
+      max_norm > 0
+          ? b.select(b.compare(norm, scalar(b, max_norm, norm), CompareDir::gt),
+                     b.divide(scalar(b, max_norm, norm), b.add(norm, scalar(b, 1e-6, norm))), one)
+          : one;
+  const Value finite = b.compare(b.subtract(norm, norm), scalar(b, 0.0, norm), CompareDir::eq);
+  return b.select(finite, scale, scalar(b, NAN, norm));
+}
+
+AdamWOut adamw_step(StablehloBuilder& b, const Value& p, const Value& g, const Value& m,
+                    const Value& v, double beta1, double beta2, double eps, const Value& decay,
+                    const Value& step_size, const Value& inv_bc2_sqrt, const Value& grad_scale) {
+  LMT_CHECK(p.dims == g.dims && p.dims == m.dims && p.dims == v.dims, "adamw_step: p, g, m, v");
+  auto all = [&](const Value& s) { return b.broadcast_in_dim(s, p.dims, {}); };
+  auto c = [&](double x) { return b.constant(x, p.dtype, p.dims); };
+  const Value gi = b.multiply(g, all(grad_scale));
+  const Value mi = b.add(b.multiply(c(beta1), m), b.multiply(c(1.0 - beta1), gi));
+  const Value vi = b.add(b.multiply(c(beta2), v), b.multiply(b.multiply(c(1.0 - beta2), gi), gi));
+  const Value denom = b.add(b.multiply(b.sqrt(vi), all(inv_bc2_sqrt)), c(eps));
+  const Value pi =
+      b.subtract(b.multiply(p, all(decay)), b.divide(b.multiply(all(step_size), mi), denom));
+  const Value finite = b.broadcast_in_dim(
+      b.compare(b.subtract(grad_scale, grad_scale), scalar(b, 0.0, grad_scale), CompareDir::eq),
+      p.dims, {});
+  return {b.select(finite, pi, p), b.select(finite, mi, m), b.select(finite, vi, v)};
 }
 
 }  // namespace lmt::hlo

@@ -25,6 +25,22 @@ struct NormGrads {
 NormGrads rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x, const Value& w,
                            const Value& rstd, double w_offset);
 
+// LayerNorm: out[N,C] = (x - mean) * rstd * w + b; mean[N], rstd[N] saved.
+struct LayerNormOut {
+  Value out, mean, rstd;
+};
+LayerNormOut layernorm_forward(StablehloBuilder& b, const Value& x, const Value& w,
+                               const Value& bias, double eps);
+struct LayerNormGrads {
+  Value dx, dw, db;
+};
+LayerNormGrads layernorm_backward(StablehloBuilder& b, const Value& dout, const Value& x,
+                                  const Value& w, const Value& mean, const Value& rstd);
+
+// Plain activation (GPT-2's MLP), elementwise on any shape, and its input gradient.
+Value act_forward(StablehloBuilder& b, Activation act, const Value& x);
+Value act_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& x);
+
 // gate_up[N, 2F] = [gate | up]: out[N,F] = act(gate) * up, and its gradient dgate_up[N, 2F].
 Value glu_forward(StablehloBuilder& b, Activation act, const Value& gate_up);
 Value glu_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& gate_up);
@@ -37,5 +53,18 @@ struct CrossEntropy {
 };
 CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value& labels,
                            int32_t ignore_index, double grad_scale, double softcap);
+
+// Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32
+// scalar; the scale is NaN for a norm that is not finite. The per-step constants are runtime
+// scalars (f32) so that one compiled step serves every step: decay = 1 - lr wd, step_size =
+// lr / (1 - beta1^t), inv_bc2_sqrt = 1 / sqrt(1 - beta2^t). A scale that is not finite returns
+// p, m and v unchanged.
+Value clip_scale(StablehloBuilder& b, const Value& sum_squares, double max_norm);
+struct AdamWOut {
+  Value p, m, v;
+};
+AdamWOut adamw_step(StablehloBuilder& b, const Value& p, const Value& g, const Value& m,
+                    const Value& v, double beta1, double beta2, double eps, const Value& decay,
+                    const Value& step_size, const Value& inv_bc2_sqrt, const Value& grad_scale);
 
 }  // namespace lmt::hlo
