@@ -140,6 +140,28 @@ TEST_F(LoweringTest, LayerNormAndPlainActivations) {
   expect_match(got[6], ds, "silu backward");
 }
 
+// RoPE forward and inverse, a partial rotary dim and an attention factor, positions up to 4000.
+TEST_F(LoweringTest, RopeForwardAndInverse) {
+  const int64_t N = 7, H = 3, D = 10, rot = 8;
+  const std::vector<float> x = uniform(N * H * D);
+  std::vector<float> inv(rot / 2);
+  for (int64_t i = 0; i < rot / 2; ++i) inv[i] = static_cast<float>(std::pow(1e4, -2.0 * i / rot));
+  std::vector<int32_t> pos(N);
+  for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(rng_() % 4000);
+  for (bool inverse : {false, true}) {
+    StablehloBuilder b;
+    const auto px = b.param(DType::f32, {N, H, D}), pp = b.param(DType::i32, {N}),
+               pf = b.param(DType::f32, {rot / 2});
+    b.ret({hlo::rope(b, px, pp, pf, rot, 1.25, inverse)});
+    PjrtBuffer bx = dev(x, {N, H, D}), bf = dev(inv, {rot / 2});
+    PjrtBuffer bp = client_->to_device(pos.data(), DType::i32, {N});
+    const auto got = run(b, {&bx, &bp, &bf});
+    std::vector<float> want = x;
+    cpu_.rope(DType::f32, want.data(), pos.data(), inv.data(), N, H * D, H, D, rot, 1.25, inverse);
+    expect_match(got[0], want, inverse ? "rope inverse" : "rope");
+  }
+}
+
 // Clipping and AdamW: three steps against the CPU backend's kernels (the clip scale from a
 // device sum of squares, the per-step constants as runtime scalars), then a non-finite norm that
 // must leave p, m and v as they were.

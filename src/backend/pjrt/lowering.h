@@ -54,6 +54,12 @@ struct CrossEntropy {
 CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value& labels,
                            int32_t ignore_index, double grad_scale, double softcap);
 
+// RoPE (Hugging Face rotate_half) on x[N, H, D]: the first rotary_dim dims of each head turn by
+// angle pos[n] * inv_freq[i] (pos [N] i32, inv_freq [rotary_dim/2] f32, the angle formed in f32
+// as the CPU kernel does), cos and sin times attn_factor; inverse applies the transpose.
+Value rope(StablehloBuilder& b, const Value& x, const Value& pos, const Value& inv_freq,
+           int64_t rotary_dim, double attn_factor, bool inverse);
+
 // Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32
 // scalar; the scale is NaN for a norm that is not finite. The per-step constants are runtime
 // scalars (f32) so that one compiled step serves every step: decay = 1 - lr wd, step_size =

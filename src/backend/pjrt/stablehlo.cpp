@@ -238,6 +238,12 @@ Value StablehloBuilder::exp(const Value& x) {
 Value StablehloBuilder::log(const Value& x) {
   return unary("log", x, true);
 }
+Value StablehloBuilder::sine(const Value& x) {
+  return unary("sine", x, true);
+}
+Value StablehloBuilder::cosine(const Value& x) {
+  return unary("cosine", x, true);
+}
 Value StablehloBuilder::tanh(const Value& x) {
   return unary("tanh", x, true);
 }

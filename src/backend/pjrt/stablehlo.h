@@ -59,7 +59,9 @@ class StablehloBuilder {
   Value tanh(const Value& x);
   Value rsqrt(const Value& x);
   Value sqrt(const Value& x);
-  Value logistic(const Value& x);           // 1 / (1 + exp(-x))
+  Value logistic(const Value& x);  // 1 / (1 + exp(-x))
+  Value sine(const Value& x);
+  Value cosine(const Value& x);
   Value convert(const Value& x, DType to);  // x may be a pred (true -> 1)
 
   // Result dims `dims`; operand dimension i becomes result dimension broadcast_dims[i] (its size
