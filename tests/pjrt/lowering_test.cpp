@@ -162,6 +162,57 @@ TEST_F(LoweringTest, RopeForwardAndInverse) {
   }
 }
 
+// Attention, dense: grouped-query heads, a window with a soft-cap, and document masking, forward
+// (out and lse) and backward against the CPU backend's blockwise kernel.
+TEST_F(LoweringTest, AttentionForwardAndBackward) {
+  struct Case {
+    int64_t B, T, Hq, Hkv, D, window;
+    double softcap;
+    bool docs;
+  };
+  for (const Case& c : {Case{2, 9, 4, 2, 8, 0, 0.0, false}, Case{1, 11, 2, 1, 6, 3, 2.0, false},
+                        Case{2, 10, 2, 2, 4, 0, 0.0, true}}) {
+    const int64_t B = c.B, T = c.T, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
+    const std::vector<float> q = uniform(B * T * Hq * D), k = uniform(B * T * Hkv * D),
+                             v = uniform(B * T * Hkv * D), dout = uniform(B * T * Hq * D);
+    std::vector<int32_t> starts(B * T, 0);
+    if (c.docs)
+      for (int64_t i = 0; i < B * T; ++i) starts[i] = (i % T) >= T / 3 ? int32_t(T / 3) : 0;
+    hlo::AttentionArgsHlo a;
+    a.scale = 1.0 / std::sqrt(double(D)), a.softcap = c.softcap, a.window = c.window;
+    StablehloBuilder b;
+    const auto pq = b.param(DType::f32, {B, T, Hq, D}), pk = b.param(DType::f32, {B, T, Hkv, D}),
+               pv = b.param(DType::f32, {B, T, Hkv, D}), pd = b.param(DType::f32, {B, T, Hq, D}),
+               ps = b.param(DType::i32, {B, T});
+    const hlo::Value* docs = c.docs ? &ps : nullptr;
+    const hlo::AttentionOut f = hlo::attention_forward(b, a, pq, pk, pv, docs);
+    const hlo::AttentionGrads g = hlo::attention_backward(b, a, pd, pq, pk, pv, docs);
+    b.ret({f.out, f.lse, g.dq, g.dk, g.dv});
+    PjrtBuffer bq = dev(q, {B, T, Hq, D}), bk = dev(k, {B, T, Hkv, D}), bv = dev(v, {B, T, Hkv, D}),
+               bd = dev(dout, {B, T, Hq, D});
+    PjrtBuffer bs = client_->to_device(starts.data(), DType::i32, {B, T});
+    const auto got = run(b, {&bq, &bk, &bv, &bd, &bs});
+    AttentionArgs args;
+    args.batch = B, args.q_len = T, args.kv_len = T, args.num_heads = int(Hq),
+    args.num_kv_heads = int(Hkv), args.head_dim = int(D);
+    args.q_row_stride = Hq * D, args.q_batch_stride = T * Hq * D;
+    args.kv_row_stride = Hkv * D, args.kv_batch_stride = T * Hkv * D;
+    args.out_row_stride = Hq * D, args.out_batch_stride = T * Hq * D;
+    args.scale = a.scale, args.softcap = c.softcap, args.window = c.window;
+    args.doc_start = c.docs ? starts.data() : nullptr;
+    std::vector<float> out(q.size()), lse(B * Hq * T), dq(q.size()), dk(k.size()), dv(v.size());
+    cpu_.attention_forward(DType::f32, args, out.data(), lse.data(), q.data(), k.data(), v.data());
+    cpu_.attention_backward(DType::f32, args, dq.data(), dk.data(), dv.data(), dout.data(),
+                            q.data(), k.data(), v.data(), out.data(), lse.data());
+    const std::string name = "attention T " + std::to_string(T) + ": ";
+    expect_match(got[0], out, name + "out");
+    expect_match(got[1], lse, name + "lse");
+    expect_match(got[2], dq, name + "dq");
+    expect_match(got[3], dk, name + "dk");
+    expect_match(got[4], dv, name + "dv");
+  }
+}
+
 // Clipping and AdamW: three steps against the CPU backend's kernels (the clip scale from a
 // device sum of squares, the per-step constants as runtime scalars), then a non-finite norm that
 // must leave p, m and v as they were.

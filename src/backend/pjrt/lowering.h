@@ -60,6 +60,27 @@ CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value
 Value rope(StablehloBuilder& b, const Value& x, const Value& pos, const Value& inv_freq,
            int64_t rotary_dim, double attn_factor, bool inverse);
 
+// Attention on whole tensors (dense scores; fine for short sequences, the blocked form for long
+// ones is still to come): q [B,T,Hq,D], k and v [B,T,Hkv,D], query head h reading kv head
+// h / (Hq / Hkv). Causal; window > 0 keeps keys with i - j < window; doc_start [B,T] i32 (or an
+// invalid Value: none) keeps keys j >= doc_start[b, i]; softcap > 0 caps the scaled scores.
+// out [B,T,Hq,D] and lse [B,Hq,T] as the CPU kernel saves them.
+struct AttentionArgsHlo {
+  double scale = 0.125, softcap = 0.0;
+  int64_t window = 0;
+};
+struct AttentionOut {
+  Value out, lse;
+};
+AttentionOut attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& q,
+                               const Value& k, const Value& v, const Value* doc_start);
+struct AttentionGrads {
+  Value dq, dk, dv;
+};
+AttentionGrads attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& dout,
+                                  const Value& q, const Value& k, const Value& v,
+                                  const Value* doc_start);
+
 // Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32
 // scalar; the scale is NaN for a norm that is not finite. The per-step constants are runtime
 // scalars (f32) so that one compiled step serves every step: decay = 1 - lr wd, step_size =
