@@ -103,18 +103,17 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   const double tokens = static_cast<double>(B * T * accum);
   const int64_t adapter_params = model.lora_num_params();
   // LoRA: the frozen base's products run forward and for the input gradient only (4 FLOPs per
-  // parameter and token instead of 6); the adapters train fully, and so does a saved head
-  // (modules_to_save: its weight gradient is the 2 FLOPs more; norms and tables are no products).
-  double trained_products = 0;
+  // parameter and token instead of 6); the adapters train fully (6), and a saved head
+  // (modules_to_save) adds its weight gradient (2; saved norms and tables are no products).
+  double lora_flops = 0;
   for (const LoraTarget& t : model.lora_targets())
-    trained_products +=
-        3.0 * static_cast<double>(model.lora_params()[static_cast<size_t>(t.a)].numel() +
-                                  model.lora_params()[static_cast<size_t>(t.b)].numel());
+    lora_flops += 6.0 * static_cast<double>(model.lora_params()[static_cast<size_t>(t.a)].numel() +
+                                            model.lora_params()[static_cast<size_t>(t.b)].numel());
   for (const SavedParam& sp : model.lora_saved())
     if (sp.base_name == "lm_head.weight")
-      trained_products += static_cast<double>(mc.vocab_size * mc.hidden_size);
+      lora_flops += 2.0 * static_cast<double>(mc.vocab_size * mc.hidden_size);
   const double fpt = lora ? train_flops_per_token(mc, T, matmul_params) -
-                                2.0 * static_cast<double>(matmul_params) + 2.0 * trained_products
+                                2.0 * static_cast<double>(matmul_params) + lora_flops
                           : train_flops_per_token(mc, T, matmul_params);
   const double tps = tokens / mean;
   nlohmann::json j;

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
-#include <yaml-cpp/yaml.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -33,8 +33,11 @@ namespace {
 const char* const kFiles[] = {"model.safetensors", "optimizer.safetensors", "config.json",
                               "config.yaml", "state.json"};
 // A LoRA run's checkpoint: the adapters as PEFT saves them instead of the model's weights.
-const char* const kLoraFiles[] = {"adapter_model.safetensors", "adapter_config.json",
-                                  "optimizer.safetensors", "config.json", "config.yaml",
+const char* const kLoraFiles[] = {"adapter_model.safetensors",
+                                  "adapter_config.json",
+                                  "optimizer.safetensors",
+                                  "config.json",
+                                  "config.yaml",
                                   "state.json"};
 
 std::vector<std::string> checkpoint_files(bool lora) {
@@ -211,23 +214,6 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   return final_dir.string();
 }
 
-void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
-  if (keep_last <= 0) return;
-  const fs::path root = fs::path(run_dir) / "checkpoints";
-  std::vector<std::pair<int64_t, fs::path>> all;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec))
-    if (e.is_directory() && step_of(e.path()) >= 0) all.emplace_back(step_of(e.path()), e.path());
-  std::sort(all.begin(), all.end());
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < all.size(); ++i) {
-    // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
-    const fs::path doomed =
-        root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
-    fs::rename(all[i].second, doomed);
-    fs::remove_all(doomed);
-  }
-}
-
 namespace {
 
 // The step directories of a run, newest first.
@@ -243,6 +229,19 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& root) {
 }
 
 }  // namespace
+
+void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
+  if (keep_last <= 0) return;
+  const fs::path root = fs::path(run_dir) / "checkpoints";
+  const auto all = step_dirs(root);  // newest first
+  for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+    // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
+    const fs::path doomed =
+        root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
+    fs::rename(all[i].second, doomed);
+    fs::remove_all(doomed);
+  }
+}
 
 std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir, int64_t step) {
   const fs::path root = fs::path(run_dir) / "checkpoints", aside = root / "abandoned";
@@ -277,8 +276,8 @@ void check_checkpoint_dir(const fs::path& dir, int64_t step) {
                          : "; to resume from an older one, pass --resume NAME (" + older + ")"));
   };
   // A LoRA run's checkpoint holds adapters instead of the model (state.json says so too).
-  const bool lora = fs::exists(dir / "adapter_model.safetensors") ||
-                    fs::exists(dir / "adapter_config.json");
+  const bool lora =
+      fs::exists(dir / "adapter_model.safetensors") || fs::exists(dir / "adapter_config.json");
   for (const std::string& f : checkpoint_files(lora))
     if (!fs::is_regular_file(dir / f)) damaged(f + " is missing");
   const fs::path path = dir / "state.json";
@@ -378,11 +377,12 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
   const nlohmann::json j = read_json(path);
   const bool lora_checkpoint = j.contains("lora");
   if (lora_checkpoint != model.has_lora())
-    throw UserError(dir + (lora_checkpoint
-                               ? " holds LoRA adapters, and this run has no lora section (lora.rank "
-                                 "is 0)"
-                               : " holds a whole model, and this run trains LoRA adapters "
-                                 "(lora.rank > 0)"));
+    throw UserError(dir +
+                    (lora_checkpoint
+                         ? " holds LoRA adapters, and this run has no lora section (lora.rank "
+                           "is 0)"
+                         : " holds a whole model, and this run trains LoRA adapters "
+                           "(lora.rank > 0)"));
   if (model.has_lora()) {
     load_peft_adapter_weights(dir, model);
   } else {

@@ -18,22 +18,12 @@
 namespace lmt {
 namespace {
 
+// MLIR's element type: lmtrain's dtype names are MLIR's for the types a program may hold.
 std::string element_type(DType t) {
-  switch (t) {
-    case DType::f32:
-      return "f32";
-    case DType::f64:
-      return "f64";
-    case DType::bf16:
-      return "bf16";
-    case DType::f16:
-      return "f16";
-    case DType::i32:
-      return "i32";
-    default:
-      LMT_CHECK(false, "StableHLO: no element type for " + std::string(dtype_name(t)));
-  }
-  return "";
+  LMT_CHECK(
+      t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16 || t == DType::i32,
+      "StableHLO: no element type for " + std::string(dtype_name(t)));
+  return std::string(dtype_name(t));
 }
 
 bool is_float(DType t) {
