@@ -2,6 +2,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_info.h"
+#include "backend/pjrt/pjrt_backend.h"
 #include "core/error.h"
 
 namespace lmt {
@@ -15,7 +16,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     throw UserError("train.backend: 'cuda' is not implemented yet (" + cuda_device_summary() +
                     "); use 'cpu'");
   }
-  throw UserError("train.backend: unknown backend '" + name + "' (expected cpu, cuda or auto)");
+  if (name == "pjrt") return make_pjrt_backend("");
+  throw UserError("train.backend: unknown backend '" + name +
+                  "' (expected cpu, pjrt, cuda or auto)");
 }
 
 }  // namespace lmt

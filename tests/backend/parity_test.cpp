@@ -57,6 +57,9 @@ void PrintTo(const Case& c, std::ostream* os) {
 std::vector<std::unique_ptr<Backend>> parity_backends() {
   std::vector<std::unique_ptr<Backend>> b;
   b.push_back(make_backend("cpu"));
+#ifdef LMTRAIN_HAVE_PJRT
+  b.push_back(make_backend("pjrt"));  // XLA's CPU plugin here; the same code drives a GPU or TPU
+#endif
   return b;
 }
 

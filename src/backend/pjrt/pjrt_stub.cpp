@@ -1,6 +1,7 @@
 // The PJRT layer of a build made without pjrt_c_api.h (before scripts/setup.sh, or without
 // Python): it links, and asking for PJRT is one UserError saying how to get it. No PJRT object
 // can exist in such a build, so the members past the constructors are never reached.
+#include "backend/pjrt/pjrt_backend.h"
 #include "backend/pjrt/pjrt_client.h"
 #include "core/error.h"
 
@@ -30,6 +31,13 @@ std::string PjrtPlugin::version() const {
 }
 void PjrtPlugin::check(PJRT_Error*, const char*) const {
   built_without_pjrt();
+}
+
+std::unique_ptr<Backend> make_pjrt_backend(const std::string&) {
+  built_without_pjrt();
+}
+PjrtBackendStats pjrt_backend_stats(const Backend&) {
+  return {};
 }
 
 PjrtClient::PjrtClient(const std::string&) {

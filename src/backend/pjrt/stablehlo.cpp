@@ -20,6 +20,7 @@ namespace {
 
 // MLIR's element type: lmtrain's dtype names are MLIR's for the types a program may hold.
 std::string element_type(DType t) {
+  if (t == DType::u8) return "ui8";  // raw bytes (the PJRT backend's untyped uploads)
   LMT_CHECK(
       t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16 || t == DType::i32,
       "StableHLO: no element type for " + std::string(dtype_name(t)));
@@ -133,6 +134,12 @@ StablehloBuilder::Value StablehloBuilder::param(DType dtype, Dims dims, int dona
   params_.push_back(v);
   donate_to_.push_back(donate_to);
   return v;
+}
+
+void StablehloBuilder::donate(const Value& param, int output) {
+  check_mine(param);
+  LMT_CHECK(param.is_param && !returned_, "StableHLO: donate a param, before ret");
+  donate_to_[static_cast<size_t>(param.index)] = output;
 }
 
 void StablehloBuilder::ret(std::vector<Value> outputs) {
@@ -276,6 +283,24 @@ Value StablehloBuilder::reshape(const Value& x, Dims dims) {
   LMT_CHECK(n == m, "StableHLO reshape: element counts differ");
   Value r = next(x.dtype, std::move(dims), x.pred);
   lines_.push_back(name(r) + " = stablehlo.reshape " + name(x) + " : " + signature({x}, r));
+  return r;
+}
+
+Value StablehloBuilder::bitcast_convert(const Value& x, DType to) {
+  check_mine(x);
+  LMT_CHECK(!x.pred, "StableHLO bitcast_convert: not of a pred");
+  const size_t from_size = dtype_size(x.dtype), to_size = dtype_size(to);
+  Dims dims = x.dims;
+  if (to_size < from_size) {
+    dims.push_back(static_cast<int64_t>(from_size / to_size));
+  } else if (to_size > from_size) {
+    LMT_CHECK(!dims.empty() && dims.back() == static_cast<int64_t>(to_size / from_size),
+              "StableHLO bitcast_convert: the last dimension must be the width ratio");
+    dims.pop_back();
+  }
+  Value r = next(to, std::move(dims));
+  lines_.push_back(name(r) + " = stablehlo.bitcast_convert " + name(x) + " : " +
+                   signature({x}, r));
   return r;
 }
 

@@ -38,6 +38,9 @@ class StablehloBuilder {
   // A function argument. donate_to >= 0 marks it `tf.aliasing_output = donate_to`: when the caller
   // donates the buffer, output donate_to (same type) may be written into its memory.
   Value param(DType dtype, Dims dims, int donate_to = -1);
+  // Marks a param as donated to output `output` after the fact (before ret), for callers that
+  // learn their outputs last.
+  void donate(const Value& param, int output);
   // The function's outputs, in order (set once).
   void ret(std::vector<Value> outputs);
   // The whole module, `module { func.func @main(...) -> (...) { ... } }`.
@@ -68,6 +71,9 @@ class StablehloBuilder {
   // equal there, or 1 to repeat it).
   Value broadcast_in_dim(const Value& x, Dims dims, Dims broadcast_dims);
   Value reshape(const Value& x, Dims dims);           // same element count
+  // The same bits as another element type. To a narrower type a last dimension of the width
+  // ratio is added ([n] f32 -> [n, 4] u8); to a wider one the last dimension (the ratio) goes.
+  Value bitcast_convert(const Value& x, DType to);
   Value transpose(const Value& x, Dims permutation);  // result dim i = x dim permutation[i]
   // Elements start[d], start[d] + stride[d], ... below limit[d] (stride defaults to 1).
   Value slice(const Value& x, Dims start, Dims limit, Dims stride = {});
