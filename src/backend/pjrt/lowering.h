@@ -60,6 +60,24 @@ CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value
 Value rope(StablehloBuilder& b, const Value& x, const Value& pos, const Value& inv_freq,
            int64_t rotary_dim, double attn_factor, bool inverse);
 
+// Dropout on x of any shape, flat element i under mask element i: x / (1 - p) where kept
+// (core/rng.h dropout_keeps), else 0, bit for bit as the CPU kernel. key: i32[4] runtime tensor
+// {seed low, seed high, stream low, stream high} (32-bit halves as their bits), so one compiled
+// step serves every step's stream. At most 4 (2^31 - 1) elements.
+Value dropout(StablehloBuilder& b, const Value& x, double p, const Value& key);
+
+// Per-head RMSNorm (q/k norm): x[N,H,D], each head normalised over D and scaled by
+// (w_offset + w[D]); rstd [N,H]. Backward: dx [N,H,D] and dw [D] (no accumulation).
+NormOut head_rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
+                             double w_offset);
+NormGrads head_rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x,
+                                const Value& w, const Value& rstd, double w_offset);
+
+// Embedding: out[N,C] = table[ids[n], :] (ids i32 [N], table [V,C]); backward returns the table
+// gradient's contribution [V,C], dout's rows summed by id, which the caller adds to dtable.
+Value embedding_forward(StablehloBuilder& b, const Value& ids, const Value& table);
+Value embedding_backward(StablehloBuilder& b, const Value& dout, const Value& ids, int64_t V);
+
 // Attention on whole tensors (dense scores; fine for short sequences, the blocked form for long
 // ones is still to come): q [B,T,Hq,D], k and v [B,T,Hkv,D], query head h reading kv head
 // h / (Hq / Hkv). Causal; window > 0 keeps keys with i - j < window; doc_start [B,T] i32 (or an

@@ -261,6 +261,77 @@ Value StablehloBuilder::convert(const Value& x, DType to) {
   return r;
 }
 
+// Integer ops: elementwise's checks, and i32 only.
+Value StablehloBuilder::bit_and(const Value& a, const Value& b) {
+  LMT_CHECK(a.dtype == DType::i32, "StableHLO and: operand " + mlir_tensor_type(a));
+  return elementwise("and", a, b);
+}
+Value StablehloBuilder::bit_or(const Value& a, const Value& b) {
+  LMT_CHECK(a.dtype == DType::i32, "StableHLO or: operand " + mlir_tensor_type(a));
+  return elementwise("or", a, b);
+}
+Value StablehloBuilder::bit_xor(const Value& a, const Value& b) {
+  LMT_CHECK(a.dtype == DType::i32, "StableHLO xor: operand " + mlir_tensor_type(a));
+  return elementwise("xor", a, b);
+}
+Value StablehloBuilder::shift_left(const Value& x, const Value& count) {
+  LMT_CHECK(x.dtype == DType::i32, "StableHLO shift_left: operand " + mlir_tensor_type(x));
+  return elementwise("shift_left", x, count);
+}
+Value StablehloBuilder::shift_right_logical(const Value& x, const Value& count) {
+  LMT_CHECK(x.dtype == DType::i32, "StableHLO shift_right_logical: operand " + mlir_tensor_type(x));
+  return elementwise("shift_right_logical", x, count);
+}
+
+// Gather and scatter have no pretty form: generic syntax, indices [N] with index_vector_dim = 1
+// (the implicit trailing 1), one row of x per index.
+Value StablehloBuilder::gather_rows(const Value& x, const Value& indices) {
+  check_mine(x), check_mine(indices);
+  LMT_CHECK(x.rank() >= 1 && !x.pred && indices.rank() == 1 && indices.dtype == DType::i32 &&
+                !indices.pred,
+            "StableHLO gather_rows: " + signature({x, indices}, x));
+  Dims dims = x.dims, offset_dims, slice_sizes = x.dims;
+  dims[0] = indices.dims[0];
+  slice_sizes[0] = 1;
+  for (int64_t d = 1; d < x.rank(); ++d) offset_dims.push_back(d);
+  Value r = next(x.dtype, std::move(dims));
+  lines_.push_back(name(r) + " = \"stablehlo.gather\"(" + name(x) + ", " + name(indices) +
+                   ") {dimension_numbers = #stablehlo.gather<offset_dims = [" + join(offset_dims) +
+                   "], collapsed_slice_dims = [0], start_index_map = [0], index_vector_dim = 1>, "
+                   "slice_sizes = array<i64: " +
+                   join(slice_sizes) +
+                   ">, indices_are_sorted = false} : " + signature({x, indices}, r));
+  return r;
+}
+
+Value StablehloBuilder::scatter_add_rows(const Value& x, const Value& indices,
+                                         const Value& updates) {
+  check_mine(x), check_mine(indices), check_mine(updates);
+  const std::string what = "StableHLO scatter_add_rows: " + signature({x, indices, updates}, x);
+  LMT_CHECK(x.rank() >= 1 && !x.pred && indices.rank() == 1 && indices.dtype == DType::i32 &&
+                !indices.pred && updates.dtype == x.dtype && !updates.pred,
+            what);
+  Dims want = x.dims;
+  want[0] = indices.dims[0];
+  LMT_CHECK(updates.dims == want, what);
+  Dims window_dims;
+  for (int64_t d = 1; d < x.rank(); ++d) window_dims.push_back(d);
+  Value r = next(x.dtype, x.dims);
+  // The add region's names carry the op's number: unique even where regions nest.
+  const std::string s = "%scatter" + std::to_string(r.index) + "_";
+  const std::string t = mlir_tensor_type(Value{id_, 0, false, false, x.dtype, {}});
+  lines_.push_back(name(r) + " = \"stablehlo.scatter\"(" + name(x) + ", " + name(indices) + ", " +
+                   name(updates) + ") ({ ^bb0(" + s + "a: " + t + ", " + s + "b: " + t + "): " + s +
+                   "sum = stablehlo.add " + s + "a, " + s + "b : " + t + " stablehlo.return " + s +
+                   "sum : " + t +
+                   " }) {scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [" +
+                   join(window_dims) +
+                   "], inserted_window_dims = [0], scatter_dims_to_operand_dims = [0], "
+                   "index_vector_dim = 1>, indices_are_sorted = false, unique_indices = false} : " +
+                   signature({x, indices, updates}, r));
+  return r;
+}
+
 Value StablehloBuilder::broadcast_in_dim(const Value& x, Dims dims, Dims broadcast_dims) {
   check_mine(x);
   LMT_CHECK(int64_t(broadcast_dims.size()) == x.rank(), "StableHLO broadcast_in_dim: one per dim");

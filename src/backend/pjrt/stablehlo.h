@@ -67,6 +67,20 @@ class StablehloBuilder {
   Value cosine(const Value& x);
   Value convert(const Value& x, DType to);  // x may be a pred (true -> 1)
 
+  // Integer bit ops (i32; XLA's i32 add and multiply wrap, so with these an i32 tensor does u32
+  // arithmetic: Philox in dropout). Shift counts of 32 or more give 0.
+  Value bit_and(const Value& a, const Value& b);
+  Value bit_or(const Value& a, const Value& b);
+  Value bit_xor(const Value& a, const Value& b);
+  Value shift_left(const Value& x, const Value& count);
+  Value shift_right_logical(const Value& x, const Value& count);
+  // Rows of x[V, rest...] picked by indices[N] (i32): [N, rest...]. An index outside [0, V) is
+  // clamped into it (gather's rule).
+  Value gather_rows(const Value& x, const Value& indices);
+  // x[V, rest...] with updates[N, rest...] added at rows indices[N] (i32), repeats summed in an
+  // order XLA chooses; indices outside [0, V) are skipped (scatter's rule).
+  Value scatter_add_rows(const Value& x, const Value& indices, const Value& updates);
+
   // Result dims `dims`; operand dimension i becomes result dimension broadcast_dims[i] (its size
   // equal there, or 1 to repeat it).
   Value broadcast_in_dim(const Value& x, Dims dims, Dims broadcast_dims);
