@@ -173,9 +173,14 @@ class PjrtBackend final : public Backend {
     const Value v = b().convert(view(x, dt, {n}), DType::f64);
     accumulate_into(acc, DType::f64, b().reduce_sum(b().multiply(v, v), {0}));
   }
+  // Seed and stream are runtime arguments: the stream names the micro-batch, new every step.
   void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
                uint64_t stream) override {
-    LMT_CHECK(false, "PJRT backend: dropout is not lowered yet");
+    if (n == 0) return;
+    const uint32_t words[4] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                               static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
+    const Value key = runtime(words, sizeof words, DType::i32, {4});
+    set(out, hlo::dropout(b(), view(x, dt, {n}), p, key));
   }
   void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override {
     if (n == 0) return;
@@ -184,13 +189,21 @@ class PjrtBackend final : public Backend {
   }
 
   // ---- embedding ----
+  // The table's row count is not an argument of the forward: the gather reads the rows up to
+  // the largest id, so the view spans the whole allocation from `table` on, cut to whole rows.
   void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
                          int64_t C) override {
-    LMT_CHECK(false, "PJRT backend: embedding is not lowered yet");
+    if (N == 0) return;
+    const int64_t rows = rows_from(table, dt, C);
+    set(out, hlo::embedding_forward(b(), view(ids, DType::i32, {N}), view(table, dt, {rows, C})));
   }
   void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
                           int64_t C, int64_t V) override {
-    LMT_CHECK(false, "PJRT backend: embedding is not lowered yet");
+    if (N == 0) return;
+    accumulate_into(dtable, dt,
+                    down(hlo::embedding_backward(b(), up(view(dout, dt, {N, C})),
+                                                 view(ids, DType::i32, {N}), V),
+                         dt));
   }
 
   // ---- normalisation ----
@@ -236,12 +249,27 @@ class PjrtBackend final : public Backend {
   void head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
                             int64_t N, int64_t row_stride, int heads, int head_dim, double eps,
                             double w_offset) override {
-    LMT_CHECK(false, "PJRT backend: head_rmsnorm is not lowered yet");
+    if (N == 0) return;
+    const int64_t H = heads, D = head_dim;
+    const Value v = b().reshape(view(x, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
+    const hlo::NormOut o = hlo::head_rmsnorm_forward(b(), up(v), up(view(w, dt, {D})), eps,
+                                                     w_offset);
+    set(out, b().reshape(down(o.out, dt), {N, H * D}), {row_stride, 1});
+    set(rstd, stat(o.rstd, dt));
   }
   void head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
                              const void* w, const void* rstd, int64_t N, int64_t row_stride,
                              int heads, int head_dim, double w_offset) override {
-    LMT_CHECK(false, "PJRT backend: head_rmsnorm is not lowered yet");
+    if (N == 0) return;
+    const int64_t H = heads, D = head_dim;
+    auto heads_of = [&](const void* p) {
+      return up(b().reshape(view(p, dt, {N, H * D}, {row_stride, 1}), {N, H, D}));
+    };
+    const hlo::NormGrads g =
+        hlo::head_rmsnorm_backward(b(), heads_of(dout), heads_of(x), up(view(w, dt, {D})),
+                                   up(view(rstd, stat_type(dt), {N, H})), w_offset);
+    set(dx, b().reshape(down(g.dx, dt), {N, H * D}), {row_stride, 1});
+    if (dw) accumulate_into(dw, dt, down(g.dw, dt));
   }
 
   // ---- rotary position embedding ----
@@ -372,6 +400,13 @@ class PjrtBackend final : public Backend {
   };
 
   // ---- allocations ----
+  // Whole rows of C elements from p to the end of p's allocation.
+  int64_t rows_from(const void* p, DType dt, int64_t C) {
+    int64_t off = 0;
+    const Alloc& a = find(p, 0, &off);
+    return (a.bytes - off) / (C * static_cast<int64_t>(dtype_size(dt)));
+  }
+
   Alloc& find(const void* p, int64_t bytes, int64_t* offset) {
     const auto addr = reinterpret_cast<uintptr_t>(p);
     auto it = allocs_.upper_bound(addr);
