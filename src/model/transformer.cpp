@@ -634,14 +634,13 @@ void Transformer::head_backward_input(const void* dlogits, void* dh, int64_t n) 
 // chunk's logits become their gradient in place and flow into dh (d loss / d final norm output)
 // and the head's weight gradient before the next chunk overwrites them. The loss sum accumulates
 // in a device scalar, and every chunk runs whatever its labels (no decision on the data): the
-// sum is read once, at the end, as a compiled step would return it.
+// sum is read after the backward, or at the step's end (take_loss_sum), as a compiled step
+// returns it.
 LossSum Transformer::head_loss(bool backward, double grad_scale) {
   const Plan& p = *plan_;
   const int64_t C = cfg_.hidden_size;
   void* gw = param_ptr(head_, true);
-  if (!loss_acc_.data()) loss_acc_ = Buffer(be_, sizeof(double));
-  auto* acc = loss_acc_.as<double>();
-  be_->zero(acc, sizeof(double));
+  auto* acc = loss_acc();
   for (int64_t s = 0; s < p.N; s += p.chunk) {
     const int64_t n = std::min(p.chunk, p.N - s);
     head_forward(at(p.hf, s * C), p.logits, n);
@@ -656,14 +655,27 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
     }
   }
   LossSum out;
-  be_->to_host(&out.sum, acc, sizeof(double));
   for (int32_t label : p.host_labels) out.tokens += label != kIgnoreIndex;
   return out;
 }
 
+double* Transformer::loss_acc() {
+  if (!loss_acc_.data()) loss_acc_ = Buffer(be_, sizeof(double));  // zeroed
+  return loss_acc_.as<double>();
+}
+
+double Transformer::take_loss_sum() {
+  double sum = 0;
+  be_->to_host(&sum, loss_acc(), sizeof(double));
+  be_->zero(loss_acc(), sizeof(double));
+  return sum;
+}
+
 LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels, int64_t B,
-                                      int64_t T, double grad_scale, const Packing* packing) {
+                                      int64_t T, double grad_scale, const Packing* packing,
+                                      bool read_loss) {
   LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
+  if (read_loss) be_->zero(loss_acc(), sizeof(double));
   ensure_grads();
   upload_batch(ids, labels, B, T, packing);
   struct Training {  // LoRA dropout applies inside this call only, whatever leaves it
@@ -683,14 +695,18 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
     layer_backward(l);
   }
   embed_backward(p.dx, p.ids, p.pos, p.N);
+  loss.sum = read_loss ? take_loss_sum() : std::nan("");
   return loss;
 }
 
 LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                                   const Packing* packing) {
+  be_->zero(loss_acc(), sizeof(double));
   upload_batch(ids, labels, B, T, packing);
   forward_trunk();
-  return head_loss(false, 0.0);
+  LossSum loss = head_loss(false, 0.0);
+  loss.sum = take_loss_sum();
+  return loss;
 }
 
 std::vector<double> Transformer::host_logits(const void* logits, int64_t n) const {

@@ -74,10 +74,12 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   auto step = [&]() {
     model.zero_grads();
     for (int64_t a = 0; a < accum; ++a)
-      model.forward_backward(ids.data() + a * B * T, labels.data() + a * B * T, B, T, scale);
+      model.forward_backward(ids.data() + a * B * T, labels.data() + a * B * T, B, T, scale,
+                             nullptr, false);  // as the trainer's step: one read at its end
     opt.clip_and_step(static_cast<float*>(model.trainable_data()),
                       static_cast<float*>(model.trainable_grads_data()), cfg.train.lr,
                       cfg.train.grad_clip);
+    model.take_loss_sum();
     be->synchronize();
   };
   step();  // warm-up: plans the arena, touches every page

@@ -294,26 +294,27 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     }
     for (int32_t l : labels) labelled += l != Transformer::kIgnoreIndex;
     if (labelled == 0) throw UserError("data: a training step has no labelled tokens");
+    // The step reads nothing back until the norm after the update (one program on pjrt). A
+    // non-finite loss makes a non-finite gradient, so the update was skipped on the device.
     model.zero_grads();
-    LossSum loss;
+    int64_t loss_tokens = 0;
     for (int64_t a = 0; a < accum; ++a) {
       const Transformer::Packing packing{&positions[a * B * T], &doc_start[a * B * T]};
       model.set_dropout(static_cast<uint64_t>(tc.seed), static_cast<uint64_t>(step * accum + a));
-      LossSum s = model.forward_backward(&ids[a * B * T], &labels[a * B * T], B, T,
-                                         1.0 / static_cast<double>(labelled),
-                                         tc.document_masking ? &packing : nullptr);
-      loss.sum += s.sum;
-      loss.tokens += s.tokens;
+      loss_tokens += model.forward_backward(&ids[a * B * T], &labels[a * B * T], B, T,
+                                            1.0 / static_cast<double>(labelled),
+                                            tc.document_masking ? &packing : nullptr, false)
+                         .tokens;
     }
-    const double mean_loss = loss.sum / static_cast<double>(loss.tokens);
+    const double norm =
+        opt.clip_and_step(static_cast<float*>(model.trainable_data()),
+                          static_cast<float*>(model.trainable_grads_data()), lr, tc.grad_clip);
+    const double mean_loss = model.take_loss_sum() / static_cast<double>(loss_tokens);
     if (!std::isfinite(mean_loss))
       throw NonFiniteError(
           fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was "
                       "written from this step",
                       step + 1, mean_loss, lr));
-    const double norm =
-        opt.clip_and_step(static_cast<float*>(model.trainable_data()),
-                          static_cast<float*>(model.trainable_grads_data()), lr, tc.grad_clip);
     if (!std::isfinite(norm))
       throw NonFiniteError(
           fmt::format("step {}: the gradient norm is {} (loss {:.4f}); no "

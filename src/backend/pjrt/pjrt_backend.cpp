@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <unordered_map>
@@ -750,6 +752,7 @@ class PjrtBackend final : public Backend {
     const std::string text = b().text();
     auto found = programs_.find(text);
     if (found == programs_.end()) {
+      dump(text);
       Timer t;
       found = programs_.emplace(text, client_.compile(text)).first;
       stats_.compile_seconds += t.seconds();
@@ -782,6 +785,19 @@ class PjrtBackend final : public Backend {
   }
 
  private:
+  // LMTRAIN_PJRT_DUMP=DIR writes each program compiled to DIR/program_N.mlir (for reading, or
+  // for compiling elsewhere).
+  void dump(const std::string& text) const {
+    const char* dir = std::getenv("LMTRAIN_PJRT_DUMP");
+    if (!dir || !*dir) return;
+    static int count = 0;  // per process: several backends may dump to one directory
+    const std::string path = std::string(dir) + "/program_" + std::to_string(count++) + ".mlir";
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    LMT_CHECK(f, "LMTRAIN_PJRT_DUMP: cannot write " + path);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+
   void reset_program() {
     for (uintptr_t at : touched_) {
       auto it = allocs_.find(at);

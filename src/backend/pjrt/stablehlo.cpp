@@ -58,9 +58,11 @@ std::string float_literal(T v) {
 }
 
 std::string constant_literal(double value, DType t) {
-  if (t == DType::i32) {
-    LMT_CHECK(value == std::trunc(value) && value >= -2147483648.0 && value <= 2147483647.0,
-              "StableHLO constant: " + std::to_string(value) + " is not an i32");
+  if (t == DType::i32 || t == DType::u8) {
+    const double lo = t == DType::u8 ? 0.0 : -2147483648.0, hi = t == DType::u8 ? 255 : 2147483647.0;
+    LMT_CHECK(value == std::trunc(value) && value >= lo && value <= hi,
+              "StableHLO constant: " + std::to_string(value) + " is not an " +
+                  std::string(dtype_name(t)));
     return std::to_string(static_cast<int64_t>(value));
   }
   if (t == DType::f64) {
