@@ -60,8 +60,8 @@ CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value
 Value rope(StablehloBuilder& b, const Value& x, const Value& pos, const Value& inv_freq,
            int64_t rotary_dim, double attn_factor, bool inverse);
 
-// Attention on whole tensors (dense scores; fine for short sequences, the blocked form for long
-// ones is still to come): q [B,T,Hq,D], k and v [B,T,Hkv,D], query head h reading kv head
+// Attention on whole tensors (dense scores; fine for short sequences, the blocked form below for
+// long ones): q [B,T,Hq,D], k and v [B,T,Hkv,D], query head h reading kv head
 // h / (Hq / Hkv). Causal; window > 0 keeps keys with i - j < window; doc_start [B,T] i32 (or an
 // invalid Value: none) keeps keys j >= doc_start[b, i]; softcap > 0 caps the scaled scores.
 // out [B,T,Hq,D] and lse [B,Hq,T] as the CPU kernel saves them.

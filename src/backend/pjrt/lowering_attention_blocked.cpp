@@ -146,6 +146,90 @@ Value put_tile(StablehloBuilder& b, const Value& x, const Value& update, const V
   return b.dynamic_update_slice(x, update, start);
 }
 
+// The first key block any query of the block starting at q0 (block qi) may see.
+Value first_key_block(StablehloBuilder& r, const AttentionArgsHlo& a, const Blocked& s,
+                      const Value& qi, const Value& q0) {
+  Value lo = i32(r, 0);
+  if (a.window > 0) {
+    const Value first = r.subtract(q0, i32(r, a.window - 1));
+    lo = r.divide(r.maximum(first, i32(r, 0)), i32(r, s.bs));
+  }
+  if (s.docs) {
+    const Value min_doc = r.reshape(r.dynamic_slice(s.block_doc_min, {qi}, {1}), {});
+    lo = r.maximum(lo, r.divide(min_doc, i32(r, s.bs)));
+  }
+  return lo;
+}
+
+// The last query block that may see the key block ending at k_last. With documents: the last
+// block whose smallest doc_start is at most k_last (blocks between that see none of its keys
+// are computed fully masked).
+Value last_query_block(StablehloBuilder& r, const AttentionArgsHlo& a, const Blocked& s,
+                       const Value& k_last) {
+  Value hi = i32(r, s.nb - 1);
+  if (a.window > 0)
+    hi = min_i32(r, hi, r.divide(r.add(k_last, i32(r, a.window - 1)), i32(r, s.bs)));
+  if (s.docs) {
+    const Value sees =
+        r.compare(s.block_doc_min, r.broadcast_in_dim(k_last, {s.nb}, {}), CompareDir::le);
+    const Value ids = r.iota(DType::i32, {s.nb}, 0), none = r.constant(-1, DType::i32, {s.nb});
+    hi = min_i32(r, hi, r.reduce_max(r.select(sees, ids, none), {0}));
+  }
+  return hi;
+}
+
+// One key block of the forward's online softmax. state = {key block, m, l, acc}: the row max
+// and sum [B,Hkv,G,bs] and the unnormalised output [B,Hkv,G,bs,D] of the query block qb at q0.
+Values softmax_step(StablehloBuilder& w, const AttentionArgsHlo& a, const Blocked& s,
+                    const Value& qb, const Value& q0, const Values& state) {
+  auto rows = [&](const Value& x, const Dims& to) {
+    return w.broadcast_in_dim(x, to, {0, 1, 2, 3});
+  };
+  const Value k0 = start_of(w, s, state[0]);
+  const Tile t = scores(w, a, s, qb, tile(w, s, s.kg, k0, 2), q0, k0);
+  const Value m = w.maximum(state[1], w.reduce_max(t.s, {4}));
+  const Value p = w.exp(w.subtract(t.s, rows(m, t.s.dims)));
+  const Value alpha = w.exp(w.subtract(state[1], m));
+  const Value l = w.add(w.multiply(state[2], alpha), w.reduce_sum(p, {4}));
+  const Value pv = w.dot_general(p, tile(w, s, s.vg, k0, 2), {0, 1}, {0, 1}, {4}, {2});
+  const Value acc = w.add(w.multiply(state[3], rows(alpha, state[3].dims)), pv);
+  return {w.add(state[0], i32(w, 1)), m, l, acc};
+}
+
+// What the backward reads per query row, grouped and padded: dout [B,Hkv,G,Tp,D], and lse and
+// delta = rowsum(dout o) [B,Hkv,G,Tp].
+struct RowInputs {
+  Value dout, lse, delta;
+};
+
+// One query block of the backward against the key block kb, vb at k0. state = {query block, dq
+// [B,Hkv,G,Tp,D], dk and dv of the key block [B,Hkv,D,bs] (transposed)}. Per tile: dp = dout
+// v^T, ds = p (dp - delta), through the cap ds (1 - t^2), times the scale; dq += ds k, dk += ds^T
+// q, dv += p^T dout, the last two summed over the head group. dk and dv are formed transposed, as
+// q^T ds and dout^T p: the contraction over the group and query dims then runs along both
+// operands' rows, which XLA's CPU dot does three times faster than ds^T q (which transposes the
+// tile first; measured at T = 8192).
+Values backward_step(StablehloBuilder& w, const AttentionArgsHlo& a, const Blocked& s,
+                     const RowInputs& in, const Value& kb, const Value& vb, const Value& k0,
+                     const Values& state) {
+  const Dims S = {s.B, s.Hkv, s.G, s.bs, s.bs};
+  const DType dt = kb.dtype;
+  auto rows = [&](const Value& x) { return w.broadcast_in_dim(x, S, {0, 1, 2, 3}); };
+  const Value q0 = start_of(w, s, state[0]);
+  const Value qb = tile(w, s, s.qg, q0, 3), dob = tile(w, s, in.dout, q0, 3);
+  const Tile t = scores(w, a, s, qb, kb, q0, k0);
+  const Value p = w.exp(w.subtract(t.s, rows(tile(w, s, in.lse, q0, 3))));
+  const Value dp = w.dot_general(dob, vb, {0, 1}, {0, 1}, {4}, {3});
+  Value ds = w.multiply(p, w.subtract(dp, rows(tile(w, s, in.delta, q0, 3))));
+  if (a.softcap > 0) ds = w.multiply(ds, w.subtract(w.constant(1.0, dt, S), w.multiply(t.t, t.t)));
+  ds = w.multiply(ds, w.constant(a.scale, dt, S));
+  const Value dq =
+      w.add(tile(w, s, state[1], q0, 3), w.dot_general(ds, kb, {0, 1}, {0, 1}, {4}, {2}));
+  const Value dk = w.add(state[2], w.dot_general(qb, ds, {0, 1}, {0, 1}, {2, 3}, {2, 3}));
+  const Value dv = w.add(state[3], w.dot_general(dob, p, {0, 1}, {0, 1}, {2, 3}, {2, 3}));
+  return {w.add(state[0], i32(w, 1)), put_tile(w, state[1], dq, q0, 3), dk, dv};
+}
+
 }  // namespace
 
 AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsHlo& a,
@@ -153,10 +237,7 @@ AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsH
                                        const Value* doc_start, int64_t block) {
   const Blocked s = prepare(b, q, k, v, doc_start, block);
   const DType dt = q.dtype;
-  const Dims row = {s.B, s.Hkv, s.G, s.bs}, acc_dims = {s.B, s.Hkv, s.G, s.bs, s.D};
-  auto rows = [&](StablehloBuilder& r, const Value& x, const Dims& to) {
-    return r.broadcast_in_dim(x, to, {0, 1, 2, 3});
-  };
+  const Dims row = {s.B, s.Hkv, s.G, s.bs}, acc = {s.B, s.Hkv, s.G, s.bs, s.D};
   const Values init = {i32(b, 0), b.constant(0.0, dt, {s.B, s.Hkv, s.G, s.Tp, s.D}),
                        b.constant(0.0, dt, {s.B, s.Hkv, s.G, s.Tp})};
   const Values done = b.while_loop(
@@ -164,38 +245,21 @@ AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsH
       [&](StablehloBuilder& r, const Values& x) {
         return r.compare(x[0], i32(r, s.nb), CompareDir::lt);
       },
-      [&](StablehloBuilder& r, const Values& x) {
+      [&](StablehloBuilder& r, const Values& x) {  // x = {query block, out, lse}
         const Value qi = x[0], q0 = start_of(r, s, qi);
         const Value qb = tile(r, s, s.qg, q0, 3);
-        // The first key block any query of this block may see.
-        Value lo = i32(r, 0);
-        if (a.window > 0) {
-          const Value first = r.subtract(q0, i32(r, a.window - 1));
-          lo = r.divide(r.maximum(first, i32(r, 0)), i32(r, s.bs));
-        }
-        if (doc_start) {
-          const Value min_doc = r.reshape(r.dynamic_slice(s.block_doc_min, {qi}, {1}), {});
-          lo = r.maximum(lo, r.divide(min_doc, i32(r, s.bs)));
-        }
-        const Values inner = r.while_loop(
-            {lo, r.constant(std::numeric_limits<float>::lowest(), dt, row),
-             r.constant(0.0, dt, row), r.constant(0.0, dt, acc_dims)},
+        // m starts at the lowest finite value, not -inf: a row that has seen only masked keys
+        // then gets p = exp(-inf - m) = 0 and alpha = 1, where -inf - -inf would give NaN.
+        const Values state = r.while_loop(
+            {first_key_block(r, a, s, qi, q0),
+             r.constant(std::numeric_limits<float>::lowest(), dt, row), r.constant(0.0, dt, row),
+             r.constant(0.0, dt, acc)},
             [&](StablehloBuilder& w, const Values& y) {
               return w.compare(y[0], qi, CompareDir::le);
             },
-            [&](StablehloBuilder& w, const Values& y) {
-              const Value k0 = start_of(w, s, y[0]);
-              const Tile t = scores(w, a, s, qb, tile(w, s, s.kg, k0, 2), q0, k0);
-              const Value m = w.maximum(y[1], w.reduce_max(t.s, {4}));
-              const Value p = w.exp(w.subtract(t.s, rows(w, m, t.s.dims)));
-              const Value alpha = w.exp(w.subtract(y[1], m));
-              const Value l = w.add(w.multiply(y[2], alpha), w.reduce_sum(p, {4}));
-              const Value pv = w.dot_general(p, tile(w, s, s.vg, k0, 2), {0, 1}, {0, 1}, {4}, {2});
-              const Value acc = w.add(w.multiply(y[3], rows(w, alpha, acc_dims)), pv);
-              return Values{w.add(y[0], i32(w, 1)), m, l, acc};
-            });
-        const Value o = r.divide(inner[3], rows(r, inner[2], acc_dims));
-        const Value lse = r.add(inner[1], r.log(inner[2]));
+            [&](StablehloBuilder& w, const Values& y) { return softmax_step(w, a, s, qb, q0, y); });
+        const Value o = r.divide(state[3], r.broadcast_in_dim(state[2], acc, {0, 1, 2, 3}));
+        const Value lse = r.add(state[1], r.log(state[2]));
         return Values{r.add(qi, i32(r, 1)), put_tile(r, x[1], o, q0, 3),
                       put_tile(r, x[2], lse, q0, 3)};
       });
@@ -203,11 +267,6 @@ AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsH
   return {ungroup_queries(b, s, done[1]), b.slice(lse, {0, 0, 0}, {s.B, s.Hq, s.T})};
 }
 
-// Per tile: dp = dout v^T, ds = p (dp - rowsum(dout o)), through the cap ds (1 - t^2), times the
-// scale; dq += ds k, dk += ds^T q, dv += p^T dout, the last two summed over the head group.
-// dk and dv are formed transposed, [D, key], as q^T ds and dout^T p: the contraction over the
-// group and query dims then runs along both operands' rows, which XLA's CPU dot does three times
-// faster than ds^T q (which transposes the tile first; measured at T = 8192).
 AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionArgsHlo& a,
                                           const Value& dout, const Value& q, const Value& k,
                                           const Value& v, const Value& out, const Value& lse,
@@ -216,13 +275,12 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
   LMT_CHECK(dout.dims == q.dims && out.dims == q.dims && lse.dims == (Dims{s.B, s.Hq, s.T}),
             "attention backward: dout and out [B,T,Hq,D], lse [B,Hq,T]");
   const DType dt = q.dtype;
-  const Value dog = group_queries(b, s, dout);
-  const Value delta = b.reduce_sum(b.multiply(dog, group_queries(b, s, out)), {4});  // [B,Hkv,G,Tp]
+  RowInputs in;
+  in.dout = group_queries(b, s, dout);
+  in.delta = b.reduce_sum(b.multiply(in.dout, group_queries(b, s, out)), {4});
   // Padded rows get lse = +inf: p = exp(s - lse) = 0 there.
-  const Value lse_g = b.reshape(pad(b, lse, 2, s.Tp, INFINITY), {s.B, s.Hkv, s.G, s.Tp});
-  const Dims kv_tile = {s.B, s.Hkv, s.D, s.bs};  // dk and dv of a key block, transposed
-  const Dims S = {s.B, s.Hkv, s.G, s.bs, s.bs};
-  const Value block_ids = b.iota(DType::i32, {s.nb}, 0);
+  in.lse = b.reshape(pad(b, lse, 2, s.Tp, INFINITY), {s.B, s.Hkv, s.G, s.Tp});
+  const Dims kv_tile = {s.B, s.Hkv, s.D, s.bs};  // transposed, as backward_step forms them
   const Values init = {i32(b, 0), b.constant(0.0, dt, s.qg.dims), b.constant(0.0, dt, s.kg.dims),
                        b.constant(0.0, dt, s.vg.dims)};
   const Values done = b.while_loop(
@@ -230,47 +288,21 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
       [&](StablehloBuilder& r, const Values& x) {
         return r.compare(x[0], i32(r, s.nb), CompareDir::lt);
       },
-      [&](StablehloBuilder& r, const Values& x) {
+      [&](StablehloBuilder& r, const Values& x) {  // x = {key block, dq, dk, dv}
         const Value kj = x[0], k0 = start_of(r, s, kj);
         const Value kb = tile(r, s, s.kg, k0, 2), vb = tile(r, s, s.vg, k0, 2);
-        const Value k_last = r.add(k0, i32(r, s.bs - 1));
-        // The last query block that may see this key block.
-        Value hi = i32(r, s.nb - 1);
-        if (a.window > 0)
-          hi = min_i32(r, hi, r.divide(r.add(k_last, i32(r, a.window - 1)), i32(r, s.bs)));
-        if (doc_start) {
-          const Value sees =
-              r.compare(s.block_doc_min, r.broadcast_in_dim(k_last, {s.nb}, {}), CompareDir::le);
-          const Value last =
-              r.reduce_max(r.select(sees, block_ids, r.constant(-1, DType::i32, {s.nb})), {0});
-          hi = min_i32(r, hi, last);
-        }
-        const Values inner = r.while_loop(
+        const Value hi = last_query_block(r, a, s, r.add(k0, i32(r, s.bs - 1)));
+        const Values state = r.while_loop(
             {kj, x[1], r.constant(0.0, dt, kv_tile), r.constant(0.0, dt, kv_tile)},
             [&](StablehloBuilder& w, const Values& y) {
               return w.compare(y[0], hi, CompareDir::le);
             },
             [&](StablehloBuilder& w, const Values& y) {
-              const Value q0 = start_of(w, s, y[0]);
-              const Value qb = tile(w, s, s.qg, q0, 3), dob = tile(w, s, dog, q0, 3);
-              const Tile t = scores(w, a, s, qb, kb, q0, k0);
-              const Value p = w.exp(
-                  w.subtract(t.s, w.broadcast_in_dim(tile(w, s, lse_g, q0, 3), S, {0, 1, 2, 3})));
-              const Value dp = w.dot_general(dob, vb, {0, 1}, {0, 1}, {4}, {3});
-              const Value d = w.broadcast_in_dim(tile(w, s, delta, q0, 3), S, {0, 1, 2, 3});
-              Value ds = w.multiply(p, w.subtract(dp, d));
-              if (a.softcap > 0)
-                ds = w.multiply(ds, w.subtract(w.constant(1.0, dt, S), w.multiply(t.t, t.t)));
-              ds = w.multiply(ds, w.constant(a.scale, dt, S));
-              const Value dq_tile =
-                  w.add(tile(w, s, y[1], q0, 3), w.dot_general(ds, kb, {0, 1}, {0, 1}, {4}, {2}));
-              const Value dk = w.add(y[2], w.dot_general(qb, ds, {0, 1}, {0, 1}, {2, 3}, {2, 3}));
-              const Value dv = w.add(y[3], w.dot_general(dob, p, {0, 1}, {0, 1}, {2, 3}, {2, 3}));
-              return Values{w.add(y[0], i32(w, 1)), put_tile(w, y[1], dq_tile, q0, 3), dk, dv};
+              return backward_step(w, a, s, in, kb, vb, k0, y);
             });
-        return Values{r.add(kj, i32(r, 1)), inner[1],
-                      put_tile(r, x[2], r.transpose(inner[2], {0, 1, 3, 2}), k0, 2),
-                      put_tile(r, x[3], r.transpose(inner[3], {0, 1, 3, 2}), k0, 2)};
+        return Values{r.add(kj, i32(r, 1)), state[1],
+                      put_tile(r, x[2], r.transpose(state[2], {0, 1, 3, 2}), k0, 2),
+                      put_tile(r, x[3], r.transpose(state[3], {0, 1, 3, 2}), k0, 2)};
       });
   auto kv_out = [&](const Value& x) {  // [B, Hkv, Tp, D] -> [B, T, Hkv, D]
     return b.transpose(b.slice(x, {0, 0, 0, 0}, {s.B, s.Hkv, s.T, s.D}), {0, 2, 1, 3});
