@@ -78,8 +78,8 @@ NormGrads head_rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Va
 Value embedding_forward(StablehloBuilder& b, const Value& ids, const Value& table);
 Value embedding_backward(StablehloBuilder& b, const Value& dout, const Value& ids, int64_t V);
 
-// Attention on whole tensors (dense scores; fine for short sequences, the blocked form for long
-// ones is still to come): q [B,T,Hq,D], k and v [B,T,Hkv,D], query head h reading kv head
+// Attention on whole tensors (dense scores; fine for short sequences, the blocked form below for
+// long ones): q [B,T,Hq,D], k and v [B,T,Hkv,D], query head h reading kv head
 // h / (Hq / Hkv). Causal; window > 0 keeps keys with i - j < window; doc_start [B,T] i32 (or an
 // invalid Value: none) keeps keys j >= doc_start[b, i]; softcap > 0 caps the scaled scores.
 // out [B,T,Hq,D] and lse [B,Hq,T] as the CPU kernel saves them.
@@ -98,6 +98,21 @@ struct AttentionGrads {
 AttentionGrads attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& dout,
                                   const Value& q, const Value& k, const Value& v,
                                   const Value* doc_start);
+
+// The same attention without a [T,T] tensor, for long sequences (flash-attention style,
+// lowering_attention_blocked.cpp): query and key blocks of `block` positions (T padded up to a
+// multiple), walked by stablehlo.while with an online softmax; key blocks that no query of a
+// block may see (causal, window, documents) are skipped. Memory grows as T, not T^2. The forward
+// gives what attention_forward gives; the backward takes the forward's out and lse, as the CPU
+// kernel does, and recomputes the probabilities from lse block by block instead of redoing the
+// forward.
+AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsHlo& a,
+                                       const Value& q, const Value& k, const Value& v,
+                                       const Value* doc_start, int64_t block);
+AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionArgsHlo& a,
+                                          const Value& dout, const Value& q, const Value& k,
+                                          const Value& v, const Value& out, const Value& lse,
+                                          const Value* doc_start, int64_t block);
 
 // Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32
 // scalar; the scale is NaN for a norm that is not finite. The per-step constants are runtime

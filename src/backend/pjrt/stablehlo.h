@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,15 +14,18 @@
 
 namespace lmt {
 
-// One SSA value of the program: a function argument or an op's result. `pred` marks a boolean
-// tensor (a compare's result, i1 in MLIR); its dtype is then meaningless.
+// One SSA value of the program: a function argument, an op's result or a region's block argument.
+// `pred` marks a boolean tensor (a compare's result, i1 in MLIR); its dtype is then meaningless.
 struct HloValue {
   int builder = -1;  // which StablehloBuilder made it (values do not cross programs)
-  int index = -1;    // argument number or op number, by is_param
+  int index = -1;    // argument number, op number, or region number (block_arg)
   bool is_param = false;
   bool pred = false;
   DType dtype = DType::f32;
   std::vector<int64_t> dims;  // row-major, outermost first; empty for a scalar
+  bool block_arg = false;
+  int result = -1;  // >= 0: which result of a multi-result op, or which block argument
+  int scope = 0;    // the region it is defined in (0: the function body); visible inside it only
 
   int64_t rank() const { return static_cast<int64_t>(dims.size()); }
 };
@@ -102,6 +106,22 @@ class StablehloBuilder {
   Value select(const Value& pred, const Value& on_true, const Value& on_false);
   Value iota(DType dtype, Dims dims, int64_t dim);  // element = its index along `dim`
 
+  // Loops and indexed slices: what lets a program walk a long axis block by block instead of
+  // holding it whole (blocked attention, lowering_attention_blocked.cpp).
+  //
+  // stablehlo.while: starting from `init`, while cond(values) (a pred scalar) holds, values =
+  // body(values); returns the final values. cond and body build their ops into the loop's own
+  // regions, whose block arguments are the Values they are given; they may also use any value
+  // visible where while_loop is called. A value made inside a region is not visible outside it.
+  using Cond = std::function<Value(StablehloBuilder&, const std::vector<Value>&)>;
+  using Body = std::function<std::vector<Value>(StablehloBuilder&, const std::vector<Value>&)>;
+  std::vector<Value> while_loop(const std::vector<Value>& init, const Cond& cond, const Body& body);
+  // The block of `sizes` at `start` (i32 scalars, one per dimension), each start clamped so the
+  // block lies inside x.
+  Value dynamic_slice(const Value& x, const std::vector<Value>& start, Dims sizes);
+  // x with `update` written at `start` (i32 scalars, clamped the same way).
+  Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& start);
+
  private:
   Value next(DType dtype, Dims dims, bool pred = false);
   std::string name(const Value& v) const;
@@ -110,12 +130,23 @@ class StablehloBuilder {
   Value unary(const char* op, const Value& x, bool float_only);
   Value reduce(const char* op, double init, const Value& x, const Dims& dims);
 
+  // Region nesting. Ops go to lines_, the lines of the innermost open region (the function body
+  // when none is open); opening a region parks the enclosing one's lines in outer_lines_.
+  // Numbering stays module-wide (ops_ for results, regions_ for block arguments), so a name never
+  // shadows one visible from an enclosing region.
+  std::vector<Value> open_region(const std::vector<Value>& block_args);
+  std::vector<std::string> close_region();
+  std::vector<Value> op_results(int op, const std::vector<Value>& like);
+
   std::vector<Value> params_;
   std::vector<int> donate_to_;
-  std::vector<std::string> lines_;  // the body, one op a line
+  std::vector<std::string> lines_;  // the current region's ops, one a line (or one text line)
+  std::vector<std::vector<std::string>> outer_lines_;
+  std::vector<int> open_scopes_{0};  // the regions whose values are visible, innermost last
   std::vector<Value> outputs_;
   bool returned_ = false;
   int ops_ = 0;
+  int regions_ = 0;
   int id_;  // distinct per builder
 };
 
