@@ -7,7 +7,7 @@
 
 namespace lmt {
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
+std::unique_ptr<Backend> make_backend(const std::string& name, const std::string& pjrt_plugin) {
   if (name == "cpu") return std::make_unique<CpuBackend>();
   if (name == "auto") return std::make_unique<CpuBackend>();  // until the CUDA backend lands
   if (name == "cuda") {
@@ -16,7 +16,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name) {
     throw UserError("train.backend: 'cuda' is not implemented yet (" + cuda_device_summary() +
                     "); use 'cpu'");
   }
-  if (name == "pjrt") return make_pjrt_backend("");
+  if (name == "pjrt") return make_pjrt_backend(pjrt_plugin);
   throw UserError("train.backend: unknown backend '" + name +
                   "' (expected cpu, pjrt, cuda or auto)");
 }

@@ -176,9 +176,10 @@ class Backend {
                           const double* grad_scale) = 0;
 };
 
-// Makes a backend by name: "cpu", "cuda" or "auto" (cuda when built with it and a GPU is present).
-// Throws UserError naming the backend when it is not available.
-std::unique_ptr<Backend> make_backend(const std::string& name);
+// Makes a backend by name: "cpu", "pjrt" (on pjrt_plugin, "" = the default plugin), "cuda" or
+// "auto" (cuda when built with it and a GPU is present). Throws UserError naming the backend
+// when it is not available.
+std::unique_ptr<Backend> make_backend(const std::string& name, const std::string& pjrt_plugin = "");
 
 // Owns one allocation of a backend.
 class Buffer {

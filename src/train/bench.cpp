@@ -46,7 +46,7 @@ double measure_gemm_peak(Backend* be) {
 nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   set_threads(cfg.train.threads);
   check_training_memory(cfg, physical_memory_bytes());
-  auto be = make_backend(cfg.train.backend);
+  auto be = make_backend(cfg.train.backend, cfg.train.pjrt_plugin);
   const ModelConfig& mc = cfg.model;
   const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;
   const int64_t accum = cfg.train.grad_accum_steps;

@@ -94,7 +94,10 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
 
 void validate_train(const TrainConfig& t) {
   require_finite(t, "train");
-  require_one_of("train.backend", t.backend, {"cpu", "cuda", "auto"});
+  require_one_of("train.backend", t.backend, {"cpu", "pjrt", "cuda", "auto"});
+  if (!t.pjrt_plugin.empty() && t.backend != "pjrt")
+    throw UserError("train.pjrt_plugin is set, but train.backend is '" + t.backend +
+                    "' (the plugin is used with backend pjrt)");
   if (t.precision != "f32")
     throw UserError("train.precision '" + t.precision + "' is not supported yet (only f32 is)");
   require(t.micro_batch_size >= 1, "train.micro_batch_size", ">= 1", t.micro_batch_size);

@@ -88,6 +88,7 @@ struct DataConfig {
 
 struct TrainConfig {
   std::string backend = "cpu";
+  std::string pjrt_plugin;
   std::string precision = "f32";
   int64_t micro_batch_size = 8;
   int64_t grad_accum_steps = 1;
@@ -116,7 +117,10 @@ struct TrainConfig {
 
   template <class V>
   void visit(V& v) {
-    v("backend", backend, "cpu, cuda or auto");
+    v("backend", backend, "cpu, pjrt (XLA through a PJRT plugin), cuda or auto");
+    v("pjrt_plugin", pjrt_plugin,
+      "PJRT plugin for backend pjrt (libtpu.so, the CUDA plugin, ...); default "
+      "LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin from scripts/setup.sh");
     v("precision", precision, "f32 (CPU)");
     v("micro_batch_size", micro_batch_size, "sequences per forward/backward pass");
     v("grad_accum_steps", grad_accum_steps, "micro-batches per optimizer step");

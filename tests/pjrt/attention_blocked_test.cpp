@@ -20,18 +20,8 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-class AttentionBlockedTest : public test::PjrtTest {
+class AttentionBlockedTest : public test::LoweringFixture {
  protected:
-  PjrtBuffer dev(const std::vector<float>& v, Dims dims) {
-    return client_->to_device(v.data(), DType::f32, std::move(dims));
-  }
-  void expect_match(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-    double scale = 1;
-    for (float w : want) scale = std::max(scale, std::fabs(double{w}));
-    test::expect_near_all(got, std::vector<double>(want.begin(), want.end()),
-                          std::vector<double>(want.size(), scale), 2e-5, what + ", " + seed_note());
-  }
   // Random document starts, non-decreasing along each sequence, 1 to 4 documents.
   std::vector<int32_t> documents(int64_t B, int64_t T) {
     std::vector<int32_t> starts(B * T);
@@ -47,7 +37,6 @@ class AttentionBlockedTest : public test::PjrtTest {
     }
     return starts;
   }
-  CpuBackend cpu_;
 };
 
 // Both directions in one program, the backward fed the blocked forward's out and lse.

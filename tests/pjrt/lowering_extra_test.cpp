@@ -20,29 +20,15 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-class LoweringExtraTest : public test::PjrtTest {
+class LoweringExtraTest : public test::LoweringFixture {
  protected:
-  PjrtBuffer dev(const std::vector<float>& v, Dims dims) {
-    return client_->to_device(v.data(), DType::f32, std::move(dims));
-  }
-  PjrtBuffer dev_i32(const std::vector<int32_t>& v, Dims dims) {
-    return client_->to_device(v.data(), DType::i32, std::move(dims));
-  }
   std::vector<PjrtBuffer> run(const StablehloBuilder& b, std::vector<PjrtBuffer*> args) {
     return client_->compile(b.text()).execute(args);
-  }
-  void expect_match(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-    double scale = 1;
-    for (float w : want) scale = std::max(scale, std::fabs(double{w}));
-    test::expect_near_all(got, std::vector<double>(want.begin(), want.end()),
-                          std::vector<double>(want.size(), scale), 2e-5, what + ", " + seed_note());
   }
   // Runs exe (x, key) -> dropout(x) on fresh x and compares its bits with the CPU kernel's.
   template <class T>
   void check_dropout(PjrtExecutable& exe, const Dims& dims, double p, uint64_t seed,
                      uint64_t stream, const std::string& what);
-  CpuBackend cpu_;
 };
 
 // The key tensor: the 64-bit seed and stream as four 32-bit halves, each as i32 bits.

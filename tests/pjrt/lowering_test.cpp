@@ -17,11 +17,8 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-class LoweringTest : public test::PjrtTest {
+class LoweringTest : public test::LoweringFixture {
  protected:
-  PjrtBuffer dev(const std::vector<float>& v, Dims dims) {
-    return client_->to_device(v.data(), DType::f32, std::move(dims));
-  }
   // Runs b's program on args; returns every output as floats.
   std::vector<std::vector<float>> run(const StablehloBuilder& b, std::vector<PjrtBuffer*> args) {
     std::vector<std::vector<float>> out;
@@ -29,14 +26,6 @@ class LoweringTest : public test::PjrtTest {
       out.push_back(o.to_host<float>());
     return out;
   }
-  void expect_match(const std::vector<float>& got, const std::vector<float>& want,
-                    const std::string& what) {
-    double scale = 1;
-    for (float w : want) scale = std::max(scale, std::fabs(double{w}));
-    test::expect_near_all(got, std::vector<double>(want.begin(), want.end()),
-                          std::vector<double>(want.size(), scale), 2e-5, what + ", " + seed_note());
-  }
-  CpuBackend cpu_;
 };
 
 TEST_F(LoweringTest, RmsNormForwardAndBackward) {

@@ -94,7 +94,12 @@ class ModelParity : public testing::TestWithParam<Variant> {};
 
 TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
   const ModelConfig& cfg = GetParam().cfg;
+  // LoRA's programs take longest to compile (a Philox mask per adapter): three families cover
+  // its three kinds of layer (plain, q/k-normed with sandwich norms, GPT-2's Conv1D).
+  const std::string name = GetParam().name;
+  const bool lora = name == "llama" || name == "gemma3" || name == "gpt2";
   for (Mode s : {Mode{false, false, false}, Mode{true, true, false}, Mode{false, true, true}}) {
+    if (s.lora && !lora) continue;
     SCOPED_TRACE(std::string(s.checkpointing ? "checkpointing" : "no checkpointing") +
                  (s.packed ? ", packed" : "") + (s.lora ? ", LoRA" : ""));
     auto cpu = make_backend("cpu");
@@ -120,7 +125,9 @@ TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
     EXPECT_LT(err, 1e-5 * ref) << "logits";
     const PjrtBackendStats st = pjrt_backend_stats(*pjrt);
     EXPECT_GT(st.programs_run, 0);
-    std::printf("programs run %lld compiled %lld compile %.2fs last %zu chars\n", (long long)st.programs_run, (long long)st.programs_compiled, st.compile_seconds, st.last_program_chars);
+    std::printf("%s: %lld programs run, %lld compiled in %.2f s\n", name.c_str(),
+                static_cast<long long>(st.programs_run),
+                static_cast<long long>(st.programs_compiled), st.compile_seconds);
   }
 }
 

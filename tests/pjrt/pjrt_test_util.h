@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/pjrt/pjrt_client.h"
 #include "core/error.h"
 
@@ -66,5 +68,25 @@ inline void expect_near_all(const std::vector<float>& got, const std::vector<dou
                      << " elements out of tolerance; worst at " << worst << ": got " << got[worst]
                      << ", want " << want[worst];
 }
+
+// The lowering tests' base: arrays to the device, and the comparison with the CPU backend's
+// kernel (within 2e-5 of the largest element: float32 rounding of equivalent orders).
+class LoweringFixture : public PjrtTest {
+ protected:
+  PjrtBuffer dev(const std::vector<float>& v, std::vector<int64_t> dims) {
+    return client_->to_device(v.data(), DType::f32, std::move(dims));
+  }
+  PjrtBuffer dev_i32(const std::vector<int32_t>& v, std::vector<int64_t> dims) {
+    return client_->to_device(v.data(), DType::i32, std::move(dims));
+  }
+  void expect_match(const std::vector<float>& got, const std::vector<float>& want,
+                    const std::string& what) {
+    double scale = 1;
+    for (float w : want) scale = std::max(scale, std::fabs(double{w}));
+    expect_near_all(got, std::vector<double>(want.begin(), want.end()),
+                    std::vector<double>(want.size(), scale), 2e-5, what + ", " + seed_note());
+  }
+  CpuBackend cpu_;
+};
 
 }  // namespace lmt::test
