@@ -50,6 +50,10 @@ class Backend {
   virtual void from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void zero(void* p, size_t bytes) = 0;
+  // The contents of the allocation p (as alloc returned it) are no longer needed: scratch whose
+  // values die with the step. A backend that keeps values inside a program (pjrt) then does not
+  // write them back; reading p afterwards gives unspecified values until it is written again.
+  virtual void discard(void* p) {}
   virtual void synchronize() {}
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.

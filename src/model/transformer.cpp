@@ -122,6 +122,7 @@ void Transformer::ensure_grads() {
 
 void Transformer::zero_grads() {
   ensure_grads();
+  be_->zero(loss_acc(), sizeof(double));
   if (has_lora()) {
     be_->zero(lora_grads_.data(), static_cast<size_t>(lora_.flat_size) * es_);
     be_->zero(grad_sink_.data(), grad_sink_.bytes());
@@ -667,8 +668,12 @@ double* Transformer::loss_acc() {
 double Transformer::take_loss_sum() {
   double sum = 0;
   be_->to_host(&sum, loss_acc(), sizeof(double));
-  be_->zero(loss_acc(), sizeof(double));
   return sum;
+}
+
+void Transformer::discard_scratch() {
+  for (const Buffer* b : {&plan_->arena, &lora_scratch_, &staging_, &grad_sink_})
+    if (b->data()) be_->discard(b->data());
 }
 
 LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels, int64_t B,
@@ -695,6 +700,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
     layer_backward(l);
   }
   embed_backward(p.dx, p.ids, p.pos, p.N);
+  discard_scratch();
   loss.sum = read_loss ? take_loss_sum() : std::nan("");
   return loss;
 }
@@ -705,6 +711,7 @@ LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int
   upload_batch(ids, labels, B, T, packing);
   forward_trunk();
   LossSum loss = head_loss(false, 0.0);
+  discard_scratch();
   loss.sum = take_loss_sum();
   return loss;
 }
@@ -732,6 +739,7 @@ std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, i
   const int64_t V = cfg_.vocab_size;
   Buffer logits(be_, static_cast<size_t>(p.N * V) * es_);
   head_forward(p.hf, logits.data(), p.N);
+  discard_scratch();
   return host_logits(logits.data(), p.N * V);
 }
 

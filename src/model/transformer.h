@@ -120,12 +120,12 @@ class Transformer {
   // One micro-batch: ids and labels are host arrays [B, T] (labels == kIgnoreIndex: no loss).
   // Adds grad_scale * d(sum of token losses)/dparams to the gradient buffer.
   // With read_loss false the loss sum stays on the device (LossSum::sum is NaN) and adds to what
-  // take_loss_sum() returns: a step's micro-batches and its update then read nothing back until
+  // take_loss_sum() returns (zero_grads() zeroes it): a step's micro-batches and its update then read nothing back until
   // the step's end, so a compiling backend (pjrt) runs the step as one program.
   LossSum forward_backward(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                            double grad_scale, const Packing* packing = nullptr,
                            bool read_loss = true);
-  // The loss sum of the forward_backward calls since the last take (read_loss false), read back.
+  // The loss sum of the forward_backward calls (read_loss false) since zero_grads(), read back.
   double take_loss_sum();
   // Loss only (evaluation).
   LossSum forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
@@ -272,6 +272,8 @@ class Transformer {
   // Adds the batch's loss sum to loss_acc() (on the device); returns the labelled tokens.
   LossSum head_loss(bool backward, double grad_scale);
   double* loss_acc();
+  // Tells the backend that the activation arena and the other per-pass scratch are dead.
+  void discard_scratch();
   const Rope& rope_of(int64_t l) const;
   // Attention arguments of layer l for a batch (window, scale, soft-cap, document masking).
   AttentionArgs attention_args(int64_t l, int64_t B, int64_t T) const;

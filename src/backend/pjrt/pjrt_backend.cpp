@@ -109,11 +109,16 @@ class PjrtBackend final : public Backend {
     if (bytes == 0) return;
     int64_t off = 0;
     Alloc& a = find(p, static_cast<int64_t>(bytes), &off);
-    const int64_t n = static_cast<int64_t>(bytes);
-    const DType t = natural_type(a, off, off + n);
     prog();
-    write_bytes(a, off, off + n,
-                b().constant(0.0, t, {n / static_cast<int64_t>(dtype_size(t))}));
+    put(a, Segment{off, off + static_cast<int64_t>(bytes), Value{}, true});
+  }
+
+  // Dead scratch is not an output of the program (an input it was stays one, unchanged).
+  void discard(void* p) override {
+    auto it = allocs_.find(reinterpret_cast<uintptr_t>(p));
+    LMT_CHECK(it != allocs_.end(), "PjrtBackend::discard: not an allocation of this backend");
+    it->second.segments.clear();
+    it->second.written = false;
   }
 
   void synchronize() override { flush(); }
@@ -381,10 +386,13 @@ class PjrtBackend final : public Backend {
 
  private:
   // One byte range of an allocation with the value last written there in the pending program:
-  // a flat tensor of its own element type covering exactly [begin, end).
+  // a flat tensor of its own element type covering exactly [begin, end), or zeros (zero()),
+  // which take the type of whatever reads them: a buffer zeroed before its first typed use (the
+  // gradients of step 1) then gives the same program as on every later step.
   struct Segment {
     int64_t begin = 0, end = 0;
     Value v;
+    bool zeros = false;
   };
   struct Alloc {
     uintptr_t at = 0;  // its address
@@ -523,6 +531,7 @@ class PjrtBackend final : public Backend {
     bool any = false;
     for (auto it = first_overlap(a, lo); it != a.segments.end() && it->second.begin < hi; ++it) {
       const Segment& s = it->second;
+      if (s.zeros) continue;
       if (any && s.v.dtype != t) return DType::u8;
       t = s.v.dtype;
       any = true;
@@ -553,7 +562,7 @@ class PjrtBackend final : public Backend {
       const Segment& s = it->second;
       if (s.begin > at) from_input(at, s.begin);
       const int64_t p0 = std::max(at, s.begin), p1 = std::min(hi, s.end);
-      pieces.push_back(bytes_of(s.v, s.begin, p0, p1, t));
+      pieces.push_back(s.zeros ? retype(zeros(p1 - p0, t), t) : bytes_of(s.v, s.begin, p0, p1, t));
       at = p1;
     }
     if (at < hi) from_input(at, hi);
@@ -564,31 +573,47 @@ class PjrtBackend final : public Backend {
   void write_bytes(Alloc& a, int64_t lo, int64_t hi, const Value& v) {
     LMT_CHECK(v.rank() == 1 && v.dims[0] * static_cast<int64_t>(dtype_size(v.dtype)) == hi - lo,
               "PjrtBackend: a write of the wrong size");
+    put(a, Segment{lo, hi, v});
+  }
+  void put(Alloc& a, Segment seg) {
     touch(a);
     a.written = true;
     std::vector<Segment> keep;
-    for (auto it = first_overlap(a, lo); it != a.segments.end() && it->second.begin < hi;) {
+    for (auto it = first_overlap(a, seg.begin);
+         it != a.segments.end() && it->second.begin < seg.end;) {
       const Segment s = it->second;
       it = a.segments.erase(it);
-      if (s.begin < lo) keep.push_back({s.begin, lo, part(s, s.begin, lo)});
-      if (s.end > hi) keep.push_back({hi, s.end, part(s, hi, s.end)});
+      if (s.begin < seg.begin) keep.push_back(part(s, s.begin, seg.begin));
+      if (s.end > seg.end) keep.push_back(part(s, seg.end, s.end));
     }
     for (Segment& s : keep) a.segments[s.begin] = std::move(s);
-    a.segments[lo] = Segment{lo, hi, v};
+    a.segments[seg.begin] = std::move(seg);
   }
   // Bytes [p0, p1) of a segment, in its own type where they are whole elements of it.
-  Value part(const Segment& s, int64_t p0, int64_t p1) {
+  Segment part(const Segment& s, int64_t p0, int64_t p1) {
+    if (s.zeros) return Segment{p0, p1, Value{}, true};
     const int64_t sz = static_cast<int64_t>(dtype_size(s.v.dtype));
     const DType t = (p0 - s.begin) % sz == 0 && (p1 - s.begin) % sz == 0 ? s.v.dtype : DType::u8;
-    return bytes_of(s.v, s.begin, p0, p1, t);
+    return Segment{p0, p1, bytes_of(s.v, s.begin, p0, p1, t)};
+  }
+  // `bytes` zero bytes as type t (bytes where they are not whole elements of t).
+  Value zeros(int64_t bytes, DType t) {
+    const int64_t sz = static_cast<int64_t>(dtype_size(t));
+    if (bytes % sz != 0) return b().constant(0.0, DType::u8, {bytes});
+    return b().constant(0.0, t, {bytes / sz});
   }
 
   // The whole allocation as the program leaves it, in one element type where every piece has
   // it (else bytes).
   Value contents(Alloc& a) {
-    DType t = a.segments.begin()->second.v.dtype;
-    for (const auto& [at, s] : a.segments)
-      if (s.v.dtype != t) t = DType::u8;
+    bool any = false;
+    DType t = a.dev.valid() ? a.dev.dtype() : DType::f32;
+    for (const auto& [at, s] : a.segments) {
+      if (s.zeros) continue;
+      if (any && s.v.dtype != t) t = DType::u8;
+      if (!any) t = s.v.dtype;
+      any = true;
+    }
     if (a.input >= 0 && a.input_value.dtype != t) t = DType::u8;
     if (a.bytes % static_cast<int64_t>(dtype_size(t)) != 0) t = DType::u8;
     return read_bytes(a, 0, a.bytes, t);
