@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/pjrt/pjrt_backend.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/transformer.h"
@@ -82,7 +83,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
     model.take_loss_sum();
     be->synchronize();
   };
-  step();  // warm-up: plans the arena, touches every page
+  Timer first;
+  step();  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
+  const double first_step_s = first.seconds();
   be->reset_gemm_seconds();
   std::vector<double> times;
   for (int64_t s = 0; s < steps; ++s) {
@@ -148,6 +151,13 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   j["gemm_share"] = be->gemm_seconds() / total;
   j["activation_bytes"] = model.activation_bytes(B, T);
   j["peak_rss_bytes"] = peak_rss_bytes();
+  j["first_step_ms"] = first_step_s * 1e3;
+  if (be->name() == "pjrt") {
+    const PjrtBackendStats st = pjrt_backend_stats(*be);
+    j["pjrt"] = {{"programs_compiled", st.programs_compiled},
+                 {"compile_seconds", st.compile_seconds},
+                 {"program_chars", st.last_program_chars}};
+  }
   return j;
 }
 

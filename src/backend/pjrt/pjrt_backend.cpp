@@ -86,7 +86,9 @@ class PjrtBackend final : public Backend {
     if (bytes == 0) return;
     int64_t off = 0;
     Alloc& a = find(dst, static_cast<int64_t>(bytes), &off);
-    if (a.in_program) {  // ordered after what the program already does to it
+    // Inside a program's span (a batch uploaded mid-step) the data is an argument of the
+    // program; before any (weights at start-up) it patches a host copy uploaded on first use.
+    if (builder_ || a.dev.valid()) {
       write_bytes(a, off, off + static_cast<int64_t>(bytes),
                   runtime(host_src, bytes, DType::u8, {static_cast<int64_t>(bytes)}));
       return;
@@ -117,8 +119,10 @@ class PjrtBackend final : public Backend {
   void discard(void* p) override {
     auto it = allocs_.find(reinterpret_cast<uintptr_t>(p));
     LMT_CHECK(it != allocs_.end(), "PjrtBackend::discard: not an allocation of this backend");
-    it->second.segments.clear();
-    it->second.written = false;
+    Alloc& a = it->second;
+    a.segments.clear();
+    a.written = false;
+    a.dead = true;
   }
 
   void synchronize() override { flush(); }
@@ -318,6 +322,20 @@ class PjrtBackend final : public Backend {
                   up(rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads)),
                   view(lse, stat_type(dt), {a.batch, a.num_heads, a.q_len}), doc, kBlock)
             : hlo::attention_backward(b(), hlo_args(a), up(d), qv, kv, vv, doc);
+    // The model's fused layout (rows of q|k|v): one dense write, so the program never reads the
+    // old contents between the three.
+    const int64_t Q = int64_t{a.num_heads} * a.head_dim, KV = int64_t{a.num_kv_heads} * a.head_dim;
+    const int64_t es = static_cast<int64_t>(dtype_size(dt));
+    const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+    if (addr(dk) == addr(dq) + Q * es && addr(dv) == addr(dk) + KV * es &&
+        a.q_row_stride == Q + 2 * KV && a.kv_row_stride == a.q_row_stride &&
+        a.q_batch_stride == a.q_len * a.q_row_stride && a.kv_batch_stride == a.q_batch_stride) {
+      auto flat = [&](const Value& v, int64_t w) {
+        return b().reshape(down(v, dt), {a.batch, a.q_len, w});
+      };
+      set(dq, b().concatenate({flat(g.dq, Q), flat(g.dk, KV), flat(g.dv, KV)}, 2));
+      return;
+    }
     set_rows(dq, dt, a, a.q_row_stride, a.q_batch_stride, a.num_heads, down(g.dq, dt));
     set_rows(dk, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads, down(g.dk, dt));
     set_rows(dv, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads, down(g.dv, dt));
@@ -402,6 +420,7 @@ class PjrtBackend final : public Backend {
     bool host_valid = false;
     // In the pending program:
     bool in_program = false, written = false;
+    bool dead = false;  // discarded, not written since: its arrays are freed after the program
     int input = -1;  // the argument holding the contents at the program's start, once read
     Value input_value;
     std::map<int64_t, Segment> segments;  // by begin; disjoint
@@ -481,6 +500,8 @@ class PjrtBackend final : public Backend {
       const DType t = a.bytes % static_cast<int64_t>(dtype_size(hint)) == 0 ? hint : DType::u8;
       a.dev = client_.to_device(a.host.data(), t,
                                 {a.bytes / static_cast<int64_t>(dtype_size(t))});
+      a.host_valid = false;  // the device holds it now
+      a.host = {};
     }
     Arg arg;
     arg.alloc = a.at;
@@ -578,6 +599,7 @@ class PjrtBackend final : public Backend {
   void put(Alloc& a, Segment seg) {
     touch(a);
     a.written = true;
+    a.dead = false;
     std::vector<Segment> keep;
     for (auto it = first_overlap(a, seg.begin);
          it != a.segments.end() && it->second.begin < seg.end;) {
@@ -839,6 +861,11 @@ class PjrtBackend final : public Backend {
       auto it = allocs_.find(at);
       if (it == allocs_.end()) continue;
       Alloc& a = it->second;
+      if (a.dead) {
+        a.dev = PjrtBuffer();
+        a.host = {};
+        a.host_valid = a.dead = false;
+      }
       a.in_program = a.written = false;
       a.input = -1;
       a.segments.clear();
