@@ -188,5 +188,24 @@ module {
   EXPECT_EQ(out.at(0).to_host<float>(), std::vector<float>{2.25f});
 }
 
+// A program whose output cannot be allocated (4 TiB on a machine with far less): the device's out
+// of memory is one UserError naming the plugin, not a crash.
+TEST_F(PjrtTest, DeviceOutOfMemoryIsOneMessage) {
+  PjrtExecutable exe = client_->compile(R"(
+module {
+  func.func @main(%x: tensor<f32>) -> tensor<1099511627776xf32> {
+    %0 = stablehlo.broadcast_in_dim %x, dims = [] : (tensor<f32>) -> tensor<1099511627776xf32>
+    return %0 : tensor<1099511627776xf32>
+  }
+})");
+  const float one = 1.0f;
+  PjrtBuffer x = client_->to_device(&one, DType::f32, {});
+  PjrtBuffer* args[] = {&x};
+  const std::string msg = user_error_of([&] { exe.execute(args); });
+  EXPECT_NE(msg.find(client_->plugin().path()), std::string::npos) << msg;
+  EXPECT_NE(msg.find("PJRT_LoadedExecutable_Execute failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("emory"), std::string::npos) << msg;  // "Out of memory allocating ..."
+}
+
 }  // namespace
 }  // namespace lmt
