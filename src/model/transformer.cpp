@@ -350,8 +350,8 @@ void Transformer::lora_forward(const std::vector<int>& ids, const void* x, void*
       xin = xd;
     }
     be_->gemm(dt_, false, true, N, r, in, 1.0, xin, in, A, in, 0.0, u, r);
-    be_->gemm(dt_, false, true, N, t.module.out, r, s, u, r, B, r, 1.0,
-              at(y, t.module.out_offset), ldy);
+    be_->gemm(dt_, false, true, N, t.module.out, r, s, u, r, B, r, 1.0, at(y, t.module.out_offset),
+              ldy);
   }
 }
 
@@ -382,8 +382,8 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
     be_->gemm(dt_, true, false, out, r, N, s, dyt, ldy, u, r, 1.0, at(lora_grads_.data(), b_off),
               r);
     be_->gemm(dt_, false, false, N, r, out, s, dyt, ldy, B, r, 0.0, du, r);
-    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, xin, in, 1.0,
-              at(lora_grads_.data(), a_off), in);
+    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, xin, in, 1.0, at(lora_grads_.data(), a_off),
+              in);
     if (drop) {  // xd is read for the last time above; it now holds du A through the mask
       be_->gemm(dt_, false, false, N, in, r, 1.0, du, r, A, in, 0.0, xd, in);
       be_->dropout(dt_, xd, xd, N * in, lora_spec_.dropout, dropout_seed_, dropout_stream(id));
@@ -437,8 +437,7 @@ void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void*
 void Transformer::embed_backward(void* dx, const int32_t* ids, const int32_t* pos, int64_t N) {
   const int64_t C = dims_.C;
   void* pos_grad = param_ptr(pos_embed_, true);  // null: a frozen table (or none)
-  if (pos_grad)
-    be_->embedding_backward(dt_, pos_grad, dx, pos, N, C, cfg_.max_position_embeddings);
+  if (pos_grad) be_->embedding_backward(dt_, pos_grad, dx, pos, N, C, cfg_.max_position_embeddings);
   void* grad = param_ptr(embed_, true);
   if (!grad) return;
   if (tr_.embed_scale)
@@ -530,11 +529,12 @@ void Transformer::layer_backward(int64_t l) {
   const void* dm = p.dx;
   if (tr_.sandwich_norms) {  // p.dh = d/d m_raw
     be_->zero(p.dh, nc_bytes);
-    be_->rmsnorm_backward(dt_, p.dh, grad_sink(g.post_ffw), p.dx, a.m_raw, w.post_ffw, a.rstd_pf,
-                          N, C, tr_.norm_offset);
+    be_->rmsnorm_backward(dt_, p.dh, grad_sink(g.post_ffw), p.dx, a.m_raw, w.post_ffw, a.rstd_pf, N,
+                          C, tr_.norm_offset);
     dm = p.dh;
   }
-  linear_backward(dm, a.a, w.down, p.da, g.down, g.down_b, N, d.F, C, w.lora ? &w.lora->down : nullptr);
+  linear_backward(dm, a.a, w.down, p.da, g.down, g.down_b, N, d.F, C,
+                  w.lora ? &w.lora->down : nullptr);
   if (tr_.gated_mlp)
     be_->glu_backward(dt_, act, p.dgu, p.da, a.gu, N, d.F);
   else
@@ -545,8 +545,8 @@ void Transformer::layer_backward(int64_t l) {
   const void* dout = p.dx;
   if (tr_.sandwich_norms) {
     be_->zero(p.dh, nc_bytes);
-    be_->rmsnorm_backward(dt_, p.dh, grad_sink(g.post_attn), p.dx, a.o_raw, w.post_attn,
-                          a.rstd_pa, N, C, tr_.norm_offset);
+    be_->rmsnorm_backward(dt_, p.dh, grad_sink(g.post_attn), p.dx, a.o_raw, w.post_attn, a.rstd_pa,
+                          N, C, tr_.norm_offset);
     dout = p.dh;
   }
   linear_backward(dout, a.att, w.o, p.datt, g.o, g.o_b, N, d.Q, C, w.lora ? &w.lora->o : nullptr);

@@ -120,8 +120,9 @@ class Transformer {
   // One micro-batch: ids and labels are host arrays [B, T] (labels == kIgnoreIndex: no loss).
   // Adds grad_scale * d(sum of token losses)/dparams to the gradient buffer.
   // With read_loss false the loss sum stays on the device (LossSum::sum is NaN) and adds to what
-  // take_loss_sum() returns (zero_grads() zeroes it): a step's micro-batches and its update then read nothing back until
-  // the step's end, so a compiling backend (pjrt) runs the step as one program.
+  // take_loss_sum() returns (zero_grads() zeroes it): a step's micro-batches and its update then
+  // read nothing back until the step's end, so a compiling backend (pjrt) runs the step as one
+  // program.
   LossSum forward_backward(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                            double grad_scale, const Packing* packing = nullptr,
                            bool read_loss = true);
@@ -289,7 +290,7 @@ class Transformer {
   std::vector<ParamInfo> params_;
   int64_t flat_size_ = 0;
   Buffer weights_, grads_;
-  DType base_dt_;                                    // dtype of weights_
+  DType base_dt_;                                         // dtype of weights_
   std::vector<std::pair<int64_t, int64_t>> layer_range_;  // per layer [begin, end) in weights_
   Buffer staging_;  // bf16 base: one layer's weights, or a block of head rows, in f32
   Buffer small_;    // bf16 base: f32 copies of the final norm and position table
@@ -298,7 +299,7 @@ class Transformer {
   bool saved(int index) const {
     return index >= 0 && !saved_at_.empty() && saved_at_[static_cast<size_t>(index)] >= 0;
   }
-  int64_t head_rows_ = 0;          // bf16 base: head rows converted at a time
+  int64_t head_rows_ = 0;  // bf16 base: head rows converted at a time
   ModelConfig::Traits tr_;
   std::vector<LayerIndex> layers_;
   int embed_ = -1, pos_embed_ = -1, norm_ = -1, norm_b_ = -1, head_ = -1;

@@ -301,9 +301,10 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     for (int64_t a = 0; a < accum; ++a) {
       const Transformer::Packing packing{&positions[a * B * T], &doc_start[a * B * T]};
       model.set_dropout(static_cast<uint64_t>(tc.seed), static_cast<uint64_t>(step * accum + a));
-      loss_tokens += model.forward_backward(&ids[a * B * T], &labels[a * B * T], B, T,
-                                            1.0 / static_cast<double>(labelled),
-                                            tc.document_masking ? &packing : nullptr, false)
+      loss_tokens += model
+                         .forward_backward(&ids[a * B * T], &labels[a * B * T], B, T,
+                                           1.0 / static_cast<double>(labelled),
+                                           tc.document_masking ? &packing : nullptr, false)
                          .tokens;
     }
     const double norm =

@@ -3,8 +3,8 @@
 
 #include <cstdint>
 #include <ostream>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -73,7 +73,8 @@ Outputs run(Backend& be, const ModelConfig& cfg, const Mode& s) {
   const Transformer::Packing packing{positions.data(), doc_start.data()};
   m.zero_grads();
   Outputs o;
-  o.loss = m.forward_backward(ids.data(), labels.data(), B, T, 1.0 / 13, s.packed ? &packing : nullptr);
+  o.loss =
+      m.forward_backward(ids.data(), labels.data(), B, T, 1.0 / 13, s.packed ? &packing : nullptr);
   o.grads.resize(static_cast<size_t>(m.trainable_flat_size()));
   be.to_host(o.grads.data(), m.trainable_grads_data(), o.grads.size() * sizeof(float));
   o.logits = m.forward_logits(ids.data(), 1, T, nullptr);

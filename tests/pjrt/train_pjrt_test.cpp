@@ -49,10 +49,11 @@ class PjrtTraining : public testing::Test {
   static std::string config() { return std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml"; }
   // The demo's config with the suite's data, logging every step, no evaluation or sample.
   static RunConfig demo(const std::string& run, std::vector<std::string> sets) {
-    for (std::string s : {"data.tokenizer=" + (dir_ / "tokenizer.json").string(),
-                          "data.store=" + (dir_ / "store").string(),
-                          "train.out_dir=" + (dir_ / run).string(), std::string("train.log_every=1"),
-                          std::string("train.eval_every=0"), std::string("train.sample_tokens=0")})
+    for (std::string s :
+         {"data.tokenizer=" + (dir_ / "tokenizer.json").string(),
+          "data.store=" + (dir_ / "store").string(), "train.out_dir=" + (dir_ / run).string(),
+          std::string("train.log_every=1"), std::string("train.eval_every=0"),
+          std::string("train.sample_tokens=0")})
       sets.push_back(s);
     return load_run_config(config(), sets);
   }
@@ -96,9 +97,9 @@ TEST_F(PjrtTraining, DemoTracksTheCpuBackendFor200Steps) {
 // against 6 steps on the CPU backend alone.
 TEST_F(PjrtTraining, ResumesAcrossBackends) {
   const std::vector<std::string> small = {
-      "model.hidden_size=32", "model.intermediate_size=64", "model.num_hidden_layers=2",
-      "model.num_attention_heads=2", "model.num_key_value_heads=1",
-      "train.micro_batch_size=4", "train.warmup_steps=2"};
+      "model.hidden_size=32",        "model.intermediate_size=64",  "model.num_hidden_layers=2",
+      "model.num_attention_heads=2", "model.num_key_value_heads=1", "train.micro_batch_size=4",
+      "train.warmup_steps=2"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.end(), small.begin(), small.end());
     return extra;
@@ -152,8 +153,7 @@ TEST(PjrtLongSequence, OneTrainingStepAt32768Tokens) {
     m.set_loss_chunk_tokens(4096);
     AdamW opt(be.get(), m.params(), m.flat_size(), AdamWConfig{});
     m.zero_grads();
-    const LossSum s =
-        m.forward_backward(ids.data(), labels.data(), 1, T, 1.0 / T, nullptr, false);
+    const LossSum s = m.forward_backward(ids.data(), labels.data(), 1, T, 1.0 / T, nullptr, false);
     opt.clip_and_step(static_cast<float*>(m.params_data()), static_cast<float*>(m.grads_data()),
                       1e-3, 1.0);
     Out o{m.take_loss_sum() / static_cast<double>(s.tokens),
@@ -172,7 +172,8 @@ TEST(PjrtLongSequence, OneTrainingStepAt32768Tokens) {
 }
 
 TEST(PjrtPlugin, MissingOrNotAPluginIsOneErrorNamingIt) {
-  for (const std::string path : {std::string("/nonexistent/libtpu.so"), std::string("/etc/hostname")}) {
+  for (const std::string path :
+       {std::string("/nonexistent/libtpu.so"), std::string("/etc/hostname")}) {
     try {
       make_backend("pjrt", path);
       ADD_FAILURE() << path << " was accepted";

@@ -102,7 +102,8 @@ class PjrtBackend final : public Backend {
     if (bytes == 0) return;
     int64_t so = 0, d_off = 0;
     Alloc& s = find(src, static_cast<int64_t>(bytes), &so);
-    const Value v = read_bytes(s, so, so + static_cast<int64_t>(bytes), natural_type(s, so, so + static_cast<int64_t>(bytes)));
+    const Value v = read_bytes(s, so, so + static_cast<int64_t>(bytes),
+                               natural_type(s, so, so + static_cast<int64_t>(bytes)));
     Alloc& d = find(dst, static_cast<int64_t>(bytes), &d_off);
     write_bytes(d, d_off, d_off + static_cast<int64_t>(bytes), v);
   }
@@ -230,18 +231,17 @@ class PjrtBackend final : public Backend {
                         const void* w, const void* rstd, int64_t N, int64_t C,
                         double w_offset) override {
     if (N == 0) return;
-    const hlo::NormGrads g = hlo::rmsnorm_backward(
-        b(), up(view(dout, dt, {N, C})), up(view(x, dt, {N, C})), up(view(w, dt, {C})),
-        up(view(rstd, stat_type(dt), {N})), w_offset);
+    const hlo::NormGrads g =
+        hlo::rmsnorm_backward(b(), up(view(dout, dt, {N, C})), up(view(x, dt, {N, C})),
+                              up(view(w, dt, {C})), up(view(rstd, stat_type(dt), {N})), w_offset);
     accumulate_into(dx, dt, down(g.dx, dt));
     if (dw) accumulate_into(dw, dt, down(g.dw, dt));
   }
   void layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x, const void* w,
                          const void* bias, int64_t N, int64_t C, double eps) override {
     if (N == 0) return;
-    const hlo::LayerNormOut o =
-        hlo::layernorm_forward(b(), up(view(x, dt, {N, C})), up(view(w, dt, {C})),
-                               up(view(bias, dt, {C})), eps);
+    const hlo::LayerNormOut o = hlo::layernorm_forward(
+        b(), up(view(x, dt, {N, C})), up(view(w, dt, {C})), up(view(bias, dt, {C})), eps);
     set(out, down(o.out, dt));
     set(mean, stat(o.mean, dt));
     set(rstd, stat(o.rstd, dt));
@@ -263,8 +263,8 @@ class PjrtBackend final : public Backend {
     if (N == 0) return;
     const int64_t H = heads, D = head_dim;
     const Value v = b().reshape(view(x, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
-    const hlo::NormOut o = hlo::head_rmsnorm_forward(b(), up(v), up(view(w, dt, {D})), eps,
-                                                     w_offset);
+    const hlo::NormOut o =
+        hlo::head_rmsnorm_forward(b(), up(v), up(view(w, dt, {D})), eps, w_offset);
     set(out, b().reshape(down(o.out, dt), {N, H * D}), {row_stride, 1});
     set(rstd, stat(o.rstd, dt));
   }
@@ -290,9 +290,9 @@ class PjrtBackend final : public Backend {
     if (N == 0) return;
     const int64_t H = heads, D = head_dim;
     const Value v = b().reshape(view(x, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
-    const Value r = hlo::rope(b(), up(v), view(pos, DType::i32, {N}),
-                              view(inv_freq, DType::f32, {rotary_dim / 2}), rotary_dim,
-                              attn_factor, inverse);
+    const Value r =
+        hlo::rope(b(), up(v), view(pos, DType::i32, {N}),
+                  view(inv_freq, DType::f32, {rotary_dim / 2}), rotary_dim, attn_factor, inverse);
     set(x, b().reshape(down(r, dt), {N, H * D}), {row_stride, 1});
   }
 
@@ -316,12 +316,11 @@ class PjrtBackend final : public Backend {
     const Value d = rows(dout, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads);
     const Value qv = up(qview(dt, a, q)), kv = up(kvview(dt, a, k)), vv = up(kvview(dt, a, v));
     const hlo::AttentionGrads g =
-        blocked(a)
-            ? hlo::attention_backward_blocked(
-                  b(), hlo_args(a), up(d), qv, kv, vv,
-                  up(rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads)),
-                  view(lse, stat_type(dt), {a.batch, a.num_heads, a.q_len}), doc, kBlock)
-            : hlo::attention_backward(b(), hlo_args(a), up(d), qv, kv, vv, doc);
+        blocked(a) ? hlo::attention_backward_blocked(
+                         b(), hlo_args(a), up(d), qv, kv, vv,
+                         up(rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads)),
+                         view(lse, stat_type(dt), {a.batch, a.num_heads, a.q_len}), doc, kBlock)
+                   : hlo::attention_backward(b(), hlo_args(a), up(d), qv, kv, vv, doc);
     // The model's fused layout (rows of q|k|v): one dense write, so the program never reads the
     // old contents between the three.
     const int64_t Q = int64_t{a.num_heads} * a.head_dim, KV = int64_t{a.num_kv_heads} * a.head_dim;
@@ -347,8 +346,8 @@ class PjrtBackend final : public Backend {
     if (N == 0) return;
     set(out, down(hlo::glu_forward(b(), act, up(view(gate_up, dt, {N, 2 * F}))), dt));
   }
-  void glu_backward(DType dt, Activation act, void* dgate_up, const void* dout,
-                    const void* gate_up, int64_t N, int64_t F) override {
+  void glu_backward(DType dt, Activation act, void* dgate_up, const void* dout, const void* gate_up,
+                    int64_t N, int64_t F) override {
     if (N == 0) return;
     set(dgate_up, down(hlo::glu_backward(b(), act, up(view(dout, dt, {N, F})),
                                          up(view(gate_up, dt, {N, 2 * F}))),
@@ -368,8 +367,7 @@ class PjrtBackend final : public Backend {
   // The gradient scale changes every step (1 / labelled tokens): the lowering runs with 1 and
   // the runtime scale multiplies its gradient.
   void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
-                     int64_t V, int32_t ignore_index, double grad_scale,
-                     double softcap) override {
+                     int64_t V, int32_t ignore_index, double grad_scale, double softcap) override {
     if (N == 0) return;
     const hlo::CrossEntropy ce =
         hlo::cross_entropy(b(), up(view(logits, dt, {N, V})), view(labels, DType::i32, {N}),
@@ -385,8 +383,8 @@ class PjrtBackend final : public Backend {
     set(scale, hlo::clip_scale(b(), view(sum_squares, DType::f64, {}), max_norm));
   }
   // The per-step constants are runtime scalars, formed as the CPU kernel forms them.
-  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
-                  double beta1, double beta2, double eps, double weight_decay, int64_t step,
+  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
+                  double beta2, double eps, double weight_decay, int64_t step,
                   const double* grad_scale) override {
     if (n == 0) return;
     const double t = static_cast<double>(step);
@@ -421,7 +419,7 @@ class PjrtBackend final : public Backend {
     // In the pending program:
     bool in_program = false, written = false;
     bool dead = false;  // discarded, not written since: its arrays are freed after the program
-    int input = -1;  // the argument holding the contents at the program's start, once read
+    int input = -1;     // the argument holding the contents at the program's start, once read
     Value input_value;
     std::map<int64_t, Segment> segments;  // by begin; disjoint
   };
@@ -498,8 +496,7 @@ class PjrtBackend final : public Backend {
     if (!a.dev.valid()) {
       host_copy(a);
       const DType t = a.bytes % static_cast<int64_t>(dtype_size(hint)) == 0 ? hint : DType::u8;
-      a.dev = client_.to_device(a.host.data(), t,
-                                {a.bytes / static_cast<int64_t>(dtype_size(t))});
+      a.dev = client_.to_device(a.host.data(), t, {a.bytes / static_cast<int64_t>(dtype_size(t))});
       a.host_valid = false;  // the device holds it now
       a.host = {};
     }

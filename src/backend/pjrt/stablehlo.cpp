@@ -59,7 +59,8 @@ std::string float_literal(T v) {
 
 std::string constant_literal(double value, DType t) {
   if (t == DType::i32 || t == DType::u8) {
-    const double lo = t == DType::u8 ? 0.0 : -2147483648.0, hi = t == DType::u8 ? 255 : 2147483647.0;
+    const double lo = t == DType::u8 ? 0.0 : -2147483648.0,
+                 hi = t == DType::u8 ? 255 : 2147483647.0;
     LMT_CHECK(value == std::trunc(value) && value >= lo && value <= hi,
               "StableHLO constant: " + std::to_string(value) + " is not an " +
                   std::string(dtype_name(t)));
@@ -380,8 +381,7 @@ Value StablehloBuilder::bitcast_convert(const Value& x, DType to) {
     dims.pop_back();
   }
   Value r = next(to, std::move(dims));
-  lines_.push_back(name(r) + " = stablehlo.bitcast_convert " + name(x) + " : " +
-                   signature({x}, r));
+  lines_.push_back(name(r) + " = stablehlo.bitcast_convert " + name(x) + " : " + signature({x}, r));
   return r;
 }
 

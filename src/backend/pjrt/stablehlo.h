@@ -88,7 +88,7 @@ class StablehloBuilder {
   // Result dims `dims`; operand dimension i becomes result dimension broadcast_dims[i] (its size
   // equal there, or 1 to repeat it).
   Value broadcast_in_dim(const Value& x, Dims dims, Dims broadcast_dims);
-  Value reshape(const Value& x, Dims dims);           // same element count
+  Value reshape(const Value& x, Dims dims);  // same element count
   // The same bits as another element type. To a narrower type a last dimension of the width
   // ratio is added ([n] f32 -> [n, 4] u8); to a wider one the last dimension (the ratio) goes.
   Value bitcast_convert(const Value& x, DType to);
