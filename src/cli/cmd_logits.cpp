@@ -57,7 +57,8 @@ Run add_logits(CLI::App& app) {
   app.add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory to put on the model");
   app.add_option("--ids-file", o->ids_file, "JSON file with one array of token ids")->required();
   app.add_option("--out", o->out, "safetensors file to write the logits to")->required();
-  app.add_option("--backend", o->backend, "cpu, cuda or auto")->capture_default_str();
+  app.add_option("--backend", o->backend, "cpu, pjrt (the default PJRT plugin), cuda or auto")
+      ->capture_default_str();
   app.add_option("--threads", o->threads, "CPU threads; 0 = all cores")->capture_default_str();
   return [o]() {
     set_threads(o->threads);

@@ -204,7 +204,9 @@ TEST(RunConfig, ValidationNamesKeys) {
   expect_user_error([&] { load_run_config(f, {"train.precision=bf16"}); },
                     {"train.precision 'bf16'", "only f32"});
   expect_user_error([&] { load_run_config(f, {"train.backend=tpu"}); },
-                    {"train.backend must be one of cpu, cuda, auto"});
+                    {"train.backend must be one of cpu, pjrt, cuda, auto (got 'tpu')"});
+  expect_user_error([&] { load_run_config(f, {"train.pjrt_plugin=/opt/libtpu.so"}); },
+                    {"train.pjrt_plugin is set, but train.backend is 'cpu'"});
   expect_user_error([&] { load_run_config(f, {"train.log_every=0"}); },
                     {"train.log_every must be >= 1 (got 0)"});
   expect_user_error([&] { load_run_config(f, {"train.micro_batch_size=0"}); },
