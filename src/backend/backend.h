@@ -58,6 +58,10 @@ class Backend {
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.
   virtual const void* host_address(const void* p) const { return nullptr; }
+  // Whether decoding one token at a time (attention with a query offset, a growing KV cache) runs
+  // here at a useful speed. A backend that compiles one program per shape does not: generation
+  // then runs on a copy of the model on the CPU backend (Transformer::clone).
+  virtual bool incremental_decoding() const { return true; }
   // Seconds spent inside gemm() since the last reset (for the benchmark's GEMM share).
   virtual double gemm_seconds() const { return 0.0; }
   virtual void reset_gemm_seconds() {}

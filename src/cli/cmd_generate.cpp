@@ -90,6 +90,10 @@ Run add_generate(CLI::App& app) {
       for (int32_t id : tok->encode(o->prompt)) ids_in.push_back(id);
     }
     auto be = make_backend(o->backend);
+    if (!be->incremental_decoding())
+      throw UserError("--backend " + o->backend +
+                      ": generation decodes one token at a time, which this backend does not do "
+                      "(one compiled program per length); use --backend cpu");
     // f32 checkpoints, bf16 / sharded HF directories, LoRA checkpoints and --adapter
     std::unique_ptr<Transformer> loaded = load_model_for_inference(dir.string(), o->adapter, be.get());
     Transformer& model = *loaded;

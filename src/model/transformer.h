@@ -135,6 +135,10 @@ class Transformer {
   std::vector<double> forward_logits(const int32_t* ids, int64_t B, int64_t T,
                                      const Packing* packing = nullptr);
 
+  // The same model (config, weights, adapters, base dtype) on another backend, copied through the
+  // host: generation for a model trained where incremental decoding is not available.
+  std::unique_ptr<Transformer> clone(Backend* be) const;
+
   // Generation with a KV cache (batch 1). feed() runs n new tokens at positions
   // [cache.length, cache.length + n) and returns the last token's logits (f32, [V]).
   std::unique_ptr<KvCache> make_kv_cache(int64_t max_len) const;

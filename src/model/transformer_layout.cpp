@@ -247,6 +247,22 @@ void Transformer::set_base_dtype(DType dt, int64_t head_block_rows) {
   staging_ = Buffer(be_, static_cast<size_t>(elems) * es_);
 }
 
+std::unique_ptr<Transformer> Transformer::clone(Backend* be) const {
+  auto m = std::make_unique<Transformer>(be, cfg_, dt_);
+  if (has_lora()) m->add_lora(lora_spec_, 0);
+  if (base_dt_ != dt_) m->set_base_dtype(base_dt_, head_rows_);
+  auto copy = [&](void* dst, const void* src, size_t bytes) {
+    if (bytes == 0) return;
+    std::vector<uint8_t> host(bytes);
+    be_->to_host(host.data(), src, bytes);
+    be->from_host(dst, host.data(), bytes);
+  };
+  copy(m->weights_.data(), weights_.data(), weights_.bytes());
+  copy(m->small_.data(), small_.data(), small_.bytes());
+  copy(m->lora_weights_.data(), lora_weights_.data(), lora_weights_.bytes());
+  return m;
+}
+
 void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
   LMT_CHECK(!has_lora(), "add_lora: the model has adapters already");
   lora_ = lora_layout(cfg_, spec);

@@ -374,7 +374,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     const std::string prompt = tc.sample_prompt.empty() ? std::string("\n") : tc.sample_prompt;
     std::vector<int32_t> in = tok->special_prefix();
     for (int32_t id : tok->encode(prompt)) in.push_back(id);
-    std::vector<int32_t> out = generate_ids(model, in, g);
+    std::unique_ptr<Backend> cpu;
+    std::unique_ptr<Transformer> copy;
+    if (!be->incremental_decoding()) {
+      cpu = make_backend("cpu");
+      copy = model.clone(cpu.get());
+    }
+    std::vector<int32_t> out = generate_ids(copy ? *copy : model, in, g);
     metrics.log_line("sample:\n" + prompt + tok->decode(out));
   }
   return result;

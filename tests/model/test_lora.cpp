@@ -220,6 +220,30 @@ TEST(Lora, KvCacheMatchesFullForwardWithAdapters) {
   }
 }
 
+// clone() carries everything a model computes with: weights, adapters (and saved modules), a bf16
+// base and its f32 copies of the kept tensors. The copy's logits are the original's, bit for bit.
+TEST(Lora, CloneComputesExactlyWhatTheOriginalDoes) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 base" : "f32 base");
+    CpuBackend be, other;
+    Transformer m(&be, small("gemma3"), DType::f32);
+    std::vector<float> w(static_cast<size_t>(m.flat_size()));  // norms too: not bf16 values
+    fill_normal(w.data(), m.flat_size(), 0.0, 0.2, 3, 0);
+    be.from_host(m.params_data(), w.data(), w.size() * sizeof(float));
+    LoraSpec ls = spec({"all-linear"});
+    ls.modules_to_save = {"post_attention_layernorm"};
+    m.add_lora(ls, 4);
+    std::vector<float> lw(static_cast<size_t>(m.lora_flat_size()));
+    fill_normal(lw.data(), m.lora_flat_size(), 0.0, 0.2, 5, 0);
+    be.from_host(m.lora_data(), lw.data(), lw.size() * sizeof(float));
+    if (bf16) m.set_base_dtype(DType::bf16, 5);
+    const std::unique_ptr<Transformer> c = m.clone(&other);
+    EXPECT_EQ(c->backend(), &other);
+    const auto ids = test::random_ids(9, 13, 6);
+    EXPECT_EQ(c->forward_logits(ids.data(), 1, 9), m.forward_logits(ids.data(), 1, 9));
+  }
+}
+
 // lora.base_dtype bf16: the model computes what an f32 model holding the same bf16-rounded
 // weights computes (logits, loss, adapter gradients, generation), with the head converted a few
 // rows at a time; and the base takes about half the bytes on a real shape.

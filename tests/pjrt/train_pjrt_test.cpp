@@ -48,14 +48,15 @@ class PjrtTraining : public testing::Test {
 
   static std::string config() { return std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml"; }
   // The demo's config with the suite's data, logging every step, no evaluation or sample.
-  static RunConfig demo(const std::string& run, std::vector<std::string> sets) {
-    for (std::string s :
-         {"data.tokenizer=" + (dir_ / "tokenizer.json").string(),
-          "data.store=" + (dir_ / "store").string(), "train.out_dir=" + (dir_ / run).string(),
-          std::string("train.log_every=1"), std::string("train.eval_every=0"),
-          std::string("train.sample_tokens=0")})
-      sets.push_back(s);
-    return load_run_config(config(), sets);
+  static RunConfig demo(const std::string& run, const std::vector<std::string>& sets) {
+    std::vector<std::string> all = {"data.tokenizer=" + (dir_ / "tokenizer.json").string(),
+                                    "data.store=" + (dir_ / "store").string(),
+                                    "train.out_dir=" + (dir_ / run).string(),
+                                    "train.log_every=1",
+                                    "train.eval_every=0",
+                                    "train.sample_tokens=0"};
+    all.insert(all.end(), sets.begin(), sets.end());  // later sets win
+    return load_run_config(config(), all);
   }
   // step -> training loss, from a run's metrics.jsonl.
   static std::map<int64_t, double> losses(const std::string& run) {
@@ -112,8 +113,9 @@ TEST_F(PjrtTraining, ResumesAcrossBackends) {
     RunConfig a = demo(run, with({"train.backend=" + std::string(first), "train.max_steps=3",
                                   "train.save_every=3"}));
     train(a, false);
+    // The end-of-run sample too: on pjrt it runs on a CPU copy of the model.
     RunConfig b = demo(run, with({"train.backend=" + std::string(second), "train.max_steps=6",
-                                  "train.save_every=3"}));
+                                  "train.save_every=3", "train.sample_tokens=8"}));
     const TrainResult r = train(b, true);
     EXPECT_EQ(r.first_step, 3);
     const auto got = losses(run);

@@ -47,6 +47,7 @@ class PjrtBackend final : public Backend {
   ~PjrtBackend() override = default;
 
   std::string name() const override { return "pjrt"; }
+  bool incremental_decoding() const override { return false; }
   PjrtBackendStats stats() const { return stats_; }
 
   // ---- memory ----
