@@ -73,24 +73,9 @@ TEST_F(AttentionBlockedTest, MatchesCpuKernel) {
     for (PjrtBuffer& o :
          client_->compile(b.text()).execute(std::vector<PjrtBuffer*>{&bq, &bk, &bv, &bd, &bs}))
       got.push_back(o.to_host<float>());
-    AttentionArgs args;
-    args.batch = B, args.q_len = T, args.kv_len = T, args.num_heads = int(Hq),
-    args.num_kv_heads = int(Hkv), args.head_dim = int(D);
-    args.q_row_stride = Hq * D, args.q_batch_stride = T * Hq * D;
-    args.kv_row_stride = Hkv * D, args.kv_batch_stride = T * Hkv * D;
-    args.out_row_stride = Hq * D, args.out_batch_stride = T * Hq * D;
-    args.scale = a.scale, args.softcap = c.softcap, args.window = c.window;
-    args.doc_start = c.docs ? starts.data() : nullptr;
-    std::vector<float> out(q.size()), lse(B * Hq * T), dq(q.size()), dk(k.size()), dv(v.size());
-    cpu_.attention_forward(DType::f32, args, out.data(), lse.data(), q.data(), k.data(), v.data());
-    cpu_.attention_backward(DType::f32, args, dq.data(), dk.data(), dv.data(), dout.data(),
-                            q.data(), k.data(), v.data(), out.data(), lse.data());
-    const std::string name = "T " + std::to_string(T) + " block " + std::to_string(c.block) + ": ";
-    expect_match(got[0], out, name + "out");
-    expect_match(got[1], lse, name + "lse");
-    expect_match(got[2], dq, name + "dq");
-    expect_match(got[3], dk, name + "dk");
-    expect_match(got[4], dv, name + "dv");
+    expect_attention_matches_cpu(
+        got, B, T, Hq, Hkv, D, a.scale, c.softcap, c.window, c.docs ? starts.data() : nullptr, q, k,
+        v, dout, "T " + std::to_string(T) + " block " + std::to_string(c.block) + ": ");
   }
 }
 

@@ -86,6 +86,33 @@ class LoweringFixture : public PjrtTest {
     expect_near_all(got, std::vector<double>(want.begin(), want.end()),
                     std::vector<double>(want.size(), scale), 2e-5, what + ", " + seed_note());
   }
+  // got: out, lse, dq, dk, dv of a lowering, for q [B,T,Hq,D], k and v [B,T,Hkv,D]; each against
+  // the CPU backend's attention kernel on the same inputs.
+  void expect_attention_matches_cpu(const std::vector<std::vector<float>>& got, int64_t B,
+                                    int64_t T, int64_t Hq, int64_t Hkv, int64_t D, double scale,
+                                    double softcap, int64_t window, const int32_t* doc_start,
+                                    const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v, const std::vector<float>& dout,
+                                    const std::string& name) {
+    AttentionArgs args;
+    args.batch = B, args.q_len = T, args.kv_len = T, args.num_heads = int(Hq),
+    args.num_kv_heads = int(Hkv), args.head_dim = int(D);
+    args.q_row_stride = Hq * D, args.q_batch_stride = T * Hq * D;
+    args.kv_row_stride = Hkv * D, args.kv_batch_stride = T * Hkv * D;
+    args.out_row_stride = Hq * D, args.out_batch_stride = T * Hq * D;
+    args.scale = scale, args.softcap = softcap, args.window = window;
+    args.doc_start = doc_start;
+    std::vector<float> out(q.size()), lse(B * Hq * T), dq(q.size()), dk(k.size()), dv(v.size());
+    cpu_.attention_forward(DType::f32, args, out.data(), lse.data(), q.data(), k.data(), v.data());
+    cpu_.attention_backward(DType::f32, args, dq.data(), dk.data(), dv.data(), dout.data(),
+                            q.data(), k.data(), v.data(), out.data(), lse.data());
+    ASSERT_EQ(got.size(), 5u) << name;
+    expect_match(got[0], out, name + "out");
+    expect_match(got[1], lse, name + "lse");
+    expect_match(got[2], dq, name + "dq");
+    expect_match(got[3], dk, name + "dk");
+    expect_match(got[4], dv, name + "dv");
+  }
   CpuBackend cpu_;
 };
 

@@ -273,25 +273,25 @@ Value StablehloBuilder::convert(const Value& x, DType to) {
 }
 
 // Integer ops: elementwise's checks, and i32 only.
+Value StablehloBuilder::integer(const char* op, const Value& a, const Value& b) {
+  LMT_CHECK(a.dtype == DType::i32 && !a.pred,
+            std::string("StableHLO ") + op + ": operand " + mlir_tensor_type(a));
+  return elementwise(op, a, b);
+}
 Value StablehloBuilder::bit_and(const Value& a, const Value& b) {
-  LMT_CHECK(a.dtype == DType::i32, "StableHLO and: operand " + mlir_tensor_type(a));
-  return elementwise("and", a, b);
+  return integer("and", a, b);
 }
 Value StablehloBuilder::bit_or(const Value& a, const Value& b) {
-  LMT_CHECK(a.dtype == DType::i32, "StableHLO or: operand " + mlir_tensor_type(a));
-  return elementwise("or", a, b);
+  return integer("or", a, b);
 }
 Value StablehloBuilder::bit_xor(const Value& a, const Value& b) {
-  LMT_CHECK(a.dtype == DType::i32, "StableHLO xor: operand " + mlir_tensor_type(a));
-  return elementwise("xor", a, b);
+  return integer("xor", a, b);
 }
 Value StablehloBuilder::shift_left(const Value& x, const Value& count) {
-  LMT_CHECK(x.dtype == DType::i32, "StableHLO shift_left: operand " + mlir_tensor_type(x));
-  return elementwise("shift_left", x, count);
+  return integer("shift_left", x, count);
 }
 Value StablehloBuilder::shift_right_logical(const Value& x, const Value& count) {
-  LMT_CHECK(x.dtype == DType::i32, "StableHLO shift_right_logical: operand " + mlir_tensor_type(x));
-  return elementwise("shift_right_logical", x, count);
+  return integer("shift_right_logical", x, count);
 }
 
 // Gather and scatter have no pretty form: generic syntax, indices [N] with index_vector_dim = 1

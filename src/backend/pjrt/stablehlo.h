@@ -127,6 +127,7 @@ class StablehloBuilder {
   std::string name(const Value& v) const;
   void check_mine(const Value& v) const;
   Value elementwise(const char* op, const Value& a, const Value& b);
+  Value integer(const char* op, const Value& a, const Value& b);
   Value unary(const char* op, const Value& x, bool float_only);
   Value reduce(const char* op, double init, const Value& x, const Dims& dims);
 
