@@ -24,10 +24,29 @@ tests_rc=${PIPESTATUS[0]}
 # tests/reference/test_export.py (ctest -L reference, in CI), and scripts/make_hf_fixtures.py runs
 # wherever scripts/setup.sh's Python environment is.
 
+# The PJRT backend on the CUDA plugin of the jax-cuda13-pjrt wheel, when the build has PJRT and
+# the wheel is installed: the same step program as on XLA's CPU plugin.
+cuda_plugin=$(python3 - 2>/dev/null <<'PY'
+import glob, os
+try:
+    import jax_plugins  # a namespace package: xla_cuda12, xla_cuda13, ... below it
+    libs = [l for d in jax_plugins.__path__ for l in sorted(glob.glob(os.path.join(d, "*cuda*", "*.so")))]
+    print(libs[0] if libs else "")
+except Exception:
+    print("")
+PY
+)
+echo "CUDA PJRT plugin: ${cuda_plugin:-none found}"
+
 rows=()
 for cfg in configs/bench/tiny.yaml configs/bench/gpt2-small-llama.yaml; do
-  for backend in cpu cuda; do
-    line=$("$build/lmtrain" bench --config "$cfg" --steps 3 --set train.backend=$backend 2>&1 | tail -1)
+  for backend in cpu cuda pjrt; do
+    sets=(--set train.backend=$backend)
+    if [ "$backend" = pjrt ]; then
+      [ -n "$cuda_plugin" ] || continue
+      sets+=(--set "train.pjrt_plugin=$cuda_plugin")
+    fi
+    line=$("$build/lmtrain" bench --config "$cfg" --steps 3 "${sets[@]}" 2>&1 | tail -1)
     echo "$cfg $backend: $line" | tee -a "$out/bench.log"
     rows+=("$(python3 -c 'import json,sys
 try:

@@ -113,7 +113,7 @@ class PjrtBackend final : public Backend {
     if (bytes == 0) return;
     int64_t off = 0;
     Alloc& a = find(p, static_cast<int64_t>(bytes), &off);
-    prog();
+    b();  // a program is pending from here on, though no op is in it yet
     put(a, Segment{off, off + static_cast<int64_t>(bytes), Value{}, true});
   }
 
@@ -466,7 +466,6 @@ class PjrtBackend final : public Backend {
     if (!builder_) builder_ = std::make_unique<StablehloBuilder>();
     return *builder_;
   }
-  void prog() { b(); }
 
   Value runtime(const void* data, size_t bytes, DType dt, Dims dims) {
     Arg arg;
@@ -643,7 +642,6 @@ class PjrtBackend final : public Backend {
   // The tensor of shape dims at p, element (i, j, ...) at sum index * stride elements from p
   // (strides: row-major dense when empty; the last stride must be 1).
   Value view(const void* p, DType t, Dims dims, Dims strides = {}) {
-    prog();
     if (strides.empty()) strides = dense_strides(dims);
     const int64_t es = static_cast<int64_t>(dtype_size(t));
     int64_t off = 0;
