@@ -152,8 +152,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   j["activation_bytes"] = model.activation_bytes(B, T);
   j["peak_rss_bytes"] = peak_rss_bytes();
   j["first_step_ms"] = first_step_s * 1e3;
-  if (be->name() == "pjrt") {
-    const PjrtBackendStats st = pjrt_backend_stats(*be);
+  if (const PjrtBackendStats st = pjrt_backend_stats(*be); st.programs_run > 0) {
     j["pjrt"] = {{"programs_compiled", st.programs_compiled},
                  {"compile_seconds", st.compile_seconds},
                  {"program_chars", st.last_program_chars}};

@@ -262,25 +262,21 @@ class PjrtBackend final : public Backend {
                             int64_t N, int64_t row_stride, int heads, int head_dim, double eps,
                             double w_offset) override {
     if (N == 0) return;
-    const int64_t H = heads, D = head_dim;
-    const Value v = b().reshape(view(x, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
     const hlo::NormOut o =
-        hlo::head_rmsnorm_forward(b(), up(v), up(view(w, dt, {D})), eps, w_offset);
-    set(out, b().reshape(down(o.out, dt), {N, H * D}), {row_stride, 1});
+        hlo::head_rmsnorm_forward(b(), up(head_rows(x, dt, N, row_stride, heads, head_dim)),
+                                  up(view(w, dt, {head_dim})), eps, w_offset);
+    set_head_rows(out, down(o.out, dt), row_stride);
     set(rstd, stat(o.rstd, dt));
   }
   void head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
                              const void* w, const void* rstd, int64_t N, int64_t row_stride,
                              int heads, int head_dim, double w_offset) override {
     if (N == 0) return;
-    const int64_t H = heads, D = head_dim;
-    auto heads_of = [&](const void* p) {
-      return up(b().reshape(view(p, dt, {N, H * D}, {row_stride, 1}), {N, H, D}));
-    };
-    const hlo::NormGrads g =
-        hlo::head_rmsnorm_backward(b(), heads_of(dout), heads_of(x), up(view(w, dt, {D})),
-                                   up(view(rstd, stat_type(dt), {N, H})), w_offset);
-    set(dx, b().reshape(down(g.dx, dt), {N, H * D}), {row_stride, 1});
+    const hlo::NormGrads g = hlo::head_rmsnorm_backward(
+        b(), up(head_rows(dout, dt, N, row_stride, heads, head_dim)),
+        up(head_rows(x, dt, N, row_stride, heads, head_dim)), up(view(w, dt, {head_dim})),
+        up(view(rstd, stat_type(dt), {N, heads})), w_offset);
+    set_head_rows(dx, down(g.dx, dt), row_stride);
     if (dw) accumulate_into(dw, dt, down(g.dw, dt));
   }
 
@@ -289,12 +285,10 @@ class PjrtBackend final : public Backend {
             int64_t row_stride, int heads, int head_dim, int rotary_dim, double attn_factor,
             bool inverse) override {
     if (N == 0) return;
-    const int64_t H = heads, D = head_dim;
-    const Value v = b().reshape(view(x, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
-    const Value r =
-        hlo::rope(b(), up(v), view(pos, DType::i32, {N}),
-                  view(inv_freq, DType::f32, {rotary_dim / 2}), rotary_dim, attn_factor, inverse);
-    set(x, b().reshape(down(r, dt), {N, H * D}), {row_stride, 1});
+    const Value r = hlo::rope(
+        b(), up(head_rows(x, dt, N, row_stride, heads, head_dim)), view(pos, DType::i32, {N}),
+        view(inv_freq, DType::f32, {rotary_dim / 2}), rotary_dim, attn_factor, inverse);
+    set_head_rows(x, down(r, dt), row_stride);
   }
 
   // ---- attention ----
@@ -306,7 +300,7 @@ class PjrtBackend final : public Backend {
     const hlo::AttentionOut o =
         blocked(a) ? hlo::attention_forward_blocked(b(), hlo_args(a), qv, kv, vv, doc, kBlock)
                    : hlo::attention_forward(b(), hlo_args(a), qv, kv, vv, doc);
-    set_rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads, down(o.out, dt));
+    set_rows(out, a, a.out_row_stride, a.out_batch_stride, down(o.out, dt));
     set(lse, stat(o.lse, dt));
   }
   void attention_backward(DType dt, const AttentionArgs& a, void* dq, void* dk, void* dv,
@@ -314,12 +308,11 @@ class PjrtBackend final : public Backend {
                           const void* out, const void* lse) override {
     check_attention(a);
     const Value* doc = doc_start(a);
-    const Value d = rows(dout, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads);
+    const Value d = outview(dt, a, dout);
     const Value qv = up(qview(dt, a, q)), kv = up(kvview(dt, a, k)), vv = up(kvview(dt, a, v));
     const hlo::AttentionGrads g =
         blocked(a) ? hlo::attention_backward_blocked(
-                         b(), hlo_args(a), up(d), qv, kv, vv,
-                         up(rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads)),
+                         b(), hlo_args(a), up(d), qv, kv, vv, up(outview(dt, a, out)),
                          view(lse, stat_type(dt), {a.batch, a.num_heads, a.q_len}), doc, kBlock)
                    : hlo::attention_backward(b(), hlo_args(a), up(d), qv, kv, vv, doc);
     // The model's fused layout (rows of q|k|v): one dense write, so the program never reads the
@@ -336,9 +329,9 @@ class PjrtBackend final : public Backend {
       set(dq, b().concatenate({flat(g.dq, Q), flat(g.dk, KV), flat(g.dv, KV)}, 2));
       return;
     }
-    set_rows(dq, dt, a, a.q_row_stride, a.q_batch_stride, a.num_heads, down(g.dq, dt));
-    set_rows(dk, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads, down(g.dk, dt));
-    set_rows(dv, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads, down(g.dv, dt));
+    set_rows(dq, a, a.q_row_stride, a.q_batch_stride, down(g.dq, dt));
+    set_rows(dk, a, a.kv_row_stride, a.kv_batch_stride, down(g.dk, dt));
+    set_rows(dv, a, a.kv_row_stride, a.kv_batch_stride, down(g.dv, dt));
   }
 
   // ---- activations ----
@@ -771,10 +764,20 @@ class PjrtBackend final : public Backend {
   Value kvview(DType dt, const AttentionArgs& a, const void* k) {
     return rows(k, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads);
   }
-  void set_rows(void* p, DType dt, const AttentionArgs& a, int64_t row, int64_t batch, int H,
-                const Value& v) {
-    const int64_t HD = int64_t{H} * a.head_dim;
-    set(p, b().reshape(v, {a.batch, a.q_len, HD}), {batch, row, 1});
+  Value outview(DType dt, const AttentionArgs& a, const void* out) {
+    return rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads);
+  }
+  // v [B, T, H, D] written as rows / sequences `row` / `batch` elements apart.
+  void set_rows(void* p, const AttentionArgs& a, int64_t row, int64_t batch, const Value& v) {
+    set(p, b().reshape(v, {a.batch, a.q_len, v.dims[2] * v.dims[3]}), {batch, row, 1});
+  }
+
+  // x [N, H, D] from N token rows `row_stride` elements apart (RoPE, the q/k norm), and back.
+  Value head_rows(const void* p, DType dt, int64_t N, int64_t row_stride, int64_t H, int64_t D) {
+    return b().reshape(view(p, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
+  }
+  void set_head_rows(void* p, const Value& v, int64_t row_stride) {
+    set(p, b().reshape(v, {v.dims[0], v.dims[1] * v.dims[2]}), {row_stride, 1});
   }
 
  public:
