@@ -51,31 +51,18 @@ TEST_F(AttentionBlockedTest, MatchesCpuKernel) {
        {Case{2, 13, 4, 2, 8, 0, 0.0, false, 4}, Case{1, 23, 6, 2, 4, 5, 2.0, false, 8},
         Case{2, 20, 2, 2, 6, 0, 0.0, true, 6}, Case{1, 37, 4, 1, 8, 9, 3.0, true, 8},
         Case{2, 7, 2, 1, 4, 0, 0.0, false, 16}}) {
-    const int64_t B = c.B, T = c.T, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
-    const std::vector<float> q = uniform(B * T * Hq * D), k = uniform(B * T * Hkv * D),
-                             v = uniform(B * T * Hkv * D), dout = uniform(B * T * Hq * D);
-    const std::vector<int32_t> starts = c.docs ? documents(B, T) : std::vector<int32_t>(B * T, 0);
-    hlo::AttentionArgsHlo a;
-    a.scale = 1.0 / std::sqrt(double(D)), a.softcap = c.softcap, a.window = c.window;
-    StablehloBuilder b;
-    const auto pq = b.param(DType::f32, {B, T, Hq, D}), pk = b.param(DType::f32, {B, T, Hkv, D}),
-               pv = b.param(DType::f32, {B, T, Hkv, D}), pd = b.param(DType::f32, {B, T, Hq, D}),
-               ps = b.param(DType::i32, {B, T});
-    const hlo::Value* docs = c.docs ? &ps : nullptr;
-    const hlo::AttentionOut f = hlo::attention_forward_blocked(b, a, pq, pk, pv, docs, c.block);
-    const hlo::AttentionGrads g =
-        hlo::attention_backward_blocked(b, a, pd, pq, pk, pv, f.out, f.lse, docs, c.block);
-    b.ret({f.out, f.lse, g.dq, g.dk, g.dv});
-    PjrtBuffer bq = dev(q, {B, T, Hq, D}), bk = dev(k, {B, T, Hkv, D}), bv = dev(v, {B, T, Hkv, D}),
-               bd = dev(dout, {B, T, Hq, D});
-    PjrtBuffer bs = client_->to_device(starts.data(), DType::i32, {B, T});
-    std::vector<std::vector<float>> got;
-    for (PjrtBuffer& o :
-         client_->compile(b.text()).execute(std::vector<PjrtBuffer*>{&bq, &bk, &bv, &bd, &bs}))
-      got.push_back(o.to_host<float>());
-    expect_attention_matches_cpu(
-        got, B, T, Hq, Hkv, D, a.scale, c.softcap, c.window, c.docs ? starts.data() : nullptr, q, k,
-        v, dout, "T " + std::to_string(T) + " block " + std::to_string(c.block) + ": ");
+    const std::vector<int32_t> starts = c.docs ? documents(c.B, c.T) : std::vector<int32_t>();
+    const int64_t block = c.block;
+    check_attention(
+        c.B, c.T, c.Hq, c.Hkv, c.D, c.softcap, c.window, c.docs ? &starts : nullptr,
+        [block](StablehloBuilder& b, const hlo::AttentionArgsHlo& a, const HloValue& q,
+                const HloValue& k, const HloValue& v, const HloValue& d, const HloValue* doc) {
+          const hlo::AttentionOut f = hlo::attention_forward_blocked(b, a, q, k, v, doc, block);
+          const hlo::AttentionGrads g =
+              hlo::attention_backward_blocked(b, a, d, q, k, v, f.out, f.lse, doc, block);
+          return std::vector<HloValue>{f.out, f.lse, g.dq, g.dk, g.dv};
+        },
+        "T " + std::to_string(c.T) + " block " + std::to_string(c.block) + ": ");
   }
 }
 

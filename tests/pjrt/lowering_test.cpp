@@ -161,29 +161,17 @@ TEST_F(LoweringTest, AttentionForwardAndBackward) {
   };
   for (const Case& c : {Case{2, 9, 4, 2, 8, 0, 0.0, false}, Case{1, 11, 2, 1, 6, 3, 2.0, false},
                         Case{2, 10, 2, 2, 4, 0, 0.0, true}}) {
-    const int64_t B = c.B, T = c.T, Hq = c.Hq, Hkv = c.Hkv, D = c.D;
-    const std::vector<float> q = uniform(B * T * Hq * D), k = uniform(B * T * Hkv * D),
-                             v = uniform(B * T * Hkv * D), dout = uniform(B * T * Hq * D);
-    std::vector<int32_t> starts(B * T, 0);
-    if (c.docs)
-      for (int64_t i = 0; i < B * T; ++i) starts[i] = (i % T) >= T / 3 ? int32_t(T / 3) : 0;
-    hlo::AttentionArgsHlo a;
-    a.scale = 1.0 / std::sqrt(double(D)), a.softcap = c.softcap, a.window = c.window;
-    StablehloBuilder b;
-    const auto pq = b.param(DType::f32, {B, T, Hq, D}), pk = b.param(DType::f32, {B, T, Hkv, D}),
-               pv = b.param(DType::f32, {B, T, Hkv, D}), pd = b.param(DType::f32, {B, T, Hq, D}),
-               ps = b.param(DType::i32, {B, T});
-    const hlo::Value* docs = c.docs ? &ps : nullptr;
-    const hlo::AttentionOut f = hlo::attention_forward(b, a, pq, pk, pv, docs);
-    const hlo::AttentionGrads g = hlo::attention_backward(b, a, pd, pq, pk, pv, docs);
-    b.ret({f.out, f.lse, g.dq, g.dk, g.dv});
-    PjrtBuffer bq = dev(q, {B, T, Hq, D}), bk = dev(k, {B, T, Hkv, D}), bv = dev(v, {B, T, Hkv, D}),
-               bd = dev(dout, {B, T, Hq, D});
-    PjrtBuffer bs = client_->to_device(starts.data(), DType::i32, {B, T});
-    const auto got = run(b, {&bq, &bk, &bv, &bd, &bs});
-    expect_attention_matches_cpu(got, B, T, Hq, Hkv, D, a.scale, c.softcap, c.window,
-                                 c.docs ? starts.data() : nullptr, q, k, v, dout,
-                                 "attention T " + std::to_string(T) + ": ");
+    std::vector<int32_t> starts(c.B * c.T, 0);
+    for (int64_t i = 0; i < c.B * c.T; ++i) starts[i] = (i % c.T) >= c.T / 3 ? int32_t(c.T / 3) : 0;
+    check_attention(
+        c.B, c.T, c.Hq, c.Hkv, c.D, c.softcap, c.window, c.docs ? &starts : nullptr,
+        [](StablehloBuilder& b, const hlo::AttentionArgsHlo& a, const HloValue& q,
+           const HloValue& k, const HloValue& v, const HloValue& d, const HloValue* doc) {
+          const hlo::AttentionOut f = hlo::attention_forward(b, a, q, k, v, doc);
+          const hlo::AttentionGrads g = hlo::attention_backward(b, a, d, q, k, v, doc);
+          return std::vector<HloValue>{f.out, f.lse, g.dq, g.dk, g.dv};
+        },
+        "attention T " + std::to_string(c.T) + ": ");
   }
 }
 

@@ -17,6 +17,7 @@
 #include "backend/pjrt/pjrt_backend.h"
 #include "core/rng.h"
 #include "model/transformer.h"
+#include "pjrt_test_util.h"
 
 namespace lmt {
 namespace {
@@ -81,16 +82,6 @@ Outputs run(Backend& be, const ModelConfig& cfg, const Mode& s) {
   return o;
 }
 
-// max |got - want| / max |want| over one parameter.
-double rel(const float* got, const float* want, int64_t n) {
-  double err = 0, ref = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    err = std::max(err, std::fabs(double{got[i]} - want[i]));
-    ref = std::max(ref, std::fabs(double{want[i]}));
-  }
-  return ref > 0 ? err / ref : err;
-}
-
 class ModelParity : public testing::TestWithParam<Variant> {};
 
 TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
@@ -111,19 +102,18 @@ TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
     EXPECT_NEAR(got.loss.sum, want.loss.sum, 1e-5 * std::fabs(want.loss.sum));
     Transformer shape(cpu.get(), cfg, DType::f32);
     if (s.lora) {
-      EXPECT_LT(rel(got.grads.data(), want.grads.data(), static_cast<int64_t>(got.grads.size())),
-                1e-5)
+      EXPECT_LT(test::max_rel_diff(got.grads.data(), want.grads.data(), got.grads.size()), 1e-5)
           << "LoRA gradients";
     } else {
       for (const ParamInfo& p : shape.params())
-        EXPECT_LT(rel(&got.grads[p.offset], &want.grads[p.offset], p.numel()), 1e-5) << p.name;
+        EXPECT_LT(test::max_rel_diff(&got.grads[p.offset], &want.grads[p.offset],
+                                     static_cast<size_t>(p.numel())),
+                  1e-5)
+            << p.name;
     }
-    double err = 0, ref = 0;
-    for (size_t i = 0; i < want.logits.size(); ++i) {
-      err = std::max(err, std::fabs(got.logits[i] - want.logits[i]));
-      ref = std::max(ref, std::fabs(want.logits[i]));
-    }
-    EXPECT_LT(err, 1e-5 * ref) << "logits";
+    ASSERT_EQ(got.logits.size(), want.logits.size());
+    EXPECT_LT(test::max_rel_diff(got.logits.data(), want.logits.data(), want.logits.size()), 1e-5)
+        << "logits";
     const PjrtBackendStats st = pjrt_backend_stats(*pjrt);
     EXPECT_GT(st.programs_run, 0);
     std::printf("%s: %lld programs run, %lld compiled in %.2f s\n", name.c_str(),

@@ -10,12 +10,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/pjrt/lowering.h"
 #include "backend/pjrt/pjrt_client.h"
 #include "core/error.h"
 
@@ -69,6 +71,18 @@ inline void expect_near_all(const std::vector<float>& got, const std::vector<dou
                      << ", want " << want[worst];
 }
 
+// max |got - want| / max |want| over n elements (the largest error relative to the largest
+// reference value).
+template <class A, class B>
+double max_rel_diff(const A* got, const B* want, size_t n) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    err = std::max(err, std::fabs(double(got[i]) - double(want[i])));
+    ref = std::max(ref, std::fabs(double(want[i])));
+  }
+  return ref > 0 ? err / ref : err;
+}
+
 // The lowering tests' base: arrays to the device, and the comparison with the CPU backend's
 // kernel (within 2e-5 of the largest element: float32 rounding of equivalent orders).
 class LoweringFixture : public PjrtTest {
@@ -86,22 +100,41 @@ class LoweringFixture : public PjrtTest {
     expect_near_all(got, std::vector<double>(want.begin(), want.end()),
                     std::vector<double>(want.size(), scale), 2e-5, what + ", " + seed_note());
   }
-  // got: out, lse, dq, dk, dv of a lowering, for q [B,T,Hq,D], k and v [B,T,Hkv,D]; each against
-  // the CPU backend's attention kernel on the same inputs.
-  void expect_attention_matches_cpu(const std::vector<std::vector<float>>& got, int64_t B,
-                                    int64_t T, int64_t Hq, int64_t Hkv, int64_t D, double scale,
-                                    double softcap, int64_t window, const int32_t* doc_start,
-                                    const std::vector<float>& q, const std::vector<float>& k,
-                                    const std::vector<float>& v, const std::vector<float>& dout,
-                                    const std::string& name) {
+  // One attention lowering on fresh random q [B,T,Hq,D], k and v [B,T,Hkv,D] and dout: `build`
+  // appends forward and backward to a program whose params are q, k, v, dout and the document
+  // starts (doc: null when the case has none) and returns out, lse, dq, dk, dv, each compared
+  // with the CPU backend's kernel. starts: [B,T], or null for no document masking.
+  using AttentionBuild = std::function<std::vector<HloValue>(
+      StablehloBuilder&, const hlo::AttentionArgsHlo&, const HloValue& q, const HloValue& k,
+      const HloValue& v, const HloValue& dout, const HloValue* doc)>;
+  void check_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t D, double softcap,
+                       int64_t window, const std::vector<int32_t>* starts,
+                       const AttentionBuild& build, const std::string& name) {
+    const std::vector<float> q = uniform(B * T * Hq * D), k = uniform(B * T * Hkv * D),
+                             v = uniform(B * T * Hkv * D), dout = uniform(B * T * Hq * D);
+    const std::vector<int32_t> doc = starts ? *starts : std::vector<int32_t>(B * T, 0);
+    hlo::AttentionArgsHlo a;
+    a.scale = 1.0 / std::sqrt(double(D)), a.softcap = softcap, a.window = window;
+    StablehloBuilder b;
+    const auto pq = b.param(DType::f32, {B, T, Hq, D}), pk = b.param(DType::f32, {B, T, Hkv, D}),
+               pv = b.param(DType::f32, {B, T, Hkv, D}), pd = b.param(DType::f32, {B, T, Hq, D}),
+               ps = b.param(DType::i32, {B, T});
+    b.ret(build(b, a, pq, pk, pv, pd, starts ? &ps : nullptr));
+    PjrtBuffer bq = dev(q, {B, T, Hq, D}), bk = dev(k, {B, T, Hkv, D}), bv = dev(v, {B, T, Hkv, D}),
+               bd = dev(dout, {B, T, Hq, D}), bs = dev_i32(doc, {B, T});
+    std::vector<std::vector<float>> got;
+    for (PjrtBuffer& o :
+         client_->compile(b.text()).execute(std::vector<PjrtBuffer*>{&bq, &bk, &bv, &bd, &bs}))
+      got.push_back(o.to_host<float>());
+
     AttentionArgs args;
     args.batch = B, args.q_len = T, args.kv_len = T, args.num_heads = int(Hq),
     args.num_kv_heads = int(Hkv), args.head_dim = int(D);
     args.q_row_stride = Hq * D, args.q_batch_stride = T * Hq * D;
     args.kv_row_stride = Hkv * D, args.kv_batch_stride = T * Hkv * D;
     args.out_row_stride = Hq * D, args.out_batch_stride = T * Hq * D;
-    args.scale = scale, args.softcap = softcap, args.window = window;
-    args.doc_start = doc_start;
+    args.scale = a.scale, args.softcap = softcap, args.window = window;
+    args.doc_start = starts ? doc.data() : nullptr;
     std::vector<float> out(q.size()), lse(B * Hq * T), dq(q.size()), dk(k.size()), dv(v.size());
     cpu_.attention_forward(DType::f32, args, out.data(), lse.data(), q.data(), k.data(), v.data());
     cpu_.attention_backward(DType::f32, args, dq.data(), dk.data(), dv.data(), dout.data(),

@@ -20,6 +20,7 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"
+#include "pjrt_test_util.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -165,12 +166,8 @@ TEST(PjrtLongSequence, OneTrainingStepAt32768Tokens) {
   };
   const Out cpu = step("cpu"), pjrt = step("pjrt");
   EXPECT_NEAR(pjrt.loss, cpu.loss, 1e-5 * cpu.loss);
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < cpu.w.size(); ++i) {
-    err = std::max(err, std::fabs(double{pjrt.w[i]} - cpu.w[i]));
-    ref = std::max(ref, std::fabs(double{cpu.w[i]}));
-  }
-  EXPECT_LT(err, 1e-5 * ref) << "weights after the step";
+  EXPECT_LT(test::max_rel_diff(pjrt.w.data(), cpu.w.data(), cpu.w.size()), 1e-5)
+      << "weights after the step";
 }
 
 TEST(PjrtPlugin, MissingOrNotAPluginIsOneErrorNamingIt) {
