@@ -319,7 +319,7 @@ class Transformer {
   Buffer lora_weights_, lora_grads_;
   Buffer lora_scratch_;  // u = x A^T and its gradient, [N, rank] each, grown on demand
   Buffer grad_sink_;     // 2 x [max(C, D)]
-  Buffer loss_acc_;      // device f64: the loss sum of one forward
+  Buffer loss_acc_;      // device f64: the loss sum since zero_grads() or the last read_loss pass
   uint64_t dropout_seed_ = 0, dropout_micro_ = 0;
   bool training_ = false;  // inside forward_backward
 };
