@@ -239,6 +239,7 @@ std::vector<std::string> logged_values(const fs::path& out) {
 
 // What a kill interrupted, read from what it left in the run directory.
 std::string left_behind(const fs::path& out) {
+  if (!fs::exists(out)) return "nothing (killed before it made the run directory)";
   std::vector<std::string> ckpts, partial;
   const fs::path root = out / "checkpoints";
   if (fs::exists(root))
