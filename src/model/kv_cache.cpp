@@ -44,6 +44,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   be_->from_host(ids_d.data(), ids, sizeof(int32_t) * n);
   be_->from_host(pos_d.data(), pos.data(), sizeof(int32_t) * n);
   set_rope(past + n);
+  sync_compute_weights();
   Buffer x(be_, e(n * C)), scratch(be_, e(n * C)), arena;
   const LayerActs a = alloc_layer_acts(arena, n);
   embed(x.data(), ids_d.as<int32_t>(), pos_d.as<int32_t>(), scratch.data(), n);
@@ -64,8 +65,9 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   }
   cache.length += n;
   // Only the last position's logits are needed.
-  Buffer h(be_, e(C)), stats(be_, e(2));
-  final_norm(h.data(), stats.data(), at(stats.data(), 1), at(x.data(), (n - 1) * C), 1);
+  Buffer h(be_, e(C)), stats(be_, 2 * ss_);
+  final_norm(h.data(), stats.data(), static_cast<char*>(stats.data()) + ss_,
+             at(x.data(), (n - 1) * C), 1);
   Buffer logits(be_, e(V));
   head_forward(h.data(), logits.data(), 1);
   const std::vector<double> out = host_logits(logits.data(), V);

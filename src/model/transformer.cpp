@@ -63,13 +63,20 @@ class ArenaCarver {
 // ---- construction and the activation arena ----
 
 Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
-    : be_(be), cfg_(cfg), dt_(dt), es_(dtype_size(dt)), base_dt_(dt) {
+    : be_(be),
+      cfg_(cfg),
+      dt_(dt),
+      es_(dtype_size(dt)),
+      ss_(dtype_size(dt)),
+      sdt_(dt),
+      ses_(dtype_size(dt)),
+      base_dt_(dt) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
   tr_ = cfg_.traits();
   dims_ = dims_of(cfg_);
   build_layout();
-  weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
+  weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * ses_);
   set_rope(0);  // the gradient buffer comes with the first backward (none for a frozen base)
 }
 
@@ -112,22 +119,66 @@ void* Transformer::at(void* base, int64_t elems) const {
   return static_cast<char*>(base) + static_cast<size_t>(elems) * es_;
 }
 
+void* Transformer::sat(void* base, int64_t elems) const {
+  return static_cast<char*>(base) + static_cast<size_t>(elems) * ses_;
+}
+
+void Transformer::set_compute_dtype(DType dt) {
+  if (dt == dt_) return;
+  plan_.reset();  // activations change size
+  cw_ = Buffer(), cg_ = Buffer(), clw_ = Buffer(), clg_ = Buffer();
+  if (dt == sdt_) {
+    dt_ = dt, es_ = ss_ = ses_;
+    return;
+  }
+  LMT_CHECK(dt == DType::bf16 && sdt_ == DType::f32 && !base_staged(),
+            "set_compute_dtype: mixed precision computes in bf16 from an f32 model whose base is "
+            "not held in bf16");
+  dt_ = dt;
+  es_ = dtype_size(dt);
+  ss_ = sizeof(float);
+  cw_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
+  if (grads_.data()) cg_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
+  if (has_lora()) {
+    clw_ = Buffer(be_, static_cast<size_t>(lora_.flat_size) * es_);
+    clg_ = Buffer(be_, static_cast<size_t>(lora_.flat_size) * es_);
+  }
+}
+
+void Transformer::sync_compute_weights() {
+  if (!mixed()) return;
+  be_->convert(dt_, cw_.data(), sdt_, weights_.data(), flat_size_);
+  if (has_lora()) be_->convert(dt_, clw_.data(), sdt_, lora_weights_.data(), lora_.flat_size);
+}
+
+void Transformer::fold_compute_grads() {
+  if (!mixed()) return;
+  const bool lora = has_lora();
+  const int64_t n = lora ? lora_.flat_size : flat_size_;
+  const Buffer wide(be_, static_cast<size_t>(n) * ses_);
+  be_->convert(sdt_, wide.data(), dt_, lora ? clg_.data() : cg_.data(), n);
+  be_->accumulate(sdt_, lora ? lora_grads_.data() : grads_.data(), wide.data(), n);
+  be_->discard(wide.data());
+}
+
 Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
   return plan_->sets[plan_->checkpointing ? 0 : static_cast<size_t>(l)];
 }
 
 void Transformer::ensure_grads() {
-  if (!has_lora() && !grads_.data()) grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
+  if (has_lora()) return;
+  if (!grads_.data()) grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * ses_);
+  if (mixed() && !cg_.data()) cg_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
 }
 
 void Transformer::zero_grads() {
   ensure_grads();
   be_->zero(loss_acc(), sizeof(double));
   if (has_lora()) {
-    be_->zero(lora_grads_.data(), static_cast<size_t>(lora_.flat_size) * es_);
+    be_->zero(lora_grads_.data(), static_cast<size_t>(lora_.flat_size) * ses_);
     be_->zero(grad_sink_.data(), grad_sink_.bytes());
   } else {
-    be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * es_);
+    be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * ses_);
   }
 }
 
@@ -148,27 +199,28 @@ namespace {
 template <class Acts>
 Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_t B, int64_t T,
                  int64_t C, int64_t Q, int64_t QKV, int64_t G, int64_t F, int Hq, int Hkv,
-                 size_t es) {
+                 size_t es, size_t ss) {
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
+  auto st = [&](int64_t n) { return static_cast<size_t>(n) * ss; };  // saved statistics
   Acts a{};
   a.h1 = c.take(e(N * C));
-  a.mean1 = t.layernorm ? c.take(e(N)) : nullptr;
-  a.rstd1 = c.take(e(N));
+  a.mean1 = t.layernorm ? c.take(st(N)) : nullptr;
+  a.rstd1 = c.take(st(N));
   a.qkv_raw = t.qk_norm ? c.take(e(N * QKV)) : nullptr;
-  a.qk_rstd = t.qk_norm ? c.take(e(N * (Hq + Hkv))) : nullptr;
+  a.qk_rstd = t.qk_norm ? c.take(st(N * (Hq + Hkv))) : nullptr;
   a.qkv = c.take(e(N * QKV));
   a.att = c.take(e(N * Q));
-  a.lse = c.take(e(B * Hq * T));
+  a.lse = c.take(st(B * Hq * T));
   a.o_raw = t.sandwich_norms ? c.take(e(N * C)) : nullptr;
-  a.rstd_pa = t.sandwich_norms ? c.take(e(N)) : nullptr;
+  a.rstd_pa = t.sandwich_norms ? c.take(st(N)) : nullptr;
   a.x_mid = c.take(e(N * C));
   a.h2 = c.take(e(N * C));
-  a.mean2 = t.layernorm ? c.take(e(N)) : nullptr;
-  a.rstd2 = c.take(e(N));
+  a.mean2 = t.layernorm ? c.take(st(N)) : nullptr;
+  a.rstd2 = c.take(st(N));
   a.gu = c.take(e(N * G));
   a.a = c.take(e(N * F));
   a.m_raw = t.sandwich_norms ? c.take(e(N * C)) : nullptr;
-  a.rstd_pf = t.sandwich_norms ? c.take(e(N)) : nullptr;
+  a.rstd_pf = t.sandwich_norms ? c.take(st(N)) : nullptr;
   return a;
 }
 
@@ -177,10 +229,11 @@ Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_
 // The arena's layout: one function carves it, for measuring (base 0) and for the real plan.
 template <class PlanT, class Acts, class DimsT>
 static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const DimsT& d, size_t es,
-                       int64_t B, int64_t T, bool checkpointing, int64_t chunk) {
+                       size_t ss, int64_t B, int64_t T, bool checkpointing, int64_t chunk) {
   const ModelConfig::Traits t = cfg.traits();
   const int64_t N = B * T, L = cfg.num_hidden_layers, C = d.C;
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
+  auto st = [&](int64_t n) { return static_cast<size_t>(n) * ss; };
   auto* ints = static_cast<int32_t*>(c.take(3 * sizeof(int32_t) * N));
   p.ids = ints;
   p.labels = ints ? ints + N : nullptr;
@@ -188,10 +241,11 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
   for (int64_t l = 0; l <= L; ++l) p.res.push_back(c.take(e(N * C)));
   const int64_t sets = checkpointing ? 1 : L;
   for (int64_t s = 0; s < sets; ++s)
-    p.sets.push_back(carve_layer<Acts>(c, t, N, B, T, C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es));
+    p.sets.push_back(
+        carve_layer<Acts>(c, t, N, B, T, C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es, ss));
   p.hf = c.take(e(N * C));
-  p.meanf = t.layernorm ? c.take(e(N)) : nullptr;
-  p.rstdf = c.take(e(N));
+  p.meanf = t.layernorm ? c.take(st(N)) : nullptr;
+  p.rstdf = c.take(st(N));
   p.dx = c.take(e(N * C));
   p.dh = c.take(e(N * C));
   p.dqkv = c.take(e(N * d.QKV));
@@ -199,16 +253,16 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
   p.dgu = c.take(e(N * d.G));
   p.da = c.take(e(N * d.F));
   p.logits = c.take(e(chunk * cfg.vocab_size));
-  p.losses = c.take(e(chunk));
+  p.losses = c.take(st(chunk));
 }
 
 Transformer::LayerActs Transformer::alloc_layer_acts(Buffer& arena, int64_t n) const {
   const Dims& d = dims_;
   ArenaCarver measure(0);
-  carve_layer<LayerActs>(measure, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_);
+  carve_layer<LayerActs>(measure, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_, ss_);
   arena = Buffer(be_, measure.used());
   ArenaCarver c(reinterpret_cast<uintptr_t>(arena.data()));
-  return carve_layer<LayerActs>(c, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_);
+  return carve_layer<LayerActs>(c, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_, ss_);
 }
 
 size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
@@ -218,7 +272,9 @@ size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B
   const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), B * T);
   ArenaCarver carver(0);
   Plan p;
-  carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), B, T, checkpointing, chunk);
+  const size_t stat = dt == DType::f64 ? sizeof(double) : sizeof(float);
+  carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), stat, B, T, checkpointing,
+                              chunk);
   return carver.used();
 }
 
@@ -238,7 +294,7 @@ void Transformer::plan(int64_t B, int64_t T) {
   p->arena = Buffer(be_, p->bytes);
   p->chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), p->N);
   ArenaCarver c(reinterpret_cast<uintptr_t>(p->arena.data()));
-  carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, B, T, checkpointing_, p->chunk);
+  carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, ss_, B, T, checkpointing_, p->chunk);
   LMT_CHECK(c.used() == p->bytes, "activation plan size mismatch");
   plan_ = std::move(p);
 }
@@ -342,8 +398,8 @@ void Transformer::lora_forward(const std::vector<int>& ids, const void* x, void*
   void* xd = at(u, 2 * N * r);
   for (int id : ids) {
     const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
-    const void* A = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.a)].offset);
-    const void* B = at(lora_weights_.data(), lora_.params[static_cast<size_t>(t.b)].offset);
+    const void* A = at(run_lora(), lora_.params[static_cast<size_t>(t.a)].offset);
+    const void* B = at(run_lora(), lora_.params[static_cast<size_t>(t.b)].offset);
     const void* xin = x;
     if (lora_dropping()) {
       be_->dropout(dt_, xd, x, N * in, lora_spec_.dropout, dropout_seed_, dropout_stream(id));
@@ -368,8 +424,8 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
     const LoraTarget& t = lora_.targets[static_cast<size_t>(id)];
     const int64_t a_off = lora_.params[static_cast<size_t>(t.a)].offset;
     const int64_t b_off = lora_.params[static_cast<size_t>(t.b)].offset;
-    const void* A = at(lora_weights_.data(), a_off);
-    const void* B = at(lora_weights_.data(), b_off);
+    const void* A = at(run_lora(), a_off);
+    const void* B = at(run_lora(), b_off);
     const void* dyt = at(const_cast<void*>(dy), t.module.out_offset);
     const int64_t out = t.module.out;
     const bool drop = lora_dropping();
@@ -379,10 +435,9 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
       xin = xd;
     }
     be_->gemm(dt_, false, true, N, r, in, 1.0, xin, in, A, in, 0.0, u, r);
-    be_->gemm(dt_, true, false, out, r, N, s, dyt, ldy, u, r, 1.0, at(lora_grads_.data(), b_off),
-              r);
+    be_->gemm(dt_, true, false, out, r, N, s, dyt, ldy, u, r, 1.0, at(run_lora_grads(), b_off), r);
     be_->gemm(dt_, false, false, N, r, out, s, dyt, ldy, B, r, 0.0, du, r);
-    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, xin, in, 1.0, at(lora_grads_.data(), a_off),
+    be_->gemm(dt_, true, false, r, in, N, 1.0, du, r, xin, in, 1.0, at(run_lora_grads(), a_off),
               in);
     if (drop) {  // xd is read for the last time above; it now holds du A through the mask
       be_->gemm(dt_, false, false, N, in, r, 1.0, du, r, A, in, 0.0, xd, in);
@@ -418,7 +473,7 @@ void Transformer::norm_backward(const void* w, void* dw, void* db, void* dx, con
 void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void* scratch,
                         int64_t N) {
   const int64_t C = dims_.C;
-  if (base_dt_ != dt_ && !saved(embed_)) {  // gather rows of a bf16 base, then convert them
+  if (base_staged() && !saved(embed_)) {  // gather rows of a bf16 base, then convert them
     be_->embedding_forward(base_dt_, scratch, ids,
                            base_at(params_[static_cast<size_t>(embed_)].offset), N, C);
     be_->convert(dt_, out, base_dt_, scratch, N * C);
@@ -460,7 +515,7 @@ void Transformer::block_qkv(int64_t l, const LayerWeights& w, const LayerActs& a
     be_->copy(a.qkv_raw, a.qkv, static_cast<size_t>(N * d.QKV) * es_);
     be_->head_rmsnorm_forward(dt_, a.qkv, a.qk_rstd, a.qkv_raw, w.q_norm, N, d.QKV, d.Hq, d.D,
                               cfg_.rms_norm_eps, tr_.norm_offset);
-    be_->head_rmsnorm_forward(dt_, at(a.qkv, d.Q), at(a.qk_rstd, N * d.Hq), at(a.qkv_raw, d.Q),
+    be_->head_rmsnorm_forward(dt_, at(a.qkv, d.Q), stat_at(a.qk_rstd, N * d.Hq), at(a.qkv_raw, d.Q),
                               w.k_norm, N, d.QKV, d.Hkv, d.D, cfg_.rms_norm_eps, tr_.norm_offset);
   }
   if (!tr_.learned_positions) {
@@ -564,7 +619,7 @@ void Transformer::layer_backward(int64_t l) {
     be_->head_rmsnorm_backward(dt_, p.dqkv, grad_sink(g.q_norm), p.dqkv, a.qkv_raw, w.q_norm,
                                a.qk_rstd, N, d.QKV, d.Hq, d.D, tr_.norm_offset);
     be_->head_rmsnorm_backward(dt_, at(p.dqkv, d.Q), grad_sink(g.k_norm, 1), at(p.dqkv, d.Q),
-                               at(a.qkv_raw, d.Q), w.k_norm, at(a.qk_rstd, N * d.Hq), N, d.QKV,
+                               at(a.qkv_raw, d.Q), w.k_norm, stat_at(a.qk_rstd, N * d.Hq), N, d.QKV,
                                d.Hkv, d.D, tr_.norm_offset);
   }
   linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV,
@@ -607,7 +662,7 @@ void Transformer::forward_trunk() {
 template <class F>
 void Transformer::for_head_blocks(F&& f) {
   const int64_t C = dims_.C, V = dims_.V, offset = params_[static_cast<size_t>(head_)].offset;
-  if (base_dt_ == dt_ || saved(head_))
+  if (!base_staged() || saved(head_))
     return f(static_cast<const void*>(param_ptr(head_, false)), 0, V);
   for (int64_t v0 = 0; v0 < V; v0 += head_rows_) {
     const int64_t rows = std::min(head_rows_, V - v0);
@@ -647,7 +702,7 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
     head_forward(at(p.hf, s * C), p.logits, n);
     be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, dims_.V, kIgnoreIndex,
                        backward ? grad_scale : 0.0, cfg_.final_logit_softcapping);
-    be_->sum(dt_, acc, p.losses, n);
+    be_->sum(dt_ == DType::f64 ? DType::f64 : DType::f32, acc, p.losses, n);  // losses: f32 or f64
     if (backward) {
       head_backward_input(p.logits, at(p.dh, s * C), n);
       if (gw)
@@ -672,7 +727,8 @@ double Transformer::take_loss_sum() {
 }
 
 void Transformer::discard_scratch() {
-  for (const Buffer* b : {&plan_->arena, &lora_scratch_, &staging_, &grad_sink_})
+  for (const Buffer* b : {&plan_->arena, &lora_scratch_, &staging_, &grad_sink_, &cw_, &cg_, &clw_,
+                          &clg_})  // mixed precision: each pass remakes its compute copies
     if (b->data()) be_->discard(b->data());
 }
 
@@ -683,6 +739,11 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   if (read_loss) be_->zero(loss_acc(), sizeof(double));
   ensure_grads();
   upload_batch(ids, labels, B, T, packing);
+  if (mixed()) {  // this pass's gradients start from zero; fold_compute_grads adds them up
+    sync_compute_weights();
+    be_->zero(has_lora() ? run_lora_grads() : run_grads(),
+              static_cast<size_t>(trainable_flat_size()) * es_);
+  }
   struct Training {  // LoRA dropout applies inside this call only, whatever leaves it
     bool& on;
     explicit Training(bool& f) : on(f) { on = true; }
@@ -700,6 +761,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
     layer_backward(l);
   }
   embed_backward(p.dx, p.ids, p.pos, p.N);
+  fold_compute_grads();
   discard_scratch();
   loss.sum = read_loss ? take_loss_sum() : std::nan("");
   return loss;
@@ -709,6 +771,7 @@ LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int
                                   const Packing* packing) {
   be_->zero(loss_acc(), sizeof(double));
   upload_batch(ids, labels, B, T, packing);
+  sync_compute_weights();
   forward_trunk();
   LossSum loss = head_loss(false, 0.0);
   discard_scratch();
@@ -721,9 +784,9 @@ std::vector<double> Transformer::host_logits(const void* logits, int64_t n) cons
   if (dt_ == DType::f64) {
     be_->to_host(out.data(), logits, out.size() * 8);
   } else {
-    std::vector<float> f(out.size());
-    be_->to_host(f.data(), logits, f.size() * 4);
-    std::copy(f.begin(), f.end(), out.begin());
+    std::vector<uint8_t> raw(out.size() * es_);
+    be_->to_host(raw.data(), logits, raw.size());
+    for (int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = load_element(dt_, raw.data(), i);
   }
   const double cap = cfg_.final_logit_softcapping;  // gemma2
   if (cap > 0)
@@ -734,6 +797,7 @@ std::vector<double> Transformer::host_logits(const void* logits, int64_t n) cons
 std::vector<double> Transformer::forward_logits(const int32_t* ids, int64_t B, int64_t T,
                                                 const Packing* packing) {
   upload_batch(ids, nullptr, B, T, packing);
+  sync_compute_weights();
   forward_trunk();
   const Plan& p = *plan_;
   const int64_t V = cfg_.vocab_size;

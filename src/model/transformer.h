@@ -38,14 +38,25 @@ class Transformer {
  public:
   static constexpr int32_t kIgnoreIndex = -100;  // = kNoLabel of data/packing.h
 
-  // dt: f32 for training on the CPU, f64 for gradient checks.
+  // dt: f32 for training on the CPU, f64 for gradient checks. It is the dtype of the weights,
+  // gradients and adapters the model holds (what checkpoints, loaders and the optimizer see),
+  // and the dtype it computes in unless set_compute_dtype() changes that.
   Transformer(Backend* be, const ModelConfig& cfg, DType dt = DType::f32);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
-  DType dtype() const { return dt_; }
+  DType dtype() const { return sdt_; }         // of the weights, gradients and adapters held
+  DType compute_dtype() const { return dt_; }  // of the kernels and activations
+  // Mixed precision (train.precision: bf16): the model computes in `dt` (bf16; activations,
+  // matrix products with f32 accumulation, per-layer gradients) from a copy of the f32 weights
+  // made at the start of every forward pass, and each backward adds its bf16 gradients, widened,
+  // into the f32 gradient buffer. So the weights, gradients, adapters, optimizer and checkpoints
+  // stay f32 (the master copy), and an update smaller than bf16's resolution is not lost. `dt`
+  // equal to dtype() turns it off. Needs an f32 model whose base is not held in bf16
+  // (set_base_dtype), and a backend with bf16 kernels (pjrt; the CPU backend has none).
+  void set_compute_dtype(DType dt);
   Backend* backend() const { return be_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ParamInfo& param(const std::string& name) const;
@@ -136,7 +147,8 @@ class Transformer {
                                      const Packing* packing = nullptr);
 
   // The same model (config, weights, adapters, base dtype) on another backend, copied through the
-  // host: generation for a model trained where incremental decoding is not available.
+  // host: generation for a model trained where incremental decoding is not available. The copy
+  // computes in dtype() (a mixed-precision model's copy runs on its f32 weights).
   std::unique_ptr<Transformer> clone(Backend* be) const;
 
   // Generation with a KV cache (batch 1). feed() runs n new tokens at positions
@@ -284,17 +296,37 @@ class Transformer {
   AttentionArgs attention_args(int64_t l, int64_t B, int64_t T) const;
   // n logits of the backend's buffer on the host as f64, soft-capped where the family caps them.
   std::vector<double> host_logits(const void* logits, int64_t n) const;
-  void* at(void* base, int64_t elems) const;
+  void* at(void* base, int64_t elems) const;        // elems of the compute dtype after base
+  void* sat(void* base, int64_t elems) const;       // elems of the held dtype after base
+  void* stat_at(void* base, int64_t elems) const {  // elems of saved statistics after base
+    return static_cast<char*>(base) + static_cast<size_t>(elems) * ss_;
+  }
+  bool mixed() const { return dt_ != sdt_; }
+  bool base_staged() const { return base_dt_ != sdt_; }  // a bf16 base of an f32 model
+  // What the kernels read and write: the compute copies when mixed, else the held buffers.
+  void* run_weights() const { return (mixed() ? cw_ : weights_).data(); }
+  void* run_grads() const { return (mixed() ? cg_ : grads_).data(); }
+  void* run_lora() const { return (mixed() ? clw_ : lora_weights_).data(); }
+  void* run_lora_grads() const { return (mixed() ? clg_ : lora_grads_).data(); }
+  // Mixed precision: the compute copies of the weights (and adapters) from the held ones, at the
+  // start of a forward pass; and after a backward, its gradients widened into the held ones.
+  void sync_compute_weights();
+  void fold_compute_grads();
 
   Backend* be_;
   ModelConfig cfg_;
-  DType dt_;
-  size_t es_;  // element size of dt_
+  DType dt_;    // compute dtype
+  size_t es_;   // element size of dt_
+  size_t ss_;   // element size of saved statistics (rstd, mean, lse, losses): f64 or f32
+  DType sdt_;   // dtype of the held weights, gradients and adapters
+  size_t ses_;  // element size of sdt_
   Dims dims_;
   std::vector<ParamInfo> params_;
   int64_t flat_size_ = 0;
   Buffer weights_, grads_;
-  DType base_dt_;                                         // dtype of weights_
+  Buffer cw_, cg_, clw_, clg_;  // mixed precision: compute copies of weights_, grads_ and the
+                                // adapters' (lora_weights_, lora_grads_)
+  DType base_dt_;               // dtype of weights_
   std::vector<std::pair<int64_t, int64_t>> layer_range_;  // per layer [begin, end) in weights_
   Buffer staging_;  // bf16 base: one layer's weights, or a block of head rows, in f32
   Buffer small_;    // bf16 base: f32 copies of the final norm and position table

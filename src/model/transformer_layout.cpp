@@ -26,11 +26,16 @@ Transformer::Dims Transformer::dims_of(const ModelConfig& c) {
   const int Hq = static_cast<int>(c.num_attention_heads), Hkv = static_cast<int>(c.kv_heads());
   const int D = static_cast<int>(c.head_size());
   const int64_t G = c.traits().gated_mlp ? 2 * c.intermediate_size : c.intermediate_size;
-  return Dims{c.hidden_size,       c.intermediate_size,
-              c.vocab_size,        int64_t{Hq} * D,
-              int64_t{Hkv} * D,    int64_t{Hq + 2 * Hkv} * D,
-              G,                   Hq,
-              Hkv,                 D};
+  return Dims{c.hidden_size,
+              c.intermediate_size,
+              c.vocab_size,
+              int64_t{Hq} * D,
+              int64_t{Hkv} * D,
+              int64_t{Hq + 2 * Hkv} * D,
+              G,
+              Hq,
+              Hkv,
+              D};
 }
 
 std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t* flat_size) {
@@ -150,12 +155,11 @@ void Transformer::build_layout() {
 }
 
 void* Transformer::param_ptr(int index, bool grads) const {
-  void* base = grads ? grads_.data() : weights_.data();
+  void* base = grads ? run_grads() : run_weights();
   if (saved(index))
-    return at(grads ? lora_grads_.data() : lora_weights_.data(),
-              saved_at_[static_cast<size_t>(index)]);
+    return at(grads ? run_lora_grads() : run_lora(), saved_at_[static_cast<size_t>(index)]);
   if (index < 0 || !base) return nullptr;  // no such parameter, or a frozen base's gradient
-  if (!grads && base_dt_ != dt_) {  // a bf16 base: only the f32 copies are addressed directly
+  if (!grads && base_staged()) {  // a bf16 base: only the f32 copies are addressed directly
     const int64_t off = small_at_[static_cast<size_t>(index)];
     LMT_CHECK(off >= 0, "param_ptr: " + params_[static_cast<size_t>(index)].name +
                             " of a bf16 base is read through staging");
@@ -224,8 +228,9 @@ size_t Transformer::base_bytes(const ModelConfig& cfg, DType base_dt) {
 
 void Transformer::set_base_dtype(DType dt, int64_t head_block_rows) {
   if (dt == base_dt_) return;
-  LMT_CHECK(dt == DType::bf16 && dt_ == DType::f32 && has_lora(),
-            "set_base_dtype: a bf16 base needs an f32 model with adapters (a frozen base)");
+  LMT_CHECK(dt == DType::bf16 && dt_ == DType::f32 && sdt_ == DType::f32 && has_lora(),
+            "set_base_dtype: a bf16 base needs an f32 model (not mixed precision) with adapters "
+            "(a frozen base)");
   int64_t small = 0;
   small_at_.assign(params_.size(), -1);
   for (size_t i = 0; i < params_.size(); ++i)
@@ -248,9 +253,9 @@ void Transformer::set_base_dtype(DType dt, int64_t head_block_rows) {
 }
 
 std::unique_ptr<Transformer> Transformer::clone(Backend* be) const {
-  auto m = std::make_unique<Transformer>(be, cfg_, dt_);
+  auto m = std::make_unique<Transformer>(be, cfg_, sdt_);
   if (has_lora()) m->add_lora(lora_spec_, 0);
-  if (base_dt_ != dt_) m->set_base_dtype(base_dt_, head_rows_);
+  if (base_staged()) m->set_base_dtype(base_dt_, head_rows_);
   auto copy = [&](void* dst, const void* src, size_t bytes) {
     if (bytes == 0) return;
     std::vector<uint8_t> host(bytes);
@@ -271,16 +276,20 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
   for (size_t i = 0; i < lora_.targets.size(); ++i) {
     const LoraTarget& t = lora_.targets[i];
     LayerLora& l = layer_lora_[static_cast<size_t>(t.layer)];
-    std::vector<int>& group = t.module.group == LoraGroup::qkv ? l.qkv
-                              : t.module.group == LoraGroup::o ? l.o
+    std::vector<int>& group = t.module.group == LoraGroup::qkv  ? l.qkv
+                              : t.module.group == LoraGroup::o  ? l.o
                               : t.module.group == LoraGroup::up ? l.up
                                                                 : l.down;
     group.push_back(static_cast<int>(i));
   }
-  const size_t bytes = static_cast<size_t>(lora_.flat_size) * es_;
+  const size_t bytes = static_cast<size_t>(lora_.flat_size) * ses_;
   lora_weights_ = Buffer(be_, bytes);
   lora_grads_ = Buffer(be_, bytes);
-  grads_ = Buffer();  // the base is frozen
+  grads_ = Buffer(), cg_ = Buffer();  // the base is frozen
+  if (mixed()) {
+    clw_ = Buffer(be_, static_cast<size_t>(lora_.flat_size) * es_);
+    clg_ = Buffer(be_, static_cast<size_t>(lora_.flat_size) * es_);
+  }
   saved_at_.assign(params_.size(), -1);
   for (const SavedParam& sp : lora_.saved) {  // trained copies start as the base's values
     const ParamInfo& copy = lora_.params[static_cast<size_t>(sp.index)];
@@ -288,10 +297,11 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
                                  [&](const ParamInfo& p) { return p.name == sp.base_name; });
     LMT_CHECK(it != params_.end(), "add_lora: no base parameter " + sp.base_name);
     saved_at_[static_cast<size_t>(it - params_.begin())] = copy.offset;
-    be_->copy(at(lora_weights_.data(), copy.offset), at(weights_.data(), it->offset),
-              static_cast<size_t>(copy.numel()) * es_);
+    be_->copy(sat(lora_weights_.data(), copy.offset), sat(weights_.data(), it->offset),
+              static_cast<size_t>(copy.numel()) * ses_);
   }
-  grad_sink_ = Buffer(be_, static_cast<size_t>(2 * std::max<int64_t>(dims_.C, dims_.D)) * es_);
+  // Sized for f64, the widest compute dtype, so that set_compute_dtype() may come later.
+  grad_sink_ = Buffer(be_, static_cast<size_t>(2 * std::max<int64_t>(dims_.C, dims_.D)) * 8);
   // PEFT: kaiming_uniform_(A, a=sqrt(5)), a bound of 1/sqrt(fan_in); B = 0.
   for (const LoraTarget& t : lora_.targets) {
     const ParamInfo& p = lora_.params[static_cast<size_t>(t.a)];
@@ -300,8 +310,8 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
     const uint64_t stream = (uint64_t{1} << 32) + static_cast<uint64_t>(t.a);
     for (size_t k = 0; k < host.size(); ++k)
       host[k] = (2.0 * uniform01(seed, stream, k) - 1.0) * bound;
-    void* dst = at(lora_weights_.data(), p.offset);
-    if (dt_ == DType::f64) {
+    void* dst = sat(lora_weights_.data(), p.offset);
+    if (sdt_ == DType::f64) {
       be_->from_host(dst, host.data(), host.size() * sizeof(double));
     } else {
       std::vector<float> f(host.begin(), host.end());
@@ -312,7 +322,7 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
 
 Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) {
   const LayerIndex& x = layers_[static_cast<size_t>(l)];
-  const bool staged = !grads && base_dt_ != dt_;
+  const bool staged = !grads && base_staged();
   const int64_t begin = layer_range_[static_cast<size_t>(l)].first;
   if (staged)
     be_->convert(dt_, staging_.data(), base_dt_, base_at(begin),
@@ -321,9 +331,9 @@ Transformer::LayerWeights Transformer::layer_weights(int64_t l, bool grads) {
     if (!staged || i < 0 || saved(i)) return param_ptr(i, grads);
     return at(staging_.data(), params_[static_cast<size_t>(i)].offset - begin);
   };
-  LayerWeights w{p(x.ln1),    p(x.ln1_b),  p(x.qkv),  p(x.qkv_b),    p(x.q_norm), p(x.k_norm),
-                 p(x.o),      p(x.o_b),    p(x.post_attn), p(x.ln2), p(x.ln2_b),  p(x.up),
-                 p(x.up_b),   p(x.down),   p(x.down_b), p(x.post_ffw)};
+  LayerWeights w{p(x.ln1),  p(x.ln1_b), p(x.qkv),       p(x.qkv_b),   p(x.q_norm), p(x.k_norm),
+                 p(x.o),    p(x.o_b),   p(x.post_attn), p(x.ln2),     p(x.ln2_b),  p(x.up),
+                 p(x.up_b), p(x.down),  p(x.down_b),    p(x.post_ffw)};
   if (has_lora()) w.lora = &layer_lora_[static_cast<size_t>(l)];
   return w;
 }
@@ -348,8 +358,8 @@ void Transformer::init_weights(uint64_t seed) {
       if (random)
         fill_normal(host.data(), n, 0.0, resid ? resid_std : std, seed, /*stream=*/i,
                     static_cast<uint64_t>(k));
-      void* dst = at(weights_.data(), p.offset + k);
-      if (dt_ == DType::f64) {
+      void* dst = sat(weights_.data(), p.offset + k);
+      if (sdt_ == DType::f64) {
         be_->from_host(dst, host.data(), host.size() * sizeof(double));
       } else {
         host_f.assign(host.begin(), host.end());

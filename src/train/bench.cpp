@@ -1,11 +1,14 @@
 #include "train/bench.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/pjrt/pjrt_backend.h"
+#include "core/dtype.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/transformer.h"
@@ -24,18 +27,23 @@ double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t matm
 
 namespace {
 
-// FLOP/s of one large f32 GEMM on this backend: the ceiling MFU is measured against.
-double measure_gemm_peak(Backend* be) {
+// FLOP/s of one large GEMM in dt (f32, or bf16 for mixed precision) on this backend: the
+// ceiling MFU is measured against.
+double measure_gemm_peak(Backend* be, DType dt) {
   const int64_t n = 2048;
-  Buffer a(be, n * n * 4), b(be, n * n * 4), c(be, n * n * 4);
+  const size_t bytes = static_cast<size_t>(n * n) * dtype_size(dt);
+  Buffer a(be, bytes), b(be, bytes), c(be, bytes);
   std::vector<float> host(static_cast<size_t>(n * n));
   fill_normal(host.data(), n * n, 0.0, 1.0, 1, 1);
-  be->from_host(a.data(), host.data(), host.size() * 4);
-  be->from_host(b.data(), host.data(), host.size() * 4);
+  std::vector<uint8_t> raw(bytes);
+  for (int64_t i = 0; i < n * n; ++i)
+    store_element(dt, raw.data(), i, host[static_cast<size_t>(i)]);
+  be->from_host(a.data(), raw.data(), bytes);
+  be->from_host(b.data(), raw.data(), bytes);
   double best = 1e30;
   for (int rep = 0; rep < 10; ++rep) {  // best of 9: the machine may be shared
     Timer t;
-    be->gemm(DType::f32, false, true, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
+    be->gemm(dt, false, true, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
     be->synchronize();
     if (rep > 0) best = std::min(best, t.seconds());  // first one warms up
   }
@@ -51,7 +59,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   const ModelConfig& mc = cfg.model;
   const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;
   const int64_t accum = cfg.train.grad_accum_steps;
-  const double peak = measure_gemm_peak(be.get());
+  const DType compute = cfg.train.precision == "bf16" ? DType::bf16 : DType::f32;
+  const double peak = measure_gemm_peak(be.get(), compute);
 
   Transformer model(be.get(), mc);
   model.set_activation_checkpointing(cfg.train.activation_checkpointing);
@@ -62,6 +71,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
     model.add_lora(lora_spec(cfg.lora), static_cast<uint64_t>(cfg.train.seed));
     if (cfg.lora.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
   }
+  if (cfg.train.precision == "bf16") model.set_compute_dtype(DType::bf16);
   AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
             cfg.train.weight_decay);
 
@@ -146,7 +156,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   j["flops_per_token"] = fpt;
   j["achieved_flops"] = fpt * tps;
   j["peak_flops"] = peak;
-  j["peak_flops_source"] = "measured: best f32 GEMM 2048x2048x2048 on this backend";
+  j["precision"] = cfg.train.precision;
+  j["peak_flops_source"] =
+      fmt::format("measured: best {} GEMM 2048x2048x2048 on this backend", cfg.train.precision);
   j["mfu"] = fpt * tps / peak;
   j["gemm_share"] = be->gemm_seconds() / total;
   j["activation_bytes"] = model.activation_bytes(B, T);

@@ -50,16 +50,21 @@ TrainingMemory training_memory(const RunConfig& cfg) {
   if (cfg.lora.rank > 0) {       // a frozen base and its adapters
     trained = mul(static_cast<uint64_t>(lora_layout(cfg.model, lora_spec(cfg.lora)).flat_size),
                   sizeof(float));
-    if (cfg.lora.base_dtype == "bf16")
-      m.weights = Transformer::base_bytes(cfg.model, DType::bf16);
+    if (cfg.lora.base_dtype == "bf16") m.weights = Transformer::base_bytes(cfg.model, DType::bf16);
     m.weights = add(m.weights, trained);
   }
   m.gradients = trained;
   m.adamw = mul(trained, 2);
   const TrainConfig& t = cfg.train;
-  m.activations =
-      Transformer::activation_bytes(cfg.model, DType::f32, t.micro_batch_size, cfg.data.seq_len,
-                                    t.activation_checkpointing, t.loss_chunk_tokens);
+  const bool bf16 = t.precision == "bf16";
+  if (bf16) {  // the bf16 compute copies of every weight and of the trained gradients
+    m.weights = add(m.weights, mul(static_cast<uint64_t>(flat), 2));
+    if (cfg.lora.rank > 0) m.weights = add(m.weights, trained / 2);
+    m.gradients = add(m.gradients, trained / 2);
+  }
+  m.activations = Transformer::activation_bytes(cfg.model, bf16 ? DType::bf16 : DType::f32,
+                                                t.micro_batch_size, cfg.data.seq_len,
+                                                t.activation_checkpointing, t.loss_chunk_tokens);
   const uint64_t tokens =
       mul(mul(static_cast<uint64_t>(t.micro_batch_size), static_cast<uint64_t>(cfg.data.seq_len)),
           static_cast<uint64_t>(t.grad_accum_steps));

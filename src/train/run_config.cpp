@@ -98,8 +98,10 @@ void validate_train(const TrainConfig& t) {
   if (!t.pjrt_plugin.empty() && t.backend != "pjrt")
     throw UserError("train.pjrt_plugin is set, but train.backend is '" + t.backend +
                     "' (the plugin is used with backend pjrt)");
-  if (t.precision != "f32")
-    throw UserError("train.precision '" + t.precision + "' is not supported yet (only f32 is)");
+  require_one_of("train.precision", t.precision, {"f32", "bf16"});
+  if (t.precision == "bf16" && t.backend != "pjrt")
+    throw UserError("train.precision is 'bf16', but train.backend is '" + t.backend +
+                    "' (bf16 compute needs backend pjrt; the CPU backend's kernels are f32)");
   require(t.micro_batch_size >= 1, "train.micro_batch_size", ">= 1", t.micro_batch_size);
   require(t.grad_accum_steps >= 1, "train.grad_accum_steps", ">= 1", t.grad_accum_steps);
   require(t.max_steps > 0, "train.max_steps", "> 0", t.max_steps);
@@ -282,9 +284,10 @@ void apply_lora_init_from(RunConfig& cfg) {
     return;
   }
   auto differ = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
-    throw UserError(fmt::format("lora.{} is {} here but {} in {} (leave lora.rank at 0 to take "
-                                "the adapter's settings)",
-                                key, ours, theirs, where));
+    throw UserError(
+        fmt::format("lora.{} is {} here but {} in {} (leave lora.rank at 0 to take "
+                    "the adapter's settings)",
+                    key, ours, theirs, where));
   };
   if (l.rank != a.rank) differ("rank", std::to_string(l.rank), std::to_string(a.rank));
   if (l.alpha != a.alpha) differ("alpha", fmt::format("{}", l.alpha), fmt::format("{}", a.alpha));
@@ -323,6 +326,11 @@ void RunConfig::validate() const {
     throw UserError("lora.base_dtype: " + lora.base_dtype +
                     " keeps a frozen base; it needs lora.rank > 0 (a model that trains in full "
                     "keeps f32 weights)");
+  if (lora.base_dtype == "bf16" && train.precision == "bf16")
+    throw UserError(
+        "lora.base_dtype: bf16 holds the frozen base in bf16 for f32 compute; with "
+        "train.precision: bf16 the base is computed with in bf16 already (leave lora.base_dtype "
+        "at f32)");
   if (lora.rank > 0) lora_layout(model, lora_spec(lora));  // names and sizes, one message
 }
 

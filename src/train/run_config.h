@@ -121,7 +121,9 @@ struct TrainConfig {
     v("pjrt_plugin", pjrt_plugin,
       "PJRT plugin for backend pjrt (libtpu.so, the CUDA plugin, ...); default "
       "LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin from scripts/setup.sh");
-    v("precision", precision, "f32 (CPU)");
+    v("precision", precision,
+      "f32, or bf16 (backend pjrt: bf16 compute, f32 master weights, gradients, moments and "
+      "loss)");
     v("micro_batch_size", micro_batch_size, "sequences per forward/backward pass");
     v("grad_accum_steps", grad_accum_steps, "micro-batches per optimizer step");
     v("max_steps", max_steps, "optimizer steps in the run");

@@ -178,6 +178,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
         model.lora_num_params(),
         cfg.lora.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : "");
   }
+  if (tc.precision == "bf16") model.set_compute_dtype(DType::bf16);
   AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
             tc.weight_decay);
 
@@ -230,9 +231,12 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     mix.pop_back();
     metrics.log_line(mix);
   }
-  metrics.log_line(fmt::format("model: {} parameters, {} layers, hidden {}; backend {}; {} threads",
-                               model.num_params(), cfg.model.num_hidden_layers,
-                               cfg.model.hidden_size, be->name(), thread_count()));
+  metrics.log_line(fmt::format(
+      "model: {} parameters, {} layers, hidden {}; backend {}; {} threads; precision {}",
+      model.num_params(), cfg.model.num_hidden_layers, cfg.model.hidden_size, be->name(),
+      thread_count(),
+      tc.precision == "bf16" ? "bf16 (bf16 compute; f32 master weights, gradients, moments, loss)"
+                             : "f32"));
   if (!init_line.empty()) metrics.log_line(init_line);
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
   if (ckpt && !resume_from.empty() &&

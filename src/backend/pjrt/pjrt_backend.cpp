@@ -138,9 +138,10 @@ class PjrtBackend final : public Backend {
     if (K == 0) {
       r = b().constant(0.0, compute_type(dt), {M, N});
     } else {
-      const Value a = up(view(A, dt, trans_a ? Dims{K, M} : Dims{M, K}, {lda, 1}));
-      const Value bb = up(view(B, dt, trans_b ? Dims{N, K} : Dims{K, N}, {ldb, 1}));
-      r = b().dot_general(a, bb, {}, {}, {trans_a ? 0 : 1}, {trans_b ? 1 : 0});
+      // bf16 and f16 operands stay narrow (the device's fast products), summed in f32.
+      const Value a = view(A, dt, trans_a ? Dims{K, M} : Dims{M, K}, {lda, 1});
+      const Value bb = view(B, dt, trans_b ? Dims{N, K} : Dims{K, N}, {ldb, 1});
+      r = b().dot_general(a, bb, {}, {}, {trans_a ? 0 : 1}, {trans_b ? 1 : 0}, compute_type(dt));
     }
     if (alpha != 1.0) r = b().multiply(r, b().constant(alpha, r.dtype, r.dims));
     if (beta != 0.0) {

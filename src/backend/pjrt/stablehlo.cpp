@@ -442,10 +442,20 @@ Value StablehloBuilder::concatenate(const std::vector<Value>& xs, int64_t dim) {
 
 Value StablehloBuilder::dot_general(const Value& lhs, const Value& rhs, Dims lhs_batch,
                                     Dims rhs_batch, Dims lhs_contract, Dims rhs_contract) {
+  return dot_general(lhs, rhs, std::move(lhs_batch), std::move(rhs_batch), std::move(lhs_contract),
+                     std::move(rhs_contract), lhs.dtype);
+}
+
+Value StablehloBuilder::dot_general(const Value& lhs, const Value& rhs, Dims lhs_batch,
+                                    Dims rhs_batch, Dims lhs_contract, Dims rhs_contract,
+                                    DType result) {
   check_mine(lhs), check_mine(rhs);
   const char* what = "StableHLO dot_general";
   LMT_CHECK(!lhs.pred && !rhs.pred && lhs.dtype == rhs.dtype,
             std::string(what) + ": operand types");
+  LMT_CHECK(result == lhs.dtype ||
+                ((lhs.dtype == DType::bf16 || lhs.dtype == DType::f16) && result == DType::f32),
+            std::string(what) + ": result type");
   LMT_CHECK(lhs_batch.size() == rhs_batch.size() && lhs_contract.size() == rhs_contract.size(),
             std::string(what) + ": unpaired dimensions");
   Dims lhs_used = lhs_batch, rhs_used = rhs_batch;
@@ -466,7 +476,7 @@ Value StablehloBuilder::dot_general(const Value& lhs, const Value& rhs, Dims lhs
   };
   free_dims(lhs, lhs_used);
   free_dims(rhs, rhs_used);
-  Value r = next(lhs.dtype, std::move(dims));
+  Value r = next(result, std::move(dims));
   std::string attrs;
   if (!lhs_batch.empty()) {
     attrs += ", batching_dims = [" + join(lhs_batch) + "] x [" + join(rhs_batch) + "]";

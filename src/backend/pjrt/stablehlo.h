@@ -97,8 +97,12 @@ class StablehloBuilder {
   Value slice(const Value& x, Dims start, Dims limit, Dims stride = {});
   Value concatenate(const std::vector<Value>& xs, int64_t dim);
   // Result dims: batch dims (in lhs order), then lhs's free dims, then rhs's free dims.
+  // `result` is the result's element type (products accumulate in it): the operands' type, or
+  // f32 for bf16/f16 operands (mixed precision: bf16 products summed in f32).
   Value dot_general(const Value& lhs, const Value& rhs, Dims lhs_batch, Dims rhs_batch,
                     Dims lhs_contract, Dims rhs_contract);
+  Value dot_general(const Value& lhs, const Value& rhs, Dims lhs_batch, Dims rhs_batch,
+                    Dims lhs_contract, Dims rhs_contract, DType result);
   // Sum or max over `dims` (removed from the result); init 0 or -inf (the dtype's lowest for i32).
   Value reduce_sum(const Value& x, Dims dims);
   Value reduce_max(const Value& x, Dims dims);
