@@ -58,7 +58,7 @@ ParamCounts count_params(const ModelConfig& cfg) {
 
 Run add_info(CLI::App& app) {
   struct Opts {
-    std::string model, adapter;
+    std::string model, adapter, precision = "f32";
     int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
     bool checkpointing = false, json = false;
   };
@@ -80,6 +80,10 @@ Run add_info(CLI::App& app) {
   app.add_option("--loss-chunk-tokens", o->loss_chunk, "tokens per cross-entropy chunk")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--precision", o->precision,
+                 "f32, or bf16 (train.precision: bf16 compute beside f32 master weights, on pjrt)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_flag("--json", o->json, "print one JSON object");
   return [o]() {
     const std::string dir = resolve_model_dir(o->model, "--model").string();
@@ -100,6 +104,7 @@ Run add_info(CLI::App& app) {
     run.train.micro_batch_size = B;
     run.data.seq_len = T;
     run.train.activation_checkpointing = o->checkpointing;
+    run.train.precision = o->precision;
     run.train.loss_chunk_tokens = o->loss_chunk;
     LoraLayout lora;
     if (!adapter.empty()) {
@@ -146,7 +151,10 @@ Run add_info(CLI::App& app) {
           {"weights_on_disk",
            {{"bytes", disk.bytes}, {"files", disk.files}, {"dtypes", disk.dtypes}}},
           {"training_step",
-           {{"micro_batch", B}, {"seq_len", T}, {"activation_checkpointing", o->checkpointing}}}};
+           {{"micro_batch", B},
+            {"seq_len", T},
+            {"activation_checkpointing", o->checkpointing},
+            {"precision", o->precision}}}};
       if (!adapter.empty())
         j["lora"] = {{"adapter", adapter},
                      {"rank", run.lora.rank},
@@ -180,7 +188,11 @@ Run add_info(CLI::App& app) {
       fmt::print("LoRA:        {} ({} tensors, {} parameters; rank {}, alpha {}; the base frozen)\n",
                  adapter, lora.params.size(), format_count(lora_params), run.lora.rank,
                  run.lora.alpha);
-    fmt::print("one training step on the CPU backend (f32, AdamW), micro-batch {} x {} tokens{}:\n",
+    fmt::print("one training step {}, micro-batch {} x {} tokens{}:\n",
+               o->precision == "bf16"
+                   ? "on pjrt (bf16 compute with f32 master weights and gradients, AdamW; the "
+                     "bf16 copies counted with weights and gradients)"
+                   : "on the CPU backend (f32, AdamW)",
                B, T, o->checkpointing ? ", activation checkpointing" : "");
     for (const Line& l : mem) fmt::print("  {:<12} {:>10}\n", l.label, format_bytes(l.bytes));
     fmt::print("  {:<12} {:>10}\n", "total", format_bytes(total));

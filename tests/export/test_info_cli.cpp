@@ -127,6 +127,21 @@ TEST(InfoCli, MemoryLinesAreTheModelsBuffers) {
                 Transformer::activation_bytes(cfg, DType::f32, 3, 37, ckpt, 1024));
       EXPECT_EQ(m["total"].get<uint64_t>(), 4 * flat * 4 + m["activations"].get<uint64_t>());
     }
+    // bf16 compute: the f32 weights and gradients each gain a bf16 copy (Transformer's compute
+    // copies); the moments stay f32; activations are bf16, their saved statistics f32.
+    const auto j = info_json(dir, " --micro-batch 3 --seq-len 37 --precision bf16");
+    int64_t flat = 0;
+    Transformer::param_layout(cfg, &flat);
+    const auto& m = j["training_step"];
+    EXPECT_EQ(m["precision"], "bf16");
+    EXPECT_EQ(m["weights"].get<int64_t>(), flat * 6);
+    EXPECT_EQ(m["gradients"].get<int64_t>(), flat * 6);
+    EXPECT_EQ(m["adamw_m"].get<int64_t>(), flat * 4);
+    const uint64_t f32_acts = Transformer::activation_bytes(cfg, DType::f32, 3, 37, false, 1024);
+    EXPECT_EQ(m["activations"].get<uint64_t>(),
+              Transformer::activation_bytes(cfg, DType::bf16, 3, 37, false, 1024));
+    EXPECT_LT(m["activations"].get<uint64_t>(), f32_acts * 6 / 10);
+    EXPECT_GT(m["activations"].get<uint64_t>(), f32_acts / 2);
   }
   // A 70B config is arithmetic only: nothing is allocated.
   nlohmann::json big = kLlama2_7B;

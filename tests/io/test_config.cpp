@@ -201,8 +201,16 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"train.min_lr (0.01) must be <= train.lr (0.001)"});
   expect_user_error([&] { load_run_config(f, {"train.schedule=cosin"}); },
                     {"train.schedule must be one of constant, cosine, linear, wsd (got 'cosin')"});
+  expect_user_error([&] { load_run_config(f, {"train.precision=fp8"}); },
+                    {"train.precision must be one of f32, bf16 (got 'fp8')"});
   expect_user_error([&] { load_run_config(f, {"train.precision=bf16"}); },
-                    {"train.precision 'bf16'", "only f32"});
+                    {"train.precision is 'bf16', but train.backend is 'cpu'", "backend pjrt"});
+  expect_user_error(
+      [&] {
+        load_run_config(f, {"train.precision=bf16", "train.backend=pjrt", "lora.rank=4",
+                            "lora.base_dtype=bf16"});
+      },
+      {"lora.base_dtype: bf16", "train.precision: bf16"});
   expect_user_error([&] { load_run_config(f, {"train.backend=tpu"}); },
                     {"train.backend must be one of cpu, pjrt, cuda, auto (got 'tpu')"});
   expect_user_error([&] { load_run_config(f, {"train.pjrt_plugin=/opt/libtpu.so"}); },

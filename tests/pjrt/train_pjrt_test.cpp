@@ -76,12 +76,22 @@ class PjrtTraining : public testing::Test {
 fs::path PjrtTraining::dir_;
 bool PjrtTraining::ok_ = false;
 
+// f32 on pjrt tracks the CPU backend's loss at every step; bf16 (train.precision) ends within 2%
+// of its final loss.
 TEST_F(PjrtTraining, DemoTracksTheCpuBackendFor200Steps) {
   for (const char* be : {"cpu", "pjrt"})
     train(demo(std::string("demo_") + be,
                {"train.backend=" + std::string(be), "train.max_steps=200", "train.save_every=0"}),
           false);
-  const auto cpu = losses("demo_cpu"), pjrt = losses("demo_pjrt");
+  train(demo("demo_bf16", {"train.backend=pjrt", "train.precision=bf16", "train.max_steps=200",
+                           "train.save_every=0"}),
+        false);
+  const auto cpu = losses("demo_cpu"), pjrt = losses("demo_pjrt"), bf16 = losses("demo_bf16");
+  ASSERT_EQ(bf16.size(), 200u);
+  const double final_cpu = cpu.rbegin()->second, final_bf16 = bf16.rbegin()->second;
+  std::printf("demo, 200 steps: final loss cpu f32 %.4f, pjrt bf16 %.4f (%+.2f%%)\n", final_cpu,
+              final_bf16, 100 * (final_bf16 - final_cpu) / final_cpu);
+  EXPECT_LT(std::fabs(final_bf16 - final_cpu), 0.02 * final_cpu);
   ASSERT_EQ(cpu.size(), 200u);
   ASSERT_EQ(pjrt.size(), 200u);
   double worst = 0;
@@ -125,6 +135,37 @@ TEST_F(PjrtTraining, ResumesAcrossBackends) {
       EXPECT_NEAR(got.at(step), want.at(step), 1e-4 * want.at(step)) << "step " << step;
     }
   }
+}
+
+// bf16 (train.precision): a run resumed on pjrt from its checkpoint repeats the uninterrupted
+// run's losses exactly (the checkpoint holds the f32 master weights and moments; the bf16 copy
+// is remade from them), and the same checkpoint continues in f32 on the CPU backend.
+TEST_F(PjrtTraining, Bf16ResumesExactlyAndOnTheCpuBackendInF32) {
+  const std::vector<std::string> small = {
+      "model.hidden_size=32",        "model.intermediate_size=64",  "model.num_hidden_layers=2",
+      "model.num_attention_heads=2", "model.num_key_value_heads=1", "train.micro_batch_size=4",
+      "train.grad_accum_steps=2",    "train.warmup_steps=2",        "train.backend=pjrt",
+      "train.precision=bf16",        "train.save_every=3"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), small.begin(), small.end());  // later sets win
+    return extra;
+  };
+  train(demo("bf16_whole", with({"train.max_steps=6"})), false);
+  train(demo("bf16_resumed", with({"train.max_steps=3"})), false);
+  EXPECT_EQ(train(demo("bf16_resumed", with({"train.max_steps=6"})), true).first_step, 3);
+  const auto want = losses("bf16_whole"), got = losses("bf16_resumed");
+  for (int64_t step = 1; step <= 6; ++step) {
+    ASSERT_TRUE(got.count(step)) << "step " << step;
+    EXPECT_DOUBLE_EQ(got.at(step), want.at(step)) << "step " << step;
+  }
+  train(demo("bf16_to_cpu", with({"train.max_steps=3"})), false);
+  const TrainResult r = train(
+      demo("bf16_to_cpu", with({"train.max_steps=6", "train.backend=cpu", "train.precision=f32"})),
+      true);
+  EXPECT_EQ(r.first_step, 3);
+  const auto cpu = losses("bf16_to_cpu");
+  for (int64_t step = 4; step <= 6; ++step)
+    EXPECT_NEAR(cpu.at(step), want.at(step), 0.02 * want.at(step)) << "step " << step;
 }
 
 // One step at T = 32768 of a one-layer model: the loss and the updated weights on pjrt against
