@@ -40,22 +40,23 @@ echo "CUDA PJRT plugin: ${cuda_plugin:-none found}"
 
 rows=()
 for cfg in configs/bench/tiny.yaml configs/bench/gpt2-small-llama.yaml; do
-  for backend in cpu cuda pjrt; do
-    sets=(--set train.backend=$backend)
-    if [ "$backend" = pjrt ]; then
+  for backend in cpu cuda pjrt pjrt-bf16; do
+    sets=(--set train.backend=${backend%-bf16})
+    if [ "${backend%-bf16}" = pjrt ]; then
       [ -n "$cuda_plugin" ] || continue
       sets+=(--set "train.pjrt_plugin=$cuda_plugin")
     fi
+    [ "$backend" = pjrt-bf16 ] && sets+=(--set train.precision=bf16)
     line=$("$build/lmtrain" bench --config "$cfg" --steps 3 "${sets[@]}" 2>&1 | tail -1)
     echo "$cfg $backend: $line" | tee -a "$out/bench.log"
     rows+=("$(python3 -c 'import json,sys
 try:
-  j=json.loads(sys.argv[3]); print(f"{sys.argv[1]:<40} {sys.argv[2]:<5} {j[\"tokens_per_s\"]:>12.0f} {j[\"step_ms\"]:>10.1f} {j[\"mfu\"]:>6.3f} {j[\"peak_rss_bytes\"]/2**30:>8.2f}")
-except Exception: print(f"{sys.argv[1]:<40} {sys.argv[2]:<5} (no result: {sys.argv[3][:60]})")' "$cfg" "$backend" "$line")")
+  j=json.loads(sys.argv[3]); print(f"{sys.argv[1]:<40} {sys.argv[2]:<9} {j[\"tokens_per_s\"]:>12.0f} {j[\"step_ms\"]:>10.1f} {j[\"mfu\"]:>6.3f} {j[\"peak_rss_bytes\"]/2**30:>8.2f}")
+except Exception: print(f"{sys.argv[1]:<40} {sys.argv[2]:<9} (no result: {sys.argv[3][:60]})")' "$cfg" "$backend" "$line")")
   done
 done
 
 echo
 echo "GPU tests: exit code $tests_rc"
-printf '%-40s %-5s %12s %10s %6s %8s\n' config backend tokens/s step_ms mfu rss_GiB
+printf '%-40s %-9s %12s %10s %6s %8s\n' config backend tokens/s step_ms mfu rss_GiB
 printf '%s\n' "${rows[@]}"
