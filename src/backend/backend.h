@@ -182,6 +182,28 @@ class Backend {
   virtual void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
                           double beta1, double beta2, double eps, double weight_decay, int64_t step,
                           const double* grad_scale) = 0;
+  // The other optimizers' elementwise steps, in the same terms: all f32, grads multiplied by
+  // *grad_scale first, nothing written when it is not finite.
+  // Lion: c = b1 m + (1 - b1) g; p = p (1 - lr wd) - lr sign(c); m = b2 m + (1 - b2) g.
+  virtual void lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
+                         double beta2, double weight_decay, const double* grad_scale) = 0;
+  // SGD with momentum as torch.optim.SGD (dampening 0; buf starts at zero): d = g + wd p,
+  // buf = mu buf + d, p -= lr (nesterov ? d + mu buf : buf).
+  virtual void sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+                        bool nesterov, double weight_decay, const double* grad_scale) = 0;
+  // Muon's momentum: buf = b buf + (1 - b) g, and u[n] = nesterov ? (1 - b) g + b buf : buf
+  // (u is written whatever the scale; muon_apply then skips the update).
+  virtual void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta,
+                             bool nesterov, const double* grad_scale) = 0;
+  // x[n] *= 1 / (sqrt(*sum_squares) + eps), the scalar on the device (Newton-Schulz's start).
+  virtual void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) = 0;
+  // p[rows, cols] (row stride ldp) = p (1 - lr wd) - lr x (x dense), unless *grad_scale is not
+  // finite.
+  virtual void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,
+                          double lr, double weight_decay, const double* grad_scale) = 0;
+  // dst[rows, cols] (row stride ldd) = src[rows, cols] (row stride lds), f32.
+  virtual void copy_2d(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
+                       int64_t cols) = 0;
 };
 
 // Makes a backend by name: "cpu", "pjrt" (on pjrt_plugin, "" = the default plugin), "cuda" or

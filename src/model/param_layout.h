@@ -18,6 +18,9 @@ struct ParamInfo {
   Shape shape;         // as Hugging Face stores it ([out, in] for linear weights)
   int64_t offset = 0;  // element offset in the flat buffer
   ParamKind kind = ParamKind::matrix;
+  // A matrix that fuses several projections along its columns (gpt2's c_attn: q, k and v): each
+  // one's width, in order. Empty: one projection. Muon orthogonalises each block on its own.
+  std::vector<int64_t> column_blocks;
 
   int64_t numel() const { return shape.numel(); }
 };

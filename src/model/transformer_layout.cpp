@@ -60,6 +60,7 @@ std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t
       add(p + "ln_1.weight", {C}, ParamKind::norm);
       add(p + "ln_1.bias", {C}, ParamKind::bias);
       add(p + "attn.c_attn.weight", {C, Q + 2 * KV}, ParamKind::matrix);
+      params.back().column_blocks = {Q, KV, KV};
       add(p + "attn.c_attn.bias", {Q + 2 * KV}, ParamKind::bias);
       add(p + "attn.c_proj.weight", {Q, C}, ParamKind::matrix);
       add(p + "attn.c_proj.bias", {C}, ParamKind::bias);

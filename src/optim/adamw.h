@@ -1,11 +1,9 @@
-// AdamW over the flat parameter buffer, with global-norm gradient clipping. The moments m and v
-// are two more flat f32 buffers in the parameter layout, so a step is a few adamw_step kernel
-// calls over ranges of adjacent parameters that share a weight-decay choice, and the
-// checkpointer saves per-parameter views of them. The update follows torch.optim.AdamW
+// AdamW over the flat parameter buffer, with global-norm gradient clipping (optimizer.h). The
+// moments m and v are two more flat f32 buffers in the parameter layout, so a step is a few
+// adamw_step kernel calls over ranges of adjacent parameters that share a weight-decay choice, and
+// the checkpointer saves per-parameter views of them. The update follows torch.optim.AdamW
 // (decoupled decay first: p *= 1 - lr * wd, then the Adam step; clipping as
 // torch.nn.utils.clip_grad_norm_: scale = min(1, clip / (norm + 1e-6))).
-// src/optim does not include src/train: AdamWConfig carries the optimizer section's fields, and
-// a template constructor accepts train's OptimizerConfig directly.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +13,7 @@
 #include "backend/backend.h"
 #include "core/tensor.h"
 #include "model/param_layout.h"
+#include "optim/optimizer.h"
 
 namespace lmt {
 
@@ -27,8 +26,6 @@ struct AdamWConfig {
   bool decay_norms_and_biases = false;
 };
 
-// Whether a parameter of this kind gets weight decay: matrices always, embeddings and
-// norms/biases only when asked.
 bool decays(ParamKind kind, const AdamWConfig& cfg);
 
 // A run of adjacent elements [begin, end) of the flat buffer with one decay choice.
@@ -49,7 +46,10 @@ struct OptimStateView {
   Tensor tensor;
 };
 
-class AdamW {
+// The views of state buffers, "<prefix><name>" for every parameter of each, buffer by buffer.
+std::vector<OptimStateView> state_views(const std::vector<StateBuffer>& state);
+
+class AdamW : public Optimizer {
  public:
   // params: the named views of the flat buffer (any order; they must not overlap and must lie
   // inside [0, total_params)); elements outside every parameter (padding) are never touched.
@@ -64,34 +64,28 @@ class AdamW {
               AdamWConfig{c.beta1, c.beta2, c.eps, weight_decay, c.decay_embeddings,
                           c.decay_norms_and_biases}) {}
 
-  // One optimizer step on params[total_params] (f32) from grads[total_params] (f32; not
-  // modified: clipping is a scale passed to the kernel). Returns the global gradient norm before
-  // clipping. grad_clip <= 0 disables clipping. When the norm is NaN or Inf nothing is updated
-  // (not the parameters, the moments or the step count) and the norm is returned.
-  double clip_and_step(float* params, const float* grads, double lr, double grad_clip);
-
-  // Completed steps; the next step's bias correction uses step_count() + 1.
-  int64_t step_count() const { return step_; }
-  void set_step_count(int64_t s) { step_ = s; }
+  const char* name() const override { return "adamw"; }
   float* m_data() const { return m_.as<float>(); }  // [total_params], backend memory
   float* v_data() const { return v_.as<float>(); }
   int64_t total_params() const { return total_; }
   const AdamWConfig& config() const { return cfg_; }
   // Adjacent parameters merged by decay choice; the ranges the kernel runs over.
-  const std::vector<ParamRange>& decay_ranges() const { return decay_ranges_; }
-  // "exp_avg.<name>" and "exp_avg_sq.<name>" views for every parameter, in the params' order.
-  std::vector<OptimStateView> state_views() const;
+  std::vector<ParamRange> decay_ranges() const;
+  // "exp_avg.<name>" and "exp_avg_sq.<name>" for every parameter, in the params' order.
+  std::vector<StateBuffer> state() const override;
+  std::vector<OptimStateView> state_views() const { return lmt::state_views(state()); }
 
  private:
-  Backend* be_;
-  std::vector<ParamInfo> params_;
-  int64_t total_;
+  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
   AdamWConfig cfg_;
   Buffer m_, v_;
-  Buffer stats_;  // device f64 [sum of squared gradients, clipping scale]
-  int64_t step_ = 0;
-  std::vector<ParamRange> decay_ranges_;  // split where the decay choice changes or at gaps
-  std::vector<ParamRange> norm_ranges_;   // the same merged across decay choices (for the norm)
+  std::vector<Span> spans_;  // split where the decay choice changes or at gaps
 };
+
+// AdamW's update over spans whose state lives at `state` offsets of m and v (a whole AdamW, or
+// the AdamW part of muon).
+void adamw_spans(Backend* be, const std::vector<Span>& spans, float* params, const float* grads,
+                 float* m, float* v, double lr, double beta1, double beta2, double eps,
+                 double weight_decay, int64_t step, const double* grad_scale);
 
 }  // namespace lmt

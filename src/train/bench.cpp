@@ -12,7 +12,7 @@
 #include "core/rng.h"
 #include "core/timer.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
 
@@ -72,8 +72,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
     if (cfg.lora.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
   }
   if (cfg.train.precision == "bf16") model.set_compute_dtype(DType::bf16);
-  AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
-            cfg.train.weight_decay);
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(
+      be.get(), model.trainable_params(), model.trainable_flat_size(), optimizer_spec(cfg));
+  Optimizer& opt = *optimizer;
 
   Rng rng(static_cast<uint64_t>(cfg.train.seed), 99);
   std::vector<int32_t> ids(static_cast<size_t>(B * T * accum));
@@ -144,6 +145,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
                 {"grad_accum_steps", accum},
                 {"activation_checkpointing", cfg.train.activation_checkpointing}};
   j["params"] = model.num_params();
+  j["optimizer"] = opt.name();
   if (lora)
     j["lora"] = {{"rank", cfg.lora.rank},
                  {"target_modules", cfg.lora.target_modules},

@@ -61,17 +61,17 @@ std::vector<uint8_t> flat_to_host(const Transformer& model) {
   return host;
 }
 
-std::vector<float> moments_to_host(const Transformer& model, const float* m) {
-  std::vector<float> host(static_cast<size_t>(model.trainable_flat_size()));
-  model.backend()->to_host(host.data(), m, host.size() * sizeof(float));
+std::vector<float> state_to_host(const Transformer& model, const StateBuffer& s) {
+  std::vector<float> host(static_cast<size_t>(s.size));
+  model.backend()->to_host(host.data(), s.data, host.size() * sizeof(float));
   return host;
 }
 
 // The name of the first parameter whose slice of a host copy of a flat buffer (f32 or f64) holds
 // a value that is not finite; "" when all are finite. A checkpoint never holds such values: they
 // would load and train on, and be copied into every later checkpoint.
-std::string non_finite_param(const Transformer& model, const void* host, DType dt) {
-  for (const ParamInfo& p : model.trainable_params()) {
+std::string non_finite_param(const std::vector<ParamInfo>& params, const void* host, DType dt) {
+  for (const ParamInfo& p : params) {
     bool bad = false;
     for (int64_t i = p.offset; i < p.offset + p.numel() && !bad; ++i)
       bad = dt == DType::f64 ? !std::isfinite(static_cast<const double*>(host)[i])
@@ -127,8 +127,8 @@ void remove_checkpoint_leftovers(const std::string& run_dir) {
     if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
 }
 
-std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const float* m,
-                            const float* v, const CheckpointState& state,
+std::string save_checkpoint(const std::string& run_dir, const Transformer& model,
+                            const std::vector<StateBuffer>& optimizer, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
@@ -141,22 +141,20 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 
   const DType dt = model.dtype();
   std::vector<uint8_t> weights = flat_to_host(model);
-  std::vector<float> hm, hv;
-  if (m && v) {
-    hm = moments_to_host(model, m);
-    hv = moments_to_host(model, v);
-  }
-  auto refuse = [&](const char* what, const void* host, DType t) {
-    if (const std::string bad = non_finite_param(model, host, t); !bad.empty())
+  std::vector<std::vector<float>> host_state;
+  for (const StateBuffer& s : optimizer) host_state.push_back(state_to_host(model, s));
+  auto refuse = [&](const std::string& what, const std::vector<ParamInfo>& params, const void* host,
+                    DType t) {
+    if (const std::string bad = non_finite_param(params, host, t); !bad.empty())
       throw NonFiniteError(fmt::format(
           "step {}: the {} of {} is not finite; no checkpoint was written from this step",
           state.step, what, bad));
   };
-  refuse("weight", weights.data(), dt);
-  if (m && v) {
-    refuse("AdamW moment (exp_avg)", hm.data(), DType::f32);
-    refuse("AdamW moment (exp_avg_sq)", hv.data(), DType::f32);
-  }
+  refuse("weight", model.trainable_params(), weights.data(), dt);
+  for (size_t i = 0; i < optimizer.size(); ++i)
+    refuse(fmt::format("{} state ({})", state.optimizer,
+                       optimizer[i].prefix.substr(0, optimizer[i].prefix.size() - 1)),
+           optimizer[i].params, host_state[i].data(), DType::f32);
   if (model.has_lora()) {  // a PEFT adapter directory
     save_peft_adapter(tmp.string(), model, state.base_init_from, dt);
   } else {
@@ -168,12 +166,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   }
 
   SafetensorsWriter ow;
-  if (m && v) {
-    for (const ParamInfo& p : model.trainable_params()) {
-      ow.add("exp_avg." + p.name, DType::f32, p.shape, hm.data() + p.offset);
-      ow.add("exp_avg_sq." + p.name, DType::f32, p.shape, hv.data() + p.offset);
-    }
-  }
+  for (size_t i = 0; i < optimizer.size(); ++i)
+    for (const ParamInfo& p : optimizer[i].params)
+      ow.add(optimizer[i].prefix + p.name, DType::f32, p.shape, host_state[i].data() + p.offset);
   ow.write((tmp / "optimizer.safetensors").string());
   write_text_file((tmp / "config.json").string(),
                   model_config_to_hf(model.config()).dump(2) + "\n");
@@ -188,11 +183,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     if (ec) throw UserError("checkpoint: cannot copy the tokenizer '" + tf + "': " + ec.message());
     fsync_path(tmp / name);
   }
-  nlohmann::json sj = {{"step", state.step},
-                       {"optimizer_step", state.optimizer_step},
-                       {"tokens", state.tokens},
-                       {"loader", state.loader},
-                       {"config_hash", state.config_hash},
+  nlohmann::json sj = {{"step", state.step},           {"optimizer_step", state.optimizer_step},
+                       {"optimizer", state.optimizer}, {"tokens", state.tokens},
+                       {"loader", state.loader},       {"config_hash", state.config_hash},
                        {"tokenizer", state.tokenizer}};
   if (model.has_lora())
     sj["lora"] = {{"base_init_from", state.base_init_from}, {"base_hash", state.base_hash}};
@@ -372,7 +365,9 @@ bool is_lora_checkpoint(const std::string& dir) {
          read_json(state).contains("lora");
 }
 
-CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v) {
+CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
+                                const std::vector<StateBuffer>& optimizer,
+                                const std::string& optimizer_name) {
   const std::string path = (fs::path(dir) / "state.json").string();
   const nlohmann::json j = read_json(path);
   const bool lora_checkpoint = j.contains("lora");
@@ -388,33 +383,41 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model, floa
   } else {
     load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
   }
-  if (m && v) {
+  const std::string saved_optimizer = j.contains("optimizer") && j["optimizer"].is_string()
+                                          ? j["optimizer"].get<std::string>()
+                                          : std::string("adamw");
+  if (!optimizer.empty() && saved_optimizer != optimizer_name)
+    throw UserError(dir + " holds the state of optimizer " + saved_optimizer +
+                    ", and this run's optimizer.name is " + optimizer_name +
+                    " (resume with the same optimizer, or start a new run from its weights with "
+                    "train.init_from)");
+  if (!optimizer.empty()) {
     const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
     SafetensorsFile st = SafetensorsFile::open(opt_path);
-    for (const ParamInfo& p : model.trainable_params()) {
-      for (auto [prefix, dst] : {std::pair{"exp_avg.", m}, std::pair{"exp_avg_sq.", v}}) {
-        const std::string name = prefix + p.name;
-        if (!st.contains(name)) throw UserError(opt_path + ": tensor '" + name + "' is missing");
-        load_into(st, name, p, DType::f32, model.backend(), dst);
+    for (const StateBuffer& s : optimizer)
+      for (const ParamInfo& p : s.params) {
+        const std::string name = s.prefix + p.name;
+        if (!st.contains(name))
+          throw UserError(opt_path + ": tensor '" + name + "' is missing (the checkpoint holds " +
+                          saved_optimizer + "'s state)");
+        load_into(st, name, p, DType::f32, model.backend(), s.data);
       }
-    }
   }
   auto refuse = [&](const std::string& what, const std::string& param) {
     if (!param.empty())
       throw UserError(dir + ": the " + what + " of " + param +
                       " is not finite; a checkpoint with non-finite values cannot be resumed");
   };
-  refuse("weight", non_finite_param(model, flat_to_host(model).data(), model.dtype()));
-  if (m && v) {
-    refuse("AdamW moment (exp_avg)",
-           non_finite_param(model, moments_to_host(model, m).data(), DType::f32));
-    refuse("AdamW moment (exp_avg_sq)",
-           non_finite_param(model, moments_to_host(model, v).data(), DType::f32));
-  }
+  refuse("weight",
+         non_finite_param(model.trainable_params(), flat_to_host(model).data(), model.dtype()));
+  for (const StateBuffer& s : optimizer)
+    refuse("optimizer state " + s.prefix.substr(0, s.prefix.size() - 1),
+           non_finite_param(s.params, state_to_host(model, s).data(), DType::f32));
   CheckpointState s;
   try {
     s.step = counter(j, "step", path);
     s.optimizer_step = counter(j, "optimizer_step", path);
+    s.optimizer = saved_optimizer;
     s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
     s.loader = j.at("loader");
     s.config_hash = j.value("config_hash", std::string());

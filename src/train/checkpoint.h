@@ -1,5 +1,6 @@
 // Checkpoints: <run_dir>/checkpoints/step_NNNNNNN/ holding model.safetensors (Hugging Face
-// names), optimizer.safetensors (exp_avg.<name>, exp_avg_sq.<name>), config.json (the model's
+// names), optimizer.safetensors (the optimizer's state per parameter: exp_avg.<name> and
+// exp_avg_sq.<name> for AdamW, momentum_buffer.<name> for SGD, ...), config.json (the model's
 // shape), config.yaml (the resolved run config) and state.json (step, loader state, config hash).
 // A checkpoint is written into a temporary directory and renamed into place, so a crash never
 // leaves a directory that find_latest_checkpoint() would pick.
@@ -11,14 +12,16 @@
 #include <string>
 
 #include "model/transformer.h"
+#include "optim/optimizer.h"
 
 namespace lmt {
 
 struct CheckpointState {
-  int64_t step = 0;            // optimizer steps done
-  int64_t optimizer_step = 0;  // AdamW's step count (bias correction)
-  int64_t tokens = 0;          // tokens trained on
-  nlohmann::json loader;       // the loader's state
+  int64_t step = 0;                 // optimizer steps done
+  int64_t optimizer_step = 0;       // the optimizer's step count (AdamW's bias correction)
+  std::string optimizer = "adamw";  // optimizer.name (state.json from before it: adamw)
+  int64_t tokens = 0;               // tokens trained on
+  nlohmann::json loader;            // the loader's state
   std::string config_hash;
   std::string tokenizer;
   // LoRA runs: the frozen base the adapters belong to (train.init_from; empty: initialised from
@@ -41,11 +44,11 @@ bool is_lora_checkpoint(const std::string& dir);
 std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
                                                       const std::string& adapter, Backend* be);
 
-// m and v: optimizer moments in the flat parameter layout (f32, may be null to skip).
-// Returns the checkpoint directory. Deletes the oldest ones beyond keep_last (0 keeps all), each
-// renamed to a temporary name first, so that a kill mid-delete never leaves a damaged step_N.
-std::string save_checkpoint(const std::string& run_dir, const Transformer& model, const float* m,
-                            const float* v, const CheckpointState& state,
+// optimizer: the optimizer's state buffers (empty: none saved). Returns the checkpoint directory.
+// Deletes the oldest ones beyond keep_last (0 keeps all), each renamed to a temporary name first,
+// so that a kill mid-delete never leaves a damaged step_N.
+std::string save_checkpoint(const std::string& run_dir, const Transformer& model,
+                            const std::vector<StateBuffer>& optimizer, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last);
 
 // Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does.
@@ -70,8 +73,13 @@ std::string find_checkpoint(const std::string& run_dir, const std::string& name)
 // and nothing is deleted). Returns their names, oldest first.
 std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir, int64_t step);
 
-// Loads weights (and moments when m, v are given) into the model's flat buffers; every tensor
-// must be present with the model's shape. Returns state.json's contents.
-CheckpointState load_checkpoint(const std::string& dir, Transformer& model, float* m, float* v);
+// Loads weights (and the optimizer's state buffers, when given) into the model's and the
+// optimizer's buffers; every tensor must be present with the model's shape. Returns state.json's
+// contents.
+// A checkpoint of another optimizer (state.json's "optimizer", adamw when absent) than
+// `optimizer_name` is a UserError when state buffers are given.
+CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
+                                const std::vector<StateBuffer>& optimizer,
+                                const std::string& optimizer_name = "adamw");
 
 }  // namespace lmt

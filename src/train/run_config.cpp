@@ -129,11 +129,12 @@ void validate_train(const TrainConfig& t) {
 
 void validate_optimizer(const OptimizerConfig& o) {
   require_finite(o, "optimizer");
-  if (o.name != "adamw")
-    throw UserError("optimizer.name '" + o.name + "' is not supported yet (supported: adamw)");
+  require_one_of("optimizer.name", o.name, {"adamw", "lion", "sgd", "muon"});
   require(o.beta1 >= 0 && o.beta1 < 1, "optimizer.beta1", "in [0, 1)", o.beta1);
   require(o.beta2 >= 0 && o.beta2 < 1, "optimizer.beta2", "in [0, 1)", o.beta2);
   require(o.eps > 0, "optimizer.eps", "> 0", o.eps);
+  require(o.momentum >= 0 && o.momentum < 1, "optimizer.momentum", "in [0, 1)", o.momentum);
+  require(o.ns_steps >= 1 && o.ns_steps <= 100, "optimizer.ns_steps", "in [1, 100]", o.ns_steps);
 }
 
 YAML::Node load_yaml_file(const std::string& path) {
@@ -331,6 +332,10 @@ void RunConfig::validate() const {
         "lora.base_dtype: bf16 holds the frozen base in bf16 for f32 compute; with "
         "train.precision: bf16 the base is computed with in bf16 already (leave lora.base_dtype "
         "at f32)");
+  if (optimizer.name == "muon" && lora.rank > 0)
+    throw UserError(
+        "optimizer.name: muon orthogonalises the updates of hidden weight matrices, and a LoRA run "
+        "trains adapters of rank lora.rank instead (use adamw, lion or sgd with lora)");
   if (lora.rank > 0) lora_layout(model, lora_spec(lora));  // names and sizes, one message
 }
 
@@ -350,6 +355,13 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     }
   }
   read_config(root, cfg, src);
+  // The optimizer's defaults that depend on optimizer.name, for the keys the file leaves out.
+  const YAML::Node opt =
+      tree["optimizer"] && tree["optimizer"].IsMap() ? tree["optimizer"] : YAML::Node();
+  auto given = [&](const char* key) { return opt && opt[key]; };
+  if (cfg.optimizer.name == "lion" && !given("beta2")) cfg.optimizer.beta2 = 0.99;
+  if (cfg.optimizer.name == "muon" && !given("momentum")) cfg.optimizer.momentum = 0.95;
+  if (cfg.optimizer.name == "muon" && !given("nesterov")) cfg.optimizer.nesterov = true;
   std::vector<std::string> model_keys;  // the model keys the file and the overrides give
   if (model)
     for (const auto& kv : model) model_keys.push_back(kv.first.as<std::string>());
@@ -366,6 +378,17 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     throw UserError(path + ": " + e.what());
   }
   return cfg;
+}
+
+OptimizerSpec optimizer_spec(const RunConfig& cfg) {
+  const OptimizerConfig& o = cfg.optimizer;
+  OptimizerSpec s;
+  s.name = o.name;
+  s.beta1 = o.beta1, s.beta2 = o.beta2, s.eps = o.eps;
+  s.momentum = o.momentum, s.nesterov = o.nesterov, s.ns_steps = o.ns_steps;
+  s.weight_decay = cfg.train.weight_decay;
+  s.decay_embeddings = o.decay_embeddings, s.decay_norms_and_biases = o.decay_norms_and_biases;
+  return s;
 }
 
 std::string run_config_to_yaml(RunConfig& cfg) {

@@ -8,6 +8,7 @@
 
 #include "model/lora.h"
 #include "model/model_config.h"
+#include "optim/optimizer.h"
 
 namespace lmt {
 
@@ -161,17 +162,25 @@ struct TrainConfig {
 struct OptimizerConfig {
   std::string name = "adamw";
   double beta1 = 0.9;
-  double beta2 = 0.95;
+  double beta2 = 0.95;  // lion: 0.99 unless given
   double eps = 1e-8;
+  double momentum = 0.9;  // muon: 0.95 unless given
+  bool nesterov = false;  // muon: true unless given
+  int64_t ns_steps = 5;
   bool decay_embeddings = false;
   bool decay_norms_and_biases = false;
 
   template <class V>
   void visit(V& v) {
-    v("name", name, "adamw");
-    v("beta1", beta1, "first-moment decay");
-    v("beta2", beta2, "second-moment decay");
-    v("eps", eps, "denominator epsilon");
+    v("name", name,
+      "adamw, lion (about 3-10x smaller lr, larger weight_decay), sgd (with momentum) or muon "
+      "(hidden matrices; adamw for the rest)");
+    v("beta1", beta1, "adamw: first-moment decay; lion: interpolation of the update's sign");
+    v("beta2", beta2, "adamw: second-moment decay (0.95); lion: momentum decay (0.99)");
+    v("eps", eps, "adamw: denominator epsilon");
+    v("momentum", momentum, "sgd: momentum (0.9); muon: momentum (0.95)");
+    v("nesterov", nesterov, "sgd and muon: Nesterov momentum (sgd: false; muon: true)");
+    v("ns_steps", ns_steps, "muon: Newton-Schulz iterations");
     v("decay_embeddings", decay_embeddings, "apply weight decay to embeddings too");
     v("decay_norms_and_biases", decay_norms_and_biases, "apply weight decay to norms and biases");
   }
@@ -272,6 +281,9 @@ std::vector<std::string> model_key_names();
 // override.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 // The resolved config as YAML text (every field, defaults included).
+// The optimizer section and train.weight_decay as make_optimizer takes them.
+OptimizerSpec optimizer_spec(const RunConfig& cfg);
+
 std::string run_config_to_yaml(RunConfig& cfg);
 // A stable hash of the resolved config (hex), stored in checkpoints.
 std::string run_config_hash(RunConfig& cfg);

@@ -23,7 +23,7 @@
 #include "io/peft_adapter.h"
 #include "io/text_file.h"
 #include "model/transformer.h"
-#include "optim/adamw.h"
+#include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/generation.h"
@@ -179,14 +179,15 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
         cfg.lora.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : "");
   }
   if (tc.precision == "bf16") model.set_compute_dtype(DType::bf16);
-  AdamW opt(be.get(), model.trainable_params(), model.trainable_flat_size(), cfg.optimizer,
-            tc.weight_decay);
+  const std::unique_ptr<Optimizer> optimizer = make_optimizer(
+      be.get(), model.trainable_params(), model.trainable_flat_size(), optimizer_spec(cfg));
+  Optimizer& opt = *optimizer;
 
   int64_t step = 0, tokens_seen = 0;
   if (ckpt) {
     CheckpointState st;
     try {
-      st = load_checkpoint(*ckpt, model, opt.m_data(), opt.v_data());
+      st = load_checkpoint(*ckpt, model, opt.state(), opt.name());
     } catch (const UserError& e) {
       throw UserError("--resume: checkpoint '" + *ckpt + "' cannot be resumed: " + e.what() +
                       " (an older checkpoint can be named: --resume step_N)");
@@ -238,6 +239,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       tc.precision == "bf16" ? "bf16 (bf16 compute; f32 master weights, gradients, moments, loss)"
                              : "f32"));
   if (!init_line.empty()) metrics.log_line(init_line);
+  if (const std::string a = opt.assignment(); !a.empty()) metrics.log_line(a);
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
   if (ckpt && !resume_from.empty() &&
       fs::equivalent(fs::path(*ckpt).parent_path(), run_dir / "checkpoints", ec)) {
@@ -269,8 +271,9 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     st.lora = lora;
     st.base_init_from = tc.init_from;
     st.base_hash = base_hash;
-    result.last_checkpoint = save_checkpoint(run_dir.string(), model, opt.m_data(), opt.v_data(),
-                                             st, config_yaml, tc.keep_last);
+    st.optimizer = opt.name();
+    result.last_checkpoint =
+        save_checkpoint(run_dir.string(), model, opt.state(), st, config_yaml, tc.keep_last);
   };
   auto run_eval = [&]() {
     if (!eval_loader) return;

@@ -17,6 +17,7 @@
 
 #include "backend_test_util.h"
 #include "core/rng.h"
+#include "optim/muon.h"
 
 namespace lmt {
 namespace {
@@ -39,6 +40,8 @@ struct Run {
   Backend* be;
   DType dt;
   std::vector<void*> in, out, din, dout;
+  std::vector<int64_t> in_n;  // element counts of the inputs
+  int64_t f32_n(int i) const { return in_n[static_cast<size_t>(i)]; }
 };
 
 struct Case {
@@ -48,6 +51,9 @@ struct Case {
   std::function<void(Run&)> forward;
   std::function<void(Run&)> backward;  // reads dout, writes din (zeroed first); null: none
   bool uniform_dout = false;
+  // An f32-only kernel (the optimizers' steps): the reference is the CPU backend in f32, and
+  // there is no backward.
+  bool f32_only = false;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
@@ -113,7 +119,8 @@ struct Result {
 Result run(const Case& c, Backend& be, DType dt, const std::vector<std::vector<double>>& in,
            const std::vector<std::vector<double>>* dout) {
   std::vector<Buffer> keep;
-  Run r{&be, dt, {}, {}, {}, {}};
+  Run r{&be, dt, {}, {}, {}, {}, {}};
+  for (const Spec& s : c.in) r.in_n.push_back(s.n);
   auto alloc = [&](const Spec& s) {
     keep.emplace_back(&be, std::max<size_t>(esize(s, dt), 1));
     return keep.back().data();
@@ -237,8 +244,89 @@ Case attention_case(const std::string& name, int64_t B, int64_t T, int Hq, int H
   return c;
 }
 
+float* f32_at(const Run& r, int i, bool out) {
+  return static_cast<float*>(out ? r.out[static_cast<size_t>(i)] : r.in[static_cast<size_t>(i)]);
+}
+
+// An optimizer kernel: outputs start as copies of the inputs they update in place (`updated`:
+// output k copies input updated[k]); `step` runs the kernel on them with a device gradient scale
+// of 0.7 (a clipped step).
+Case optimizer_case(const std::string& name, std::vector<Spec> in, std::vector<int> updated,
+                    std::vector<Spec> extra_out,
+                    std::function<void(Run&, const double* scale)> step) {
+  Case c;
+  c.name = name;
+  c.in = std::move(in);
+  for (int k : updated) c.out.push_back({c.in[static_cast<size_t>(k)].n});
+  for (const Spec& e : extra_out) c.out.push_back(e);
+  c.f32_only = true;
+  c.tol = 2e-6;
+  c.forward = [=](Run& r) {
+    for (size_t k = 0; k < updated.size(); ++k)
+      r.be->copy(r.out[k], r.in[static_cast<size_t>(updated[k])],
+                 static_cast<size_t>(r.f32_n(updated[k])) * sizeof(float));
+    Buffer scale(r.be, sizeof(double));
+    const double s = 0.7;
+    r.be->from_host(scale.data(), &s, sizeof(double));
+    step(r, scale.as<double>());
+  };
+  return c;
+}
+
+// The optimizers' kernels and Newton-Schulz (Muon's composition of GEMMs and scalings).
+void add_optimizer_cases(std::vector<Case>& cs) {
+  const int64_t n = 37;
+  cs.push_back(optimizer_case("adamw step", {{n}, {n}, {n}, {n, Spec::positive}}, {0, 2, 3}, {},
+                              [=](Run& r, const double* gs) {
+                                r.be->adamw_step(f32_at(r, 0, true), f32_at(r, 1, false),
+                                                 f32_at(r, 1, true), f32_at(r, 2, true), n, 1e-2,
+                                                 0.9, 0.95, 1e-8, 0.1, 3, gs);
+                              }));
+  cs.push_back(
+      optimizer_case("lion step", {{n}, {n}, {n}}, {0, 2}, {}, [=](Run& r, const double* gs) {
+        r.be->lion_step(f32_at(r, 0, true), f32_at(r, 1, false), f32_at(r, 1, true), n, 1e-3, 0.9,
+                        0.99, 0.5, gs);
+      }));
+  for (const bool nesterov : {false, true})
+    cs.push_back(optimizer_case(std::string("sgd step") + (nesterov ? " nesterov" : ""),
+                                {{n}, {n}, {n}}, {0, 2}, {}, [=](Run& r, const double* gs) {
+                                  r.be->sgd_step(f32_at(r, 0, true), f32_at(r, 1, false),
+                                                 f32_at(r, 1, true), n, 0.05, 0.9, nesterov, 0.01,
+                                                 gs);
+                                }));
+  cs.push_back(
+      optimizer_case("muon momentum", {{n}, {n}}, {0}, {{n}}, [=](Run& r, const double* gs) {
+        r.be->muon_momentum(f32_at(r, 1, true), f32_at(r, 0, true), f32_at(r, 1, false), n, 0.95,
+                            true, gs);
+      }));
+  // p is 4 rows of 9 with a block of 4 x 5 updated (row stride 9), from a dense x.
+  cs.push_back(
+      optimizer_case("muon apply, strided", {{36}, {20}}, {0}, {}, [=](Run& r, const double* gs) {
+        r.be->muon_apply(f32_at(r, 0, true) + 2, 9, f32_at(r, 1, false), 4, 5, 0.02, 0.1, gs);
+      }));
+  cs.push_back(
+      optimizer_case("copy 2d and scale by 1/norm", {{36}}, {}, {{20}}, [=](Run& r, const double*) {
+        float* x = f32_at(r, 0, true);
+        r.be->copy_2d(x, 5, f32_at(r, 0, false) + 3, 9, 4, 5);
+        Buffer ss(r.be, sizeof(double));
+        r.be->sum_squares(DType::f32, ss.as<double>(), x, 20);
+        r.be->scale_by_rnorm(x, 20, ss.as<double>(), 1e-7);
+      }));
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{6, 10}, {10, 6}})
+    cs.push_back(optimizer_case(
+        "newton-schulz " + std::to_string(rows) + "x" + std::to_string(cols), {{rows * cols}}, {0},
+        {{rows * cols}}, [=](Run& r, const double*) {
+          const int64_t k = std::min(rows, cols);
+          Buffer a(r.be, static_cast<size_t>(2 * k * k) * sizeof(float)),
+              norm(r.be, sizeof(double));
+          Muon::newton_schulz(r.be, f32_at(r, 0, true), f32_at(r, 1, true), a.as<float>(),
+                              a.as<float>() + k * k, norm.as<double>(), rows, cols, 5);
+        }));
+}
+
 std::vector<Case> cases() {
   std::vector<Case> cs;
+  add_optimizer_cases(cs);
   cs.push_back(gemm_case(false, false, 7, 9, 5, 1.0, 0.0));
   cs.push_back(gemm_case(false, true, 6, 11, 13, 0.7, 1.0));
   cs.push_back(gemm_case(true, false, 10, 3, 8, 1.3, 0.5));
@@ -411,7 +499,8 @@ TEST_P(Parity, BackendsMatchTheCpuInDoubleAndGradientsMatchFiniteDifferences) {
     if (c.out[i].aux) std::fill(d.begin(), d.end(), 0.0);
     dout.push_back(d);
   }
-  const Result want = run(c, ref, DType::f64, in, c.backward ? &dout : nullptr);
+  const Result want =
+      run(c, ref, c.f32_only ? DType::f32 : DType::f64, in, c.backward ? &dout : nullptr);
 
   if (c.backward) {  // the reference's gradients against central differences of L
     for (size_t i = 0; i < c.in.size(); ++i) {

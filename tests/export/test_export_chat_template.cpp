@@ -29,7 +29,7 @@ fs::path run_with_sources(const std::string& name, const std::string& sources) {
   s.tokenizer = tok;
   s.loader = nlohmann::json::object();
   s.step = 3;
-  save_checkpoint(run_dir.string(), m, nullptr, nullptr, s,
+  save_checkpoint(run_dir.string(), m, {}, s,
                   "model: {}\ndata:\n  tokenizer: " + tok + "\n  sources:\n" + sources, 0);
   return run_dir;
 }

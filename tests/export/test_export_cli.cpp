@@ -118,7 +118,7 @@ fs::path make_run(Transformer& model, const std::string& tok) {
   for (int64_t step : {10, 20}) {
     s.step = step;
     model.init_weights(test::random_seed());
-    save_checkpoint(run_dir.string(), model, nullptr, nullptr, s, "model: {}\n", 0);
+    save_checkpoint(run_dir.string(), model, {}, s, "model: {}\n", 0);
   }
   return run_dir;
 }

@@ -1,9 +1,9 @@
 // RunConfig loading end to end: YAML files on disk, --set overrides, strict types, validation
 // messages, the resolved-YAML round trip and the config hash. Every failure case checks the text.
 #include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <yaml-cpp/yaml.h>
 
 #include "core/error.h"
 #include "io/io_test_util.h"
@@ -191,6 +191,30 @@ TEST(RunConfig, WrongTypes) {
                     {top, "must be a map of sections, got a list"});
 }
 
+// Lion and Muon bring their own defaults for the keys a file leaves out; given keys win.
+TEST(RunConfig, OptimizerDefaultsFollowTheName) {
+  const std::string f = valid_file();
+  RunConfig c = load_run_config(f, {"optimizer.name=lion"});
+  EXPECT_EQ(c.optimizer.beta1, 0.9);
+  EXPECT_EQ(c.optimizer.beta2, 0.99);
+  EXPECT_EQ(load_run_config(f, {"optimizer.name=lion", "optimizer.beta2=0.98"}).optimizer.beta2,
+            0.98);
+  c = load_run_config(f, {"optimizer.name=muon"});
+  EXPECT_EQ(c.optimizer.momentum, 0.95);
+  EXPECT_TRUE(c.optimizer.nesterov);
+  EXPECT_EQ(c.optimizer.ns_steps, 5);
+  EXPECT_EQ(c.optimizer.beta2, 0.95);  // its AdamW part
+  c = load_run_config(f, {"optimizer.name=muon", "optimizer.nesterov=false"});
+  EXPECT_FALSE(c.optimizer.nesterov);
+  c = load_run_config(f, {"optimizer.name=sgd"});
+  EXPECT_EQ(c.optimizer.momentum, 0.9);
+  EXPECT_FALSE(c.optimizer.nesterov);
+  const OptimizerSpec s =
+      optimizer_spec(load_run_config(f, {"optimizer.name=sgd", "train.weight_decay=0.3"}));
+  EXPECT_EQ(s.name, "sgd");
+  EXPECT_EQ(s.weight_decay, 0.3);
+}
+
 TEST(RunConfig, ValidationNamesKeys) {
   const std::string f = valid_file();
   expect_user_error([&] { load_run_config(f, {"train.lr=-0.001"}); },
@@ -221,8 +245,17 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"train.micro_batch_size must be >= 1"});
   expect_user_error([&] { load_run_config(f, {"train.decay_fraction=1.5"}); },
                     {"train.decay_fraction must be in [0, 1]"});
-  expect_user_error([&] { load_run_config(f, {"optimizer.name=lion"}); },
-                    {"optimizer.name 'lion'"});
+  expect_user_error([&] { load_run_config(f, {"optimizer.name=adafactor"}); },
+                    {"optimizer.name must be one of adamw, lion, sgd, muon (got 'adafactor')"});
+  expect_user_error([&] { load_run_config(f, {"optimizer.momentum=1"}); },
+                    {"optimizer.momentum must be in [0, 1) (got 1)"});
+  expect_user_error([&] { load_run_config(f, {"optimizer.ns_steps=0"}); },
+                    {"optimizer.ns_steps must be in [1, 100]"});
+  expect_user_error(
+      [&] {
+        load_run_config(f, {"optimizer.name=muon", "lora.rank=4"});
+      },
+      {"optimizer.name: muon", "use adamw, lion or sgd with lora"});
   expect_user_error([&] { load_run_config(f, {"optimizer.beta2=1"}); },
                     {"optimizer.beta2 must be in [0, 1) (got 1)"});
   expect_user_error([&] { load_run_config(f, {"optimizer.eps=0"}); },
@@ -364,8 +397,9 @@ TEST(RunConfig, HugeValuesAreQuotedShort) {
       {"big_int.yaml:18: key 'train.max_steps': 99999", "... (1000000 bytes) is out of the range"});
   EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
   const std::string big_lr = edited("big_lr.yaml", "lr: 0.001", "lr: 1" + digits);
-  msg = expect_user_error([&] { load_run_config(big_lr, {}); },
-                          {"big_lr.yaml:17: key 'train.lr'", "(1000001 bytes) is out of the range"});
+  msg =
+      expect_user_error([&] { load_run_config(big_lr, {}); },
+                        {"big_lr.yaml:17: key 'train.lr'", "(1000001 bytes) is out of the range"});
   EXPECT_LT(msg.size(), 300u) << msg.substr(0, 300);
   const std::string arg = "train.max_steps=" + std::string(100000, '7');
   msg = expect_user_error([&] { load_run_config(valid_file(), {arg}); },
@@ -382,10 +416,11 @@ TEST(RunConfig, HugeValuesAreQuotedShort) {
 
 TEST(RunConfig, MessagesBlameTheFileNotAnUnrelatedSet) {
   // A section written twice is the file's doing, even when --set edits that section.
-  const std::string twice = test::write_text(
-      "twice.yaml", std::string(kValid) + "train:\n  max_steps: 4\n");
-  std::string msg = expect_user_error([&] { load_run_config(twice, {"train.lr=0.1"}); },
-                                      {"twice.yaml:21: key 'train' appears twice (first on line 16)"});
+  const std::string twice =
+      test::write_text("twice.yaml", std::string(kValid) + "train:\n  max_steps: 4\n");
+  std::string msg =
+      expect_user_error([&] { load_run_config(twice, {"train.lr=0.1"}); },
+                        {"twice.yaml:21: key 'train' appears twice (first on line 16)"});
   EXPECT_EQ(msg.find("--set"), std::string::npos) << msg;
   // A top-level list is not a config, whatever --set says.
   const std::string list = test::write_text("list.yaml", "- a\n- b\n");
@@ -405,8 +440,9 @@ TEST(RunConfig, DeepNestingIsNamed) {
   const std::string deep = test::write_text(
       "deep.yaml", "model:\n  x: " + std::string(600, '[') + std::string(600, ']') + "\n");
   std::string msg = expect_user_error([&] { load_run_config(deep, {}); },
-                                      {"deep.yaml:2:", "YAML syntax error: lists or maps nested "
-                                                       "too deeply (a config is a few levels deep)"});
+                                      {"deep.yaml:2:",
+                                       "YAML syntax error: lists or maps nested "
+                                       "too deeply (a config is a few levels deep)"});
   EXPECT_EQ(msg.find("bad file"), std::string::npos) << msg;
   msg = expect_user_error(
       [&] { load_run_config(valid_file(), {"train.x=" + std::string(600, '[')}); },

@@ -30,7 +30,7 @@ TEST(CheckpointSave, AFailedSaveLeavesNoTemporaryDirectory) {
   s.loader = nlohmann::json::object();
   s.step = 5;
   s.tokenizer = (run_dir / "gone.json").string();
-  test::expect_user_error([&] { save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 3); },
+  test::expect_user_error([&] { save_checkpoint(run_dir.string(), m, {}, s, "", 3); },
                           {"checkpoint: cannot copy the tokenizer", "gone.json"});
   auto entries = [&] {
     std::vector<std::string> names;
@@ -40,7 +40,7 @@ TEST(CheckpointSave, AFailedSaveLeavesNoTemporaryDirectory) {
   };
   EXPECT_EQ(entries(), std::vector<std::string>{});
   s.tokenizer = "bytes";
-  save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 3);
+  save_checkpoint(run_dir.string(), m, {}, s, "", 3);
   EXPECT_EQ(entries(), std::vector<std::string>{"step_0000005"});
 }
 
@@ -57,13 +57,13 @@ TEST(CheckpointSave, NonFiniteWeightsAreRefusedAtSaveAndAtLoad) {
   s.loader = nlohmann::json::object();
   s.tokenizer = "bytes";
   s.step = 2;
-  const std::string good = save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 0);
+  const std::string good = save_checkpoint(run_dir.string(), m, {}, s, "", 0);
 
   const ParamInfo& victim = m.params()[3];
   static_cast<float*>(m.params_data())[victim.offset + 1] = std::nanf("");
   s.step = 3;
   try {
-    save_checkpoint(run_dir.string(), m, nullptr, nullptr, s, "", 0);
+    save_checkpoint(run_dir.string(), m, {}, s, "", 0);
     ADD_FAILURE() << "expected a NonFiniteError";
   } catch (const NonFiniteError& e) {
     EXPECT_NE(std::string(e.what()).find("step 3: the weight of " + victim.name + " is not finite"),
@@ -78,7 +78,7 @@ TEST(CheckpointSave, NonFiniteWeightsAreRefusedAtSaveAndAtLoad) {
     w.add(p.name, DType::f32, p.shape, static_cast<const float*>(m.params_data()) + p.offset);
   w.write(good + "/model.safetensors");
   Transformer fresh(&be, cfg);
-  test::expect_user_error([&] { load_checkpoint(good, fresh, nullptr, nullptr); },
+  test::expect_user_error([&] { load_checkpoint(good, fresh, {}); },
                           {good + ": the weight of " + victim.name + " is not finite"});
 }
 

@@ -99,27 +99,60 @@ class Resume : public ::testing::Test {
   fs::path dir_;
 };
 
+// Every optimizer (its state is in optimizer.safetensors under its own names).
 TEST_F(Resume, InterruptedRunIsBitIdentical) {
   const int64_t N = 8;
-  TrainResult whole = train(config("a", 2 * N), false);
-  TrainResult first = train(config("b", 2 * N), false, /*stop_after=*/N);
-  EXPECT_EQ(first.steps, N);
-  EXPECT_TRUE(first.interrupted);
-  TrainResult second = train(config("b", 2 * N), true);
-  EXPECT_EQ(second.steps, 2 * N);
-  EXPECT_EQ(whole.last_loss, second.last_loss);
-  EXPECT_EQ(whole.last_val_loss, second.last_val_loss);
-  auto la = metric_lines("a"), lb = metric_lines("b");
-  ASSERT_EQ(la.size(), lb.size());
-  for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i], lb[i]) << "line " << i;
-  const std::string ck = fmt_step(2 * N);
-  EXPECT_EQ(file_bytes(dir_ / "a" / "checkpoints" / ck / "model.safetensors"),
-            file_bytes(dir_ / "b" / "checkpoints" / ck / "model.safetensors"));
-  EXPECT_EQ(file_bytes(dir_ / "a" / "checkpoints" / ck / "optimizer.safetensors"),
-            file_bytes(dir_ / "b" / "checkpoints" / ck / "optimizer.safetensors"));
-  // The run crossed at least one epoch boundary of the training split.
-  auto state = nlohmann::json::parse(file_bytes(dir_ / "a" / "checkpoints" / ck / "state.json"));
-  EXPECT_GE(state["loader"]["epoch"].get<int64_t>(), 1);
+  for (const std::string opt : {"adamw", "lion", "sgd", "muon"}) {
+    SCOPED_TRACE(opt);
+    auto cfg = [&](const std::string& out) {
+      RunConfig c = config(opt + "_" + out, 2 * N);
+      c.optimizer.name = opt;
+      if (opt == "lion") c.train.lr = 1e-3, c.train.min_lr = 1e-4;
+      if (opt == "muon") c.optimizer.momentum = 0.95, c.optimizer.nesterov = true;
+      c.train.weight_decay = 0.1;
+      return c;
+    };
+    TrainResult whole = train(cfg("a"), false);
+    TrainResult first = train(cfg("b"), false, /*stop_after=*/N);
+    EXPECT_EQ(first.steps, N);
+    EXPECT_TRUE(first.interrupted);
+    TrainResult second = train(cfg("b"), true);
+    EXPECT_EQ(second.steps, 2 * N);
+    EXPECT_EQ(whole.last_loss, second.last_loss);
+    EXPECT_EQ(whole.last_val_loss, second.last_val_loss);
+    auto la = metric_lines(opt + "_a"), lb = metric_lines(opt + "_b");
+    ASSERT_EQ(la.size(), lb.size());
+    for (size_t i = 0; i < la.size(); ++i) EXPECT_EQ(la[i], lb[i]) << "line " << i;
+    const std::string ck = fmt_step(2 * N);
+    const fs::path a = dir_ / (opt + "_a") / "checkpoints" / ck,
+                   b = dir_ / (opt + "_b") / "checkpoints" / ck;
+    EXPECT_EQ(file_bytes(a / "model.safetensors"), file_bytes(b / "model.safetensors"));
+    EXPECT_EQ(file_bytes(a / "optimizer.safetensors"), file_bytes(b / "optimizer.safetensors"));
+    const std::string names = file_bytes(a / "optimizer.safetensors");
+    auto has = [&](const std::string& n) { return names.find('"' + n + '"') != std::string::npos; };
+    EXPECT_EQ(has("exp_avg.model.norm.weight"), opt != "sgd");
+    EXPECT_EQ(has("exp_avg_sq.model.norm.weight"), opt == "adamw" || opt == "muon");
+    EXPECT_EQ(has("momentum_buffer.model.norm.weight"), opt == "sgd");
+    EXPECT_EQ(has("momentum_buffer.model.layers.0.mlp.down_proj.weight"),
+              opt == "sgd" || opt == "muon");
+    auto state = nlohmann::json::parse(file_bytes(a / "state.json"));
+    EXPECT_EQ(state["optimizer"], opt);
+    // The run crossed at least one epoch boundary of the training split.
+    EXPECT_GE(state["loader"]["epoch"].get<int64_t>(), 1);
+    if (opt == "lion") {  // another optimizer cannot resume it
+      RunConfig other = cfg("b");
+      other.optimizer.name = "sgd";
+      other.train.max_steps = 3 * N;
+      try {
+        train(other, true);
+        ADD_FAILURE() << "resumed a lion checkpoint with sgd";
+      } catch (const UserError& e) {
+        EXPECT_NE(std::string(e.what()).find("holds the state of optimizer lion"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+  }
 }
 
 // LoRA: the checkpoint is a PEFT adapter directory (adapters, adapter_config.json, their AdamW
@@ -132,7 +165,7 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
     c.lora.rank = 2;
     c.lora.alpha = 4;
     c.lora.target_modules = {"q_proj", "v_proj", "down_proj"};
-    c.lora.dropout = 0.1;  // masks drawn again on resume, as they were
+    c.lora.dropout = 0.1;               // masks drawn again on resume, as they were
     c.lora.modules_to_save = {"norm"};  // trained norms and their moments resume too
     c.train.lr = 3e-2;
     c.validate();
@@ -184,18 +217,21 @@ TEST_F(Resume, LoraRunResumesBitIdenticallyFromAdapters) {
   expect_error(full, "holds LoRA adapters, and this run has no lora section (lora.rank is 0)");
   RunConfig other_base = lora("a");
   other_base.train.seed = 99;
-  expect_error(other_base, "holds adapters for another base model (base initialised from "
-                           "train.seed with weights fnv1a64:");
+  expect_error(other_base,
+               "holds adapters for another base model (base initialised from "
+               "train.seed with weights fnv1a64:");
   RunConfig other_targets = lora("a");
   other_targets.lora.target_modules = {"o_proj"};
-  expect_error(other_targets, "adapter_model.safetensors: tensor "
-                              "'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight' "
-                              "is missing");
+  expect_error(other_targets,
+               "adapter_model.safetensors: tensor "
+               "'base_model.model.model.layers.0.self_attn.o_proj.lora_A.weight' "
+               "is missing");
   RunConfig other_saved = lora("a");
   other_saved.lora.modules_to_save = {"input_layernorm"};
-  expect_error(other_saved, "adapter_model.safetensors: tensor "
-                            "'base_model.model.model.layers.0.post_attention_layernorm.weight' "
-                            "is not one this model's adapters have");
+  expect_error(other_saved,
+               "adapter_model.safetensors: tensor "
+               "'base_model.model.model.layers.0.post_attention_layernorm.weight' "
+               "is not one this model's adapters have");
   RunConfig plain = config("c", 4);
   train(plain, false);
   RunConfig adapters = lora("c");

@@ -85,6 +85,17 @@ class CpuBackend final : public Backend {
   void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t step,
                   const double* grad_scale) override;
+  void lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
+                 double beta2, double weight_decay, const double* grad_scale) override;
+  void sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+                bool nesterov, double weight_decay, const double* grad_scale) override;
+  void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta, bool nesterov,
+                     const double* grad_scale) override;
+  void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) override;
+  void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols, double lr,
+                  double weight_decay, const double* grad_scale) override;
+  void copy_2d(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
+               int64_t cols) override;
 
  private:
   int blas_threads_ = 0;  // what OpenBLAS was last told: follows thread_count()

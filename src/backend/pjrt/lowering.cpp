@@ -316,4 +316,68 @@ AdamWOut adamw_step(StablehloBuilder& b, const Value& p, const Value& g, const V
   return {b.select(finite, pi, p), b.select(finite, mi, m), b.select(finite, vi, v)};
 }
 
+namespace {
+
+// A pred of p's shape: whether the scalar s is finite (s - s == 0 is false for NaN and Inf).
+Value finite_like(StablehloBuilder& b, const Value& s, const Value& p) {
+  return b.broadcast_in_dim(b.compare(b.subtract(s, s), scalar(b, 0.0, s), CompareDir::eq), p.dims,
+                            {});
+}
+
+}  // namespace
+
+LionOut lion_step(StablehloBuilder& b, const Value& p, const Value& g, const Value& m, double beta1,
+                  double beta2, const Value& decay, const Value& lr, const Value& grad_scale) {
+  LMT_CHECK(p.dims == g.dims && p.dims == m.dims, "lion_step: p, g, m");
+  auto all = [&](const Value& s) { return b.broadcast_in_dim(s, p.dims, {}); };
+  auto c = [&](double x) { return b.constant(x, p.dtype, p.dims); };
+  const Value gi = b.multiply(g, all(grad_scale));
+  const Value mix = b.add(b.multiply(c(beta1), m), b.multiply(c(1.0 - beta1), gi));
+  const Value sign = b.select(b.compare(mix, c(0.0), CompareDir::gt), c(1.0),
+                              b.select(b.compare(mix, c(0.0), CompareDir::lt), c(-1.0), c(0.0)));
+  const Value pi = b.subtract(b.multiply(p, all(decay)), b.multiply(all(lr), sign));
+  const Value mi = b.add(b.multiply(c(beta2), m), b.multiply(c(1.0 - beta2), gi));
+  const Value finite = finite_like(b, grad_scale, p);
+  return {b.select(finite, pi, p), b.select(finite, mi, m)};
+}
+
+SgdOut sgd_step(StablehloBuilder& b, const Value& p, const Value& g, const Value& buf,
+                double momentum, bool nesterov, double weight_decay, const Value& lr,
+                const Value& grad_scale) {
+  LMT_CHECK(p.dims == g.dims && p.dims == buf.dims, "sgd_step: p, g, buf");
+  auto all = [&](const Value& s) { return b.broadcast_in_dim(s, p.dims, {}); };
+  auto c = [&](double x) { return b.constant(x, p.dtype, p.dims); };
+  const Value d = b.add(b.multiply(g, all(grad_scale)), b.multiply(c(weight_decay), p));
+  const Value bi = b.add(b.multiply(c(momentum), buf), d);
+  const Value dir = nesterov ? b.add(d, b.multiply(c(momentum), bi)) : bi;
+  const Value pi = b.subtract(p, b.multiply(all(lr), dir));
+  const Value finite = finite_like(b, grad_scale, p);
+  return {b.select(finite, pi, p), b.select(finite, bi, buf)};
+}
+
+MuonMomentumOut muon_momentum(StablehloBuilder& b, const Value& buf, const Value& g, double beta,
+                              bool nesterov, const Value& grad_scale) {
+  LMT_CHECK(buf.dims == g.dims, "muon_momentum: buf, g");
+  auto c = [&](double x) { return b.constant(x, g.dtype, g.dims); };
+  const Value gi = b.multiply(g, b.broadcast_in_dim(grad_scale, g.dims, {}));
+  const Value mi = b.add(b.multiply(c(beta), buf), b.multiply(c(1.0 - beta), gi));
+  const Value u = nesterov ? b.add(b.multiply(c(1.0 - beta), gi), b.multiply(c(beta), mi)) : mi;
+  return {u, b.select(finite_like(b, grad_scale, buf), mi, buf)};
+}
+
+Value scale_by_rnorm(StablehloBuilder& b, const Value& x, const Value& sum_squares, double eps) {
+  LMT_CHECK(sum_squares.rank() == 0, "scale_by_rnorm: a scalar sum of squares");
+  const Value inv = b.divide(scalar(b, 1.0, sum_squares),
+                             b.add(b.sqrt(sum_squares), scalar(b, eps, sum_squares)));
+  return b.multiply(x, b.broadcast_in_dim(b.convert(inv, x.dtype), x.dims, {}));
+}
+
+Value muon_apply(StablehloBuilder& b, const Value& p, const Value& x, const Value& decay,
+                 const Value& lr, const Value& grad_scale) {
+  LMT_CHECK(p.dims == x.dims, "muon_apply: p, x");
+  auto all = [&](const Value& s) { return b.broadcast_in_dim(s, p.dims, {}); };
+  const Value pi = b.subtract(b.multiply(p, all(decay)), b.multiply(all(lr), x));
+  return b.select(finite_like(b, grad_scale, p), pi, p);
+}
+
 }  // namespace lmt::hlo

@@ -127,4 +127,28 @@ AdamWOut adamw_step(StablehloBuilder& b, const Value& p, const Value& g, const V
                     const Value& v, double beta1, double beta2, double eps, const Value& decay,
                     const Value& step_size, const Value& inv_bc2_sqrt, const Value& grad_scale);
 
+// Lion, SGD with momentum and Muon's elementwise pieces as the CPU backend computes them
+// (backend.h). Per-step constants are runtime f32 scalars (decay = 1 - lr wd, lr); grad_scale is
+// clip_scale's (f32 here), and a scale that is not finite returns p and the state unchanged.
+struct LionOut {
+  Value p, m;
+};
+LionOut lion_step(StablehloBuilder& b, const Value& p, const Value& g, const Value& m, double beta1,
+                  double beta2, const Value& decay, const Value& lr, const Value& grad_scale);
+struct SgdOut {
+  Value p, buf;
+};
+SgdOut sgd_step(StablehloBuilder& b, const Value& p, const Value& g, const Value& buf,
+                double momentum, bool nesterov, double weight_decay, const Value& lr,
+                const Value& grad_scale);
+struct MuonMomentumOut {
+  Value u, buf;
+};
+MuonMomentumOut muon_momentum(StablehloBuilder& b, const Value& buf, const Value& g, double beta,
+                              bool nesterov, const Value& grad_scale);
+// x / (sqrt(sum_squares) + eps), sum_squares an f64 scalar.
+Value scale_by_rnorm(StablehloBuilder& b, const Value& x, const Value& sum_squares, double eps);
+Value muon_apply(StablehloBuilder& b, const Value& p, const Value& x, const Value& decay,
+                 const Value& lr, const Value& grad_scale);
+
 }  // namespace lmt::hlo

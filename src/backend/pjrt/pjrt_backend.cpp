@@ -377,6 +377,10 @@ class PjrtBackend final : public Backend {
   void clip_scale(double* scale, const double* sum_squares, double max_norm) override {
     set(scale, hlo::clip_scale(b(), view(sum_squares, DType::f64, {}), max_norm));
   }
+  // clip_scale's device scalar as the f32 the optimizer steps multiply by.
+  Value scale_f32(const double* grad_scale) {
+    return b().convert(view(grad_scale, DType::f64, {}), DType::f32);
+  }
   // The per-step constants are runtime scalars, formed as the CPU kernel forms them.
   void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
                   double beta2, double eps, double weight_decay, int64_t step,
@@ -386,13 +390,60 @@ class PjrtBackend final : public Backend {
     const Value decay = runtime_scalar(1.0 - lr * weight_decay, DType::f32);
     const Value step_size = runtime_scalar(lr / (1.0 - std::pow(beta1, t)), DType::f32);
     const Value bc2 = runtime_scalar(1.0 / std::sqrt(1.0 - std::pow(beta2, t)), DType::f32);
-    const Value scale = b().convert(view(grad_scale, DType::f64, {}), DType::f32);
+    const Value scale = scale_f32(grad_scale);
     const hlo::AdamWOut o = hlo::adamw_step(b(), view(p, DType::f32, {n}), view(g, DType::f32, {n}),
                                             view(m, DType::f32, {n}), view(v, DType::f32, {n}),
                                             beta1, beta2, eps, decay, step_size, bc2, scale);
     set(p, o.p);
     set(m, o.m);
     set(v, o.v);
+  }
+  void lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
+                 double beta2, double weight_decay, const double* grad_scale) override {
+    if (n == 0) return;
+    const hlo::LionOut o = hlo::lion_step(b(), view(p, DType::f32, {n}), view(g, DType::f32, {n}),
+                                          view(m, DType::f32, {n}), beta1, beta2,
+                                          runtime_scalar(1.0 - lr * weight_decay, DType::f32),
+                                          runtime_scalar(lr, DType::f32), scale_f32(grad_scale));
+    set(p, o.p);
+    set(m, o.m);
+  }
+  void sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+                bool nesterov, double weight_decay, const double* grad_scale) override {
+    if (n == 0) return;
+    const hlo::SgdOut o = hlo::sgd_step(
+        b(), view(p, DType::f32, {n}), view(g, DType::f32, {n}), view(buf, DType::f32, {n}),
+        momentum, nesterov, weight_decay, runtime_scalar(lr, DType::f32), scale_f32(grad_scale));
+    set(p, o.p);
+    set(buf, o.buf);
+  }
+  void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta, bool nesterov,
+                     const double* grad_scale) override {
+    if (n == 0) return;
+    const hlo::MuonMomentumOut o =
+        hlo::muon_momentum(b(), view(buf, DType::f32, {n}), view(g, DType::f32, {n}), beta,
+                           nesterov, scale_f32(grad_scale));
+    set(buf, o.buf);
+    set(u, o.u);
+  }
+  void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) override {
+    if (n == 0) return;
+    set(x,
+        hlo::scale_by_rnorm(b(), view(x, DType::f32, {n}), view(sum_squares, DType::f64, {}), eps));
+  }
+  void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols, double lr,
+                  double weight_decay, const double* grad_scale) override {
+    if (rows == 0 || cols == 0) return;
+    const Value pi = hlo::muon_apply(b(), view(p, DType::f32, {rows, cols}, {ldp, 1}),
+                                     view(x, DType::f32, {rows, cols}),
+                                     runtime_scalar(1.0 - lr * weight_decay, DType::f32),
+                                     runtime_scalar(lr, DType::f32), scale_f32(grad_scale));
+    set(p, pi, {ldp, 1});
+  }
+  void copy_2d(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
+               int64_t cols) override {
+    if (rows == 0 || cols == 0) return;
+    set(dst, view(src, DType::f32, {rows, cols}, {lds, 1}), {ldd, 1});
   }
 
  private:

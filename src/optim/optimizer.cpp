@@ -1,0 +1,132 @@
+// The optimizer base (clipping, the non-finite skip, the step count), the span layout every
+// optimizer runs its kernels over, Lion and SGD; see optimizer.h.
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "optim/adamw.h"
+#include "optim/muon.h"
+
+namespace lmt {
+
+bool decays(ParamKind kind, bool decay_embeddings, bool decay_norms_and_biases) {
+  switch (kind) {
+    case ParamKind::matrix:
+      return true;
+    case ParamKind::embedding:
+      return decay_embeddings;
+    case ParamKind::norm:
+    case ParamKind::bias:
+      return decay_norms_and_biases;
+  }
+  return true;
+}
+
+std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total, bool compact,
+                             const OptimizerSpec& spec, bool merge_decay,
+                             std::vector<ParamInfo>* state_params, int64_t* state_size) {
+  std::vector<const ParamInfo*> sorted;
+  for (const ParamInfo& p : params) sorted.push_back(&p);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const ParamInfo* a, const ParamInfo* b) { return a->offset < b->offset; });
+  std::vector<Span> spans;
+  int64_t prev_end = 0, state = 0;
+  for (const ParamInfo* p : sorted) {
+    const int64_t begin = p->offset, end = p->offset + p->numel();
+    LMT_CHECK(begin >= prev_end && end <= total,
+              "parameter " + p->name + " overlaps another or lies outside the flat buffer");
+    prev_end = end;
+    const int64_t at = compact ? state : begin;
+    if (state_params) {
+      state_params->push_back(*p);
+      state_params->back().offset = at;
+    }
+    state = at + p->numel();
+    if (begin == end) continue;
+    const Span s{begin, at, end - begin,
+                 decays(p->kind, spec.decay_embeddings, spec.decay_norms_and_biases)};
+    Span* last = spans.empty() ? nullptr : &spans.back();
+    if (last && last->param + last->n == s.param && last->state + last->n == s.state &&
+        (merge_decay || last->decay == s.decay))
+      last->n += s.n;
+    else
+      spans.push_back(s);
+  }
+  if (state_size) *state_size = compact ? state : total;
+  return spans;
+}
+
+Optimizer::Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t total)
+    : be_(be),
+      params_(params),
+      total_(total),
+      stats_(be, 2 * sizeof(double)),
+      norm_spans_(make_spans(params, total, false, OptimizerSpec{}, true)) {}
+
+double Optimizer::clip_and_step(float* params, const float* grads, double lr, double grad_clip) {
+  // Norm, clipping scale and the non-finite skip stay on the device; the norm is read once, after
+  // the update is queued, and decides the step count.
+  double* sum_squares = stats_.as<double>();
+  double* scale = sum_squares + 1;
+  be_->zero(sum_squares, sizeof(double));
+  for (const Span& s : norm_spans_) be_->sum_squares(DType::f32, sum_squares, grads + s.param, s.n);
+  be_->clip_scale(scale, sum_squares, grad_clip);
+  update(params, grads, lr, scale);
+  double host = 0;
+  be_->to_host(&host, sum_squares, sizeof(double));
+  const double norm = std::sqrt(host);
+  if (std::isfinite(norm)) ++step_;
+  return norm;
+}
+
+// ---- Lion ----
+
+Lion::Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s)
+    : Optimizer(be, params, total),
+      spec_(s),
+      m_(be, static_cast<size_t>(total) * sizeof(float)),
+      spans_(make_spans(params, total, false, s, false)) {}
+
+void Lion::update(float* params, const float* grads, double lr, const double* grad_scale) {
+  for (const Span& s : spans_)
+    be_->lion_step(params + s.param, grads + s.param, m_data() + s.state, s.n, lr, spec_.beta1,
+                   spec_.beta2, s.decay ? spec_.weight_decay : 0.0, grad_scale);
+}
+
+std::vector<StateBuffer> Lion::state() const {
+  return {{"exp_avg.", m_data(), total_, params_}};
+}
+
+// ---- SGD ----
+
+Sgd::Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s)
+    : Optimizer(be, params, total),
+      spec_(s),
+      buf_(be, static_cast<size_t>(total) * sizeof(float)),
+      spans_(make_spans(params, total, false, s, false)) {}
+
+void Sgd::update(float* params, const float* grads, double lr, const double* grad_scale) {
+  for (const Span& s : spans_)
+    be_->sgd_step(params + s.param, grads + s.param, momentum_data() + s.state, s.n, lr,
+                  spec_.momentum, spec_.nesterov, s.decay ? spec_.weight_decay : 0.0, grad_scale);
+}
+
+std::vector<StateBuffer> Sgd::state() const {
+  return {{"momentum_buffer.", momentum_data(), total_, params_}};
+}
+
+std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
+                                          int64_t total, const OptimizerSpec& spec) {
+  if (spec.name == "adamw")
+    return std::make_unique<AdamW>(be, params, total,
+                                   AdamWConfig{spec.beta1, spec.beta2, spec.eps, spec.weight_decay,
+                                               spec.decay_embeddings, spec.decay_norms_and_biases});
+  if (spec.name == "lion") return std::make_unique<Lion>(be, params, total, spec);
+  if (spec.name == "sgd") return std::make_unique<Sgd>(be, params, total, spec);
+  if (spec.name == "muon") return std::make_unique<Muon>(be, params, total, spec);
+  throw UserError("optimizer.name '" + spec.name + "' is not one of adamw, lion, sgd, muon");
+}
+
+}  // namespace lmt

@@ -1,0 +1,131 @@
+// The optimizers over the flat parameter buffer (optimizer.name): AdamW (adamw.h), Lion, SGD
+// with momentum, and Muon for the hidden weight matrices with AdamW for the rest (muon.h). Each
+// keeps its state in flat f32 buffers on the backend (StateBuffer, saved by the checkpointer as
+// "<prefix><parameter name>"), clips by the global gradient norm on the device, and skips the
+// whole update when that norm is not finite, so a step reads one number back: the norm.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/param_layout.h"
+
+namespace lmt {
+
+// The optimizer section's fields (train's OptimizerConfig and train.weight_decay); src/optim does
+// not include src/train.
+struct OptimizerSpec {
+  std::string name = "adamw";                    // adamw | lion | sgd | muon
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // adamw (and muon's adamw part); lion's betas
+  double momentum = 0.9;                         // sgd; muon's momentum
+  bool nesterov = false;                         // sgd; muon
+  int64_t ns_steps = 5;                          // muon: Newton-Schulz iterations
+  double weight_decay = 0.0;
+  bool decay_embeddings = false;
+  bool decay_norms_and_biases = false;
+};
+
+// Whether a parameter of this kind gets weight decay: matrices always, embeddings and
+// norms/biases only when asked.
+bool decays(ParamKind kind, bool decay_embeddings, bool decay_norms_and_biases);
+
+// One flat f32 buffer of optimizer state: parameter p's state is data[p.offset, + p.numel()) for
+// p in `params` (offsets into this buffer, which may be the flat parameter layout or a compact
+// one of its own).
+struct StateBuffer {
+  std::string prefix;  // checkpoint names: "exp_avg.", "exp_avg_sq.", "momentum_buffer."
+  float* data = nullptr;
+  int64_t size = 0;
+  std::vector<ParamInfo> params;
+};
+
+// A run of adjacent parameters with one decay choice: n elements at `param` in the flat parameter
+// buffer and at `state` in the state buffers.
+struct Span {
+  int64_t param = 0, state = 0, n = 0;
+  bool decay = false;
+  bool operator==(const Span&) const = default;
+};
+
+// The spans of `params` (sorted by offset), merged where adjacent in both layouts with the same
+// decay (or any decay with merge_decay). compact: state offsets are packed in parameter order
+// (state_params gets those offsets and *state_size the total); otherwise they are the flat
+// offsets. Throws for parameters that overlap or lie outside [0, total).
+std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total, bool compact,
+                             const OptimizerSpec& spec, bool merge_decay,
+                             std::vector<ParamInfo>* state_params = nullptr,
+                             int64_t* state_size = nullptr);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual const char* name() const = 0;
+
+  // One step on params (f32) from grads (f32; not modified: clipping is a scale the kernels
+  // apply). Returns the global gradient norm before clipping; grad_clip <= 0 disables clipping.
+  // When the norm is not finite nothing is updated (parameters, state, step count).
+  double clip_and_step(float* params, const float* grads, double lr, double grad_clip);
+
+  // Completed steps (AdamW's bias correction uses step_count() + 1).
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t s) { step_ = s; }
+  virtual std::vector<StateBuffer> state() const = 0;
+  // A line for the run's log when the optimizer splits the parameters (muon), else "".
+  virtual std::string assignment() const { return ""; }
+
+ protected:
+  Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t total);
+  // The update of one step; grad_scale is the device scalar clip_scale wrote.
+  virtual void update(float* params, const float* grads, double lr, const double* grad_scale) = 0;
+
+  Backend* be_;
+  std::vector<ParamInfo> params_;
+  int64_t total_;
+  int64_t step_ = 0;
+
+ private:
+  Buffer stats_;                  // device f64 [sum of squared gradients, clipping scale]
+  std::vector<Span> norm_spans_;  // every parameter, merged across decay choices
+};
+
+// The optimizer `spec.name` over `params` (named views of a flat buffer of `total` elements).
+// Throws UserError for an unknown name, or muon over parameters without hidden matrices.
+std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
+                                          int64_t total, const OptimizerSpec& spec);
+
+// Lion (Chen et al. 2023): the sign of an interpolation of momentum and gradient; decoupled
+// decay as AdamW's. It needs a learning rate 3 to 10 times smaller than AdamW's (and a weight
+// decay as many times larger) for the same effect: its steps are +-lr in every coordinate.
+class Lion : public Optimizer {
+ public:
+  Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
+  const char* name() const override { return "lion"; }
+  std::vector<StateBuffer> state() const override;
+  float* m_data() const { return m_.as<float>(); }
+
+ private:
+  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
+  OptimizerSpec spec_;
+  Buffer m_;
+  std::vector<Span> spans_;
+};
+
+// SGD with momentum, as torch.optim.SGD with dampening 0 (weight decay added to the gradient).
+class Sgd : public Optimizer {
+ public:
+  Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
+  const char* name() const override { return "sgd"; }
+  std::vector<StateBuffer> state() const override;
+  float* momentum_data() const { return buf_.as<float>(); }
+
+ private:
+  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
+  OptimizerSpec spec_;
+  Buffer buf_;
+  std::vector<Span> spans_;
+};
+
+}  // namespace lmt
