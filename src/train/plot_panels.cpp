@@ -185,8 +185,8 @@ std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
   for (const PlotPanel& p : panels)
     for (const PlotSeries& s : p.series)
       for (const PlotPoint& q : s.points) x_lo = std::min(x_lo, q.x), x_hi = std::max(x_hi, q.x);
-  // From 0 unless the points start late (a fine-tuning run's tail): steps count from 0.
-  const Axis x_axis = linear_axis(x_lo <= 0.25 * x_hi ? std::min(x_lo, 0.0) : x_lo, x_hi, 6);
+  // From 0: training starts there, even when the first line logged is step 20.
+  const Axis x_axis = linear_axis(std::min(x_lo, 0.0), x_hi, 6);
   for (PlotPanel& p : panels) {
     p.x = x_axis;
     set_y_axis(p, p.title != "Learning rate");

@@ -280,17 +280,21 @@ std::vector<LegendEntry> legend_entries(const std::vector<PlotPanel>& panels) {
   return out;
 }
 
-// Legend in the right-hand column: a line sample and a label per entry. Returns its box.
+// Legend in the right-hand column: a line sample and a label per entry, its font made smaller
+// where many entries would run past `max_h`. Returns its box.
 PlotRect draw_legend(Canvas& c, std::vector<LegendEntry>& entries, const Fonts& f, double right,
-                     double top, double max_w) {
+                     double top, double max_w, double max_h) {
   cairo_t* cr = c.cr();
-  const double s = c.s(), pad = 10 * s, sample = 30 * s, gap = 8 * s, row = f.legend * 1.6;
+  const double s = c.s(), pad = 10 * s, sample = 30 * s, gap = 8 * s;
+  const double n = static_cast<double>(entries.size());
+  const double font = std::max(6.0, std::min(f.legend, (max_h - 2 * pad) / (1.6 * n - 0.6)));
+  const double row = font * 1.6;
   double text_w = 0;
   for (LegendEntry& e : entries) {
-    e.label = c.fit(e.label, max_w - 2 * pad - sample - gap, f.legend);
-    text_w = std::max(text_w, c.width(e.label, f.legend));
+    e.label = c.fit(e.label, max_w - 2 * pad - sample - gap, font);
+    text_w = std::max(text_w, c.width(e.label, font));
   }
-  PlotRect box{0, top, 2 * pad + sample + gap + text_w, 2 * pad + row * entries.size() - 0.6 * f.legend};
+  PlotRect box{0, top, 2 * pad + sample + gap + text_w, 2 * pad + row * n - 0.6 * font};
   box.x = right - box.w;
   cairo_rectangle(cr, box.x + 0.5, box.y + 0.5, box.w, box.h);
   cairo_set_source_rgb(cr, 1, 1, 1);
@@ -300,7 +304,7 @@ PlotRect draw_legend(Canvas& c, std::vector<LegendEntry>& entries, const Fonts& 
   cairo_set_source_rgb(cr, 0.8, 0.8, 0.8);
   cairo_stroke(cr);
   for (size_t i = 0; i < entries.size(); ++i) {
-    const double cy = box.y + pad + 0.5 * f.legend + row * i;
+    const double cy = box.y + pad + 0.5 * font + row * i;
     const Rgb col = run_color(entries[i].run);
     cairo_set_source_rgb(cr, col.r, col.g, col.b);
     set_line_style(c, entries[i].style);
@@ -312,7 +316,7 @@ PlotRect draw_legend(Canvas& c, std::vector<LegendEntry>& entries, const Fonts& 
       marker(c, entries[i].style, box.x + pad + sample / 2, cy);
       cairo_fill(cr);
     }
-    c.text(box.x + pad + sample + gap, cy, entries[i].label, f.legend, 0);
+    c.text(box.x + pad + sample + gap, cy, entries[i].label, font, 0);
   }
   return box;
 }
@@ -331,7 +335,8 @@ PlotFigure draw_figure(Canvas& c, std::vector<PlotPanel> panels, const PlotOptio
     top += 2.2 * f.title;
   }
   std::vector<LegendEntry> entries = legend_entries(panels);
-  fig.legend = draw_legend(c, entries, f, W - pad, top + 1.8 * f.panel, 0.3 * W);
+  const double legend_top = top + 1.8 * f.panel;
+  fig.legend = draw_legend(c, entries, f, W - pad, legend_top, 0.3 * W, H - pad - legend_top);
   for (const LegendEntry& e : entries) fig.legend_labels.push_back(e.label);
 
   // Two rows: the loss panels, then learning rate and gradient norm (a row may be absent).
