@@ -98,9 +98,16 @@ Axis log_axis(double lo, double hi) {
     Axis lin = linear_axis(lo, hi, 5);
     for (double t : lin.ticks)
       if (t > 0) a.ticks.push_back(t);
-    a.lo = lin.lo > 0 ? lin.lo : std::min(a.ticks.front(), lo / 1.05);
     a.hi = lin.hi;
-    if (a.ticks.front() < a.lo) a.ticks.erase(a.ticks.begin());
+    a.lo = lin.lo;
+    if (a.lo <= 0) {
+      // The linear ticks' 0 has no place: end the axis on a round value at or below the data,
+      // so its bottom is labelled too.
+      const double mag = std::pow(10.0, std::floor(std::log10(lo)));
+      for (double m : {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0})
+        if (m * mag <= lo * (1 + 1e-9)) a.lo = m * mag;
+      if (a.ticks.empty() || a.ticks.front() > a.lo * (1 + 1e-9)) a.ticks.insert(a.ticks.begin(), a.lo);
+    }
   } else {
     const double decades = std::log10(hi / lo);
     std::vector<double> mantissas = decades <= 3 ? std::vector<double>{1, 2, 5}

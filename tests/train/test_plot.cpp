@@ -123,9 +123,11 @@ TEST(PlotAxis, LogTicks) {
   EXPECT_EQ(a.labels.front(), "1e-3");
   EXPECT_EQ(a.labels.back(), "10k");
   EXPECT_EQ(a.ticks.size(), 8u);
-  a = log_axis(0.15, 0.9);  // the linear ticks' 0 is dropped, the range stays positive
-  EXPECT_GT(a.lo, 0);
-  EXPECT_GT(a.ticks.front(), 0);
+  a = log_axis(0.36, 3.4);  // the linear ticks' 0 is dropped; a round value ends the axis
+  EXPECT_EQ(a.labels, (std::vector<std::string>{"0.3", "1", "2", "3", "4"}));
+  EXPECT_EQ(a.lo, a.ticks.front());
+  a = log_axis(0.15, 0.9);
+  EXPECT_EQ(a.labels, (std::vector<std::string>{"0.15", "0.2", "0.4", "0.6", "0.8", "1"}));
 }
 
 TEST(PlotPanels, SeriesPerRunAndMetric) {
