@@ -347,13 +347,14 @@ PlotFigure draw_figure(Canvas& c, std::vector<PlotPanel> panels, const PlotOptio
   const double left = pad, right = fig.legend.x - 2 * pad, bottom = H - pad;
   const double row_h = (bottom - top) / static_cast<double>(rows.size());
   const std::string x_name = o.x == PlotX::tokens ? "tokens" : "step";
+  double label_w = 0;  // the widest y tick label of any panel: data areas' left edges align
+  for (const PlotPanel& p : panels)
+    for (const std::string& l : p.y.labels) label_w = std::max(label_w, c.width(l, f.tick));
   for (size_t r = 0; r < rows.size(); ++r) {
     const bool last_row = r + 1 == rows.size();
     const double cell_w = (right - left - 28 * s * (rows[r].size() - 1)) / rows[r].size();
     for (size_t k = 0; k < rows[r].size(); ++k) {
       PlotPanel& p = *rows[r][k];
-      double label_w = 0;
-      for (const std::string& l : p.y.labels) label_w = std::max(label_w, c.width(l, f.tick));
       const double cell_x = left + k * (cell_w + 28 * s), cell_y = top + r * row_h;
       const double under = (last_row ? 3.2 : 2.2) * f.tick + (last_row ? 0 : 10 * s);
       p.area = {cell_x + label_w + 8 * s, cell_y + 1.8 * f.panel, 0, 0};
