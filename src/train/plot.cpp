@@ -31,10 +31,10 @@ std::string metrics_path(const std::string& arg) {
   fs::path p(arg);
   if (fs::is_directory(p)) p /= "metrics.jsonl";
   if (!fs::is_regular_file(p))
-    throw UserError(fs::is_directory(arg) || !fs::exists(arg)
-                        ? fmt::format("plot: '{}' has no metrics.jsonl (is it a run directory?)",
-                                      arg)
-                        : fmt::format("plot: '{}' is not a run directory or a metrics.jsonl", arg));
+    throw UserError(
+        fs::is_directory(arg) || !fs::exists(arg)
+            ? fmt::format("plot: '{}' has no metrics.jsonl (is it a run directory?)", arg)
+            : fmt::format("plot: '{}' is not a run directory or a metrics.jsonl", arg));
   return p.string();
 }
 
@@ -44,8 +44,8 @@ bool number_field(const json& j, const char* key, const std::string& where, doub
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return false;
   if (!it->is_number())
-    throw UserError(fmt::format("{}: field '{}' must be a number (got {})", where, key,
-                                excerpt(it->dump())));
+    throw UserError(
+        fmt::format("{}: field '{}' must be a number (got {})", where, key, excerpt(it->dump())));
   *out = it->get<double>();
   return std::isfinite(*out);
 }

@@ -25,7 +25,7 @@ struct SourceSeries {
 struct RunMetrics {
   std::string path;  // the metrics.jsonl read
   std::vector<PlotPoint> loss, lr, grad_norm, val_loss;
-  std::vector<SourceSeries> val_sources;  // in the order the file first names them
+  std::vector<SourceSeries> val_sources;  // in the order first met (within a line: by name)
   std::vector<PlotPoint> tokens;          // step lines' "tokens" (x = step, y = tokens)
   bool empty() const;
 };

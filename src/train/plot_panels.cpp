@@ -106,12 +106,13 @@ Axis log_axis(double lo, double hi) {
       const double mag = std::pow(10.0, std::floor(std::log10(lo)));
       for (double m : {1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0})
         if (m * mag <= lo * (1 + 1e-9)) a.lo = m * mag;
-      if (a.ticks.empty() || a.ticks.front() > a.lo * (1 + 1e-9)) a.ticks.insert(a.ticks.begin(), a.lo);
+      if (a.ticks.empty() || a.ticks.front() > a.lo * (1 + 1e-9))
+        a.ticks.insert(a.ticks.begin(), a.lo);
     }
   } else {
     const double decades = std::log10(hi / lo);
-    std::vector<double> mantissas = decades <= 3 ? std::vector<double>{1, 2, 5}
-                                                 : std::vector<double>{1};
+    std::vector<double> mantissas =
+        decades <= 3 ? std::vector<double>{1, 2, 5} : std::vector<double>{1};
     const int every = std::max(1, static_cast<int>(std::ceil(decades / 8)));
     std::vector<double> cands;
     const int e0 = static_cast<int>(std::floor(std::log10(lo))) - 1;
@@ -171,8 +172,7 @@ std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
     const RunMetrics& r = runs[i];
     if (r.empty())
       throw UserError(fmt::format(
-          "plot: no points to draw: {} has no loss, lr, grad_norm or val_loss values yet",
-          r.path));
+          "plot: no points to draw: {} has no loss, lr, grad_norm or val_loss values yet", r.path));
     auto on_x = [&](const std::vector<PlotPoint>& pts) {
       return x == PlotX::tokens ? steps_to_tokens(pts, r) : pts;
     };

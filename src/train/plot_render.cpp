@@ -25,7 +25,8 @@ enum class Format { svg, png };
 
 Format format_of(const std::string& out) {
   std::string ext = out.size() >= 4 ? out.substr(out.size() - 4) : "";
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   if (ext == ".svg") return Format::svg;
   if (ext == ".png") return Format::png;
   throw UserError(fmt::format("plot: --out '{}' must end in .svg or .png", out));
@@ -35,7 +36,9 @@ Format format_of(const std::string& out) {
 
 #ifndef LMTRAIN_HAVE_CAIRO
 
-bool plot_built_with_cairo() { return false; }
+bool plot_built_with_cairo() {
+  return false;
+}
 
 PlotFigure render_plot(std::vector<PlotPanel>, const PlotOptions&, const std::string& out) {
   format_of(out);
@@ -46,7 +49,9 @@ PlotFigure render_plot(std::vector<PlotPanel>, const PlotOptions&, const std::st
 
 #else
 
-bool plot_built_with_cairo() { return true; }
+bool plot_built_with_cairo() {
+  return true;
+}
 
 namespace {
 
@@ -65,11 +70,21 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
         if (c >= 0x20 || c == '\t') out += static_cast<char>(c);  // XML 1.0 has no other controls
     }
@@ -163,7 +178,9 @@ void marker(Canvas& c, int style, double x, double y) {
       cairo_new_sub_path(cr);
       cairo_arc(cr, x, y, r, 0, 2 * M_PI);
       break;
-    case 1: cairo_rectangle(cr, x - r * 0.85, y - r * 0.85, 1.7 * r, 1.7 * r); break;
+    case 1:
+      cairo_rectangle(cr, x - r * 0.85, y - r * 0.85, 1.7 * r, 1.7 * r);
+      break;
     case 2:
       cairo_move_to(cr, x, y - 1.15 * r);
       cairo_line_to(cr, x + r, y + 0.75 * r);
@@ -242,8 +259,8 @@ void draw_panel(Canvas& c, const PlotPanel& p, const Fonts& f, double title_y, b
   }
   cairo_stroke(cr);
   for (size_t i = 0; i < p.x.ticks.size(); ++i)
-    c.text(a.x + to_unit(p.x, p.x.ticks[i]) * a.w, a.y + a.h + 0.95 * f.tick, p.x.labels[i],
-           f.tick, 0.5);
+    c.text(a.x + to_unit(p.x, p.x.ticks[i]) * a.w, a.y + a.h + 0.95 * f.tick, p.x.labels[i], f.tick,
+           0.5);
   for (size_t i = 0; i < p.y.ticks.size(); ++i)
     c.text(a.x - 6 * s, a.y + (1 - to_unit(p.y, p.y.ticks[i])) * a.h, p.y.labels[i], f.tick, 1);
   if (x_name) c.text(a.x + a.w / 2, a.y + a.h + 2.3 * f.tick, x_label, f.tick, 0.5);
@@ -270,9 +287,8 @@ std::vector<LegendEntry> legend_entries(const std::vector<PlotPanel>& panels) {
   std::vector<LegendEntry> out;
   for (const PlotPanel& p : panels)
     for (const PlotSeries& s : p.series)
-      if (std::none_of(out.begin(), out.end(), [&](const LegendEntry& e) {
-            return e.run == s.run && e.style == s.style;
-          }))
+      if (std::none_of(out.begin(), out.end(),
+                       [&](const LegendEntry& e) { return e.run == s.run && e.style == s.style; }))
         out.push_back({s.label, s.run, s.style});
   std::stable_sort(out.begin(), out.end(), [](const LegendEntry& a, const LegendEntry& b) {
     return a.run != b.run ? a.run < b.run : a.style < b.style;
@@ -383,9 +399,10 @@ PlotFigure render_plot(std::vector<PlotPanel> panels, const PlotOptions& o,
                        const std::string& out) {
   const Format format = format_of(out);
   if (o.width < 300 || o.height < 200 || o.width > 20000 || o.height > 20000)
-    throw UserError(fmt::format("plot: --width {} --height {}: each must be in 300..20000 and "
-                                "200..20000 pixels",
-                                o.width, o.height));
+    throw UserError(
+        fmt::format("plot: --width {} --height {}: each must be in 300..20000 and "
+                    "200..20000 pixels",
+                    o.width, o.height));
   std::string bytes;
   cairo_surface_t* surface =
       format == Format::svg

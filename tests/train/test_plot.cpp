@@ -23,12 +23,13 @@ fs::path run_dir(const std::string& name, const std::string& metrics) {
 
 TEST(PlotRead, StepAndEvalLinesBecomeSeries) {
   const fs::path dir = run_dir(
-      "read", "{\"step\":2,\"loss\":5.5,\"lr\":0.002,\"grad_norm\":1.5,\"tokens\":200}\n"
-              "{\"step\":1,\"loss\":6.0,\"lr\":0.001,\"grad_norm\":2.0,\"tokens\":100}\n"
-              "\n"
-              "{\"step\":2,\"val_loss\":5.7,\"val_ppl\":300,\"val_sources\":{\"wiki\":{\"loss\":5.6,"
-              "\"ppl\":270,\"tokens\":64},\"code\":{\"loss\":5.9,\"ppl\":365,\"tokens\":64}}}\n"
-              "{\"step\":3,\"loss\":null,\"lr\":0.003,\"grad_norm\":1.0,\"tokens\":300}\n");
+      "read",
+      "{\"step\":2,\"loss\":5.5,\"lr\":0.002,\"grad_norm\":1.5,\"tokens\":200}\n"
+      "{\"step\":1,\"loss\":6.0,\"lr\":0.001,\"grad_norm\":2.0,\"tokens\":100}\n"
+      "\n"
+      "{\"step\":2,\"val_loss\":5.7,\"val_ppl\":300,\"val_sources\":{\"wiki\":{\"loss\":5.6,"
+      "\"ppl\":270,\"tokens\":64},\"code\":{\"loss\":5.9,\"ppl\":365,\"tokens\":64}}}\n"
+      "{\"step\":3,\"loss\":null,\"lr\":0.003,\"grad_norm\":1.0,\"tokens\":300}\n");
   const RunMetrics r = read_run_metrics(dir.string());
   ASSERT_EQ(r.loss.size(), 2u);  // the null (a NaN as nlohmann writes it) is a gap
   EXPECT_EQ(r.loss[0].x, 1);     // sorted by step
@@ -46,7 +47,8 @@ TEST(PlotRead, StepAndEvalLinesBecomeSeries) {
 TEST(PlotRead, ErrorsNameTheFileAndLine) {
   test::expect_user_error([] { read_run_metrics((test::temp_dir() / "plot_none").string()); },
                           {"has no metrics.jsonl"});
-  fs::path d = run_dir("bad_json", "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":\n{\"step\":3}\n");
+  fs::path d =
+      run_dir("bad_json", "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":\n{\"step\":3}\n");
   test::expect_user_error([&] { read_run_metrics(d.string()); },
                           {(d / "metrics.jsonl").string() + ":2:", "not valid JSON"});
   d = run_dir("bad_type", "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":\"low\"}\n");
@@ -73,8 +75,11 @@ TEST(PlotLabels, DirectoryNamesMadeUniqueOrGiven) {
             (std::vector<std::string>{"a", "a (2)", "b", "a (3)"}));
   EXPECT_EQ(plot_labels({"r1", "r2"}, {"base", "base"}),
             (std::vector<std::string>{"base", "base (2)"}));
-  test::expect_user_error([] { plot_labels({"r1", "r2"}, {"one"}); },
-                          {"--labels names 1 label(s) for 2 run(s)"});
+  test::expect_user_error(
+      [] {
+        plot_labels({"r1", "r2"}, {"one"});
+      },
+      {"--labels names 1 label(s) for 2 run(s)"});
 }
 
 TEST(PlotTokens, EvalStepsMapThroughTheStepLines) {
@@ -88,8 +93,11 @@ TEST(PlotTokens, EvalStepsMapThroughTheStepLines) {
   EXPECT_EQ(t[3].x, 4000);  // after the last
   EXPECT_EQ(t[3].y, 4);
   r.tokens.clear();
-  test::expect_user_error([&] { steps_to_tokens({{1, 1}}, r); },
-                          {"m.jsonl has no 'tokens'", "--x step"});
+  test::expect_user_error(
+      [&] {
+        steps_to_tokens({{1, 1}}, r);
+      },
+      {"m.jsonl has no 'tokens'", "--x step"});
 }
 
 TEST(PlotAxis, RoundTicksAndTheirLabels) {
@@ -100,8 +108,8 @@ TEST(PlotAxis, RoundTicksAndTheirLabels) {
   a = linear_axis(1, 60, 6);
   EXPECT_EQ(a.labels, (std::vector<std::string>{"0", "10", "20", "30", "40", "50", "60"}));
   a = linear_axis(0, 3e-4, 6);
-  EXPECT_EQ(a.labels, (std::vector<std::string>{"0", "5e-5", "1e-4", "1.5e-4", "2e-4", "2.5e-4",
-                                                "3e-4"}));
+  EXPECT_EQ(a.labels,
+            (std::vector<std::string>{"0", "5e-5", "1e-4", "1.5e-4", "2e-4", "2.5e-4", "3e-4"}));
   a = linear_axis(0, 1.9e6, 4);
   EXPECT_EQ(a.labels, (std::vector<std::string>{"0", "0.5M", "1M", "1.5M", "2M"}));
   a = linear_axis(5.3, 7.62);
@@ -155,8 +163,11 @@ TEST(PlotPanels, SeriesPerRunAndMetric) {
   EXPECT_EQ(panels[3].x.hi, panels[0].x.hi);
   RunMetrics empty;
   empty.path = "c/metrics.jsonl";
-  test::expect_user_error([&] { plot_panels({a, empty}, {"a", "c"}, PlotX::step); },
-                          {"no points to draw", "c/metrics.jsonl"});
+  test::expect_user_error(
+      [&] {
+        plot_panels({a, empty}, {"a", "c"}, PlotX::step);
+      },
+      {"no points to draw", "c/metrics.jsonl"});
 }
 
 }  // namespace

@@ -65,8 +65,8 @@ struct Fixture {
     for (int s = 1; s <= steps; ++s) {
       const double loss = base + 5.0 * std::exp(-s / 12.0) + noise(rng);
       f << "{\"step\":" << s << ",\"loss\":" << loss << ",\"lr\":" << 1e-3 * std::min(1.0, s / 10.0)
-        << ",\"grad_norm\":" << 0.5 + 3.0 / s + noise(rng) << ",\"tokens_per_s\":1000,\"tokens\":"
-        << s * tokens_per_step << "}\n";
+        << ",\"grad_norm\":" << 0.5 + 3.0 / s + noise(rng)
+        << ",\"tokens_per_s\":1000,\"tokens\":" << s * tokens_per_step << "}\n";
       if (s % 10 == 0) {
         f << "{\"step\":" << s << ",\"val_loss\":" << loss + 0.2 << ",\"val_ppl\":1";
         if (sources)
@@ -93,7 +93,8 @@ std::vector<std::string> check_xml(const std::string& x) {
         const size_t semi = x.find(';', i);
         EXPECT_NE(semi, std::string::npos);
         const std::string ent = x.substr(i, semi - i + 1);
-        EXPECT_TRUE(std::regex_match(ent, std::regex("&(amp|lt|gt|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);")))
+        EXPECT_TRUE(
+            std::regex_match(ent, std::regex("&(amp|lt|gt|quot|apos|#[0-9]+|#x[0-9a-fA-F]+);")))
             << ent;
         if (in_text) current_text += ent == "&amp;" ? "&" : ent == "&lt;" ? "<" : ent;
         i = semi + 1;
@@ -114,8 +115,10 @@ std::vector<std::string> check_xml(const std::string& x) {
     size_t j = i + 1;
     char quote = 0;
     for (; j < x.size() && (quote || x[j] != '>'); ++j)
-      if (quote && x[j] == quote) quote = 0;
-      else if (!quote && (x[j] == '"' || x[j] == '\'')) quote = x[j];
+      if (quote && x[j] == quote)
+        quote = 0;
+      else if (!quote && (x[j] == '"' || x[j] == '\''))
+        quote = x[j];
     EXPECT_LT(j, x.size()) << "unterminated tag at " << i;
     if (j >= x.size()) break;
     const std::string tag = x.substr(i + 1, j - i - 1);
@@ -180,8 +183,8 @@ TEST(PlotRender, SvgIsWellFormedWithLabelsAndOneStrokedPathPerSeries) {
     const std::string style = (*it)[1];
     std::smatch m;
     if (!std::regex_search(style, m, stroke_re)) continue;
-    const int run = run_of(std::stod(m[1]) / 100, std::stod(m[2]) / 100, std::stod(m[3]) / 100,
-                           1e-3);
+    const int run =
+        run_of(std::stod(m[1]) / 100, std::stod(m[2]) / 100, std::stod(m[3]) / 100, 1e-3);
     if (run < 0) continue;  // grid, frames
     const bool dashed = style.find("stroke-dasharray") != std::string::npos &&
                         style.find("stroke-dasharray:none") == std::string::npos;
@@ -193,7 +196,7 @@ TEST(PlotRender, SvgIsWellFormedWithLabelsAndOneStrokedPathPerSeries) {
   // beta: the same, and each source in its panel + a legend sample.
   EXPECT_EQ((strokes[{1, false}]), 4);
   EXPECT_EQ((strokes[{1, true}]), 6);
-  EXPECT_EQ(strokes.size(), 4u);  // no third colour
+  EXPECT_EQ(strokes.size(), 4u);                        // no third colour
   for (const auto& e : fs::directory_iterator(fx.out))  // the temporary file was renamed
     EXPECT_EQ(e.path().string().find(".tmp"), std::string::npos) << e.path();
 }
