@@ -18,7 +18,7 @@ Run add_plot(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   app.add_option("runs", o->runs, "run directories (each holding metrics.jsonl)")
       ->required()
-      ->type_name("RUN_DIR...");
+      ->type_name("RUN_DIR");
   app.add_option("--out", o->out, "the picture to write: FILE.svg or FILE.png")->required();
   app.add_option("--x", o->x, "the x axis: step or tokens (tokens trained on)")
       ->capture_default_str()
