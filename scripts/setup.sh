@@ -13,6 +13,7 @@ packages=(
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libpcre2-dev libsentencepiece-dev libsimdjson-dev libsnappy-dev libzstd-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcairo2-dev fonts-dejavu-core
   fortunes
   python3 python3-venv
 )
