@@ -50,7 +50,9 @@ Loader::Loader(const SampleSet& data, int64_t micro_batch, uint64_t seed, int ra
   start();
 }
 
-Loader::~Loader() { stop(); }
+Loader::~Loader() {
+  stop();
+}
 
 Batch Loader::assemble(Cursor& c) const {
   const int64_t T = data_.seq_len(), n = data_.num_samples(), global = micro_batch_ * world_;
@@ -151,18 +153,30 @@ void Loader::set_state(const LoaderState& s) {
 }
 
 EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int rank, int world)
-    : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world) {
+    : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world), end_(data.num_samples()) {
   LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world);
   data.require_samples();
 }
 
+EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int source, int rank, int world)
+    : data_(data),
+      micro_batch_(micro_batch),
+      rank_(rank),
+      world_(world),
+      begin_(data.source_offset(source)),
+      end_(data.source_offset(source) + data.source_samples(source)) {
+  LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world && source >= 0 &&
+            source < data.num_sources());
+  LMT_CHECK(end_ > begin_, "EvalLoader: source " + std::to_string(source) + " has no samples");
+}
+
 void EvalLoader::next(int32_t* ids, int32_t* labels, int32_t* doc_start, int32_t* positions) {
-  const int64_t T = data_.seq_len(), n = data_.num_samples();
+  const int64_t T = data_.seq_len(), n = end_ - begin_;
   const int64_t first = position_ + rank_ * micro_batch_;
   std::vector<int32_t> in_doc(static_cast<size_t>(T));
   std::vector<std::vector<int32_t>> starts(static_cast<size_t>(micro_batch_));
   for (int64_t b = 0; b < micro_batch_; ++b)
-    data_.fill((first + b) % n, ids + b * T, labels + b * T, in_doc.data(), &starts[b]);
+    data_.fill(begin_ + (first + b) % n, ids + b * T, labels + b * T, in_doc.data(), &starts[b]);
   if (doc_start && positions) packed_layout(starts, T, doc_start, positions);
   position_ = (position_ + micro_batch_ * world_) % n;
 }

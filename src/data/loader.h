@@ -85,7 +85,7 @@ class Loader {
   void produce();
 
   const SampleSet& data_;
-  std::vector<int64_t> source_sizes_;  // samples per source, and
+  std::vector<int64_t> source_sizes_;   // samples per source, and
   std::vector<double> source_weights_;  // weights: the inputs of every epoch's order
   int64_t micro_batch_;
   int rank_, world_, prefetch_;
@@ -109,12 +109,14 @@ class EvalLoader {
  public:
   // Throws UserError (naming the split and seq_len) when data has no sample.
   EvalLoader(const SampleSet& data, int64_t micro_batch, int rank = 0, int world = 1);
+  // Only source `source`'s samples of the split (per-source validation).
+  EvalLoader(const SampleSet& data, int64_t micro_batch, int source, int rank, int world);
 
   // With doc_start / positions given (each [micro_batch, seq_len]), also the packed layout.
   void next(int32_t* ids, int32_t* labels, int32_t* doc_start = nullptr,
             int32_t* positions = nullptr);
   void reset() { position_ = 0; }
-  int64_t num_samples() const { return data_.num_samples(); }
+  int64_t num_samples() const { return end_ - begin_; }
   // Global batches that cover every sample once (the last one may wrap).
   int64_t batches_per_pass() const;
 
@@ -122,7 +124,8 @@ class EvalLoader {
   const SampleSet& data_;
   int64_t micro_batch_;
   int rank_, world_;
-  int64_t position_ = 0;  // global entries consumed since reset()
+  int64_t begin_ = 0, end_ = 0;  // the samples it reads: [begin_, end_) of the split
+  int64_t position_ = 0;         // global entries consumed since reset()
 };
 
 }  // namespace lmt

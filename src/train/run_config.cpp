@@ -79,6 +79,10 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
     const SourceConfig& s = d.sources[i];
     const std::string at = "data.sources[" + std::to_string(i) + "].";
     if (s.path.empty()) throw UserError(at + "path must not be empty");
+    for (size_t j = 0; j < i && !s.name.empty(); ++j)
+      if (d.sources[j].name == s.name)
+        throw UserError(at + "name '" + s.name + "' is also data.sources[" + std::to_string(j) +
+                        "]'s (names must differ)");
     require_one_of(at + "format", s.format, {"text", "jsonl", "csv", "tsv", "parquet"});
     require_one_of(at + "schema", s.schema, {"text", "instruction", "chat"});
     require_one_of(at + "loss", s.loss, {"assistant", "all"});
@@ -378,6 +382,24 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     throw UserError(path + ": " + e.what());
   }
   return cfg;
+}
+
+std::vector<std::string> source_names(const DataConfig& d) {
+  std::vector<std::string> names;
+  for (const SourceConfig& s : d.sources) {
+    std::string base = s.name;
+    if (base.empty()) {
+      std::filesystem::path p(s.path);
+      if (!p.has_filename()) p = p.parent_path();  // "dir/"
+      base = p.stem().string();
+      if (base.empty()) base = "source";
+    }
+    std::string name = base;
+    for (int k = 2; std::find(names.begin(), names.end(), name) != names.end(); ++k)
+      name = base + "_" + std::to_string(k);
+    names.push_back(name);
+  }
+  return names;
 }
 
 OptimizerSpec optimizer_spec(const RunConfig& cfg) {

@@ -14,6 +14,7 @@ namespace lmt {
 
 struct SourceConfig {
   std::string path;
+  std::string name;  // in metrics and plots; "" = the path's file name without extension
   std::string format = "text";
   std::string split = "delimiter";  // text: file | line | delimiter
   std::string delimiter = "%";
@@ -32,6 +33,9 @@ struct SourceConfig {
   template <class V>
   void visit(V& v) {
     v("path", path, "a file or a directory of files");
+    v("name", name,
+      "the source's name in per-source validation metrics (default: the file or directory "
+      "name without extension; repeats get _2, _3, ...)");
     v("format", format,
       "text (plain text files), jsonl (one JSON object per line), csv or tsv (header row)");
     v("split", split, "how a text file splits into documents: file, line or delimiter");
@@ -281,6 +285,10 @@ std::vector<std::string> model_key_names();
 // override.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 // The resolved config as YAML text (every field, defaults included).
+// The name of each data source (data.sources[i].name, else its path's stem), unique: a repeated
+// default gets _2, _3, ...; repeated given names are refused by validation.
+std::vector<std::string> source_names(const DataConfig& d);
+
 // The optimizer section and train.weight_decay as make_optimizer takes them.
 OptimizerSpec optimizer_spec(const RunConfig& cfg);
 

@@ -191,6 +191,21 @@ TEST(RunConfig, WrongTypes) {
                     {top, "must be a map of sections, got a list"});
 }
 
+TEST(RunConfig, SourceNamesAreTheGivenOrThePathsStemAndUnique) {
+  DataConfig d;
+  for (const char* path : {"/data/web.jsonl", "/data/code/", "/other/web.txt", "/x/books.parquet"})
+    d.sources.push_back(SourceConfig{.path = path});
+  d.sources[3].name = "novels";
+  EXPECT_EQ(source_names(d), (std::vector<std::string>{"web", "code", "web_2", "novels"}));
+  const std::string f = valid_file();
+  expect_user_error(
+      [&] {
+        load_run_config(
+            f, {"data.sources.0.name=a", "data.sources.1.path=x.txt", "data.sources.1.name=a"});
+      },
+      {"data.sources[1].name 'a' is also data.sources[0]'s"});
+}
+
 // Lion and Muon bring their own defaults for the keys a file leaves out; given keys win.
 TEST(RunConfig, OptimizerDefaultsFollowTheName) {
   const std::string f = valid_file();

@@ -152,6 +152,40 @@ TEST(EvalLoader, FixedOrderWrapsAndResets) {
   EXPECT_EQ(ids, first);
 }
 
+// Per-source validation: a loader over one source reads that source's samples, every one once a
+// pass, and wraps within them.
+TEST(EvalLoader, OneSourceReadsOnlyItsSamples) {
+  Store st({{120, 1.0}, {200, 1.0}}, 8);
+  ASSERT_EQ(st.val->num_sources(), 2);
+  for (int s = 0; s < 2; ++s) {
+    SCOPED_TRACE(s);
+    const int64_t n = st.val->source_samples(s);
+    ASSERT_GT(n, 2);
+    EvalLoader ev(*st.val, 1, s, 0, 1);
+    EXPECT_EQ(ev.num_samples(), n);
+    EXPECT_EQ(ev.batches_per_pass(), n);
+    std::vector<int32_t> ids(8), labels(8), in_doc(8);
+    std::set<std::vector<int32_t>> seen;
+    for (int64_t k = 0; k < n; ++k) {
+      ev.next(ids.data(), labels.data());
+      seen.insert(ids);
+    }
+    std::set<std::vector<int32_t>> want;
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<int32_t> w(8), l(8);
+      std::vector<int32_t> starts;
+      st.val->fill(st.val->source_offset(s) + i, w.data(), l.data(), in_doc.data(), &starts);
+      want.insert(w);
+    }
+    EXPECT_EQ(seen, want);
+    std::vector<int32_t> again(8);
+    ev.next(again.data(), labels.data());  // wrapped to the source's first sample
+    ev.reset();
+    ev.next(ids.data(), labels.data());
+    EXPECT_EQ(again, ids);
+  }
+}
+
 }  // namespace
 }  // namespace lmt
 
