@@ -26,6 +26,7 @@
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/flops.h"
 #include "train/generation.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
@@ -183,6 +184,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
             tc.weight_decay);
 
   int64_t step = 0, tokens_seen = 0;
+  bool config_changed = false;  // since the checkpoint resumed from was written
   if (ckpt) {
     CheckpointState st;
     try {
@@ -202,11 +204,16 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     tokens_seen = st.tokens;
     opt.set_step_count(st.optimizer_step);
     loader.set_state(st.loader.get<LoaderState>());
-    if (st.config_hash != config_hash)
+    config_changed = st.config_hash != config_hash;
+    if (config_changed)
       fmt::print("note: the config differs from the one checkpoint {} was written with\n", *ckpt);
   }
   write_text_file((run_dir / "config.yaml").string(), config_yaml);
-  Metrics metrics(run_dir.string(), cfg.logging.console, cfg.logging.jsonl, ckpt ? step : -1);
+  Metrics metrics(run_dir.string(), cfg.logging, ckpt ? step : -1);
+  if (!ckpt || config_changed) metrics.log_config(step, config_yaml);
+  if (!metrics.tensorboard_path().empty())
+    metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
+                     (run_dir / "tb").string() + ")");
   metrics.log_line(fmt::format("data: store {}{}", data.dir,
                                data.prepared_now ? " (prepared now)"
                                : data.megatron   ? " (a Megatron-LM indexed dataset: it does not "
@@ -238,6 +245,14 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       tc.precision == "bf16" ? "bf16 (bf16 compute; f32 master weights, gradients, moments, loss)"
                              : "f32"));
   if (!init_line.empty()) metrics.log_line(init_line);
+  // MFU's ceiling: one GEMM in the compute dtype, measured once (a 1024^3 GEMM is ~2 GFLOP).
+  const DType compute_dtype = tc.precision == "bf16" ? DType::bf16 : DType::f32;
+  const double peak_flops = measure_gemm_peak(be.get(), compute_dtype, 1024, 3);
+  const double flops_per_token = train_flops_per_token(model, T);
+  metrics.log_line(fmt::format(
+      "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM 1024x1024x1024 on this "
+      "backend); {:.3g} training FLOPs per token",
+      peak_flops / 1e9, tc.precision, flops_per_token));
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
   if (ckpt && !resume_from.empty() &&
       fs::equivalent(fs::path(*ckpt).parent_path(), run_dir / "checkpoints", ec)) {
@@ -340,6 +355,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       m.lr = lr;
       m.grad_norm = norm;
       m.tokens_per_s = window_tokens / window_s;
+      m.mfu = flops_per_token * m.tokens_per_s / peak_flops;
       m.step_ms = window_s / static_cast<double>(window_steps) * 1e3;
       m.eta_s = since_start.seconds() / static_cast<double>(step - first_step) *
                 static_cast<double>(tc.max_steps - step);
