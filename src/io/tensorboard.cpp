@@ -159,7 +159,7 @@ void TensorBoardWriter::text(int64_t step, const std::string& tag, const std::st
   write(text_event(now_seconds(), step, tag, text));
 }
 
-void TensorBoardWriter::restart(int64_t step) {
+void TensorBoardWriter::session_start(int64_t step) {
   write(session_start_event(now_seconds(), step));
 }
 

@@ -30,9 +30,10 @@ class TensorBoardWriter {
   void scalars(int64_t step, const std::vector<TbScalar>& values);
   // One Event at `step` with a string tensor for TensorBoard's text plugin.
   void text(int64_t step, const std::string& tag, const std::string& text);
-  // A SessionLog START at `step`: TensorBoard drops what earlier files logged at steps >= step
-  // (the steps a killed run did past the checkpoint that the run was resumed from).
-  void restart(int64_t step);
+  // A SessionLog START at `step`, written first in each file: TensorBoard takes every START after
+  // a run's first as a restart and drops what earlier files logged at steps >= step (the steps a
+  // killed run did past the checkpoint that it was resumed from).
+  void session_start(int64_t step);
 
   const std::string& path() const { return path_; }
 

@@ -34,7 +34,9 @@ Metrics::Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t
   if (sinks.tensorboard) {
     to_tensorboard([&] {
       tb_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tb").string());
-      if (resume_step >= 0) tb_->restart(resume_step + 1);
+      // A fresh run hides an earlier run's files in the directory from step 0, as metrics.jsonl
+      // starts empty; a resumed one what they logged past the resumed step.
+      tb_->session_start(resume_step >= 0 ? resume_step + 1 : 0);
     });
   }
 }

@@ -2,7 +2,8 @@
 // eval lines carrying val_loss) and, with logging.tensorboard, TensorBoard event files in
 // <run_dir>/tb. On resume, lines of metrics.jsonl past the resumed step are dropped first so the
 // file reads as one uninterrupted run; TensorBoard gets a new event file that starts with a
-// restart marker at the next step, which hides what the old files logged past the resumed step.
+// session start at the next step, which hides what the old files logged past the resumed step
+// (and a fresh run's at step 0 hides a former run's files in the same directory).
 #pragma once
 
 #include <cstdint>

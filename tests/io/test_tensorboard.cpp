@@ -145,7 +145,7 @@ TEST(TensorBoardWriter, WritesFramedEventsAndANewFileEachTime) {
   TensorBoardWriter again(dir.string());  // a resume: a new file that sorts after the first
   EXPECT_NE(again.path(), first);
   EXPECT_GT(fs::path(again.path()).filename().string(), fs::path(first).filename().string());
-  again.restart(4);
+  again.session_start(4);
   EXPECT_EQ(read_records(again.path()).size(), 2u);
   EXPECT_EQ(read_records(first).size(), 2u);
 }

@@ -9,14 +9,17 @@ evaluations, on a tiny random model and a small generated text corpus.
 - a file cut short inside its last record (a killed run) still reads, with every earlier record;
 - a run resumed from an older checkpoint (its directory then holds two event files, the first with
   steps past the resume point) reads as one series equal to metrics.jsonl, which --resume rewrote
-  the same way.
+  the same way;
+- TensorBoard's plugin view (plugin_event_accumulator, as the dashboards get the data) sees the
+  same values, the scalars under the scalars plugin and the config under the text plugin.
 """
 import json
 import random
 
 import numpy as np
 import pytest
-from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.backend.event_processing import event_accumulator, plugin_event_accumulator
+from tensorboard.util import tensor_util
 
 from conftest import lmtrain
 from test_export import random_text
@@ -79,6 +82,25 @@ def load(path):
     return acc
 
 
+def load_as_plugins(path):
+    """As TensorBoard's Python data path serves the dashboards: legacy simple_value summaries
+    migrated to the scalars plugin, and the first SessionLog START of a run not taken as a
+    restart."""
+    acc = plugin_event_accumulator.EventAccumulator(
+        str(path), size_guidance={plugin_event_accumulator.TENSORS: 0})
+    acc.Reload()
+    return acc
+
+
+def expect_plugin_view_equals_jsonl(acc, lines):
+    plugins = {tag: md.plugin_data.plugin_name for tag, md in acc.summary_metadata.items()}
+    assert plugins == {**{tag: "scalars" for tag in TAGS}, "config": "text"}
+    for tag, key in TAGS.items():
+        want = [(j["step"], float(np.float32(j[key]))) for j in lines if key in j]
+        got = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
+        assert got == want, tag
+
+
 def jsonl(run):
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -118,6 +140,7 @@ def test_scalars_config_and_a_truncated_file(tmp_path, seed):
     text = config[0].tensor_proto.string_val[0].decode()
     assert text == "```yaml\n" + (run / "config.yaml").read_text() + "```\n"
     assert "tensorboard: true" in text
+    expect_plugin_view_equals_jsonl(load_as_plugins(files[0]), lines)
 
     # A run killed while writing its last record: the reader keeps every record before it.
     data = files[0].read_bytes()
@@ -149,6 +172,7 @@ def test_a_resumed_run_reads_as_one_series(tmp_path, seed):
     assert [j["step"] for j in lines] == [j["step"] for j in first]
     acc = load(run / "tb")  # the directory: its files in name order, as TensorBoard reads a run
     expect_scalars_equal_jsonl(acc, lines)
+    expect_plugin_view_equals_jsonl(load_as_plugins(run / "tb"), lines)
     # Exact resume: the repeated steps' losses equal the first run's (the timings differ).
     assert [j.get("loss") for j in lines] == [j.get("loss") for j in first]
     assert [e.step for e in acc.Tensors("config")] == [0]
