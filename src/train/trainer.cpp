@@ -211,9 +211,6 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   write_text_file((run_dir / "config.yaml").string(), config_yaml);
   Metrics metrics(run_dir.string(), cfg.logging, ckpt ? step : -1);
   if (!ckpt || config_changed) metrics.log_config(step, config_yaml);
-  if (!metrics.tensorboard_path().empty())
-    metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
-                     (run_dir / "tb").string() + ")");
   metrics.log_line(fmt::format("data: store {}{}", data.dir,
                                data.prepared_now ? " (prepared now)"
                                : data.megatron   ? " (a Megatron-LM indexed dataset: it does not "
@@ -253,6 +250,9 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM 1024x1024x1024 on this "
       "backend); {:.3g} training FLOPs per token",
       peak_flops / 1e9, tc.precision, flops_per_token));
+  if (!metrics.tensorboard_path().empty())
+    metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
+                     (run_dir / "tb").string() + ")");
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
   if (ckpt && !resume_from.empty() &&
       fs::equivalent(fs::path(*ckpt).parent_path(), run_dir / "checkpoints", ec)) {
