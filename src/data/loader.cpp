@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "data/mixture.h"
 
 namespace lmt {
@@ -156,6 +157,7 @@ EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int rank, int
     : data_(data), micro_batch_(micro_batch), rank_(rank), world_(world), end_(data.num_samples()) {
   LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world);
   data.require_samples();
+  shuffle_order();
 }
 
 EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int source, int rank, int world)
@@ -168,6 +170,14 @@ EvalLoader::EvalLoader(const SampleSet& data, int64_t micro_batch, int source, i
   LMT_CHECK(micro_batch >= 1 && world >= 1 && rank >= 0 && rank < world && source >= 0 &&
             source < data.num_sources());
   LMT_CHECK(end_ > begin_, "EvalLoader: source " + std::to_string(source) + " has no samples");
+  shuffle_order();
+}
+
+void EvalLoader::shuffle_order() {
+  order_.resize(static_cast<size_t>(end_ - begin_));
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<int64_t>(i);
+  Rng r(0x5eed0e7a1ULL, 0);  // Fisher-Yates with a constant seed: the same order every run
+  for (size_t i = order_.size(); i > 1; --i) std::swap(order_[i - 1], order_[r.below(i)]);
 }
 
 void EvalLoader::next(int32_t* ids, int32_t* labels, int32_t* doc_start, int32_t* positions) {
@@ -176,7 +186,8 @@ void EvalLoader::next(int32_t* ids, int32_t* labels, int32_t* doc_start, int32_t
   std::vector<int32_t> in_doc(static_cast<size_t>(T));
   std::vector<std::vector<int32_t>> starts(static_cast<size_t>(micro_batch_));
   for (int64_t b = 0; b < micro_batch_; ++b)
-    data_.fill(begin_ + (first + b) % n, ids + b * T, labels + b * T, in_doc.data(), &starts[b]);
+    data_.fill(begin_ + order_[static_cast<size_t>((first + b) % n)], ids + b * T, labels + b * T,
+               in_doc.data(), &starts[b]);
   if (doc_start && positions) packed_layout(starts, T, doc_start, positions);
   position_ = (position_ + micro_batch_ * world_) % n;
 }

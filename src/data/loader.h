@@ -124,8 +124,12 @@ class EvalLoader {
   const SampleSet& data_;
   int64_t micro_batch_;
   int rank_, world_;
+  void shuffle_order();
   int64_t begin_ = 0, end_ = 0;  // the samples it reads: [begin_, end_) of the split
-  int64_t position_ = 0;         // global entries consumed since reset()
+  // Its fixed order: a permutation of [0, end_ - begin_) drawn once from a constant seed, so that
+  // any prefix of a pass (train.eval_steps) samples every source, not the first one's samples.
+  std::vector<int64_t> order_;
+  int64_t position_ = 0;  // global entries consumed since reset()
 };
 
 }  // namespace lmt

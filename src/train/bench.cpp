@@ -13,43 +13,14 @@
 #include "core/timer.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
+#include "train/flops.h"
 #include "train/memory_check.h"
 #include "train/trainer.h"
 
 namespace lmt {
 
-double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t matmul_params) {
-  const double attn = 12.0 * static_cast<double>(m.num_hidden_layers) *
-                      static_cast<double>(m.num_attention_heads * m.head_size()) *
-                      static_cast<double>(seq_len);
-  return 6.0 * static_cast<double>(matmul_params) + attn;
-}
-
 namespace {
-
-// FLOP/s of one large GEMM in dt (f32, or bf16 for mixed precision) on this backend: the
-// ceiling MFU is measured against.
-double measure_gemm_peak(Backend* be, DType dt) {
-  const int64_t n = 2048;
-  const size_t bytes = static_cast<size_t>(n * n) * dtype_size(dt);
-  Buffer a(be, bytes), b(be, bytes), c(be, bytes);
-  std::vector<float> host(static_cast<size_t>(n * n));
-  fill_normal(host.data(), n * n, 0.0, 1.0, 1, 1);
-  std::vector<uint8_t> raw(bytes);
-  for (int64_t i = 0; i < n * n; ++i)
-    store_element(dt, raw.data(), i, host[static_cast<size_t>(i)]);
-  be->from_host(a.data(), raw.data(), bytes);
-  be->from_host(b.data(), raw.data(), bytes);
-  double best = 1e30;
-  for (int rep = 0; rep < 10; ++rep) {  // best of 9: the machine may be shared
-    Timer t;
-    be->gemm(dt, false, true, n, n, n, 1.0, a.data(), n, b.data(), n, 0.0, c.data(), n);
-    be->synchronize();
-    if (rep > 0) best = std::min(best, t.seconds());  // first one warms up
-  }
-  return 2.0 * n * n * n / best;
-}
-
+constexpr int64_t kPeakGemmSize = 2048;
 }  // namespace
 
 nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
@@ -60,7 +31,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;
   const int64_t accum = cfg.train.grad_accum_steps;
   const DType compute = cfg.train.precision == "bf16" ? DType::bf16 : DType::f32;
-  const double peak = measure_gemm_peak(be.get(), compute);
+  const double peak = measure_gemm_peak(be.get(), compute, kPeakGemmSize, 9);
 
   Transformer model(be.get(), mc);
   model.set_activation_checkpointing(cfg.train.activation_checkpointing);
@@ -111,26 +82,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
 
-  // Parameters in matrix products: all but an untied input embedding and gpt2's position table
-  // (lookups, not products).
-  int64_t matmul_params = model.num_params();
-  if (!mc.tie_word_embeddings) matmul_params -= mc.vocab_size * mc.hidden_size;
-  if (mc.traits().learned_positions) matmul_params -= mc.max_position_embeddings * mc.hidden_size;
   const double tokens = static_cast<double>(B * T * accum);
   const int64_t adapter_params = model.lora_num_params();
-  // LoRA: the frozen base's products run forward and for the input gradient only (4 FLOPs per
-  // parameter and token instead of 6); the adapters train fully (6), and a saved head
-  // (modules_to_save) adds its weight gradient (2; saved norms and tables are no products).
-  double lora_flops = 0;
-  for (const LoraTarget& t : model.lora_targets())
-    lora_flops += 6.0 * static_cast<double>(model.lora_params()[static_cast<size_t>(t.a)].numel() +
-                                            model.lora_params()[static_cast<size_t>(t.b)].numel());
-  for (const SavedParam& sp : model.lora_saved())
-    if (sp.base_name == "lm_head.weight")
-      lora_flops += 2.0 * static_cast<double>(mc.vocab_size * mc.hidden_size);
-  const double fpt = lora ? train_flops_per_token(mc, T, matmul_params) -
-                                2.0 * static_cast<double>(matmul_params) + lora_flops
-                          : train_flops_per_token(mc, T, matmul_params);
+  const double fpt = train_flops_per_token(model, T);
   const double tps = tokens / mean;
   nlohmann::json j;
   j["backend"] = be->name();
@@ -160,7 +114,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   j["peak_flops"] = peak;
   j["precision"] = cfg.train.precision;
   j["peak_flops_source"] =
-      fmt::format("measured: best {} GEMM 2048x2048x2048 on this backend", cfg.train.precision);
+      fmt::format("measured: best {} GEMM {}x{}x{} on this backend", cfg.train.precision,
+                  kPeakGemmSize, kPeakGemmSize, kPeakGemmSize);
   j["mfu"] = fpt * tps / peak;
   j["gemm_share"] = be->gemm_seconds() / total;
   j["activation_bytes"] = model.activation_bytes(B, T);

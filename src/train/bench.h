@@ -12,8 +12,4 @@ namespace lmt {
 // Runs one warm-up step and then `steps` timed optimizer steps. Returns one JSON object.
 nlohmann::json run_bench(RunConfig cfg, int64_t steps);
 
-// Training FLOPs per token: 6 * N + 12 * L * d * T (N: parameters that take part in matrix
-// products, i.e. all but the input embedding table unless it is tied to the head).
-double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t matmul_params);
-
 }  // namespace lmt

@@ -2,6 +2,7 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,9 +17,31 @@ namespace lmt {
 
 namespace fs = std::filesystem;
 
-Metrics::Metrics(const std::string& run_dir, bool console, bool jsonl, int64_t resume_step)
-    : console_(console) {
-  if (!jsonl) return;
+// Every TensorBoard error names the key that asked for the files.
+template <class F>
+void Metrics::to_tensorboard(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("logging.tensorboard: {}{}", e.what(),
+                                tb_ ? "; the run stops rather than lose its metrics" : ""));
+  }
+}
+
+Metrics::Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t resume_step)
+    : console_(sinks.console) {
+  if (sinks.jsonl) open_jsonl(run_dir, resume_step);
+  if (sinks.tensorboard) {
+    to_tensorboard([&] {
+      tb_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tb").string());
+      // A fresh run hides an earlier run's files in the directory from step 0, as metrics.jsonl
+      // starts empty; a resumed one what they logged past the resumed step.
+      tb_->session_start(resume_step >= 0 ? resume_step + 1 : 0);
+    });
+  }
+}
+
+void Metrics::open_jsonl(const std::string& run_dir, int64_t resume_step) {
   const std::string path = run_dir + "/metrics.jsonl";
   if (resume_step >= 0 && fs::exists(path)) {
     std::ifstream in(path);
@@ -61,28 +84,64 @@ void Metrics::log_step(const StepMetrics& m) {
          {"lr", m.lr},
          {"grad_norm", m.grad_norm},
          {"tokens_per_s", m.tokens_per_s},
+         {"mfu", m.mfu},
          {"step_ms", m.step_ms},
          {"tokens", m.tokens}});
+  if (tb_)
+    to_tensorboard([&] {
+      tb_->scalars(m.step, {{"train/loss", m.loss},
+                            {"train/lr", m.lr},
+                            {"train/grad_norm", m.grad_norm},
+                            {"train/tokens_per_s", m.tokens_per_s},
+                            {"train/mfu", m.mfu}});
+    });
   if (console_) {
     fmt::print(
         "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
-        "{:.0f} ms/step | ETA {}\n",
-        m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.step_ms,
+        "MFU {:.1f}% | {:.0f} ms/step | ETA {}\n",
+        m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, m.step_ms,
         format_duration(m.eta_s));
     std::fflush(stdout);
   }
 }
 
-void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens) {
-  write({{"step", step},
-         {"val_loss", val_loss},
-         {"val_ppl", std::exp(val_loss)},
-         {"val_tokens", tokens}});
+void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens,
+                       const std::vector<SourceEval>& sources) {
+  nlohmann::json line = {{"step", step},
+                         {"val_loss", val_loss},
+                         {"val_ppl", std::exp(val_loss)},
+                         {"val_tokens", tokens}};
+  std::vector<TbScalar> scalars = {{"val/loss", val_loss}, {"val/ppl", std::exp(val_loss)}};
+  std::string per_source;
+  for (const SourceEval& s : sources) {
+    line["val_sources"][s.name] = {
+        {"loss", s.loss}, {"ppl", std::exp(s.loss)}, {"tokens", s.tokens}};
+    scalars.push_back({"val/" + s.name + "/loss", s.loss});
+    scalars.push_back({"val/" + s.name + "/ppl", std::exp(s.loss)});
+    per_source += fmt::format(" | {} {:.4f}", s.name, s.loss);
+  }
+  write(line);
+  if (tb_) to_tensorboard([&] { tb_->scalars(step, scalars); });
   if (console_) {
-    fmt::print("eval  {:>6} | val loss {:.4f} | val ppl {:.2f}\n", step, val_loss,
-               std::exp(val_loss));
+    fmt::print("eval  {:>6} | val loss {:.4f} | val ppl {:.2f}{}\n", step, val_loss,
+               std::exp(val_loss), per_source);
     std::fflush(stdout);
   }
+}
+
+void Metrics::log_config(int64_t step, const std::string& yaml) {
+  if (tb_) to_tensorboard([&] { tb_->text(step, "config", markdown_code_block(yaml, "yaml")); });
+}
+
+std::string markdown_code_block(const std::string& text, const std::string& language) {
+  size_t longest = 0, run = 0;  // the fence must be longer than any run of backticks inside
+  for (char c : text) {
+    run = c == '`' ? run + 1 : 0;
+    longest = std::max(longest, run);
+  }
+  const std::string fence(std::max<size_t>(3, longest + 1), '`');
+  const bool newline = !text.empty() && text.back() == '\n';
+  return fence + language + "\n" + text + (newline ? "" : "\n") + fence + "\n";
 }
 
 void Metrics::log_line(const std::string& text) {

@@ -1,12 +1,20 @@
-// Where a run reports: a console progress line and metrics.jsonl (one JSON object per logged
-// step, eval lines carrying val_loss). On resume, lines past the resumed step are dropped first so
-// the file reads as one uninterrupted run.
+// Where a run reports: a console progress line, metrics.jsonl (one JSON object per logged step,
+// eval lines carrying val_loss) and, with logging.tensorboard, TensorBoard event files in
+// <run_dir>/tb. On resume, lines of metrics.jsonl past the resumed step are dropped first so the
+// file reads as one uninterrupted run; TensorBoard gets a new event file that starts with a
+// session start at the next step, which hides what the old files logged past the resumed step
+// (and a fresh run's at step 0 hides a former run's files in the same directory).
 #pragma once
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
+
+#include "io/tensorboard.h"
+#include "train/run_config.h"
 
 namespace lmt {
 
@@ -17,26 +25,50 @@ struct StepMetrics {
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;
+  double mfu = 0;  // model FLOPs per second over the backend's measured GEMM peak
   double step_ms = 0;
   double eta_s = 0;
   int64_t tokens = 0;  // tokens trained on so far
 };
 
+// One validation source's share of an evaluation.
+struct SourceEval {
+  std::string name;
+  double loss = 0;  // token-weighted mean
+  int64_t tokens = 0;
+};
+
 class Metrics {
  public:
   // resume_step >= 0: keep only lines of metrics.jsonl with step <= resume_step.
-  Metrics(const std::string& run_dir, bool console, bool jsonl, int64_t resume_step);
+  Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t resume_step);
   void log_step(const StepMetrics& m);
-  void log_eval(int64_t step, double val_loss, int64_t tokens);
+  // `sources`: the per-source losses when the evaluation has them (val/<name>/loss and ppl).
+  void log_eval(int64_t step, double val_loss, int64_t tokens,
+                const std::vector<SourceEval>& sources = {});
+  // The resolved config for TensorBoard's text tab (tag "config"; a markdown code block, as the
+  // tab renders markdown); TensorBoard only.
+  void log_config(int64_t step, const std::string& yaml);
   void log_line(const std::string& text);  // console only
 
+  // The event file being written ("" without logging.tensorboard).
+  std::string tensorboard_path() const { return tb_ ? tb_->path() : ""; }
+
  private:
+  void open_jsonl(const std::string& run_dir, int64_t resume_step);
   void write(const nlohmann::json& j);
+  template <class F>
+  void to_tensorboard(F&& f);
   bool console_;
   std::ofstream jsonl_;
   std::string jsonl_path_;
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
 
-std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
+std::string format_duration(double seconds);
+// `text` fenced as a markdown code block in `language`, the fence longer than any run of
+// backticks in it.
+std::string markdown_code_block(const std::string& text,
+                                const std::string& language);  // "1h02m", "3m05s", "12s"
 
 }  // namespace lmt

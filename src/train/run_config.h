@@ -193,11 +193,15 @@ struct OptimizerConfig {
 struct LoggingConfig {
   bool console = true;
   bool jsonl = true;
+  bool tensorboard = false;
 
   template <class V>
   void visit(V& v) {
     v("console", console, "print a progress line every log_every steps");
     v("jsonl", jsonl, "write metrics.jsonl in the run directory");
+    v("tensorboard", tensorboard,
+      "write TensorBoard event files in <out_dir>/tb (tensorboard --logdir <out_dir>/tb): the "
+      "train/ and val/ scalars and the resolved config as text");
   }
 };
 

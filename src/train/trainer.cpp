@@ -26,6 +26,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/flops.h"
 #include "train/generation.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
@@ -64,9 +65,9 @@ class StopSignals {
   void (*old_term_)(int);
 };
 
-// Mean loss over the evaluation batches (token-weighted).
-double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T,
-                bool masking) {
+// The loss sum and labelled tokens over the evaluation batches.
+LossSum evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T,
+                 bool masking) {
   loader.reset();
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size()), starts(ids.size()),
       pos(ids.size());
@@ -78,7 +79,11 @@ double evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t
     total.sum += s.sum;
     total.tokens += s.tokens;
   }
-  return total.tokens ? total.sum / static_cast<double>(total.tokens) : 0.0;
+  return total;
+}
+
+double mean(const LossSum& s) {
+  return s.tokens ? s.sum / static_cast<double>(s.tokens) : 0.0;
 }
 
 // Leftovers of a process killed while writing this run directory: unfinished checkpoint saves and
@@ -184,6 +189,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   Optimizer& opt = *optimizer;
 
   int64_t step = 0, tokens_seen = 0;
+  bool config_changed = false;  // since the checkpoint resumed from was written
   if (ckpt) {
     CheckpointState st;
     try {
@@ -203,11 +209,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     tokens_seen = st.tokens;
     opt.set_step_count(st.optimizer_step);
     loader.set_state(st.loader.get<LoaderState>());
-    if (st.config_hash != config_hash)
+    config_changed = st.config_hash != config_hash;
+    if (config_changed)
       fmt::print("note: the config differs from the one checkpoint {} was written with\n", *ckpt);
   }
   write_text_file((run_dir / "config.yaml").string(), config_yaml);
-  Metrics metrics(run_dir.string(), cfg.logging.console, cfg.logging.jsonl, ckpt ? step : -1);
+  Metrics metrics(run_dir.string(), cfg.logging, ckpt ? step : -1);
+  if (!ckpt || config_changed) metrics.log_config(step, config_yaml);
   metrics.log_line(fmt::format("data: store {}{}", data.dir,
                                data.prepared_now ? " (prepared now)"
                                : data.megatron   ? " (a Megatron-LM indexed dataset: it does not "
@@ -240,6 +248,17 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
                              : "f32"));
   if (!init_line.empty()) metrics.log_line(init_line);
   if (const std::string a = opt.assignment(); !a.empty()) metrics.log_line(a);
+  // MFU's ceiling: one GEMM in the compute dtype, measured once (a 1024^3 GEMM is ~2 GFLOP).
+  const DType compute_dtype = tc.precision == "bf16" ? DType::bf16 : DType::f32;
+  const double peak_flops = measure_gemm_peak(be.get(), compute_dtype, 1024, 3);
+  const double flops_per_token = train_flops_per_token(model, T);
+  metrics.log_line(fmt::format(
+      "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM 1024x1024x1024 on this "
+      "backend); {:.3g} training FLOPs per token",
+      peak_flops / 1e9, tc.precision, flops_per_token));
+  if (!metrics.tensorboard_path().empty())
+    metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
+                     (run_dir / "tb").string() + ")");
   if (ckpt) metrics.log_line(fmt::format("resumed from {} at step {}", *ckpt, step));
   if (ckpt && !resume_from.empty() &&
       fs::equivalent(fs::path(*ckpt).parent_path(), run_dir / "checkpoints", ec)) {
@@ -275,11 +294,31 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     result.last_checkpoint =
         save_checkpoint(run_dir.string(), model, opt.state(), st, config_yaml, tc.keep_last);
   };
+  // Several sources: each one's validation samples are evaluated on their own too (the same
+  // number of batches, or one pass over a smaller source), named as data.sources names them.
+  std::vector<std::pair<std::string, std::unique_ptr<EvalLoader>>> source_loaders;
+  if (eval_loader && data.validation->num_sources() > 1) {
+    const std::vector<std::string> names =
+        static_cast<int>(cfg.data.sources.size()) == data.validation->num_sources()
+            ? source_names(cfg.data)
+            : std::vector<std::string>{};
+    for (int i = 0; i < data.validation->num_sources(); ++i)
+      if (data.validation->source_samples(i) > 0)
+        source_loaders.emplace_back(
+            names.empty() ? "source" + std::to_string(i) : names[static_cast<size_t>(i)],
+            std::make_unique<EvalLoader>(*data.validation, B, i, 0, 1));
+  }
   auto run_eval = [&]() {
     if (!eval_loader) return;
     const int64_t batches = tc.eval_steps > 0 ? tc.eval_steps : eval_loader->batches_per_pass();
-    result.last_val_loss = evaluate(model, *eval_loader, batches, B, T, tc.document_masking);
-    metrics.log_eval(step, result.last_val_loss, batches * B * T);
+    result.last_val_loss = mean(evaluate(model, *eval_loader, batches, B, T, tc.document_masking));
+    std::vector<SourceEval> sources;
+    for (auto& [name, loader] : source_loaders) {
+      const LossSum s = evaluate(model, *loader, std::min(batches, loader->batches_per_pass()), B,
+                                 T, tc.document_masking);
+      sources.push_back({name, mean(s), s.tokens});
+    }
+    metrics.log_eval(step, result.last_val_loss, batches * B * T, sources);
   };
 
   StopSignals signals;
@@ -343,6 +382,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       m.lr = lr;
       m.grad_norm = norm;
       m.tokens_per_s = window_tokens / window_s;
+      m.mfu = flops_per_token * m.tokens_per_s / peak_flops;
       m.step_ms = window_s / static_cast<double>(window_steps) * 1e3;
       m.eta_s = since_start.seconds() / static_cast<double>(step - first_step) *
                 static_cast<double>(tc.max_steps - step);

@@ -232,6 +232,7 @@ std::vector<std::string> logged_values(const fs::path& out) {
     auto j = nlohmann::json::parse(line);
     j.erase("tokens_per_s");
     j.erase("step_ms");
+    j.erase("mfu");
     lines.push_back(j.dump());
   }
   return lines;

@@ -1,10 +1,12 @@
 // metrics.jsonl is never lost or silently cut short: --resume rewrites it through the atomic
 // write_text_file (the old file stays whole until the new one is in place), and a write that fails
 // (here: a file size limit, as a full disk would) stops the run with a message naming the file.
+// Eval lines carry per-source losses when given, in metrics.jsonl and TensorBoard alike.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,10 +47,10 @@ TEST(MetricsFile, ResumeKeepsTheLinesUpToTheStep) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   {
-    Metrics m(dir.string(), false, true, -1);
+    Metrics m(dir.string(), LoggingConfig{.console = false}, -1);
     for (int64_t s = 1; s <= 5; ++s) m.log_step(StepMetrics{.step = s, .loss = 1.0});
   }
-  Metrics m(dir.string(), false, true, 3);
+  Metrics m(dir.string(), LoggingConfig{.console = false}, 3);
   m.log_step(StepMetrics{.step = 4, .loss = 2.0});
   std::istringstream lines(read_all(dir / "metrics.jsonl"));
   std::vector<int64_t> steps;
@@ -60,7 +62,7 @@ TEST(MetricsFile, AFailedWriteIsAUserErrorNamingTheFile) {
   const fs::path dir = test::temp_dir() / "metrics_full";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  Metrics m(dir.string(), false, true, -1);
+  Metrics m(dir.string(), LoggingConfig{.console = false}, -1);
   struct rlimit old {};
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
   auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
@@ -78,6 +80,44 @@ TEST(MetricsFile, AFailedWriteIsAUserErrorNamingTheFile) {
   EXPECT_NE(msg.find("logging.jsonl: cannot write '" + (dir / "metrics.jsonl").string() + "'"),
             std::string::npos)
       << msg;
+}
+
+TEST(MetricsFile, EvalLinesCarryPerSourceLossesInJsonlAndTensorBoard) {
+  const fs::path dir = test::temp_dir() / "metrics_sources";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string tb;
+  {
+    Metrics m(dir.string(), LoggingConfig{.console = false, .tensorboard = true}, -1);
+    tb = m.tensorboard_path();
+    m.log_step(StepMetrics{.step = 1, .loss = 2.0, .mfu = 0.25});
+    m.log_eval(1, 1.5, 96, {{"wiki", 1.25, 64}, {"code", 2.0, 32}});
+    m.log_eval(2, 1.5, 96);
+  }
+  std::istringstream lines(read_all(dir / "metrics.jsonl"));
+  std::vector<nlohmann::json> j;
+  for (std::string l; std::getline(lines, l);) j.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(j.size(), 3u);
+  EXPECT_EQ(j[0]["mfu"], 0.25);
+  EXPECT_EQ(j[1]["val_sources"]["wiki"]["loss"], 1.25);
+  EXPECT_DOUBLE_EQ(j[1]["val_sources"]["wiki"]["ppl"].get<double>(), std::exp(1.25));
+  EXPECT_EQ(j[1]["val_sources"]["code"]["tokens"], 32);
+  EXPECT_FALSE(j[2].contains("val_sources"));
+  ASSERT_EQ(fs::path(tb).parent_path(), dir / "tb");
+  const std::string events = read_all(tb);  // TensorBoard reads them: the reference tier
+  for (const char* tag : {"train/loss", "train/mfu", "val/loss", "val/ppl", "val/wiki/loss",
+                          "val/wiki/ppl", "val/code/loss", "val/code/ppl"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
+}
+
+TEST(MetricsFile, AnUncreatableTensorBoardDirectoryNamesTheKeyAndThePath) {
+  const fs::path dir = test::temp_dir() / "metrics_tb_blocked";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "tb") << "a file where the directory goes";
+  test::expect_user_error(
+      [&] { Metrics m(dir.string(), LoggingConfig{.console = false, .tensorboard = true}, -1); },
+      {"logging.tensorboard: cannot create the directory '" + (dir / "tb").string() + "'"});
 }
 
 }  // namespace
