@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "optim_test_util.h"
 #include "train/run_config.h"
 
 namespace lmt {
@@ -38,21 +39,7 @@ std::vector<float> randn(int64_t n, uint64_t stream, double std = 1.0) {
   return x;
 }
 
-// |got - want| <= rel * (|want| + rms(want)): relative, but measured against the quantity's
-// typical size where cancellation (m sums gradients of both signs) makes an element small.
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, double rel,
-                  const char* what) {
-  ASSERT_EQ(got.size(), want.size());
-  double ss = 0;
-  for (double w : want) ss += w * w;
-  const double rms = std::sqrt(ss / static_cast<double>(want.size()));
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i)
-    if (!(std::abs(got[i] - want[i]) <= rel * (std::abs(want[i]) + rms))) {
-      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", reference " << want[i];
-      ++bad;
-    }
-}
+using test::expect_close_rms;
 
 constexpr double kOne = 1.0;  // an unclipped step's scale (a device scalar: host memory here)
 
@@ -68,9 +55,9 @@ TEST(AdamWKernel, MatchesTorchReference) {
       be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, &gs);
       ref.step(g, lr, b1, b2, eps, wd, t, gs);
     }
-    expect_close(p, ref.p, 1e-6, "p");
-    expect_close(m, ref.m, 1e-6, "m");
-    expect_close(v, ref.v, 1e-6, "v");
+    expect_close_rms(p, ref.p, 1e-6, "p");
+    expect_close_rms(m, ref.m, 1e-6, "m");
+    expect_close_rms(v, ref.v, 1e-6, "v");
   }
 }
 

@@ -16,6 +16,7 @@
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
+#include "optim_test_util.h"
 
 namespace lmt {
 namespace {
@@ -26,20 +27,7 @@ std::vector<float> randn(int64_t n, uint64_t stream, double std = 1.0) {
   return x;
 }
 
-// |got - want| <= rel * (|want| + rms(want)) elementwise.
-void expect_close(const std::vector<float>& got, const std::vector<double>& want, double rel,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  double ss = 0;
-  for (double w : want) ss += w * w;
-  const double rms = std::sqrt(ss / static_cast<double>(want.size()));
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i)
-    if (!(std::abs(got[i] - want[i]) <= rel * (std::abs(want[i]) + rms))) {
-      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", reference " << want[i];
-      ++bad;
-    }
-}
+using test::expect_close_rms;
 
 TEST(LionKernel, MatchesTheDoubleReference) {
   CpuBackend be;
@@ -57,8 +45,8 @@ TEST(LionKernel, MatchesTheDoubleReference) {
         rm[i] = b2 * rm[i] + (1 - b2) * gi;
       }
     }
-    expect_close(p, rp, 1e-6, "p");
-    expect_close(m, rm, 1e-6, "m");
+    expect_close_rms(p, rp, 1e-6, "p");
+    expect_close_rms(m, rm, 1e-6, "m");
   }
 }
 
@@ -79,8 +67,8 @@ TEST(SgdKernel, MatchesTorchSgdInDouble) {
         rp[i] -= lr * (nesterov ? d + mu * rb[i] : rb[i]);
       }
     }
-    expect_close(p, rp, 1e-6, nesterov ? "p (Nesterov)" : "p");
-    expect_close(buf, rb, 1e-6, "momentum buffer");
+    expect_close_rms(p, rp, 1e-6, nesterov ? "p (Nesterov)" : "p");
+    expect_close_rms(buf, rb, 1e-6, "momentum buffer");
   }
 }
 
@@ -171,7 +159,7 @@ TEST(Muon, NewtonSchulzMatchesTheReferenceAndOrthogonalises) {
     std::vector<float> a(static_cast<size_t>(k * k)), b(a.size());
     double norm = 0;
     Muon::newton_schulz(&be, u.data(), x.data(), a.data(), b.data(), &norm, r, c, 5);
-    expect_close(x, want, 1e-4, "X");
+    expect_close_rms(x, want, 1e-4, "X");
     // Singular values: sqrt of the eigenvalues of X X^T (or X^T X), all near 1.
     const Mat xd(x.begin(), x.end());
     const Mat g = r <= c ? matmul(xd, transpose(xd, r, c), r, c, r)
@@ -267,7 +255,7 @@ TEST(Muon, StepsMatchTheDoubleReferenceWithAdamWForTheRest) {
       want_rest.push_back(pa[i]);
     }
   }
-  expect_close(got_m, want_m, 1e-5, "hidden matrices");
+  expect_close_rms(got_m, want_m, 1e-5, "hidden matrices");
   EXPECT_EQ(got_rest, want_rest) << "embedding, norm, bias and head: AdamW's";
   EXPECT_NE(p, p0);
   // Its state: momentum for the 2 hidden matrices, AdamW moments for the 4 others, compact.
