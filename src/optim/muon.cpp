@@ -122,8 +122,14 @@ void Muon::update(float* params, const float* grads, double lr, const double* gr
   float* a = work_.as<float>();
   float* b2 = a + static_cast<int64_t>(work_.bytes() / sizeof(float)) / 2;
   for (const Block& b : blocks_) {
-    be_->copy_2d(block, b.cols, u + b.state, b.ld, b.rows, b.cols);
-    newton_schulz(be_, block, out, a, b2, norm_.as<double>(), b.rows, b.cols, spec_.ns_steps);
+    // u is scratch: a whole matrix is orthogonalised in place; only a block of a fused one
+    // (rows b.ld apart) is gathered into a dense copy first.
+    float* x = u + b.state;
+    if (b.ld != b.cols) {
+      be_->copy_2d(block, b.cols, x, b.ld, b.rows, b.cols);
+      x = block;
+    }
+    newton_schulz(be_, x, out, a, b2, norm_.as<double>(), b.rows, b.cols, spec_.ns_steps);
     // Step lr * scale along X; the decay stays 1 - lr wd (muon_apply decays by its lr times wd).
     const double scale = kRmsMatch * std::sqrt(static_cast<double>(std::max(b.rows, b.cols)));
     be_->muon_apply(params + b.param, b.ld, out, b.rows, b.cols, lr * scale,
