@@ -249,8 +249,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   if (!init_line.empty()) metrics.log_line(init_line);
   if (const std::string a = opt.assignment(); !a.empty()) metrics.log_line(a);
   // MFU's ceiling: one GEMM in the compute dtype, measured once (a 1024^3 GEMM is ~2 GFLOP).
-  const DType compute_dtype = tc.precision == "bf16" ? DType::bf16 : DType::f32;
-  const double peak_flops = measure_gemm_peak(be.get(), compute_dtype, 1024, 3);
+  const double peak_flops = measure_gemm_peak(be.get(), model.compute_dtype(), 1024, 3);
   const double flops_per_token = train_flops_per_token(model, T);
   metrics.log_line(fmt::format(
       "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM 1024x1024x1024 on this "
