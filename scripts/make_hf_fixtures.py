@@ -107,7 +107,10 @@ RANDOM = {
     "qwen2": ("qwen2", "default"), "qwen3": ("qwen3", "default"), "gemma": ("gemma", "default"),
     "gemma2": ("gemma2", "default"), "gemma3": ("gemma3", "default"),
     "gemma3_yarn": ("gemma3", "yarn"), "gpt2": ("gpt2", "default"),
+    "llama_relu": ("llama", "default"), "gpt2_relu2": ("gpt2", "default"),
 }
+# The MLP activation of the variants that do not keep their family's (transformers' ACT2FN names).
+ACTIVATION = {"llama_relu": "relu", "gpt2_relu2": "relu2"}
 
 
 def random_rope(r, kind, seq_max):
@@ -144,10 +147,14 @@ def random_config(variant, r, lengths, tied):
                 num_hidden_layers=r.choice([1, 2, 3]), num_attention_heads=heads,
                 num_key_value_heads=kv, max_position_embeddings=max_pos, tie_word_embeddings=tied,
                 rms_norm_eps=r.choice([1e-6, 1e-5]))
+    act = ACTIVATION.get(variant)
     if family == "gpt2":
         return tf.GPT2Config(vocab_size=vocab, n_embd=heads * head_dim, n_layer=base[
             "num_hidden_layers"], n_head=heads, n_positions=max_pos, n_inner=r.randint(20, 80),
-            tie_word_embeddings=tied, layer_norm_epsilon=r.choice([1e-5, 1e-6]))
+            tie_word_embeddings=tied, layer_norm_epsilon=r.choice([1e-5, 1e-6]),
+            activation_function=act or "gelu_new")
+    if act:
+        base["hidden_act"] = act
     if family in ("gemma2", "gemma3"):
         base.update(head_dim=head_dim, sliding_window=window,
                     query_pre_attn_scalar=r.choice([head_dim, 16, 24]),

@@ -16,7 +16,13 @@
 
 namespace lmt {
 
-enum class Activation : uint8_t { silu, gelu_tanh };
+// The MLP's activation: SiLU, the tanh-approximated GELU, ReLU, and ReLU squared (relu(x)^2).
+enum class Activation : uint8_t { silu, gelu_tanh, relu, relu2 };
+
+// Bytes of a packed sign mask of n elements (see Backend::relu_mask): 32-bit words, 1 bit each.
+constexpr size_t sign_mask_bytes(int64_t n) {
+  return static_cast<size_t>((n + 31) / 32) * 4;
+}
 
 // Arguments of attention. Query token i of a sequence sits at position q_offset + i in the key
 // sequence; it attends to keys j with j <= q_offset + i (causal) and, when window > 0,
@@ -161,6 +167,19 @@ class Backend {
   virtual void act_forward(DType dt, Activation act, void* out, const void* x, int64_t n) = 0;
   virtual void act_backward(DType dt, Activation act, void* dx, const void* dout, const void* x,
                             int64_t n) = 0;
+  // The backward of ReLU and ReLU^2 from less than their input (train.activation_bits: 1), each
+  // giving exactly act_backward's values:
+  // relu_mask: mask (sign_mask_bytes(n) bytes) = 1 bit per element, x[i] > 0, as bit i % 32 of
+  // 32-bit word i / 32 (a last word's unused bits 0).
+  virtual void relu_mask(DType dt, void* mask, const void* x, int64_t n) = 0;
+  // dx[i] = dout[i] * (bit i of mask ? 1 : 0), overwritten: ReLU's backward.
+  virtual void relu_backward_masked(DType dt, void* dx, const void* dout, const void* mask,
+                                    int64_t n) = 0;
+  // dx[i] = dout[i] * 2 sqrt(y[i]) from ReLU^2's output y = relu(x)^2, overwritten. In binary
+  // floating point sqrt(round(r * r)) == r whenever r * r is a normal number, so this is
+  // act_backward(relu2) on x except where 0 < x < 2^-63 (f32), whose square underflows.
+  virtual void relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
+                                          int64_t n) = 0;
 
   // ---- cross-entropy on one chunk of logits ----
   // logits[N,V]; labels[N] (i32; == ignore_index means no loss). Writes losses[N] (f32, or f64 when

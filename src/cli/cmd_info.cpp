@@ -61,6 +61,7 @@ Run add_info(CLI::App& app) {
     std::string model, adapter, precision = "f32";
     int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
     bool checkpointing = false, json = false;
+    int activation_bits = 0;
   };
   auto o = std::make_shared<Opts>();
   app.add_option(
@@ -77,6 +78,11 @@ Run add_info(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_flag("--activation-checkpointing", o->checkpointing,
                "count the activations of training with activation checkpointing");
+  app.add_option("--activation-bits", o->activation_bits,
+                 "0, or 1: count the activations of training with train.activation_bits: 1 "
+                 "(hidden_act relu or relu2, non-gated MLP)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({0, 1}));
   app.add_option("--loss-chunk-tokens", o->loss_chunk, "tokens per cross-entropy chunk")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -104,6 +110,11 @@ Run add_info(CLI::App& app) {
     run.train.micro_batch_size = B;
     run.data.seq_len = T;
     run.train.activation_checkpointing = o->checkpointing;
+    run.train.activation_bits = o->activation_bits;
+    if (o->activation_bits == 1) {
+      const std::string why = Transformer::activation_bits_unsupported(cfg);
+      if (!why.empty()) throw UserError("--activation-bits 1 " + why + " (" + dir + ")");
+    }
     run.train.precision = o->precision;
     run.train.loss_chunk_tokens = o->loss_chunk;
     LoraLayout lora;
@@ -114,6 +125,7 @@ Run add_info(CLI::App& app) {
       run.lora.alpha = spec.alpha;
       run.lora.target_modules = spec.target_modules;
       run.lora.use_rslora = spec.use_rslora;
+      run.lora.dropout = spec.dropout;
     }
     int64_t lora_params = 0;
     for (const ParamInfo& p : lora.params) lora_params += p.numel();
@@ -123,38 +135,53 @@ Run add_info(CLI::App& app) {
       const char* label;  // in the table
       uint64_t bytes;
     };
-    const std::vector<Line> mem = {{"weights", "weights", tm.weights},
-                                   {"gradients", "gradients", tm.gradients},
-                                   {"adamw_m", "AdamW m", tm.adamw / 2},
-                                   {"adamw_v", "AdamW v", tm.adamw / 2},
-                                   {"activations", "activations", tm.activations}};
+    std::vector<Line> mem = {{"weights", "weights", tm.weights},
+                             {"gradients", "gradients", tm.gradients},
+                             {"adamw_m", "AdamW m", tm.adamw / 2},
+                             {"adamw_v", "AdamW v", tm.adamw / 2},
+                             {"activations", "activations", tm.activations}};
+    if (tm.lora_scratch > 0) mem.push_back({"lora_scratch", "LoRA scratch", tm.lora_scratch});
     uint64_t total = 0;
     for (const Line& l : mem) total += l.bytes;
+    // What one layer keeps for the backward: every layer's set without checkpointing, one set
+    // (recomputed per layer) with it; the rest of the arena is the residual stream of every
+    // layer, the head's loss chunk and the backward's scratch.
+    const DType act_dt = o->precision == "bf16" ? DType::bf16 : DType::f32;
+    const Transformer::LayerBytes layer =
+        Transformer::layer_activation_bytes(cfg, act_dt, B, T, o->activation_bits);
+    const uint64_t sets = o->checkpointing ? 1 : static_cast<uint64_t>(cfg.num_hidden_layers);
+    const char* mlp_kept = o->activation_bits == 0 ? "its pre-activation"
+                           : cfg.hidden_act == "relu"
+                               ? "its 1-bit sign mask"
+                               : "nothing (relu2: recovered from the output)";
 
     if (o->json) {
-      nlohmann::json j = {
-          {"model", dir},
-          {"family", cfg.family},
-          {"layers", cfg.num_hidden_layers},
-          {"hidden_size", cfg.hidden_size},
-          {"intermediate_size", cfg.intermediate_size},
-          {"attention_heads", cfg.num_attention_heads},
-          {"key_value_heads", cfg.kv_heads()},
-          {"head_dim", cfg.head_size()},
-          {"vocab_size", cfg.vocab_size},
-          {"max_position_embeddings", cfg.max_position_embeddings},
-          {"tied_embeddings", cfg.tie_word_embeddings},
-          {"parameters",
-           {{"total", pc.total},
-            {"embedding", pc.embedding},
-            {"non_embedding", pc.total - pc.embedding}}},
-          {"weights_on_disk",
-           {{"bytes", disk.bytes}, {"files", disk.files}, {"dtypes", disk.dtypes}}},
-          {"training_step",
-           {{"micro_batch", B},
-            {"seq_len", T},
-            {"activation_checkpointing", o->checkpointing},
-            {"precision", o->precision}}}};
+      nlohmann::json j = {{"model", dir},
+                          {"family", cfg.family},
+                          {"layers", cfg.num_hidden_layers},
+                          {"hidden_size", cfg.hidden_size},
+                          {"intermediate_size", cfg.intermediate_size},
+                          {"attention_heads", cfg.num_attention_heads},
+                          {"key_value_heads", cfg.kv_heads()},
+                          {"head_dim", cfg.head_size()},
+                          {"vocab_size", cfg.vocab_size},
+                          {"max_position_embeddings", cfg.max_position_embeddings},
+                          {"tied_embeddings", cfg.tie_word_embeddings},
+                          {"parameters",
+                           {{"total", pc.total},
+                            {"embedding", pc.embedding},
+                            {"non_embedding", pc.total - pc.embedding}}},
+                          {"weights_on_disk",
+                           {{"bytes", disk.bytes}, {"files", disk.files}, {"dtypes", disk.dtypes}}},
+                          {"training_step",
+                           {{"micro_batch", B},
+                            {"seq_len", T},
+                            {"activation_checkpointing", o->checkpointing},
+                            {"activation_bits", o->activation_bits},
+                            {"precision", o->precision},
+                            {"activations_per_layer", layer.layer},
+                            {"mlp_pre_activation_per_layer", layer.mlp_pre_activation},
+                            {"layer_sets", sets}}}};
       if (!adapter.empty())
         j["lora"] = {{"adapter", adapter},
                      {"rank", run.lora.rank},
@@ -185,17 +212,24 @@ Run add_info(CLI::App& app) {
       fmt::print("on disk:     no weights (config.json only)\n");
     }
     if (!adapter.empty())
-      fmt::print("LoRA:        {} ({} tensors, {} parameters; rank {}, alpha {}; the base frozen)\n",
-                 adapter, lora.params.size(), format_count(lora_params), run.lora.rank,
-                 run.lora.alpha);
+      fmt::print(
+          "LoRA:        {} ({} tensors, {} parameters; rank {}, alpha {}; the base frozen)\n",
+          adapter, lora.params.size(), format_count(lora_params), run.lora.rank, run.lora.alpha);
     fmt::print("one training step {}, micro-batch {} x {} tokens{}:\n",
                o->precision == "bf16"
                    ? "on pjrt (bf16 compute with f32 master weights and gradients, AdamW; the "
                      "bf16 copies counted with weights and gradients)"
                    : "on the CPU backend (f32, AdamW)",
-               B, T, o->checkpointing ? ", activation checkpointing" : "");
+               B, T,
+               std::string(o->checkpointing ? ", activation checkpointing" : "") +
+                   (o->activation_bits == 1 ? ", activation_bits 1" : ""));
     for (const Line& l : mem) fmt::print("  {:<12} {:>10}\n", l.label, format_bytes(l.bytes));
     fmt::print("  {:<12} {:>10}\n", "total", format_bytes(total));
+    fmt::print(
+        "activations: {} per layer (the MLP keeps {}: {}), {} {}; the rest is the residual "
+        "stream of every layer, the loss chunk and the backward's scratch\n",
+        format_bytes(layer.layer), mlp_kept, format_bytes(layer.mlp_pre_activation), sets,
+        o->checkpointing ? "set, recomputed for each layer in the backward" : "layer sets");
     return 0;
   };
 }

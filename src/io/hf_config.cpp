@@ -76,7 +76,9 @@ class Keys {
 std::string activation_of(const std::string& name, const Keys& k, const char* key) {
   if (name == "silu" || name == "swish") return "silu";
   if (name == "gelu_pytorch_tanh" || name == "gelu_new") return "gelu_pytorch_tanh";
-  k.fail(key, "'" + name + "' is not supported (supported: silu, gelu_pytorch_tanh, gelu_new)");
+  if (name == "relu" || name == "relu2") return name;
+  k.fail(key, "'" + name +
+                  "' is not supported (supported: silu, gelu_pytorch_tanh, gelu_new, relu, relu2)");
 }
 
 // layer_types (a list of "sliding_attention" / "full_attention") as sliding_window_pattern.
@@ -290,7 +292,7 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
     j["n_ctx"] = c.max_position_embeddings;
     j["n_inner"] = c.intermediate_size;
     j["layer_norm_epsilon"] = c.rms_norm_eps;
-    j["activation_function"] = "gelu_new";
+    j["activation_function"] = c.hidden_act == "gelu_pytorch_tanh" ? "gelu_new" : c.hidden_act;
     j["scale_attn_weights"] = true;
     // lmtrain trains without dropout; so does the exported model when fine-tuned further.
     for (const char* key : {"attn_pdrop", "embd_pdrop", "resid_pdrop", "summary_first_dropout"})

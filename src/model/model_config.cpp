@@ -71,8 +71,7 @@ ModelConfig family_defaults(const std::string& family) {
 }
 
 void derive_unset_keys(ModelConfig& c, const std::vector<std::string>& given) {
-  const bool ffn_given =
-      std::find(given.begin(), given.end(), "intermediate_size") != given.end();
+  const bool ffn_given = std::find(given.begin(), given.end(), "intermediate_size") != given.end();
   if (c.family == "gpt2" && !ffn_given) c.intermediate_size = 4 * c.hidden_size;
 }
 
@@ -127,9 +126,10 @@ void ModelConfig::validate() const {
   require(sliding_window >= 0, "sliding_window", ">= 0 (0 = none)", sliding_window);
   require(rms_norm_eps > 0, "rms_norm_eps", "> 0", rms_norm_eps);
   require(initializer_range >= 0, "initializer_range", ">= 0", initializer_range);
-  if (hidden_act != "silu" && hidden_act != "gelu_pytorch_tanh")
+  if (hidden_act != "silu" && hidden_act != "gelu_pytorch_tanh" && hidden_act != "relu" &&
+      hidden_act != "relu2")
     throw UserError("model.hidden_act '" + hidden_act +
-                    "' is not supported (supported: silu, gelu_pytorch_tanh)");
+                    "' is not supported (supported: silu, gelu_pytorch_tanh, relu, relu2)");
   require(sliding_window_pattern >= 0, "sliding_window_pattern", ">= 0", sliding_window_pattern);
   require(attn_logit_softcapping >= 0, "attn_logit_softcapping", ">= 0 (0 = off)",
           attn_logit_softcapping);

@@ -48,7 +48,7 @@ struct ModelConfig {
   double rms_norm_eps = 1e-5;            // also LayerNorm's epsilon (gpt2)
   bool tie_word_embeddings = false;
   double initializer_range = 0.02;
-  std::string hidden_act = "silu";  // silu or gelu_pytorch_tanh
+  std::string hidden_act = "silu";  // silu, gelu_pytorch_tanh, relu or relu2 (relu(x)^2)
   int64_t bos_token_id = -1;        // -1: none
   int64_t eos_token_id = -1;
 
@@ -93,7 +93,9 @@ struct ModelConfig {
     v("rms_norm_eps", rms_norm_eps, "epsilon of RMSNorm (LayerNorm for gpt2)");
     v("tie_word_embeddings", tie_word_embeddings, "share the embedding with the output head");
     v("initializer_range", initializer_range, "std of the normal initialisation");
-    v("hidden_act", hidden_act, "MLP activation: silu or gelu_pytorch_tanh");
+    v("hidden_act", hidden_act,
+      "MLP activation: silu, gelu_pytorch_tanh, relu, or relu2 (relu(x)^2, as in "
+      "modded-nanogpt; with train.activation_bits: 1 on gpt2)");
     v("bos_token_id", bos_token_id, "beginning-of-sequence id, -1 for none");
     v("eos_token_id", eos_token_id, "end-of-sequence id, -1 for none");
   }
@@ -135,6 +137,7 @@ ModelConfig family_defaults(const std::string& family);
 void derive_unset_keys(ModelConfig& c, const std::vector<std::string>& given);
 
 // The families lmtrain implements, for messages.
-inline constexpr const char* kFamilies = "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2";
+inline constexpr const char* kFamilies =
+    "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2";
 
 }  // namespace lmt

@@ -58,6 +58,21 @@ class ArenaCarver {
   size_t used_ = 0;
 };
 
+Activation activation_of(const std::string& hidden_act) {
+  if (hidden_act == "silu") return Activation::silu;
+  if (hidden_act == "gelu_pytorch_tanh") return Activation::gelu_tanh;
+  if (hidden_act == "relu") return Activation::relu;
+  LMT_CHECK(hidden_act == "relu2", "Transformer: unknown hidden_act " + hidden_act);
+  return Activation::relu2;
+}
+
+// What a layer keeps of its MLP's pre-activation for the backward.
+enum class MlpKeeps { pre_activation, sign_mask, nothing };
+MlpKeeps mlp_keeps(const ModelConfig& cfg, int activation_bits) {
+  if (activation_bits != 1) return MlpKeeps::pre_activation;
+  return cfg.hidden_act == "relu" ? MlpKeeps::sign_mask : MlpKeeps::nothing;
+}
+
 }  // namespace
 
 // ---- construction and the activation arena ----
@@ -74,6 +89,7 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
   tr_ = cfg_.traits();
+  act_ = activation_of(cfg_.hidden_act);
   dims_ = dims_of(cfg_);
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * ses_);
@@ -193,13 +209,34 @@ void Transformer::set_activation_checkpointing(bool on) {
   checkpointing_ = on;
 }
 
+std::string Transformer::activation_bits_unsupported(const ModelConfig& cfg) {
+  if (cfg.hidden_act != "relu" && cfg.hidden_act != "relu2")
+    return "needs model.hidden_act relu or relu2 (it is " + cfg.hidden_act +
+           "): only their derivatives are recovered exactly from a sign bit or their output";
+  if (cfg.traits().gated_mlp)
+    return "needs a non-gated MLP (the gpt2 family; " + cfg.family +
+           "'s is gated): a gated MLP's up-projection gradient needs act(gate)'s value, which "
+           "neither a sign bit nor the product act(gate) * up gives back";
+  return "";
+}
+
+void Transformer::set_activation_bits(int bits) {
+  LMT_CHECK(bits == 0 || bits == 1, "Transformer: activation_bits must be 0 or 1");
+  if (bits == 1) {
+    const std::string why = activation_bits_unsupported(cfg_);
+    LMT_CHECK(why.empty(), "Transformer: activation_bits 1 " + why);
+  }
+  if (bits != activation_bits_) plan_.reset();
+  activation_bits_ = bits;
+}
+
 namespace {
 
 // One layer's saved activations for N tokens of B sequences, carved in a fixed order.
 template <class Acts>
 Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_t B, int64_t T,
                  int64_t C, int64_t Q, int64_t QKV, int64_t G, int64_t F, int Hq, int Hkv,
-                 size_t es, size_t ss) {
+                 size_t es, size_t ss, MlpKeeps keeps) {
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
   auto st = [&](int64_t n) { return static_cast<size_t>(n) * ss; };  // saved statistics
   Acts a{};
@@ -217,8 +254,9 @@ Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_
   a.h2 = c.take(e(N * C));
   a.mean2 = t.layernorm ? c.take(st(N)) : nullptr;
   a.rstd2 = c.take(st(N));
-  a.gu = c.take(e(N * G));
+  a.gu = keeps == MlpKeeps::pre_activation ? c.take(e(N * G)) : nullptr;  // else scratch
   a.a = c.take(e(N * F));
+  a.mask = keeps == MlpKeeps::sign_mask ? c.take(sign_mask_bytes(N * F)) : nullptr;
   a.m_raw = t.sandwich_norms ? c.take(e(N * C)) : nullptr;
   a.rstd_pf = t.sandwich_norms ? c.take(st(N)) : nullptr;
   return a;
@@ -229,7 +267,8 @@ Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_
 // The arena's layout: one function carves it, for measuring (base 0) and for the real plan.
 template <class PlanT, class Acts, class DimsT>
 static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const DimsT& d, size_t es,
-                       size_t ss, int64_t B, int64_t T, bool checkpointing, int64_t chunk) {
+                       size_t ss, int64_t B, int64_t T, bool checkpointing, int64_t chunk,
+                       MlpKeeps keeps) {
   const ModelConfig::Traits t = cfg.traits();
   const int64_t N = B * T, L = cfg.num_hidden_layers, C = d.C;
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
@@ -242,7 +281,7 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
   const int64_t sets = checkpointing ? 1 : L;
   for (int64_t s = 0; s < sets; ++s)
     p.sets.push_back(
-        carve_layer<Acts>(c, t, N, B, T, C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es, ss));
+        carve_layer<Acts>(c, t, N, B, T, C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es, ss, keeps));
   p.hf = c.take(e(N * C));
   p.meanf = t.layernorm ? c.take(st(N)) : nullptr;
   p.rstdf = c.take(st(N));
@@ -252,6 +291,8 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
   p.datt = c.take(e(N * d.Q));
   p.dgu = c.take(e(N * d.G));
   p.da = c.take(e(N * d.F));
+  for (Acts& a : p.sets)  // a pre-activation not kept lives in dgu, unused until the backward
+    if (!a.gu) a.gu = p.dgu;
   p.logits = c.take(e(chunk * cfg.vocab_size));
   p.losses = c.take(st(chunk));
 }
@@ -259,14 +300,17 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
 Transformer::LayerActs Transformer::alloc_layer_acts(Buffer& arena, int64_t n) const {
   const Dims& d = dims_;
   ArenaCarver measure(0);
-  carve_layer<LayerActs>(measure, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_, ss_);
+  carve_layer<LayerActs>(measure, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_, ss_,
+                         MlpKeeps::pre_activation);
   arena = Buffer(be_, measure.used());
   ArenaCarver c(reinterpret_cast<uintptr_t>(arena.data()));
-  return carve_layer<LayerActs>(c, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_, ss_);
+  return carve_layer<LayerActs>(c, tr_, n, 1, n, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es_, ss_,
+                                MlpKeeps::pre_activation);
 }
 
 size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
-                                     bool checkpointing, int64_t loss_chunk_tokens) {
+                                     bool checkpointing, int64_t loss_chunk_tokens,
+                                     int activation_bits) {
   const ModelConfig& c = cfg;
   c.validate();
   const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), B * T);
@@ -274,12 +318,28 @@ size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B
   Plan p;
   const size_t stat = dt == DType::f64 ? sizeof(double) : sizeof(float);
   carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), stat, B, T, checkpointing,
-                              chunk);
+                              chunk, mlp_keeps(c, activation_bits));
   return carver.used();
 }
 
+Transformer::LayerBytes Transformer::layer_activation_bytes(const ModelConfig& cfg, DType dt,
+                                                            int64_t B, int64_t T,
+                                                            int activation_bits) {
+  cfg.validate();
+  const Dims d = dims_of(cfg);
+  const size_t es = dtype_size(dt), stat = dt == DType::f64 ? sizeof(double) : sizeof(float);
+  const MlpKeeps keeps = mlp_keeps(cfg, activation_bits);
+  ArenaCarver c(0);
+  carve_layer<LayerActs>(c, cfg.traits(), B * T, B, T, d.C, d.Q, d.QKV, d.G, d.F, d.Hq, d.Hkv, es,
+                         stat, keeps);
+  ArenaCarver pre(0);  // the same rounding to the carver's alignment
+  if (keeps == MlpKeeps::pre_activation) pre.take(static_cast<size_t>(B * T * d.G) * es);
+  if (keeps == MlpKeeps::sign_mask) pre.take(sign_mask_bytes(B * T * d.F));
+  return {c.used(), pre.used()};
+}
+
 size_t Transformer::activation_bytes(int64_t B, int64_t T) const {
-  return activation_bytes(cfg_, dt_, B, T, checkpointing_, loss_chunk_);
+  return activation_bytes(cfg_, dt_, B, T, checkpointing_, loss_chunk_, activation_bits_);
 }
 
 void Transformer::plan(int64_t B, int64_t T) {
@@ -294,7 +354,8 @@ void Transformer::plan(int64_t B, int64_t T) {
   p->arena = Buffer(be_, p->bytes);
   p->chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), p->N);
   ArenaCarver c(reinterpret_cast<uintptr_t>(p->arena.data()));
-  carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, ss_, B, T, checkpointing_, p->chunk);
+  carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, ss_, B, T, checkpointing_, p->chunk,
+                              mlp_keeps(cfg_, activation_bits_));
   LMT_CHECK(c.used() == p->bytes, "activation plan size mismatch");
   plan_ = std::move(p);
 }
@@ -544,11 +605,11 @@ void Transformer::block_rest(const LayerWeights& w, const LayerActs& a, const vo
   be_->accumulate(dt_, a.x_mid, x, N * C);
   norm_forward(w.ln2, w.ln2_b, a.h2, a.mean2, a.rstd2, a.x_mid, N);
   linear(a.h2, w.up, w.up_b, a.gu, N, C, d.G, w.lora ? &w.lora->up : nullptr);
-  const Activation act = cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
+  if (a.mask) be_->relu_mask(dt_, a.mask, a.gu, N * d.F);
   if (tr_.gated_mlp)
-    be_->glu_forward(dt_, act, a.a, a.gu, N, d.F);
+    be_->glu_forward(dt_, act_, a.a, a.gu, N, d.F);
   else
-    be_->act_forward(dt_, act, a.a, a.gu, N * d.F);
+    be_->act_forward(dt_, act_, a.a, a.gu, N * d.F);
   if (tr_.sandwich_norms) {
     linear(a.a, w.down, w.down_b, a.m_raw, N, d.F, C, w.lora ? &w.lora->down : nullptr);
     be_->rmsnorm_forward(dt_, y, a.rstd_pf, a.m_raw, w.post_ffw, N, C, cfg_.rms_norm_eps,
@@ -578,7 +639,6 @@ void Transformer::layer_backward(int64_t l) {
   const Dims& d = dims_;
   const int64_t C = d.C;
   const size_t nc_bytes = static_cast<size_t>(N * C) * es_;
-  const Activation act = cfg_.hidden_act == "silu" ? Activation::silu : Activation::gelu_tanh;
 
   // MLP branch: y = x_mid + [post_ffw](down(act(up(norm2(x_mid)))))
   const void* dm = p.dx;
@@ -591,9 +651,13 @@ void Transformer::layer_backward(int64_t l) {
   linear_backward(dm, a.a, w.down, p.da, g.down, g.down_b, N, d.F, C,
                   w.lora ? &w.lora->down : nullptr);
   if (tr_.gated_mlp)
-    be_->glu_backward(dt_, act, p.dgu, p.da, a.gu, N, d.F);
+    be_->glu_backward(dt_, act_, p.dgu, p.da, a.gu, N, d.F);
+  else if (activation_bits_ == 0)
+    be_->act_backward(dt_, act_, p.dgu, p.da, a.gu, N * d.F);
+  else if (act_ == Activation::relu)
+    be_->relu_backward_masked(dt_, p.dgu, p.da, a.mask, N * d.F);
   else
-    be_->act_backward(dt_, act, p.dgu, p.da, a.gu, N * d.F);
+    be_->relu2_backward_from_output(dt_, p.dgu, p.da, a.a, N * d.F);
   linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G, w.lora ? &w.lora->up : nullptr);
   norm_backward(w.ln2, g.ln2, g.ln2_b, p.dx, p.dh, a.x_mid, a.mean2, a.rstd2, N);
   // Attention branch: x_mid = x + [post_attn](o(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))

@@ -117,6 +117,13 @@ class Transformer {
   }
 
   void set_activation_checkpointing(bool on);
+  // train.activation_bits: 0 keeps the MLP's pre-activation for the backward; 1 (ReLU or ReLU^2,
+  // non-gated MLP only, see activation_bits_supported) keeps less and gives the same gradients:
+  // ReLU a sign mask of 1 bit per element, ReLU^2 nothing beyond its output, which the down
+  // projection's weight gradient needs anyway.
+  void set_activation_bits(int bits);
+  // Empty when activation_bits 1 applies to the config, else why not.
+  static std::string activation_bits_unsupported(const ModelConfig& cfg);
   void set_loss_chunk_tokens(int64_t n) { loss_chunk_ = n; }
 
   // Packed samples (host arrays [B, T]): positions restart at every document (RoPE), and
@@ -164,7 +171,15 @@ class Transformer {
   static std::vector<ParamInfo> param_layout(const ModelConfig& cfg, int64_t* flat_size = nullptr);
   // Bytes of the activation arena a model of this config plans for (B, T), without one.
   static size_t activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
-                                 bool checkpointing, int64_t loss_chunk_tokens);
+                                 bool checkpointing, int64_t loss_chunk_tokens,
+                                 int activation_bits = 0);
+  // Bytes of one layer's saved activations for B x T tokens (what each layer adds without
+  // checkpointing), and of the part of them the MLP's pre-activation (or its mask) takes.
+  struct LayerBytes {
+    size_t layer = 0, mlp_pre_activation = 0;
+  };
+  static LayerBytes layer_activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
+                                           int activation_bits = 0);
 
   // Initial value of a norm weight: 1 for plain norms, 0 where the norm scales by (1 + w).
   double norm_init() const { return 1.0 - tr_.norm_offset; }
@@ -187,8 +202,9 @@ class Transformer {
     void* h2;       // [N, C]  second norm's output
     void* mean2;    // [N]     LayerNorm only
     void* rstd2;    // [N]
-    void* gu;       // [N, G]  gate | up (G = 2F), or fc (G = F)
+    void* gu;       // [N, G]  gate | up (G = 2F), or fc (G = F); activation_bits 1: scratch
     void* a;        // [N, F]  act(gate) * up, or act(fc)
+    void* mask;     // activation_bits 1 with ReLU: fc > 0, 1 bit each (sign_mask_bytes(N F))
     void* m_raw;    // [N, C]  MLP output before the post-MLP norm (sandwich only)
     void* rstd_pf;  // [N]     (sandwich only)
   };
@@ -342,6 +358,8 @@ class Transformer {
   Rope rope_global_, rope_local_;  // local: sliding layers of a model with rope_local_base_freq
   int64_t rope_len_ = -1;          // the length the tables were made for (rope_type dynamic)
   bool checkpointing_ = false;
+  int activation_bits_ = 0;
+  Activation act_ = Activation::silu;  // the MLP's, from cfg_.hidden_act
   int64_t loss_chunk_ = 1024;
   std::unique_ptr<Plan> plan_;
   std::vector<int32_t> doc_start_;  // host [B, T] of the current batch, or empty (no packing)

@@ -35,6 +35,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
 
   Transformer model(be.get(), mc);
   model.set_activation_checkpointing(cfg.train.activation_checkpointing);
+  model.set_activation_bits(static_cast<int>(cfg.train.activation_bits));
   model.set_loss_chunk_tokens(cfg.train.loss_chunk_tokens);
   model.init_weights(static_cast<uint64_t>(cfg.train.seed));
   const bool lora = cfg.lora.rank > 0;  // a frozen base and adapters, as train() runs LoRA
@@ -97,7 +98,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
                 {"seq_len", T},
                 {"micro_batch_size", B},
                 {"grad_accum_steps", accum},
-                {"activation_checkpointing", cfg.train.activation_checkpointing}};
+                {"activation_checkpointing", cfg.train.activation_checkpointing},
+                {"activation_bits", cfg.train.activation_bits}};
   j["params"] = model.num_params();
   j["optimizer"] = opt.name();
   if (lora)

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -38,7 +39,7 @@ std::string gib(uint64_t b) {
 }  // namespace
 
 uint64_t TrainingMemory::total() const {
-  return add(add(add(weights, gradients), add(adamw, activations)), step_tokens);
+  return add(add(add(weights, gradients), add(adamw, activations)), add(lora_scratch, step_tokens));
 }
 
 TrainingMemory training_memory(const RunConfig& cfg) {
@@ -62,9 +63,17 @@ TrainingMemory training_memory(const RunConfig& cfg) {
     if (cfg.lora.rank > 0) m.weights = add(m.weights, trained / 2);
     m.gradients = add(m.gradients, trained / 2);
   }
-  m.activations = Transformer::activation_bytes(cfg.model, bf16 ? DType::bf16 : DType::f32,
-                                                t.micro_batch_size, cfg.data.seq_len,
-                                                t.activation_checkpointing, t.loss_chunk_tokens);
+  m.activations = Transformer::activation_bytes(
+      cfg.model, bf16 ? DType::bf16 : DType::f32, t.micro_batch_size, cfg.data.seq_len,
+      t.activation_checkpointing, t.loss_chunk_tokens, static_cast<int>(t.activation_bits));
+  if (cfg.lora.rank > 0) {  // Transformer::lora_scratch at its largest input width
+    const ModelConfig& mc = cfg.model;
+    const int64_t N = t.micro_batch_size * cfg.data.seq_len;
+    const int64_t widest =
+        std::max({mc.hidden_size, mc.intermediate_size, mc.num_attention_heads * mc.head_size()});
+    const int64_t elems = 2 * N * cfg.lora.rank + (cfg.lora.dropout > 0 ? N * widest : 0);
+    m.lora_scratch = mul(static_cast<uint64_t>(elems), bf16 ? 2 : 4);
+  }
   const uint64_t tokens =
       mul(mul(static_cast<uint64_t>(t.micro_batch_size), static_cast<uint64_t>(cfg.data.seq_len)),
           static_cast<uint64_t>(t.grad_accum_steps));

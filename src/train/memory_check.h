@@ -11,11 +11,12 @@ namespace lmt {
 
 // Bytes of one CPU training step; a term too large for 64 bits is UINT64_MAX.
 struct TrainingMemory {
-  uint64_t weights = 0;      // f32 flat buffer (alignment padding included), plus LoRA adapters
-  uint64_t gradients = 0;    // of what trains: every weight, or the adapters alone
-  uint64_t adamw = 0;        // m and v of what trains
-  uint64_t activations = 0;  // the activation arena of one micro-batch
-  uint64_t step_tokens = 0;  // ids, labels, document starts, positions of every micro-batch
+  uint64_t weights = 0;       // f32 flat buffer (alignment padding included), plus LoRA adapters
+  uint64_t gradients = 0;     // of what trains: every weight, or the adapters alone
+  uint64_t adamw = 0;         // m and v of what trains
+  uint64_t activations = 0;   // the activation arena of one micro-batch
+  uint64_t lora_scratch = 0;  // LoRA: the adapters' intermediate (and dropout) buffer
+  uint64_t step_tokens = 0;   // ids, labels, document starts, positions of every micro-batch
   uint64_t total() const;
 };
 

@@ -20,6 +20,7 @@
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
 #include "model/rope.h"
+#include "model/transformer.h"
 #include "train/checkpoint.h"
 
 namespace lmt {
@@ -106,6 +107,8 @@ void validate_train(const TrainConfig& t) {
   if (t.precision == "bf16" && t.backend != "pjrt")
     throw UserError("train.precision is 'bf16', but train.backend is '" + t.backend +
                     "' (bf16 compute needs backend pjrt; the CPU backend's kernels are f32)");
+  require(t.activation_bits == 0 || t.activation_bits == 1, "train.activation_bits",
+          "0 or 1 (0 = the pre-activation kept whole)", t.activation_bits);
   require(t.micro_batch_size >= 1, "train.micro_batch_size", ">= 1", t.micro_batch_size);
   require(t.grad_accum_steps >= 1, "train.grad_accum_steps", ">= 1", t.grad_accum_steps);
   require(t.max_steps > 0, "train.max_steps", "> 0", t.max_steps);
@@ -341,6 +344,10 @@ void RunConfig::validate() const {
         "optimizer.name: muon orthogonalises the updates of hidden weight matrices, and a LoRA run "
         "trains adapters of rank lora.rank instead (use adamw, lion or sgd with lora)");
   if (lora.rank > 0) lora_layout(model, lora_spec(lora));  // names and sizes, one message
+  if (train.activation_bits == 1) {
+    const std::string why = Transformer::activation_bits_unsupported(model);
+    if (!why.empty()) throw UserError("train.activation_bits: 1 " + why);
+  }
 }
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -113,6 +113,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   std::string out_dir = "runs/default";
   bool activation_checkpointing = false;
+  int64_t activation_bits = 0;
   bool document_masking = false;
   int64_t loss_chunk_tokens = 1024;
   int64_t threads = 0;
@@ -147,6 +148,11 @@ struct TrainConfig {
     v("log_every", log_every, "steps between progress lines");
     v("out_dir", out_dir, "run directory");
     v("activation_checkpointing", activation_checkpointing, "recompute each layer in backward");
+    v("activation_bits", activation_bits,
+      "0 keeps the MLP's pre-activation for the backward; 1 (model.hidden_act relu or relu2, "
+      "gpt2's non-gated MLP) keeps ReLU's sign as 1 bit per element, and for relu2 nothing but "
+      "the output the down projection keeps anyway: one [tokens, intermediate_size] tensor less "
+      "per layer, the same gradients");
     v("document_masking", document_masking,
       "packed samples: attention stays inside each document and positions restart at its start "
       "(recommended with bin packing / SFT)");

@@ -142,6 +142,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   Transformer model(be.get(), cfg.model);
   const bool lora = cfg.lora.rank > 0;
   model.set_activation_checkpointing(tc.activation_checkpointing);
+  model.set_activation_bits(static_cast<int>(tc.activation_bits));
   model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
   std::string init_line;
   if (!tc.init_from.empty() && !ckpt) {

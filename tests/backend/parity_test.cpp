@@ -428,8 +428,12 @@ std::vector<Case> cases() {
     };
     cs.push_back(c);
   }
-  for (Activation act : {Activation::silu, Activation::gelu_tanh}) {
-    const std::string a = act == Activation::silu ? "silu" : "gelu";
+  for (Activation act :
+       {Activation::silu, Activation::gelu_tanh, Activation::relu, Activation::relu2}) {
+    const std::string a = act == Activation::silu        ? "silu"
+                          : act == Activation::gelu_tanh ? "gelu"
+                          : act == Activation::relu      ? "relu"
+                                                         : "relu2";
     const int64_t N = 5, F = 11;
     Case g;
     g.name = "glu " + a;
@@ -447,6 +451,33 @@ std::vector<Case> cases() {
       r.be->act_backward(r.dt, act, r.din[0], r.dout[0], r.in[0], N * F);
     };
     cs.push_back(p);
+  }
+  {
+    // train.activation_bits: 1. ReLU's backward from its packed sign mask (n = 55: a partial
+    // last word), ReLU^2's from its output; each forward is act_forward.
+    const int64_t n = 55;
+    Case m;
+    m.name = "relu from 1-bit mask";
+    m.in = {{n}};
+    m.out = {{n}};
+    m.forward = [=](Run& r) { r.be->act_forward(r.dt, Activation::relu, r.out[0], r.in[0], n); };
+    m.backward = [=](Run& r) {
+      const Buffer mask(r.be, sign_mask_bytes(n));
+      r.be->relu_mask(r.dt, mask.data(), r.in[0], n);
+      r.be->relu_backward_masked(r.dt, r.din[0], r.dout[0], mask.data(), n);
+    };
+    cs.push_back(m);
+    Case q;
+    q.name = "relu2 from output";
+    q.in = {{n}};
+    q.out = {{n}};
+    q.forward = [=](Run& r) { r.be->act_forward(r.dt, Activation::relu2, r.out[0], r.in[0], n); };
+    q.backward = [=](Run& r) {
+      const Buffer y(r.be, static_cast<size_t>(n) * dtype_size(r.dt));
+      r.be->act_forward(r.dt, Activation::relu2, y.data(), r.in[0], n);
+      r.be->relu2_backward_from_output(r.dt, r.din[0], r.dout[0], y.data(), n);
+    };
+    cs.push_back(q);
   }
   for (double cap : {0.0, 3.0}) {
     Case c;  // losses of 7 rows over 13 classes, one label ignored; the gradient replaces logits

@@ -155,6 +155,54 @@ TEST(InfoCli, MemoryLinesAreTheModelsBuffers) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
+// --activation-bits 1 on gpt2 with ReLU and ReLU^2: the arena activation_bytes plans, one layer's
+// set smaller by its [N, F] pre-activation (less ReLU's 1-bit mask); refused on a gated MLP.
+TEST(InfoCli, ActivationBitsShrinkEachLayersSet) {
+  for (const char* act : {"relu", "relu2"}) {
+    SCOPED_TRACE(act);
+    ModelConfig cfg = test::tiny_config("gpt2");
+    cfg.hidden_act = act;
+    cfg.max_position_embeddings = 4096;
+    const fs::path dir = config_dir(std::string("bits_") + act, model_config_to_hf(cfg));
+    const auto full = info_json(dir, " --micro-batch 3 --seq-len 37")["training_step"];
+    const auto bits =
+        info_json(dir, " --micro-batch 3 --seq-len 37 --activation-bits 1")["training_step"];
+    EXPECT_EQ(bits["activation_bits"], 1);
+    EXPECT_EQ(bits["activations"].get<uint64_t>(),
+              Transformer::activation_bytes(cfg, DType::f32, 3, 37, false, 1024, 1));
+    const auto r64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
+    const uint64_t pre = r64(3 * 37 * cfg.intermediate_size * 4);
+    const uint64_t mask =
+        std::string(act) == "relu" ? r64((3 * 37 * cfg.intermediate_size + 31) / 32 * 4) : 0;
+    EXPECT_EQ(full["mlp_pre_activation_per_layer"].get<uint64_t>(), pre);
+    EXPECT_EQ(bits["mlp_pre_activation_per_layer"].get<uint64_t>(), mask);
+    EXPECT_EQ(full["activations_per_layer"].get<uint64_t>() -
+                  bits["activations_per_layer"].get<uint64_t>(),
+              pre - mask);
+    EXPECT_EQ(full["activations"].get<uint64_t>() - bits["activations"].get<uint64_t>(),
+              cfg.num_hidden_layers * (pre - mask));
+    const auto ckpt = info_json(dir,
+                                " --micro-batch 3 --seq-len 37 --activation-bits 1 "
+                                "--activation-checkpointing")["training_step"];
+    EXPECT_EQ(ckpt["layer_sets"], 1);
+    EXPECT_EQ(ckpt["activations"].get<uint64_t>(),
+              Transformer::activation_bytes(cfg, DType::f32, 3, 37, true, 1024, 1));
+    Result r = run("info --model " + dir.string() + " --activation-bits 1");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("activation_bits 1"), std::string::npos) << r.out;
+    EXPECT_NE(
+        r.out.find(std::string(act) == "relu" ? "1-bit sign mask" : "recovered from the output"),
+        std::string::npos)
+        << r.out;
+  }
+  Result r =
+      run("info --model " + config_dir("bits_llama", kLlama2_7B).string() + " --activation-bits 1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--activation-bits 1 needs model.hidden_act relu or relu2"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(InfoCli, WeightsOnDiskOfAnExport) {
   const fs::path dir = test::fresh_dir("info_disk");
   Result r =

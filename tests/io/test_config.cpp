@@ -250,6 +250,21 @@ TEST(RunConfig, ValidationNamesKeys) {
                             "lora.base_dtype=bf16"});
       },
       {"lora.base_dtype: bf16", "train.precision: bf16"});
+  expect_user_error([&] { load_run_config(f, {"train.activation_bits=8"}); },
+                    {"train.activation_bits must be 0 or 1"});
+  expect_user_error([&] { load_run_config(f, {"train.activation_bits=1"}); },
+                    {"train.activation_bits: 1 needs model.hidden_act relu or relu2"});
+  expect_user_error(
+      [&] {
+        load_run_config(f, {"train.activation_bits=1", "model.hidden_act=relu2"});
+      },
+      {"train.activation_bits: 1 needs a non-gated MLP"});
+  EXPECT_EQ(
+      load_run_config(f, {"model.family=gpt2", "model.hidden_act=relu2", "train.activation_bits=1"})
+          .train.activation_bits,
+      1);
+  expect_user_error([&] { load_run_config(f, {"model.hidden_act=gelu"}); },
+                    {"model.hidden_act 'gelu' is not supported", "relu2"});
   expect_user_error([&] { load_run_config(f, {"train.backend=tpu"}); },
                     {"train.backend must be one of cpu, pjrt, cuda, auto (got 'tpu')"});
   expect_user_error([&] { load_run_config(f, {"train.pjrt_plugin=/opt/libtpu.so"}); },
@@ -306,6 +321,10 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"model.hidden_size must be > 0 (got 0)"});
   expect_user_error([&] { load_run_config(f, {"model.rms_norm_eps=0"}); },
                     {"model.rms_norm_eps must be > 0"});
+  EXPECT_EQ(
+      load_run_config(f, {"model.family=gpt2", "model.hidden_act=relu2", "train.activation_bits=1"})
+          .train.activation_bits,
+      1);
   expect_user_error([&] { load_run_config(f, {"model.hidden_act=gelu"}); },
                     {"model.hidden_act 'gelu'"});
   expect_user_error([&] { load_run_config(f, {"model.eos_token_id=512"}); },

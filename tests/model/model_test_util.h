@@ -31,6 +31,13 @@ inline void randomise(Transformer& m, uint64_t seed, double std) {
   m.backend()->from_host(m.params_data(), w.data(), w.size() * sizeof(double));
 }
 
+// n floats drawn N(0, std) from `seed`.
+inline std::vector<float> random_floats(int64_t n, uint64_t seed, double std) {
+  std::vector<float> w(static_cast<size_t>(n));
+  fill_normal(w.data(), n, 0.0, std, seed, 11);
+  return w;
+}
+
 struct Variant {
   const char* name;
   ModelConfig cfg;
@@ -93,6 +100,12 @@ inline std::vector<Variant> variants() {
   ModelConfig gpt2 = tiny("gpt2");
   gpt2.tie_word_embeddings = false;
   v.push_back({"gpt2_untied", gpt2});
+  ModelConfig relu = tiny("llama");  // a gated ReLU (ReGLU) and modded-nanogpt's plain ReLU^2
+  relu.hidden_act = "relu";
+  v.push_back({"llama_relu", relu});
+  ModelConfig relu2 = tiny("gpt2");
+  relu2.hidden_act = "relu2";
+  v.push_back({"gpt2_relu2", relu2});
   return v;
 }
 

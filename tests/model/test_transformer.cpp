@@ -33,8 +33,6 @@ ModelConfig tiny_config(bool tied) {
   return c;
 }
 
-
-
 double loss_of(Transformer& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& labels,
                int64_t B, int64_t T) {
   LossSum s = m.forward_loss(ids.data(), labels.data(), B, T);
@@ -131,6 +129,72 @@ TEST(Transformer, CheckpointingGivesBitIdenticalGradients) {
   be.to_host(gb.data(), b.grads_data(), gb.size() * 4);
   EXPECT_EQ(ga, gb);
   EXPECT_LT(b.activation_bytes(3, 9), a.activation_bytes(3, 9));
+}
+
+// train.activation_bits: 1 on gpt2 with ReLU and ReLU^2: loss and every gradient the same bits as
+// with the pre-activation kept, with and without checkpointing and LoRA; the arena smaller by one
+// [N, F] tensor per layer set, less ReLU's mask.
+TEST(Transformer, ActivationBitsGiveBitIdenticalGradients) {
+  CpuBackend be;
+  for (const char* act : {"relu", "relu2"}) {
+    for (bool checkpointing : {false, true}) {
+      for (bool lora : {false, true}) {
+        SCOPED_TRACE(std::string(act) + (checkpointing ? " checkpointing" : "") +
+                     (lora ? " lora" : ""));
+        ModelConfig cfg = test::tiny("gpt2");
+        cfg.hidden_act = act;
+        cfg.hidden_size = 24;
+        cfg.intermediate_size = 37;  // N F = 999: a partial last mask word
+        Transformer a(&be, cfg, DType::f32), b(&be, cfg, DType::f32);
+        std::vector<float> gs[2];
+        LossSum ls[2];
+        for (int i = 0; i < 2; ++i) {
+          Transformer& m = i == 0 ? a : b;
+          m.init_weights(5);
+          m.set_activation_checkpointing(checkpointing);
+          m.set_activation_bits(i);
+          if (lora) {
+            LoraSpec spec;
+            spec.rank = 2;
+            spec.alpha = 4;
+            spec.target_modules = {"all-linear"};
+            spec.dropout = 0.25;
+            m.add_lora(spec, 6);
+            const std::vector<float> w = test::random_floats(m.lora_flat_size(), 4, 0.3);
+            be.from_host(m.lora_data(), w.data(), w.size() * sizeof(float));
+            m.set_dropout(9, 1);
+          }
+          auto ids = random_ids(3 * 9, 11, 8), labels = random_ids(3 * 9, 11, 9);
+          m.zero_grads();
+          ls[i] = m.forward_backward(ids.data(), labels.data(), 3, 9, 0.01);
+          const int64_t n = lora ? m.lora_flat_size() : m.flat_size();
+          gs[i].resize(static_cast<size_t>(n));
+          be.to_host(gs[i].data(), lora ? m.lora_grads_data() : m.grads_data(), gs[i].size() * 4);
+        }
+        EXPECT_EQ(ls[0].sum, ls[1].sum);
+        EXPECT_EQ(gs[0], gs[1]);
+        const int64_t sets = checkpointing ? 1 : cfg.num_hidden_layers;
+        const auto r64 = [](size_t x) { return (x + 63) / 64 * 64; };
+        const size_t pre = r64(27 * 37 * 4), mask = std::string(act) == "relu" ? r64(32 * 4) : 0;
+        EXPECT_EQ(a.activation_bytes(3, 9) - b.activation_bytes(3, 9), sets * (pre - mask));
+      }
+    }
+  }
+}
+
+TEST(Transformer, ActivationBitsNeedReluOnANonGatedMlp) {
+  CpuBackend be;
+  ModelConfig gelu = test::tiny("gpt2");
+  EXPECT_NE(Transformer::activation_bits_unsupported(gelu).find("relu or relu2"),
+            std::string::npos);
+  ModelConfig gated = test::tiny("llama");
+  gated.hidden_act = "relu2";
+  EXPECT_NE(Transformer::activation_bits_unsupported(gated).find("non-gated"), std::string::npos);
+  ModelConfig ok = test::tiny("gpt2");
+  ok.hidden_act = "relu";
+  EXPECT_EQ(Transformer::activation_bits_unsupported(ok), "");
+  Transformer m(&be, gated, DType::f32);
+  EXPECT_THROW(m.set_activation_bits(1), std::exception);
 }
 
 TEST(Transformer, InitIsReproducibleAndScaled) {

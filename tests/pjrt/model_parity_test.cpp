@@ -28,6 +28,8 @@ struct Mode {
   bool checkpointing = false;
   bool packed = false;
   bool lora = false;
+  int activation_bits = 0;
+  bool bf16 = false;  // train.precision: bf16
 };
 
 struct Outputs {
@@ -36,17 +38,13 @@ struct Outputs {
   std::vector<double> logits;  // of the first row
 };
 
-std::vector<float> random_floats(int64_t n, uint64_t seed, double std) {
-  std::vector<float> w(static_cast<size_t>(n));
-  fill_normal(w.data(), n, 0.0, std, seed, 11);
-  return w;
-}
-
 Outputs run(Backend& be, const ModelConfig& cfg, const Mode& s) {
   Transformer m(&be, cfg, DType::f32);
   m.set_activation_checkpointing(s.checkpointing);
+  m.set_activation_bits(s.activation_bits);
+  if (s.bf16) m.set_compute_dtype(DType::bf16);
   m.set_loss_chunk_tokens(5);
-  std::vector<float> w = random_floats(m.flat_size(), 3, 0.3);
+  std::vector<float> w = test::random_floats(m.flat_size(), 3, 0.3);
   for (const ParamInfo& p : m.params())
     if (p.kind == ParamKind::norm)
       for (int64_t i = 0; i < p.numel(); ++i) w[p.offset + i] += static_cast<float>(m.norm_init());
@@ -60,7 +58,7 @@ Outputs run(Backend& be, const ModelConfig& cfg, const Mode& s) {
     spec.modules_to_save = {cfg.family == "gpt2" ? "ln_2" : "post_attention_layernorm"};
     m.add_lora(spec, 5);
     // B is zero at initialisation, which would leave A's gradient zero: all random instead.
-    const std::vector<float> a = random_floats(m.lora_flat_size(), 4, 0.3);
+    const std::vector<float> a = test::random_floats(m.lora_flat_size(), 4, 0.3);
     be.from_host(m.lora_data(), a.data(), a.size() * sizeof(float));
     m.set_dropout(9, 2);
   }
@@ -119,6 +117,39 @@ TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
     std::printf("%s: %lld programs run, %lld compiled in %.2f s\n", name.c_str(),
                 static_cast<long long>(st.programs_run),
                 static_cast<long long>(st.programs_compiled), st.compile_seconds);
+  }
+}
+
+// train.activation_bits: 1 on pjrt (gpt2 with ReLU's 1-bit mask and ReLU^2 from its output):
+// the same bits as the pre-activation kept, in f32 and in bf16, and the CPU backend's values.
+TEST(ModelParityActivationBits, SameGradientsAsThePreActivationKept) {
+  auto cpu = make_backend("cpu");
+  auto pjrt = make_backend("pjrt");
+  for (const char* act : {"relu", "relu2"}) {
+    ModelConfig cfg = test::tiny("gpt2");
+    cfg.hidden_act = act;
+    cfg.intermediate_size = 13;  // N F = 182: a partial last mask word
+    // Each run compiles its programs (about 2 s): checkpointing with packed rows, and LoRA
+    // (with dropout) for ReLU's mask.
+    for (Mode s : {Mode{true, true, false}, Mode{false, false, true}}) {
+      for (bool bf16 : {false, true}) {
+        if (s.lora && (bf16 || std::string(act) == "relu2")) continue;
+        SCOPED_TRACE(std::string(act) + (s.checkpointing ? " checkpointing" : "") +
+                     (s.lora ? " LoRA" : "") + (bf16 ? " bf16" : " f32"));
+        s.bf16 = bf16;
+        s.activation_bits = 0;
+        const Outputs kept = run(*pjrt, cfg, s);
+        s.activation_bits = 1;
+        const Outputs bits = run(*pjrt, cfg, s);
+        EXPECT_EQ(bits.loss.sum, kept.loss.sum);
+        EXPECT_EQ(bits.grads, kept.grads);
+        if (bf16) continue;
+        const Outputs want = run(*cpu, cfg, s);
+        EXPECT_NEAR(bits.loss.sum, want.loss.sum, 1e-5 * std::fabs(want.loss.sum));
+        EXPECT_LT(test::max_rel_diff(bits.grads.data(), want.grads.data(), want.grads.size()),
+                  1e-5);
+      }
+    }
   }
 }
 

@@ -163,13 +163,18 @@ TEST_P(ModelsReference, MatchesTransformers) {
     EXPECT_GT(*std::max_element(pos.begin(), pos.end()) + 1, max_pos);
     EXPECT_LT(*std::max_element(pos.begin(), pos.end()) + 1, static_cast<int64_t>(pos.size()));
   }
+  if (v == "llama_relu")  // transformers' LlamaMLP with ReLU (ReGLU)
+    EXPECT_EQ(read_json(dir + "/config.json").at("hidden_act"), "relu");
+  if (v == "gpt2_relu2")  // GPT2MLP with ReLUSquaredActivation
+    EXPECT_EQ(read_json(dir + "/config.json").at("activation_function"), "relu2");
   compare(dir, {"a", "b", "p"}, v);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, ModelsReference,
                          testing::Values("llama", "llama_linear", "llama_llama3", "llama_yarn",
                                          "llama_dynamic", "mistral", "qwen2", "qwen3", "gemma",
-                                         "gemma2", "gemma3", "gemma3_yarn", "gpt2"),
+                                         "gemma2", "gemma3", "gemma3_yarn", "gpt2", "llama_relu",
+                                         "gpt2_relu2"),
                          [](const auto& info) { return info.param; });
 
 // Every tensor of the files of `dir` has file dtype `dtype`; returns how many files there are.

@@ -77,6 +77,11 @@ class CpuBackend final : public Backend {
   void act_forward(DType dt, Activation act, void* out, const void* x, int64_t n) override;
   void act_backward(DType dt, Activation act, void* dx, const void* dout, const void* x,
                     int64_t n) override;
+  void relu_mask(DType dt, void* mask, const void* x, int64_t n) override;
+  void relu_backward_masked(DType dt, void* dx, const void* dout, const void* mask,
+                            int64_t n) override;
+  void relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
+                                  int64_t n) override;
 
   void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
                      int64_t V, int32_t ignore_index, double grad_scale, double softcap) override;

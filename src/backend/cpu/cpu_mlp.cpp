@@ -1,7 +1,11 @@
-// MLP activations for the CPU backend: the gated unit (SwiGLU / GeGLU: act(gate) * up) and the
-// plain activation of GPT-2's MLP, forward and backward. The activation is a template parameter so
-// each loop is branch-free and vectorises; float uses the vectorisable exp/tanh of cpu_dispatch.h.
+// MLP activations for the CPU backend: the gated unit (SwiGLU / GeGLU / ReGLU: act(gate) * up) and
+// the plain activation of GPT-2's MLP, forward and backward, and ReLU's and ReLU^2's backward from
+// a 1-bit sign mask or from the output (train.activation_bits: 1). The activation is a template
+// parameter so each loop is branch-free and vectorises; float uses the vectorisable exp/tanh of
+// cpu_dispatch.h.
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
@@ -18,6 +22,8 @@ template <class F>
 void with_activation(Activation act, F&& f) {
   if (act == Activation::silu) return f(ActTag<Activation::silu>{});
   if (act == Activation::gelu_tanh) return f(ActTag<Activation::gelu_tanh>{});
+  if (act == Activation::relu) return f(ActTag<Activation::relu>{});
+  if (act == Activation::relu2) return f(ActTag<Activation::relu2>{});
   LMT_CHECK(false, "CpuBackend: unknown activation " + std::to_string(static_cast<int>(act)));
 }
 
@@ -29,6 +35,11 @@ template <Activation A, class T>
 LMT_INLINE T act_value(T g) {
   if constexpr (A == Activation::silu) {
     return g / (T(1) + cpu::exp_t(-g));
+  } else if constexpr (A == Activation::relu) {
+    return g > T(0) ? g : T(0);
+  } else if constexpr (A == Activation::relu2) {
+    const T r = g > T(0) ? g : T(0);
+    return r * r;
   } else {
     const T t = cpu::tanh_t(T(kGeluK) * (g + T(kGeluC) * g * g * g));
     return T(0.5) * g * (T(1) + t);
@@ -40,6 +51,10 @@ LMT_INLINE T act_grad(T g) {
   if constexpr (A == Activation::silu) {
     const T s = T(1) / (T(1) + cpu::exp_t(-g));
     return s * (T(1) + g * (T(1) - s));
+  } else if constexpr (A == Activation::relu) {
+    return g > T(0) ? T(1) : T(0);
+  } else if constexpr (A == Activation::relu2) {  // T(2) * r, as relu2_backward_from_output
+    return T(2) * (g > T(0) ? g : T(0));
   } else {
     const T t = cpu::tanh_t(T(kGeluK) * (g + T(kGeluC) * g * g * g));
     return T(0.5) * (T(1) + t) +
@@ -124,6 +139,50 @@ void CpuBackend::act_backward(DType dt, Activation act, void* dx, const void* do
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
       for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * act_grad<A>(xx[i]);
     });
+  });
+}
+
+// Bit i % 32 of word i / 32 = x[i] > 0.
+void CpuBackend::relu_mask(DType dt, void* mask, const void* x, int64_t n) {
+  cpu::dispatch_float(dt, "relu_mask", [&](auto tag) {
+    using T = decltype(tag);
+    const T* xx = static_cast<const T*>(x);
+    auto* m = static_cast<uint32_t*>(mask);
+    const int64_t words = (n + 31) / 32;
+#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
+    for (int64_t w = 0; w < words; ++w) {
+      const T* __restrict xw = xx + w * 32;
+      const int bits = static_cast<int>(std::min<int64_t>(32, n - w * 32));
+      uint32_t word = 0;
+      for (int j = 0; j < bits; ++j) word |= static_cast<uint32_t>(xw[j] > T(0)) << j;
+      m[w] = word;
+    }
+  });
+}
+
+// dx = dout * (bit ? 1 : 0): act_backward(relu)'s product, so the same bits (-0 and NaN included).
+void CpuBackend::relu_backward_masked(DType dt, void* dx, const void* dout, const void* mask,
+                                      int64_t n) {
+  cpu::dispatch_float(dt, "relu_backward_masked", [&](auto tag) {
+    using T = decltype(tag);
+    T* gx = static_cast<T*>(dx);
+    const T* dy = static_cast<const T*>(dout);
+    const auto* m = static_cast<const uint32_t*>(mask);
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * (((m[i >> 5] >> (i & 31)) & 1u) ? T(1) : T(0));
+  });
+}
+
+// dx = dout * (2 sqrt(y)): sqrt is correctly rounded, and sqrt(round(r * r)) == r (see backend.h).
+void CpuBackend::relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
+                                            int64_t n) {
+  cpu::dispatch_float(dt, "relu2_backward_from_output", [&](auto tag) {
+    using T = decltype(tag);
+    T* gx = static_cast<T*>(dx);
+    const T* dy = static_cast<const T*>(dout);
+    const T* yy = static_cast<const T*>(y);
+#pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
+    for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * (T(2) * std::sqrt(yy[i]));
   });
 }
 

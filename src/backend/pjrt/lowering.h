@@ -40,6 +40,14 @@ LayerNormGrads layernorm_backward(StablehloBuilder& b, const Value& dout, const 
 // Plain activation (GPT-2's MLP), elementwise on any shape, and its input gradient.
 Value act_forward(StablehloBuilder& b, Activation act, const Value& x);
 Value act_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& x);
+// ReLU's sign mask of x[n] packed into ceil(n / 32) i32 words (Backend::relu_mask's layout), and
+// ReLU's input gradient from it.
+Value relu_mask(StablehloBuilder& b, const Value& x);
+Value relu_backward_masked(StablehloBuilder& b, const Value& dout, const Value& mask);
+// ReLU^2's input gradient dout * 2 sqrt(y) from its output y. `stored`: the dtype y was kept in
+// (the root is rounded to it first, as the input was when y was formed from it).
+Value relu2_backward_from_output(StablehloBuilder& b, const Value& dout, const Value& y,
+                                 DType stored);
 
 // gate_up[N, 2F] = [gate | up]: out[N,F] = act(gate) * up, and its gradient dgate_up[N, 2F].
 Value glu_forward(StablehloBuilder& b, Activation act, const Value& gate_up);

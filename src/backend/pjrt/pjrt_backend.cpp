@@ -358,6 +358,25 @@ class PjrtBackend final : public Backend {
     set(dx, down(hlo::act_backward(b(), act, up(view(dout, dt, {n})), up(view(x, dt, {n}))), dt));
   }
 
+  void relu_mask(DType dt, void* mask, const void* x, int64_t n) override {
+    if (n == 0) return;
+    set(mask, hlo::relu_mask(b(), up(view(x, dt, {n}))));
+  }
+  void relu_backward_masked(DType dt, void* dx, const void* dout, const void* mask,
+                            int64_t n) override {
+    if (n == 0) return;
+    set(dx, down(hlo::relu_backward_masked(b(), up(view(dout, dt, {n})),
+                                           view(mask, DType::i32, {(n + 31) / 32})),
+                 dt));
+  }
+  void relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
+                                  int64_t n) override {
+    if (n == 0) return;
+    set(dx, down(hlo::relu2_backward_from_output(b(), up(view(dout, dt, {n})), up(view(y, dt, {n})),
+                                                 dt),
+                 dt));
+  }
+
   // ---- cross-entropy ----
   // The gradient scale changes every step (1 / labelled tokens): the lowering runs with 1 and
   // the runtime scale multiplies its gradient.
