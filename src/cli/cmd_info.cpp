@@ -150,10 +150,16 @@ Run add_info(CLI::App& app) {
     const Transformer::LayerBytes layer =
         Transformer::layer_activation_bytes(cfg, act_dt, B, T, o->activation_bits);
     const uint64_t sets = o->checkpointing ? 1 : static_cast<uint64_t>(cfg.num_hidden_layers);
-    const char* mlp_kept = o->activation_bits == 0 ? "its pre-activation"
-                           : cfg.hidden_act == "relu"
-                               ? "its 1-bit sign mask"
-                               : "nothing (relu2: recovered from the output)";
+    // What the MLP keeps of its pre-activation, and its output (the down projection's input),
+    // which every setting keeps.
+    const std::string mlp_kept =
+        o->activation_bits == 0 ? "its pre-activation " + format_bytes(layer.mlp_pre_activation)
+        : cfg.hidden_act == "relu"
+            ? "a 1-bit sign mask (" + format_bytes(layer.mlp_pre_activation) +
+                  ") in place of its pre-activation"
+            : std::string("no pre-activation (ReLU^2's derivative comes from its output)");
+    const uint64_t mlp_out =
+        static_cast<uint64_t>(B * T * cfg.intermediate_size) * (o->precision == "bf16" ? 2 : 4);
 
     if (o->json) {
       nlohmann::json j = {{"model", dir},
@@ -226,10 +232,12 @@ Run add_info(CLI::App& app) {
     for (const Line& l : mem) fmt::print("  {:<12} {:>10}\n", l.label, format_bytes(l.bytes));
     fmt::print("  {:<12} {:>10}\n", "total", format_bytes(total));
     fmt::print(
-        "activations: {} per layer (the MLP keeps {}: {}), {} {}; the rest is the residual "
-        "stream of every layer, the loss chunk and the backward's scratch\n",
-        format_bytes(layer.layer), mlp_kept, format_bytes(layer.mlp_pre_activation), sets,
-        o->checkpointing ? "set, recomputed for each layer in the backward" : "layer sets");
+        "activations: {} per layer set, {} ({}); in each the MLP keeps {}, and its output "
+        "(the down projection's input) {}; the rest is the residual stream of every "
+        "layer, the loss chunk and the backward's scratch\n",
+        format_bytes(layer.layer), sets,
+        o->checkpointing ? "one, recomputed for each layer in the backward" : "one a layer",
+        mlp_kept, format_bytes(mlp_out));
     return 0;
   };
 }

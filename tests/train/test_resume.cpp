@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/model_config.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -152,6 +153,44 @@ TEST_F(Resume, InterruptedRunIsBitIdentical) {
                   std::string::npos)
             << e.what();
       }
+    }
+  }
+}
+
+// train.activation_bits: 1 trains the same run as 0 (gpt2 with ReLU and ReLU^2, with and without
+// activation checkpointing): the same metrics and the same final weights, bit for bit.
+TEST_F(Resume, ActivationBitsTrainTheSameRun) {
+  for (const std::string act : {"relu", "relu2"}) {
+    for (const bool checkpointing : {false, true}) {
+      SCOPED_TRACE(act + (checkpointing ? " checkpointing" : ""));
+      auto cfg = [&](int bits) {
+        const std::string out =
+            act + std::to_string(checkpointing) + "_bits" + std::to_string(bits);
+        RunConfig c = config(out, 6);
+        const ModelConfig m = c.model;
+        c.model = family_defaults("gpt2");
+        c.model.vocab_size = m.vocab_size;
+        c.model.hidden_size = m.hidden_size;
+        c.model.intermediate_size = m.intermediate_size;
+        c.model.num_hidden_layers = m.num_hidden_layers;
+        c.model.num_attention_heads = m.num_attention_heads;
+        c.model.max_position_embeddings = m.max_position_embeddings;
+        c.model.hidden_act = act;
+        c.train.activation_checkpointing = checkpointing;
+        c.train.activation_bits = bits;
+        c.validate();
+        return std::pair{c, out};
+      };
+      const auto [kept, kept_out] = cfg(0);
+      const auto [bits, bits_out] = cfg(1);
+      const TrainResult a = train(kept, false), b = train(bits, false);
+      EXPECT_EQ(a.last_loss, b.last_loss);
+      EXPECT_EQ(a.last_val_loss, b.last_val_loss);
+      EXPECT_GE(metric_lines(kept_out).size(), 6u);
+      EXPECT_EQ(metric_lines(kept_out), metric_lines(bits_out));
+      const std::string ck = fmt_step(6);
+      EXPECT_EQ(file_bytes(dir_ / kept_out / "checkpoints" / ck / "model.safetensors"),
+                file_bytes(dir_ / bits_out / "checkpoints" / ck / "model.safetensors"));
     }
   }
 }
