@@ -15,9 +15,18 @@ import yaml
 
 
 def hf_config(model):
-    from transformers import Gemma3TextConfig, LlamaConfig
+    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
     family = model.get("family", "llama")
     keys = {k: v for k, v in model.items() if k != "family"}
+    if family == "gpt2":  # lmtrain's names for GPT2Config's; gelu_pytorch_tanh is gelu_new there
+        act = keys.get("hidden_act", "gelu_pytorch_tanh")
+        return GPT2Config(vocab_size=keys["vocab_size"], n_embd=keys["hidden_size"],
+                          n_layer=keys["num_hidden_layers"], n_head=keys["num_attention_heads"],
+                          n_inner=keys["intermediate_size"],
+                          n_positions=keys["max_position_embeddings"],
+                          tie_word_embeddings=keys.get("tie_word_embeddings", True),
+                          activation_function="gelu_new" if act == "gelu_pytorch_tanh" else act,
+                          attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
     if family == "gemma3":
         pattern = keys.pop("sliding_window_pattern", 6)
         layers = keys["num_hidden_layers"]
@@ -35,9 +44,17 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--set", action="append", default=[],
+                    help="model.KEY=VALUE, as lmtrain bench --set (model keys only)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg = yaml.safe_load(open(a.config))
+    for kv in a.set:
+        key, value = kv.split("=", 1)
+        section, name = key.split(".", 1)
+        if section != "model":
+            raise SystemExit(f"--set {kv}: only model keys here")
+        cfg["model"][name] = yaml.safe_load(value)
     T = cfg["data"]["seq_len"]
     B = cfg.get("train", {}).get("micro_batch_size", 1)
     from transformers import AutoModelForCausalLM

@@ -61,7 +61,7 @@ void add_saved_modules(const ModelConfig& cfg, const LoraSpec& spec, LoraLayout&
     if (!chosen[i]) continue;
     off = (off + kAlignElems - 1) / kAlignElems * kAlignElems;
     out.params.push_back(
-        ParamInfo{"base_model.model." + base[i].name, base[i].shape, off, base[i].kind});
+        ParamInfo{"base_model.model." + base[i].name, base[i].shape, off, base[i].kind, base[i].column_blocks});
     out.saved.push_back(SavedParam{base[i].name, static_cast<int>(out.params.size() - 1)});
     off += base[i].shape.numel();
   }
@@ -121,7 +121,7 @@ LoraLayout lora_layout(const ModelConfig& cfg, const LoraSpec& spec) {
   int64_t off = 0;
   auto add = [&](const std::string& name, Shape shape) {
     off = (off + kAlignElems - 1) / kAlignElems * kAlignElems;
-    out.params.push_back(ParamInfo{name, shape, off, ParamKind::matrix});
+    out.params.push_back(ParamInfo{name, shape, off, ParamKind::matrix, {}});
     off += shape.numel();
     return static_cast<int>(out.params.size() - 1);
   };

@@ -49,7 +49,7 @@ std::vector<ParamInfo> Transformer::param_layout(const ModelConfig& cfg, int64_t
   // `fused` keeps a tensor directly after the previous one (no alignment gap).
   auto add = [&](std::string name, Shape shape, ParamKind kind, bool fused = false) {
     if (!fused) off = align_up(off, kAlignElems);
-    params.push_back(ParamInfo{std::move(name), shape, off, kind});
+    params.push_back(ParamInfo{std::move(name), shape, off, kind, {}});
     off += shape.numel();
   };
   if (t.conv1d) {  // gpt2
