@@ -293,7 +293,8 @@ TEST_F(Cli, ResumingAFinishedRunSaysThereIsNothingToDo) {
 // --adapter, with the same result, and generate takes the checkpoint.
 TEST_F(Cli, LoraTrainExportAndUse) {
   const std::string cfg = config("  save_every: 0\n");
-  Result bad = run("train --config " + cfg + " --set lora.rank=4 --set lora.target_modules=[qproj]");
+  Result bad =
+      run("train --config " + cfg + " --set lora.rank=4 --set lora.target_modules=[qproj]");
   EXPECT_EQ(bad.code, 2) << bad.out;
   EXPECT_NE(bad.out.find("lora.target_modules: 'qproj' is not a projection of a llama model"),
             std::string::npos)
@@ -313,9 +314,10 @@ TEST_F(Cli, LoraTrainExportAndUse) {
 
   const std::string base = (dir_ / "base").string();
   ASSERT_EQ(run("train --config " + cfg).code, 0);
-  ASSERT_EQ(run("export --checkpoint " + (dir_ / "out").string() + " --out " + base +
-                " --dtype f32").code,
-            0);
+  ASSERT_EQ(
+      run("export --checkpoint " + (dir_ / "out").string() + " --out " + base + " --dtype f32")
+          .code,
+      0);
   const std::string lora_run = (dir_ / "lora").string();
   Result t = run("train --config " + cfg + " --set train.init_from=" + base +
                  " --set train.out_dir=" + lora_run + " --set lora.rank=2 --set train.lr=0.05");
@@ -356,13 +358,22 @@ TEST_F(Cli, LoraTrainExportAndUse) {
   EXPECT_EQ(ij["lora"]["tensors"], 14);
   EXPECT_LT(ij["training_step"]["gradients"].get<int64_t>(),
             ij["training_step"]["weights"].get<int64_t>() / 4);
+  // The adapters' scratch ([2 N r], plus [N, widest input] with dropout) is a line of its own,
+  // in the total.
+  const auto& ts = ij["training_step"];
+  EXPECT_GE(ts["lora_scratch"].get<int64_t>(), 2 * 8 * 2 * 4);
+  int64_t sum = 0;
+  for (const char* k :
+       {"weights", "gradients", "adamw_m", "adamw_v", "activations", "lora_scratch"})
+    sum += ts[k].get<int64_t>();
+  EXPECT_EQ(ts["total"].get<int64_t>(), sum);
   Result ci = run("info --model " + lora_run + " --seq-len 8 --json");
   ASSERT_EQ(ci.code, 0) << ci.out;
   EXPECT_EQ(nlohmann::json::parse(ci.out)["lora"]["parameters"], ij["lora"]["parameters"]);
   // lora.init_from continues from a PEFT adapter: its settings, or keys that agree with them.
   const std::string cont = " --set train.init_from=" + base + " --set lora.init_from=" + adapter;
-  Result c = run("train --config " + cfg + cont + " --set train.out_dir=" +
-                 (dir_ / "cont").string());
+  Result c =
+      run("train --config " + cfg + cont + " --set train.out_dir=" + (dir_ / "cont").string());
   EXPECT_EQ(c.code, 0) << c.out;
   EXPECT_NE(c.out.find("init: LoRA adapters of '" + adapter + "'"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("LoRA: rank 2, alpha 16, 7 adapters"), std::string::npos) << c.out;

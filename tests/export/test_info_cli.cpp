@@ -190,9 +190,8 @@ TEST(InfoCli, ActivationBitsShrinkEachLayersSet) {
     Result r = run("info --model " + dir.string() + " --activation-bits 1");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("activation_bits 1"), std::string::npos) << r.out;
-    EXPECT_NE(
-        r.out.find(std::string(act) == "relu" ? "1-bit sign mask" : "recovered from the output"),
-        std::string::npos)
+    EXPECT_NE(r.out.find(std::string(act) == "relu" ? "1-bit sign mask" : "comes from its output"),
+              std::string::npos)
         << r.out;
   }
   Result r =
