@@ -58,7 +58,7 @@ ParamCounts count_params(const ModelConfig& cfg) {
 
 Run add_info(CLI::App& app) {
   struct Opts {
-    std::string model, adapter, precision = "f32";
+    std::string model, adapter, precision = "f32", optimizer = "adamw";
     int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
     bool checkpointing = false, json = false;
     int activation_bits = 0;
@@ -90,6 +90,10 @@ Run add_info(CLI::App& app) {
                  "f32, or bf16 (train.precision: bf16 compute beside f32 master weights, on pjrt)")
       ->capture_default_str()
       ->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--optimizer", o->optimizer,
+                 "the optimizer whose state to count: adamw, lion, sgd or muon")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adamw", "lion", "sgd", "muon"}));
   app.add_flag("--json", o->json, "print one JSON object");
   return [o]() {
     const std::string dir = resolve_model_dir(o->model, "--model").string();
@@ -111,6 +115,7 @@ Run add_info(CLI::App& app) {
     run.data.seq_len = T;
     run.train.activation_checkpointing = o->checkpointing;
     run.train.activation_bits = o->activation_bits;
+    run.optimizer.name = o->optimizer;
     if (o->activation_bits == 1) {
       const std::string why = Transformer::activation_bits_unsupported(cfg);
       if (!why.empty()) throw UserError("--activation-bits 1 " + why + " (" + dir + ")");
@@ -127,6 +132,9 @@ Run add_info(CLI::App& app) {
       run.lora.use_rslora = spec.use_rslora;
       run.lora.dropout = spec.dropout;
     }
+    if (o->optimizer == "muon" && !adapter.empty())
+      throw UserError("--optimizer muon orthogonalises hidden weight matrices, and " + adapter +
+                      " trains LoRA adapters instead (adamw, lion or sgd)");
     int64_t lora_params = 0;
     for (const ParamInfo& p : lora.params) lora_params += p.numel();
     const TrainingMemory tm = training_memory(run);
@@ -136,10 +144,18 @@ Run add_info(CLI::App& app) {
       uint64_t bytes;
     };
     std::vector<Line> mem = {{"weights", "weights", tm.weights},
-                             {"gradients", "gradients", tm.gradients},
-                             {"adamw_m", "AdamW m", tm.adamw / 2},
-                             {"adamw_v", "AdamW v", tm.adamw / 2},
-                             {"activations", "activations", tm.activations}};
+                             {"gradients", "gradients", tm.gradients}};
+    if (o->optimizer == "adamw") {  // its two moments as two lines
+      mem.push_back({"adamw_m", "AdamW m", tm.optimizer / 2});
+      mem.push_back({"adamw_v", "AdamW v", tm.optimizer / 2});
+    } else {  // another optimizer's state and scratch as one
+      mem.push_back({"optimizer_state",
+                     o->optimizer == "lion"  ? "Lion m"
+                     : o->optimizer == "sgd" ? "SGD momentum"
+                                             : "Muon state",
+                     tm.optimizer});
+    }
+    mem.push_back({"activations", "activations", tm.activations});
     if (tm.lora_scratch > 0) mem.push_back({"lora_scratch", "LoRA scratch", tm.lora_scratch});
     uint64_t total = 0;
     for (const Line& l : mem) total += l.bytes;
@@ -185,6 +201,7 @@ Run add_info(CLI::App& app) {
                             {"activation_checkpointing", o->checkpointing},
                             {"activation_bits", o->activation_bits},
                             {"precision", o->precision},
+                            {"optimizer", o->optimizer},
                             {"activations_per_layer", layer.layer},
                             {"mlp_pre_activation_per_layer", layer.mlp_pre_activation},
                             {"layer_sets", sets}}}};
@@ -221,11 +238,15 @@ Run add_info(CLI::App& app) {
       fmt::print(
           "LoRA:        {} ({} tensors, {} parameters; rank {}, alpha {}; the base frozen)\n",
           adapter, lora.params.size(), format_count(lora_params), run.lora.rank, run.lora.alpha);
+    const std::string name = o->optimizer == "adamw"  ? "AdamW"
+                             : o->optimizer == "lion" ? "Lion"
+                             : o->optimizer == "sgd"  ? "SGD with momentum"
+                                                      : "Muon with AdamW for the rest";
     fmt::print("one training step {}, micro-batch {} x {} tokens{}:\n",
                o->precision == "bf16"
-                   ? "on pjrt (bf16 compute with f32 master weights and gradients, AdamW; the "
-                     "bf16 copies counted with weights and gradients)"
-                   : "on the CPU backend (f32, AdamW)",
+                   ? "on pjrt (bf16 compute with f32 master weights and gradients, " + name +
+                         "; the bf16 copies counted with weights and gradients)"
+                   : "on the CPU backend (f32, " + name + ")",
                B, T,
                std::string(o->checkpointing ? ", activation checkpointing" : "") +
                    (o->activation_bits == 1 ? ", activation_bits 1" : ""));

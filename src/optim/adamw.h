@@ -73,6 +73,7 @@ class AdamW : public Optimizer {
   std::vector<ParamRange> decay_ranges() const;
   // "exp_avg.<name>" and "exp_avg_sq.<name>" for every parameter, in the params' order.
   std::vector<StateBuffer> state() const override;
+  uint64_t bytes() const override { return m_.bytes() + v_.bytes(); }
   std::vector<OptimStateView> state_views() const { return lmt::state_views(state()); }
 
  private:

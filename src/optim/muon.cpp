@@ -18,6 +18,11 @@ bool hidden_matrix(const ParamInfo& p) {
   return p.kind == ParamKind::matrix && p.shape.rank() == 2 && p.name != "lm_head.weight";
 }
 
+// A buffer of n f32 (at least one, so that every buffer is an allocation).
+size_t f32_bytes(int64_t n) {
+  return static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float);
+}
+
 }  // namespace
 
 Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s)
@@ -49,9 +54,7 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
     }
     LMT_CHECK(col == cols, "Muon: column blocks of " + p.name + " do not add up to its width");
   }
-  auto f32 = [&](int64_t n) {
-    return Buffer(be, static_cast<size_t>(std::max<int64_t>(n, 1)) * 4);
-  };
+  auto f32 = [&](int64_t n) { return Buffer(be, f32_bytes(n)); };
   momentum_ = f32(momentum_size_);
   m_ = f32(adamw_size_);
   v_ = f32(adamw_size_);
@@ -59,6 +62,34 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
   x_ = f32(2 * largest);
   work_ = f32(2 * widest * widest);
   norm_ = Buffer(be, sizeof(double));
+}
+
+uint64_t Muon::bytes() const {
+  uint64_t n = norm_.bytes();
+  for (const Buffer* b : {&momentum_, &m_, &v_, &u_, &x_, &work_}) n += b->bytes();
+  return n;
+}
+
+Muon::Sizes Muon::sizes(const std::vector<ParamInfo>& params) {
+  Sizes s;
+  for (const ParamInfo& p : params) {
+    if (!hidden_matrix(p)) {
+      s.rest += p.numel();
+      continue;
+    }
+    s.hidden += p.numel();
+    const int64_t rows = p.shape[0];
+    for (int64_t w : p.column_blocks.empty() ? std::vector<int64_t>{p.shape[1]} : p.column_blocks) {
+      s.largest = std::max(s.largest, rows * w);
+      s.widest = std::max(s.widest, std::min(rows, w));
+    }
+  }
+  return s;
+}
+
+uint64_t Muon::bytes_of(const Sizes& s) {
+  return 2 * f32_bytes(s.hidden) + 2 * f32_bytes(s.rest) + f32_bytes(2 * s.largest) +
+         f32_bytes(2 * s.widest * s.widest) + sizeof(double);
 }
 
 std::vector<StateBuffer> Muon::state() const {

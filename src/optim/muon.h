@@ -27,7 +27,16 @@ class Muon : public Optimizer {
   const char* name() const override { return "muon"; }
   // momentum_buffer.<matrix> (Muon), exp_avg. and exp_avg_sq.<other> (AdamW); each compact.
   std::vector<StateBuffer> state() const override;
+  uint64_t bytes() const override;
   std::string assignment() const override;
+  // Element counts the buffers are sized from: hidden-matrix and other elements, the largest
+  // block (rows x block width) and the widest min(rows, block width).
+  struct Sizes {
+    int64_t hidden = 0, rest = 0, largest = 0, widest = 0;
+  };
+  static Sizes sizes(const std::vector<ParamInfo>& params);
+  // The bytes() of a Muon over these sizes.
+  static uint64_t bytes_of(const Sizes& s);
 
   // The orthogonalised direction of u (dense [rows, cols], f32 on the backend; overwritten) into
   // x: `steps` Newton-Schulz iterations from u / ||u||_F. a and b are scratch of min(rows, cols)^2

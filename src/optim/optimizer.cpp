@@ -129,4 +129,13 @@ std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamIn
   throw UserError("optimizer.name '" + spec.name + "' is not one of adamw, lion, sgd, muon");
 }
 
+uint64_t optimizer_bytes(const OptimizerSpec& spec, const std::vector<ParamInfo>& params,
+                         int64_t total) {
+  const uint64_t one = static_cast<uint64_t>(total) * sizeof(float);
+  if (spec.name == "adamw") return 2 * one;
+  if (spec.name == "lion" || spec.name == "sgd") return one;
+  if (spec.name == "muon") return Muon::bytes_of(Muon::sizes(params));
+  throw UserError("optimizer.name '" + spec.name + "' is not one of adamw, lion, sgd, muon");
+}
+
 }  // namespace lmt

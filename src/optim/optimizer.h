@@ -73,6 +73,9 @@ class Optimizer {
   int64_t step_count() const { return step_; }
   void set_step_count(int64_t s) { step_ = s; }
   virtual std::vector<StateBuffer> state() const = 0;
+  // Backend memory it holds for its state and scratch (optimizer_bytes computes the same without
+  // allocating).
+  virtual uint64_t bytes() const = 0;
   // A line for the run's log when the optimizer splits the parameters (muon), else "".
   virtual std::string assignment() const { return ""; }
 
@@ -95,6 +98,12 @@ class Optimizer {
 // Throws UserError for an unknown name, or muon over parameters without hidden matrices.
 std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
                                           int64_t total, const OptimizerSpec& spec);
+// The bytes() of make_optimizer(be, params, total, spec), computed without allocating (memory
+// estimates: lmtrain info, train's memory check). AdamW: 2 x total f32; Lion and SGD: 1 x total;
+// Muon: a momentum and its step's output per hidden-matrix element, AdamW's two moments per
+// other element, and Newton-Schulz's scratch.
+uint64_t optimizer_bytes(const OptimizerSpec& spec, const std::vector<ParamInfo>& params,
+                         int64_t total);
 
 // Lion (Chen et al. 2023): the sign of an interpolation of momentum and gradient; decoupled
 // decay as AdamW's. It needs a learning rate 3 to 10 times smaller than AdamW's (and a weight
@@ -104,6 +113,7 @@ class Lion : public Optimizer {
   Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
   const char* name() const override { return "lion"; }
   std::vector<StateBuffer> state() const override;
+  uint64_t bytes() const override { return m_.bytes(); }
   float* m_data() const { return m_.as<float>(); }
 
  private:
@@ -119,6 +129,7 @@ class Sgd : public Optimizer {
   Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
   const char* name() const override { return "sgd"; }
   std::vector<StateBuffer> state() const override;
+  uint64_t bytes() const override { return buf_.bytes(); }
   float* momentum_data() const { return buf_.as<float>(); }
 
  private:

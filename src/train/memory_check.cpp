@@ -14,6 +14,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "model/transformer.h"
+#include "optim/optimizer.h"
 
 namespace lmt {
 
@@ -39,23 +40,27 @@ std::string gib(uint64_t b) {
 }  // namespace
 
 uint64_t TrainingMemory::total() const {
-  return add(add(add(weights, gradients), add(adamw, activations)), add(lora_scratch, step_tokens));
+  return add(add(add(weights, gradients), add(optimizer, activations)),
+             add(lora_scratch, step_tokens));
 }
 
 TrainingMemory training_memory(const RunConfig& cfg) {
   TrainingMemory m;
   int64_t flat = 0;
-  Transformer::param_layout(cfg.model, &flat);
+  std::vector<ParamInfo> params = Transformer::param_layout(cfg.model, &flat);
+  int64_t trained_flat = flat;
   m.weights = mul(static_cast<uint64_t>(flat), sizeof(float));
-  uint64_t trained = m.weights;  // what has gradients and moments
+  uint64_t trained = m.weights;  // what has gradients and optimizer state
   if (cfg.lora.rank > 0) {       // a frozen base and its adapters
-    trained = mul(static_cast<uint64_t>(lora_layout(cfg.model, lora_spec(cfg.lora)).flat_size),
-                  sizeof(float));
+    LoraLayout lora = lora_layout(cfg.model, lora_spec(cfg.lora));
+    trained_flat = lora.flat_size;
+    params = std::move(lora.params);
+    trained = mul(static_cast<uint64_t>(trained_flat), sizeof(float));
     if (cfg.lora.base_dtype == "bf16") m.weights = Transformer::base_bytes(cfg.model, DType::bf16);
     m.weights = add(m.weights, trained);
   }
   m.gradients = trained;
-  m.adamw = mul(trained, 2);
+  m.optimizer = optimizer_bytes(optimizer_spec(cfg), params, trained_flat);
   const TrainConfig& t = cfg.train;
   const bool bf16 = t.precision == "bf16";
   if (bf16) {  // the bf16 compute copies of every weight and of the trained gradients
@@ -92,7 +97,7 @@ void check_training_memory(const RunConfig& cfg, uint64_t available) {
   const TrainingMemory m = training_memory(cfg);
   const uint64_t need = m.total();
   if (need <= available) return;
-  const uint64_t model = add(add(m.weights, m.gradients), m.adamw);
+  const uint64_t model = add(add(m.weights, m.gradients), m.optimizer);
   const char* keys =
       model >= m.activations && model >= m.step_tokens
           ? "model.hidden_size, model.intermediate_size, model.num_hidden_layers, model.vocab_size"
@@ -101,7 +106,7 @@ void check_training_memory(const RunConfig& cfg, uint64_t available) {
           : "train.grad_accum_steps, train.micro_batch_size, data.seq_len";
   throw UserError(fmt::format(
       "train: a training step needs {} of memory but this machine has {} (weights, gradients "
-      "and AdamW moments {}, activations of one micro-batch {}, token buffers of one step {}): "
+      "and optimizer state {}, activations of one micro-batch {}, token buffers of one step {}): "
       "lower {}",
       gib(need), gib(available), gib(model), gib(m.activations), gib(m.step_tokens), keys));
 }

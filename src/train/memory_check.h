@@ -13,7 +13,7 @@ namespace lmt {
 struct TrainingMemory {
   uint64_t weights = 0;       // f32 flat buffer (alignment padding included), plus LoRA adapters
   uint64_t gradients = 0;     // of what trains: every weight, or the adapters alone
-  uint64_t adamw = 0;         // m and v of what trains
+  uint64_t optimizer = 0;     // its state and scratch for what trains (optimizer_bytes)
   uint64_t activations = 0;   // the activation arena of one micro-batch
   uint64_t lora_scratch = 0;  // LoRA: the adapters' intermediate (and dropout) buffer
   uint64_t step_tokens = 0;   // ids, labels, document starts, positions of every micro-batch

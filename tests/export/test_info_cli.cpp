@@ -8,6 +8,7 @@
 #include "cli/cli_util.h"
 #include "export_test_util.h"
 #include "io/hf_export.h"
+#include "optim/optimizer.h"
 
 namespace lmt {
 namespace {
@@ -153,6 +154,40 @@ TEST(InfoCli, MemoryLinesAreTheModelsBuffers) {
   const auto j = info_json(config_dir("llama2_70b", big));
   EXPECT_EQ(j["parameters"]["total"], 68976648192);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+// --optimizer: AdamW's moments as two lines, another optimizer's state as one (optimizer_bytes),
+// in the total; muon with an adapter is refused.
+TEST(InfoCli, OptimizerStateFollowsTheOptimizer) {
+  ModelConfig cfg = test::tiny_config("llama");
+  cfg.max_position_embeddings = 64;
+  const fs::path dir = config_dir("opt_llama", model_config_to_hf(cfg));
+  int64_t flat = 0;
+  const std::vector<ParamInfo> params = Transformer::param_layout(cfg, &flat);
+  for (const char* name : {"adamw", "lion", "sgd", "muon"}) {
+    SCOPED_TRACE(name);
+    const auto m = info_json(dir, std::string(" --optimizer ") + name)["training_step"];
+    EXPECT_EQ(m["optimizer"], name);
+    OptimizerSpec spec;
+    spec.name = name;
+    const uint64_t want = optimizer_bytes(spec, params, flat);
+    if (std::string(name) == "adamw") {
+      EXPECT_EQ(m["adamw_m"].get<uint64_t>() + m["adamw_v"].get<uint64_t>(), want);
+      EXPECT_FALSE(m.contains("optimizer_state"));
+    } else {
+      EXPECT_EQ(m["optimizer_state"].get<uint64_t>(), want);
+      EXPECT_FALSE(m.contains("adamw_m"));
+    }
+    EXPECT_EQ(m["total"].get<uint64_t>(), m["weights"].get<uint64_t>() +
+                                              m["gradients"].get<uint64_t>() + want +
+                                              m["activations"].get<uint64_t>());
+  }
+  Result r = run("info --model " + dir.string() + " --optimizer lion");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(f32, Lion)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Lion m"), std::string::npos) << r.out;
+  r = run("info --model " + dir.string() + " --optimizer adafactor");
+  EXPECT_EQ(r.code, 2) << r.out;
 }
 
 // --activation-bits 1 on gpt2 with ReLU and ReLU^2: the arena activation_bytes plans, one layer's

@@ -13,6 +13,8 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/model_config.h"
+#include "model/transformer.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
@@ -321,6 +323,40 @@ TEST(Optimizers, NonFiniteGradientChangesNothingAndStateIsNamed) {
     EXPECT_EQ(st.front().prefix, std::string(name) == "lion"  ? "exp_avg."
                                  : std::string(name) == "sgd" ? "momentum_buffer."
                                                               : "momentum_buffer.");
+  }
+}
+
+// optimizer_bytes (lmtrain info, train's memory check) is what each optimizer allocates: on the
+// test layout and on gpt2's, whose fused c_attn Muon orthogonalises in three blocks.
+TEST(Optimizers, OptimizerBytesIsWhatTheOptimizerHolds) {
+  CpuBackend be;
+  ModelConfig gpt2 = family_defaults("gpt2");
+  gpt2.vocab_size = 50;
+  gpt2.hidden_size = 24;
+  gpt2.intermediate_size = 40;
+  gpt2.num_hidden_layers = 2;
+  gpt2.num_attention_heads = 3;
+  gpt2.max_position_embeddings = 16;
+  int64_t test_total = 0, gpt2_total = 0;
+  const std::vector<ParamInfo> test_params = muon_layout(&test_total);
+  const std::vector<ParamInfo> gpt2_params = Transformer::param_layout(gpt2, &gpt2_total);
+  for (const char* name : {"adamw", "lion", "sgd", "muon"}) {
+    OptimizerSpec spec;
+    spec.name = name;
+    for (const auto& [params, total] :
+         {std::pair{test_params, test_total}, std::pair{gpt2_params, gpt2_total}}) {
+      SCOPED_TRACE(std::string(name) + " over " + params.front().name);
+      const uint64_t held = make_optimizer(&be, params, total, spec)->bytes();
+      EXPECT_EQ(optimizer_bytes(spec, params, total), held);
+      const uint64_t f32 = static_cast<uint64_t>(total) * 4;
+      const std::string n = name;
+      if (n == "adamw") EXPECT_EQ(held, 2 * f32);
+      if (n == "lion" || n == "sgd") EXPECT_EQ(held, f32);
+      // Muon: a momentum and its step's output, or AdamW's two moments, per element, and
+      // Newton-Schulz's scratch (large beside the 200 elements of the test layout).
+      if (n == "muon") EXPECT_GE(held, 2 * f32);
+      if (n == "muon" && total == gpt2_total) EXPECT_LT(held, 2 * f32 + f32 / 2);
+    }
   }
 }
 

@@ -45,13 +45,29 @@ TEST(MemoryCheck, TermsMatchTheModel) {
   Transformer::param_layout(c.model, &flat);
   EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4);
   EXPECT_EQ(m.gradients, m.weights);
-  EXPECT_EQ(m.adamw, 2 * m.weights);
+  EXPECT_EQ(m.optimizer, 2 * m.weights);  // AdamW, the default
   EXPECT_EQ(m.activations, Transformer::activation_bytes(c.model, DType::f32, 3, 16, false,
                                                          c.train.loss_chunk_tokens));
   EXPECT_EQ(m.step_tokens, 3u * 16 * 5 * 4 * sizeof(int32_t));
   EXPECT_EQ(m.total(), m.weights * 4 + m.activations + m.step_tokens);
   EXPECT_EQ(refusal(c, m.total()), "");
   EXPECT_EQ(refusal(c, 0), "");  // unknown: no check
+}
+
+// The optimizer term is optimizer_bytes of the trained parameters: Lion and SGD hold one f32 per
+// parameter, Muon about AdamW's two plus Newton-Schulz's scratch.
+TEST(MemoryCheck, OptimizerStateFollowsTheOptimizer) {
+  RunConfig c = small();
+  const uint64_t adamw = training_memory(c).optimizer;
+  for (const char* name : {"lion", "sgd"}) {
+    c.optimizer.name = name;
+    EXPECT_EQ(training_memory(c).optimizer, adamw / 2) << name;
+  }
+  c.optimizer.name = "muon";
+  const uint64_t muon = training_memory(c).optimizer;
+  EXPECT_GT(muon, adamw);
+  EXPECT_LT(muon, adamw * 11 / 10);
+  EXPECT_EQ(training_memory(c).total() - muon, training_memory(small()).total() - adamw);
 }
 
 // LoRA: gradients and AdamW moments of the adapters alone, which a frozen base does not have.
@@ -68,7 +84,7 @@ TEST(MemoryCheck, LoraCountsTheAdaptersGradientsAndMomentsOnly) {
   EXPECT_GT(adapters, 0u);
   EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4 + adapters);
   EXPECT_EQ(m.gradients, adapters);
-  EXPECT_EQ(m.adamw, 2 * adapters);
+  EXPECT_EQ(m.optimizer, 2 * adapters);
   EXPECT_LT(m.total(), training_memory(small()).total());
   c.lora.base_dtype = "bf16";  // the base as Transformer::set_base_dtype holds it
   EXPECT_EQ(training_memory(c).weights, Transformer::base_bytes(c.model, DType::bf16) + adapters);
