@@ -109,6 +109,9 @@ RANDOM = {
     "gemma3_yarn": ("gemma3", "yarn"), "gpt2": ("gpt2", "default"),
     "llama_relu": ("llama", "default"), "gpt2_relu2": ("gpt2", "default"),
 }
+# The longest packed row (--packed); its documents' positions restart, but one document may be as
+# long as the row.
+PACKED_MAX = 48
 # The MLP activation of the variants that do not keep their family's (transformers' ACT2FN names).
 ACTIVATION = {"llama_relu": "relu", "gpt2_relu2": "relu2"}
 
@@ -150,7 +153,8 @@ def random_config(variant, r, lengths, tied):
     act = ACTIVATION.get(variant)
     if family == "gpt2":
         return tf.GPT2Config(vocab_size=vocab, n_embd=heads * head_dim, n_layer=base[
-            "num_hidden_layers"], n_head=heads, n_positions=max_pos, n_inner=r.randint(20, 80),
+            "num_hidden_layers"], n_head=heads, n_positions=max(max_pos, PACKED_MAX),
+            n_inner=r.randint(20, 80),
             tie_word_embeddings=tied, layer_norm_epsilon=r.choice([1e-5, 1e-6]),
             activation_function=act or "gelu_new")
     if act:
@@ -344,7 +348,7 @@ def make(name, args, seed):
 
     refs = [(n, draw_ids(t), None) for n, t in zip("ab", lengths)]
     if args.packed:
-        T = r.randint(max(lengths), 48)
+        T = r.randint(max(lengths), PACKED_MAX)
         rope = getattr(cfg, "rope_parameters", None) or {}
         min_doc = cfg.max_position_embeddings + 1 if rope.get("rope_type") == "dynamic" else 4
         refs.append(("p", draw_ids(T), packed_positions(r, T, min_doc)))
