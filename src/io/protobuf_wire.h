@@ -7,8 +7,14 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace lmt {
+
+// The low n bytes of v appended to out, least significant first.
+inline void append_little_endian(std::string& out, uint64_t v, int n) {
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
 
 class ProtoWriter {
  public:
@@ -19,21 +25,9 @@ class ProtoWriter {
     return *this;
   }
   // Wire type 1: double.
-  ProtoWriter& f64(int field, double v) {
-    uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    key(field, 1);
-    little_endian(bits, 8);
-    return *this;
-  }
+  ProtoWriter& f64(int field, double v) { return fixed(field, 1, v); }
   // Wire type 5: float.
-  ProtoWriter& f32(int field, float v) {
-    uint32_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    key(field, 5);
-    little_endian(bits, 4);
-    return *this;
-  }
+  ProtoWriter& f32(int field, float v) { return fixed(field, 5, v); }
   // Wire type 2: string, bytes, or an embedded message's encoding.
   ProtoWriter& bytes(int field, std::string_view v) {
     key(field, 2);
@@ -53,8 +47,15 @@ class ProtoWriter {
     for (; v >= 0x80; v >>= 7) out_.push_back(static_cast<char>((v & 0x7f) | 0x80));
     out_.push_back(static_cast<char>(v));
   }
-  void little_endian(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  // A fixed-width field: v's bits, little-endian.
+  template <class T>
+  ProtoWriter& fixed(int field, int wire_type, T v) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+    std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t> bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    key(field, wire_type);
+    append_little_endian(out_, bits, sizeof bits);
+    return *this;
   }
   std::string out_;
 };

@@ -41,10 +41,6 @@ constexpr std::array<uint32_t, 256> make_crc32c_table() {
 }
 constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
-void put_le(std::string& out, uint64_t v, int n) {
-  for (int i = 0; i < n; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
 ProtoWriter event_head(double wall_time, int64_t step) {
   ProtoWriter e;
   e.f64(event::kWallTime, wall_time);
@@ -82,11 +78,11 @@ uint32_t masked_crc32c(std::string_view data) {
 
 std::string tfrecord(std::string_view data) {
   std::string len;
-  put_le(len, data.size(), 8);
+  append_little_endian(len, data.size(), 8);
   std::string out = len;
-  put_le(out, masked_crc32c(len), 4);
+  append_little_endian(out, masked_crc32c(len), 4);
   out.append(data);
-  put_le(out, masked_crc32c(data), 4);
+  append_little_endian(out, masked_crc32c(data), 4);
   return out;
 }
 

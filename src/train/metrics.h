@@ -65,10 +65,9 @@ class Metrics {
   std::unique_ptr<TensorBoardWriter> tb_;
 };
 
-std::string format_duration(double seconds);
+std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 // `text` fenced as a markdown code block in `language`, the fence longer than any run of
 // backticks in it.
-std::string markdown_code_block(const std::string& text,
-                                const std::string& language);  // "1h02m", "3m05s", "12s"
+std::string markdown_code_block(const std::string& text, const std::string& language);
 
 }  // namespace lmt

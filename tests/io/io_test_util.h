@@ -1,7 +1,10 @@
-// Helpers shared by the io tests: a per-process temporary directory and file writing.
+// Helpers shared by the io tests: a per-process temporary directory, file writing, expected user
+// errors, and a full disk.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -49,6 +52,34 @@ std::string expect_user_error(F&& f, std::initializer_list<std::string> parts) {
   }
   ADD_FAILURE() << "expected a UserError";
   return "";
+}
+
+// What `f` throws as a UserError while no file may grow past `limit` bytes (RLIMIT_FSIZE, with
+// SIGXFSZ ignored so that a write past it fails with EFBIG instead of killing the process): its
+// message, or "" when it throws none. The limit and the signal's handler are restored after.
+template <class F>
+std::string user_error_when_the_disk_is_full(rlim_t limit, F&& f) {
+  struct rlimit old {};
+  if (::getrlimit(RLIMIT_FSIZE, &old) != 0) {
+    ADD_FAILURE() << "getrlimit";
+    return "";
+  }
+  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = limit;
+  std::string msg;
+  if (::setrlimit(RLIMIT_FSIZE, &small) != 0) {
+    ADD_FAILURE() << "setrlimit";
+  } else {
+    try {
+      f();
+    } catch (const UserError& e) {
+      msg = e.what();
+    }
+  }
+  ::setrlimit(RLIMIT_FSIZE, &old);
+  ::signal(SIGXFSZ, old_handler);
+  return msg;
 }
 
 }  // namespace lmt::test

@@ -3,8 +3,6 @@
 // lines are in each test), so the hand-written encoder is checked by an independent one. The
 // reference tier (tests/reference/test_tensorboard.py) reads whole runs with TensorBoard itself.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <cstring>
 #include <filesystem>
@@ -167,20 +165,9 @@ TEST(TensorBoardWriter, AFailedWriteIsAUserErrorNamingTheFile) {
   const fs::path dir = test::temp_dir() / "tb_full";
   fs::remove_all(dir);
   TensorBoardWriter w(dir.string());
-  struct rlimit old {};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
-  struct rlimit small = old;
-  small.rlim_cur = 4096;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string msg;
-  try {
+  const std::string msg = test::user_error_when_the_disk_is_full(4096, [&] {
     for (int64_t s = 1; s <= 1000; ++s) w.scalars(s, {{"train/loss", 1.0}});
-  } catch (const UserError& e) {
-    msg = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  ::signal(SIGXFSZ, old_handler);
+  });
   EXPECT_NE(msg.find("cannot write '" + w.path() + "'"), std::string::npos) << msg;
 }
 

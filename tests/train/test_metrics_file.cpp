@@ -3,8 +3,6 @@
 // (here: a file size limit, as a full disk would) stops the run with a message naming the file.
 // Eval lines carry per-source losses when given, in metrics.jsonl and TensorBoard alike.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/resource.h>
 
 #include <cmath>
 #include <filesystem>
@@ -63,20 +61,9 @@ TEST(MetricsFile, AFailedWriteIsAUserErrorNamingTheFile) {
   fs::remove_all(dir);
   fs::create_directories(dir);
   Metrics m(dir.string(), LoggingConfig{.console = false}, -1);
-  struct rlimit old {};
-  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &old), 0);
-  auto old_handler = ::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead
-  struct rlimit small = old;
-  small.rlim_cur = 2048;
-  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
-  std::string msg;
-  try {
+  const std::string msg = test::user_error_when_the_disk_is_full(2048, [&] {
     for (int64_t s = 1; s <= 1000; ++s) m.log_step(StepMetrics{.step = s, .loss = 1.0});
-  } catch (const UserError& e) {
-    msg = e.what();
-  }
-  ::setrlimit(RLIMIT_FSIZE, &old);
-  ::signal(SIGXFSZ, old_handler);
+  });
   EXPECT_NE(msg.find("logging.jsonl: cannot write '" + (dir / "metrics.jsonl").string() + "'"),
             std::string::npos)
       << msg;
