@@ -432,7 +432,7 @@ void Transformer::linear_backward(const void* dy, const void* x, const void* w, 
 }
 
 void* Transformer::lora_scratch(int64_t N, int64_t in) {
-  const int64_t elems = 2 * N * lora_spec_.rank + (lora_dropping() ? N * in : 0);
+  const int64_t elems = lora_scratch_elems(N, lora_spec_.rank, in, lora_dropping());
   const size_t need = static_cast<size_t>(elems) * es_;
   if (lora_scratch_.bytes() < need) lora_scratch_ = Buffer(be_, need);
   return lora_scratch_.data();

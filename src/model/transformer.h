@@ -180,6 +180,11 @@ class Transformer {
   };
   static LayerBytes layer_activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
                                            int activation_bits = 0);
+  // Elements of the LoRA scratch (lora_forward / lora_backward) for N tokens through adapters of
+  // `rank` on an input `in` wide: u = x A^T and its gradient, and with dropout the dropped input.
+  static int64_t lora_scratch_elems(int64_t N, int64_t rank, int64_t in, bool dropout) {
+    return 2 * N * rank + (dropout ? N * in : 0);
+  }
 
   // Initial value of a norm weight: 1 for plain norms, 0 where the norm scales by (1 + w).
   double norm_init() const { return 1.0 - tr_.norm_offset; }
@@ -286,6 +291,7 @@ class Transformer {
   // The scratch of lora_forward / lora_backward: u and du, [N, rank] each, then (with dropout)
   // the adapter's input through its mask, [N, in].
   void* lora_scratch(int64_t N, int64_t in);
+
   // Whether adapters read their input through dropout now (LoRA dropout, in forward_backward),
   // and the mask stream of adapter `id`.
   bool lora_dropping() const { return training_ && lora_spec_.dropout > 0; }

@@ -35,7 +35,6 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
         "among the trained parameters (use adamw, lion or sgd)");
   muon_spans_ = make_spans(hidden, total, true, s, false, &muon_params_, &momentum_size_);
   adamw_spans_ = make_spans(rest, total, true, s, false, &adamw_params_, &adamw_size_);
-  int64_t largest = 0, widest = 0;
   for (size_t i = 0; i < hidden.size(); ++i) {
     const ParamInfo& p = hidden[i];
     const int64_t rows = p.shape[0], cols = p.shape[1];
@@ -49,18 +48,17 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
       blocks_.push_back({p.offset + col, it->offset + col, cols, rows, w,
                          decays(p.kind, s.decay_embeddings, s.decay_norms_and_biases)});
       col += w;
-      largest = std::max(largest, rows * w);
-      widest = std::max(widest, std::min(rows, w));
     }
     LMT_CHECK(col == cols, "Muon: column blocks of " + p.name + " do not add up to its width");
   }
+  const Sizes z = sizes(params);  // what bytes_of counts
   auto f32 = [&](int64_t n) { return Buffer(be, f32_bytes(n)); };
-  momentum_ = f32(momentum_size_);
-  m_ = f32(adamw_size_);
-  v_ = f32(adamw_size_);
-  u_ = f32(momentum_size_);
-  x_ = f32(2 * largest);
-  work_ = f32(2 * widest * widest);
+  momentum_ = f32(z.hidden);
+  m_ = f32(z.rest);
+  v_ = f32(z.rest);
+  u_ = f32(z.hidden);
+  x_ = f32(2 * z.largest);
+  work_ = f32(2 * z.widest * z.widest);
   norm_ = Buffer(be, sizeof(double));
 }
 

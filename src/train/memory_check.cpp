@@ -76,7 +76,8 @@ TrainingMemory training_memory(const RunConfig& cfg) {
     const int64_t N = t.micro_batch_size * cfg.data.seq_len;
     const int64_t widest =
         std::max({mc.hidden_size, mc.intermediate_size, mc.num_attention_heads * mc.head_size()});
-    const int64_t elems = 2 * N * cfg.lora.rank + (cfg.lora.dropout > 0 ? N * widest : 0);
+    const int64_t elems =
+        Transformer::lora_scratch_elems(N, cfg.lora.rank, widest, cfg.lora.dropout > 0);
     m.lora_scratch = mul(static_cast<uint64_t>(elems), bf16 ? 2 : 4);
   }
   const uint64_t tokens =
