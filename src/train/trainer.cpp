@@ -250,12 +250,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   if (!init_line.empty()) metrics.log_line(init_line);
   if (const std::string a = opt.assignment(); !a.empty()) metrics.log_line(a);
   // MFU's ceiling: one GEMM in the compute dtype, measured once (a 1024^3 GEMM is ~2 GFLOP).
-  const double peak_flops = measure_gemm_peak(be.get(), model.compute_dtype(), 1024, 3);
+  const int64_t peak_n = 1024;
+  const double peak_flops = measure_gemm_peak(be.get(), model.compute_dtype(), peak_n, 3);
   const double flops_per_token = train_flops_per_token(model, T);
   metrics.log_line(fmt::format(
-      "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM 1024x1024x1024 on this "
-      "backend); {:.3g} training FLOPs per token",
-      peak_flops / 1e9, tc.precision, flops_per_token));
+      "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on this backend); "
+      "{:.3g} training FLOPs per token",
+      peak_flops / 1e9, tc.precision, peak_n, peak_n, peak_n, flops_per_token));
   if (!metrics.tensorboard_path().empty())
     metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
                      (run_dir / "tb").string() + ")");
