@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_info.h"
 #include "backend/pjrt/pjrt_backend.h"
@@ -7,7 +9,27 @@
 
 namespace lmt {
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const std::string& pjrt_plugin) {
+// Chunk by chunk: logits = h w^T, their losses (summed into *loss_sum), and with a gradient the
+// logits become d/dlogits in place, which flow into dh and dw before the next chunk overwrites them.
+void Backend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                        const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
+                        void* losses) {
+  const size_t es = dtype_size(dt);
+  const DType stat = dt == DType::f64 ? DType::f64 : DType::f32;
+  for (int64_t s = 0; s < a.N; s += a.chunk) {
+    const int64_t n = std::min(a.chunk, a.N - s);
+    const void* hs = static_cast<const char*>(h) + static_cast<size_t>(s * a.C) * es;
+    gemm(dt, false, true, n, a.V, a.C, 1.0, hs, a.C, w, a.C, 0.0, logits, a.V);
+    cross_entropy(dt, logits, losses, labels + s, n, a.V, a.ignore_index, a.grad_scale, a.softcap);
+    sum(stat, loss_sum, losses, n);
+    if (a.grad_scale == 0) continue;
+    void* dhs = static_cast<char*>(dh) + static_cast<size_t>(s * a.C) * es;
+    gemm(dt, false, false, n, a.C, a.V, 1.0, logits, a.V, w, a.C, 0.0, dhs, a.C);
+    if (dw) gemm(dt, true, false, a.V, a.C, n, 1.0, logits, a.V, hs, a.C, 1.0, dw, a.C);
+  }
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
   if (name == "cpu") return std::make_unique<CpuBackend>();
   if (name == "auto") return std::make_unique<CpuBackend>();  // until the CUDA backend lands
   if (name == "cuda") {
@@ -16,7 +38,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const std::string
     throw UserError("train.backend: 'cuda' is not implemented yet (" + cuda_device_summary() +
                     "); use 'cpu'");
   }
-  if (name == "pjrt") return make_pjrt_backend(pjrt_plugin);
+  if (name == "pjrt")
+    return make_pjrt_backend(options.pjrt_plugin, PjrtOptions{options.compile_only,
+                                                             options.deterministic});
   throw UserError("train.backend: unknown backend '" + name +
                   "' (expected cpu, pjrt, cuda or auto)");
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -39,9 +40,40 @@ struct AttentionArgs {
   double scale = 0.125;                              // multiplies q.k before the softmax
   double softcap = 0.0;  // > 0: scores become softcap * tanh(scores / softcap)
   int64_t window = 0;    // > 0: sliding window size in keys (the query's own key included)
-  // Packed samples: host array [batch, q_len], the first key query i may see (the start of its
-  // document); non-decreasing along a sequence. null = no document masking.
+  // Packed samples: device array [batch, q_len] (i32), the first key query i may see (the start
+  // of its document); non-decreasing along a sequence. null = no document masking.
   const int32_t* doc_start = nullptr;
+};
+
+// Bytes [p, p + bytes) of a backend's memory.
+struct MemoryRange {
+  void* p = nullptr;
+  size_t bytes = 0;
+};
+
+// Arguments of Backend::head_loss: the output head and the cross-entropy of N rows.
+struct HeadLossArgs {
+  int64_t N = 0, C = 0, V = 0;  // rows, hidden size, vocabulary
+  int64_t chunk = 1024;         // rows whose logits exist at once
+  int32_t ignore_index = -100;  // a label of this value carries no loss
+  double grad_scale = 0;        // 0: the loss only; else the gradients of grad_scale * the sum
+  double softcap = 0;           // > 0: logits become softcap * tanh(logits / softcap) first
+};
+
+// A tensor of the model as a backend may hold it: a parameter (its Hugging Face name), a gradient
+// ("grad." + name), an optimizer moment (its checkpoint name), a batch array ("batch.ids"), a
+// step statistic.
+struct TensorDesc {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;  // row-major
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
 };
 
 class Backend {
@@ -60,6 +92,20 @@ class Backend {
   // values die with the step. A backend that keeps values inside a program (pjrt) then does not
   // write them back; reading p afterwards gives unspecified values until it is written again.
   virtual void discard(void* p) {}
+  // The bytes at p (inside one allocation) hold tensor t from now on; its contents stay what they
+  // are. A compiling backend (pjrt) keeps every described tensor as its own typed device array,
+  // its own argument and output of a program, donated from step to step: XLA can only donate,
+  // optimise and shard what it sees whole, not byte ranges of a flat buffer. The CPU backend's
+  // flat buffers need nothing.
+  virtual void describe(const void* p, const TensorDesc& t) {}
+  // Activation checkpointing: what follows recomputes values from the contents of `ranges` (a
+  // layer's saved input) that were computed from them before, and `ranges` also names what the
+  // recomputation must wait for (the gradient that needs it). A compiling backend ties them
+  // together (an optimization barrier) so that its compiler neither merges the recomputation
+  // with the forward pass it repeats, which would keep the forward's values alive and undo the
+  // checkpoint, nor moves it earlier. Values stay what they are; the CPU backend, which computes
+  // as it is called, has nothing to do.
+  virtual void recompute_from(const std::vector<MemoryRange>& ranges) {}
   virtual void synchronize() {}
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.
@@ -190,6 +236,18 @@ class Backend {
                              int64_t V, int32_t ignore_index, double grad_scale,
                              double softcap) = 0;
 
+  // ---- the output head and its loss ----
+  // The logits h[N,C] w[V,C]^T (w: the head, one row per token id) and their cross-entropy
+  // against labels[N] (i32), `chunk` rows at a time: *loss_sum (a device f64) += the sum of the
+  // rows' losses. With grad_scale != 0 also dh[N,C] = d(grad_scale * sum)/dh (overwritten) and,
+  // unless dw is null (a frozen head), dw[V,C] += d(grad_scale * sum)/dw. logits[chunk, V] (dt)
+  // and losses[chunk] (f32, or f64 when dt is f64) are scratch. The default runs the chunks
+  // through gemm and cross_entropy; a compiling backend makes them one loop, so that its program
+  // too holds one chunk's logits at a time, not the [N, V] of them.
+  virtual void head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                         const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
+                         void* losses);
+
   // ---- optimizer ----
   // Global-norm clipping on the device: *scale = min(1, max_norm / (sqrt(*sum_squares) + 1e-6))
   // (1 when max_norm <= 0), or NaN when the norm is not finite. Device f64 scalars.
@@ -225,10 +283,16 @@ class Backend {
                        int64_t cols) = 0;
 };
 
-// Makes a backend by name: "cpu", "pjrt" (on pjrt_plugin, "" = the default plugin), "cuda" or
-// "auto" (cuda when built with it and a GPU is present). Throws UserError naming the backend
-// when it is not available.
-std::unique_ptr<Backend> make_backend(const std::string& name, const std::string& pjrt_plugin = "");
+// How to make a backend (the PJRT backend's settings; the others have none).
+struct BackendOptions {
+  std::string pjrt_plugin;     // "" = the default plugin
+  bool deterministic = false;  // ask the compiler for deterministic ops (train.deterministic)
+  bool compile_only = false;   // compile the programs, run none: what they need of the device
+};
+
+// Makes a backend by name: "cpu", "pjrt", "cuda" or "auto" (cuda when built with it and a GPU is
+// present). Throws UserError naming the backend when it is not available.
+std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
 
 // Owns one allocation of a backend.
 class Buffer {

@@ -19,9 +19,10 @@ struct Transformer::Plan {
   bool checkpointing = false;
   Buffer arena;
   size_t bytes = 0;
-  int32_t* ids = nullptr;     // [N]
-  int32_t* labels = nullptr;  // [N]
-  int32_t* pos = nullptr;     // [N]
+  int32_t* ids = nullptr;        // [N]
+  int32_t* labels = nullptr;     // [N]
+  int32_t* pos = nullptr;        // [N]
+  int32_t* doc_start = nullptr;  // [N] (packed samples: where each token's document starts)
   std::vector<int32_t> host_labels;
   std::vector<void*> res;       // L + 1 residual streams [N, C]; res[l] is layer l's input
   std::vector<LayerActs> sets;  // L sets, or 1 shared set with checkpointing
@@ -93,6 +94,7 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
   dims_ = dims_of(cfg_);
   build_layout();
   weights_ = Buffer(be_, static_cast<size_t>(flat_size_) * ses_);
+  describe_flat(weights_.data(), params_, sdt_, "");
   set_rope(0);  // the gradient buffer comes with the first backward (none for a frozen base)
 }
 
@@ -107,7 +109,11 @@ void Transformer::set_rope(int64_t seq_len) {
   auto make = [&](Rope& r, bool local) {
     const RopeFrequencies f = rope_frequencies(cfg_, local, len);
     std::vector<float> inv(f.inv_freq.begin(), f.inv_freq.end());
-    if (!r.inv_freq.data()) r.inv_freq = Buffer(be_, inv.size() * sizeof(float));
+    if (!r.inv_freq.data()) {
+      r.inv_freq = Buffer(be_, inv.size() * sizeof(float));
+      be_->describe(r.inv_freq.data(), TensorDesc{local ? "rope.local_inv_freq" : "rope.inv_freq",
+                                                  DType::f32, {static_cast<int64_t>(inv.size())}});
+    }
     be_->from_host(r.inv_freq.data(), inv.data(), inv.size() * sizeof(float));
     r.attention_factor = f.attention_factor;
   };
@@ -161,20 +167,39 @@ void Transformer::set_compute_dtype(DType dt) {
   }
 }
 
+void Transformer::describe_flat(const void* base, const std::vector<ParamInfo>& params, DType dt,
+                                const std::string& prefix) const {
+  for (const ParamInfo& p : params)
+    if (p.numel() > 0)
+      be_->describe(static_cast<const char*>(base) + static_cast<size_t>(p.offset) * dtype_size(dt),
+                    TensorDesc{prefix + p.name, dt, p.shape.dims()});
+}
+
+// Per tensor, so that a compiling backend converts each parameter on its own (one whole-buffer
+// conversion would be one array of every parameter, concatenated and cut apart again).
 void Transformer::sync_compute_weights() {
   if (!mixed()) return;
-  be_->convert(dt_, cw_.data(), sdt_, weights_.data(), flat_size_);
-  if (has_lora()) be_->convert(dt_, clw_.data(), sdt_, lora_weights_.data(), lora_.flat_size);
+  for (const ParamInfo& p : params_)
+    be_->convert(dt_, at(cw_.data(), p.offset), sdt_, sat(weights_.data(), p.offset), p.numel());
+  for (const ParamInfo& p : lora_.params)
+    be_->convert(dt_, at(clw_.data(), p.offset), sdt_, sat(lora_weights_.data(), p.offset),
+                 p.numel());
 }
 
 void Transformer::fold_compute_grads() {
   if (!mixed()) return;
   const bool lora = has_lora();
-  const int64_t n = lora ? lora_.flat_size : flat_size_;
-  const Buffer wide(be_, static_cast<size_t>(n) * ses_);
-  be_->convert(sdt_, wide.data(), dt_, lora ? clg_.data() : cg_.data(), n);
-  be_->accumulate(sdt_, lora ? lora_grads_.data() : grads_.data(), wide.data(), n);
-  be_->discard(wide.data());
+  void* wide = lora ? lora_grads_.data() : grads_.data();
+  void* narrow = lora ? clg_.data() : cg_.data();
+  const std::vector<ParamInfo>& params = lora ? lora_.params : params_;
+  int64_t largest = 0;
+  for (const ParamInfo& p : params) largest = std::max(largest, p.numel());
+  const Buffer scratch(be_, static_cast<size_t>(largest) * ses_);
+  for (const ParamInfo& p : params) {
+    be_->convert(sdt_, scratch.data(), dt_, at(narrow, p.offset), p.numel());
+    be_->accumulate(sdt_, sat(wide, p.offset), scratch.data(), p.numel());
+  }
+  be_->discard(scratch.data());
 }
 
 Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
@@ -183,7 +208,10 @@ Transformer::LayerActs Transformer::layer_acts(int64_t l) const {
 
 void Transformer::ensure_grads() {
   if (has_lora()) return;
-  if (!grads_.data()) grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * ses_);
+  if (!grads_.data()) {
+    grads_ = Buffer(be_, static_cast<size_t>(flat_size_) * ses_);
+    describe_flat(grads_.data(), params_, sdt_, "grad.");
+  }
   if (mixed() && !cg_.data()) cg_ = Buffer(be_, static_cast<size_t>(flat_size_) * es_);
 }
 
@@ -196,6 +224,10 @@ void Transformer::zero_grads() {
   } else {
     be_->zero(grads_.data(), static_cast<size_t>(flat_size_) * ses_);
   }
+}
+
+void Transformer::discard_grads() {
+  if (void* g = trainable_grads_data()) be_->discard(g);
 }
 
 void* Transformer::grad_sink(void* g, int which) const {
@@ -273,10 +305,11 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
   const int64_t N = B * T, L = cfg.num_hidden_layers, C = d.C;
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
   auto st = [&](int64_t n) { return static_cast<size_t>(n) * ss; };
-  auto* ints = static_cast<int32_t*>(c.take(3 * sizeof(int32_t) * N));
-  p.ids = ints;
-  p.labels = ints ? ints + N : nullptr;
-  p.pos = ints ? ints + 2 * N : nullptr;
+  auto ints = [&]() { return static_cast<int32_t*>(c.take(sizeof(int32_t) * N)); };
+  p.ids = ints();
+  p.labels = ints();
+  p.pos = ints();
+  p.doc_start = ints();
   for (int64_t l = 0; l <= L; ++l) p.res.push_back(c.take(e(N * C)));
   const int64_t sets = checkpointing ? 1 : L;
   for (int64_t s = 0; s < sets; ++s)
@@ -357,6 +390,11 @@ void Transformer::plan(int64_t B, int64_t T) {
   carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, ss_, B, T, checkpointing_, p->chunk,
                               mlp_keeps(cfg_, activation_bits_));
   LMT_CHECK(c.used() == p->bytes, "activation plan size mismatch");
+  const std::pair<int32_t*, const char*> batch[] = {{p->ids, "batch.ids"},
+                                                    {p->labels, "batch.labels"},
+                                                    {p->pos, "batch.positions"},
+                                                    {p->doc_start, "batch.doc_start"}};
+  for (const auto& [at, name] : batch) be_->describe(at, TensorDesc{name, DType::i32, {B, T}});
   plan_ = std::move(p);
 }
 
@@ -376,7 +414,6 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
   }
   std::vector<int32_t> pos(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i) pos[i] = static_cast<int32_t>(i % T);
-  doc_start_.clear();
   if (packing && packing->positions) {
     for (int64_t i = 0; i < N; ++i) {
       // Learned positions have a table of max_position_embeddings rows; RoPE takes any position
@@ -390,10 +427,11 @@ void Transformer::upload_batch(const int32_t* ids, const int32_t* labels, int64_
       pos[i] = packing->positions[i];
     }
   }
-  if (packing && packing->doc_start) doc_start_.assign(packing->doc_start, packing->doc_start + N);
+  packed_ = packing && packing->doc_start;
   set_rope(N > 0 ? *std::max_element(pos.begin(), pos.end()) + 1 : 0);
   be_->from_host(plan_->ids, ids, sizeof(int32_t) * N);
   be_->from_host(plan_->pos, pos.data(), sizeof(int32_t) * N);
+  if (packed_) be_->from_host(plan_->doc_start, packing->doc_start, sizeof(int32_t) * N);
   plan_->host_labels.assign(static_cast<size_t>(N), kIgnoreIndex);
   if (labels) {
     for (int64_t i = 0; i < N; ++i) {
@@ -710,7 +748,7 @@ AttentionArgs Transformer::attention_args(int64_t l, int64_t B, int64_t T) const
   a.scale = 1.0 / std::sqrt(s);
   a.softcap = cfg_.attn_logit_softcapping;
   a.window = cfg_.is_sliding_layer(l) ? cfg_.sliding_window : 0;
-  a.doc_start = doc_start_.empty() ? nullptr : doc_start_.data();
+  a.doc_start = packed_ ? plan_->doc_start : nullptr;
   return a;
 }
 
@@ -750,37 +788,48 @@ void Transformer::head_backward_input(const void* dlogits, void* dh, int64_t n) 
   });
 }
 
-// The chunked cross-entropy head: logits exist for `chunk` tokens at a time. With backward, each
-// chunk's logits become their gradient in place and flow into dh (d loss / d final norm output)
-// and the head's weight gradient before the next chunk overwrites them. The loss sum accumulates
-// in a device scalar, and every chunk runs whatever its labels (no decision on the data): the
-// sum is read after the backward, or at the step's end (take_loss_sum), as a compiled step
-// returns it.
+// The chunked cross-entropy head: logits exist for `chunk` tokens at a time (Backend::head_loss).
+// With backward, the chunks' gradients flow into dh (d loss / d final norm output) and the head's
+// weight gradient. The loss sum accumulates in a device scalar, and every chunk runs whatever its
+// labels (no decision on the data): the sum is read after the backward, or at the step's end
+// (take_loss_sum), as a compiled step returns it. A head held in bf16 (a LoRA base) goes through
+// its blocks of converted rows here instead.
 LossSum Transformer::head_loss(bool backward, double grad_scale) {
   const Plan& p = *plan_;
-  const int64_t C = cfg_.hidden_size;
-  void* gw = param_ptr(head_, true);
-  auto* acc = loss_acc();
-  for (int64_t s = 0; s < p.N; s += p.chunk) {
-    const int64_t n = std::min(p.chunk, p.N - s);
-    head_forward(at(p.hf, s * C), p.logits, n);
-    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, dims_.V, kIgnoreIndex,
-                       backward ? grad_scale : 0.0, cfg_.final_logit_softcapping);
-    be_->sum(dt_ == DType::f64 ? DType::f64 : DType::f32, acc, p.losses, n);  // losses: f32 or f64
-    if (backward) {
-      head_backward_input(p.logits, at(p.dh, s * C), n);
-      if (gw)
-        be_->gemm(dt_, true, false, dims_.V, C, n, 1.0, p.logits, dims_.V, at(p.hf, s * C), C, 1.0,
-                  gw, C);
-    }
-  }
+  HeadLossArgs a;
+  a.N = p.N, a.C = cfg_.hidden_size, a.V = dims_.V, a.chunk = p.chunk;
+  a.ignore_index = kIgnoreIndex;
+  a.grad_scale = backward ? grad_scale : 0.0;
+  a.softcap = cfg_.final_logit_softcapping;
+  if (!base_staged() || saved(head_))
+    be_->head_loss(dt_, a, p.hf, param_ptr(head_, false), p.labels, loss_acc(), p.dh,
+                   param_ptr(head_, true), p.logits, p.losses);
+  else
+    staged_head_loss(a);
   LossSum out;
   for (int32_t label : p.host_labels) out.tokens += label != kIgnoreIndex;
   return out;
 }
 
+// Backend::head_loss's chunks with the head's rows converted from the bf16 base a block at a time
+// (a frozen head: no weight gradient).
+void Transformer::staged_head_loss(const HeadLossArgs& a) {
+  const Plan& p = *plan_;
+  for (int64_t s = 0; s < a.N; s += a.chunk) {
+    const int64_t n = std::min(a.chunk, a.N - s);
+    head_forward(at(p.hf, s * a.C), p.logits, n);
+    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, a.V, a.ignore_index,
+                       a.grad_scale, a.softcap);
+    be_->sum(dt_ == DType::f64 ? DType::f64 : DType::f32, loss_acc(), p.losses, n);
+    if (a.grad_scale != 0) head_backward_input(p.logits, at(p.dh, s * a.C), n);
+  }
+}
+
 double* Transformer::loss_acc() {
-  if (!loss_acc_.data()) loss_acc_ = Buffer(be_, sizeof(double));  // zeroed
+  if (!loss_acc_.data()) {
+    loss_acc_ = Buffer(be_, sizeof(double));  // zeroed
+    be_->describe(loss_acc_.data(), TensorDesc{"loss_sum", DType::f64, {}});
+  }
   return loss_acc_.as<double>();
 }
 
@@ -820,8 +869,12 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   be_->zero(p.dx, static_cast<size_t>(p.N * C) * es_);
   norm_backward(param_ptr(norm_, false), param_ptr(norm_, true), param_ptr(norm_b_, true), p.dx,
                 p.dh, p.res[L], p.meanf, p.rstdf, p.N);
+  const size_t nc_bytes = static_cast<size_t>(p.N * C) * es_;
   for (int64_t l = L - 1; l >= 0; --l) {
-    if (checkpointing_) layer_forward(l);  // recompute this layer's working set
+    if (checkpointing_) {  // recompute this layer's working set from its input, once dx is there
+      be_->recompute_from({{p.res[l], nc_bytes}, {p.dx, nc_bytes}});
+      layer_forward(l);
+    }
     layer_backward(l);
   }
   embed_backward(p.dx, p.ids, p.pos, p.N);

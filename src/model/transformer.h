@@ -107,6 +107,10 @@ class Transformer {
   // norm_init(). Independent of threads.
   void init_weights(uint64_t seed);
   void zero_grads();
+  // The gradients are no longer needed (the optimizer has stepped): until the next zero_grads()
+  // or forward_backward() their values are unspecified. A compiling backend then keeps them
+  // inside the step's program instead of writing them out.
+  void discard_grads();
 
   // LoRA dropout: the masks of the next forward_backward are Philox streams under `seed`, one per
   // (micro_batch, adapter), so a layer recomputed under checkpointing, and a resumed run, draw
@@ -247,6 +251,9 @@ class Transformer {
   };
 
   void build_layout();
+  // Tells the backend the named tensors of a flat buffer of `dt` at `base` (Backend::describe).
+  void describe_flat(const void* base, const std::vector<ParamInfo>& params, DType dt,
+                     const std::string& prefix) const;
   void ensure_grads();
   void set_rope(int64_t seq_len);
   void plan(int64_t B, int64_t T);
@@ -310,6 +317,7 @@ class Transformer {
   void layer_backward(int64_t l);
   // Adds the batch's loss sum to loss_acc() (on the device); returns the labelled tokens.
   LossSum head_loss(bool backward, double grad_scale);
+  void staged_head_loss(const HeadLossArgs& a);
   double* loss_acc();
   // Tells the backend that the activation arena and the other per-pass scratch are dead.
   void discard_scratch();
@@ -368,7 +376,7 @@ class Transformer {
   Activation act_ = Activation::silu;  // the MLP's, from cfg_.hidden_act
   int64_t loss_chunk_ = 1024;
   std::unique_ptr<Plan> plan_;
-  std::vector<int32_t> doc_start_;  // host [B, T] of the current batch, or empty (no packing)
+  bool packed_ = false;  // the current batch is packed: attention reads plan_->doc_start
   LoraSpec lora_spec_;
   LoraLayout lora_;
   std::vector<LayerLora> layer_lora_;  // per layer, with adapters

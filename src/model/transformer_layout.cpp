@@ -241,11 +241,17 @@ void Transformer::set_base_dtype(DType dt, int64_t head_block_rows) {
     }
   small_ = Buffer(be_, static_cast<size_t>(small) * es_);
   for (size_t i = 0; i < params_.size(); ++i)
-    if (small_at_[i] >= 0)
-      be_->copy(at(small_.data(), small_at_[i]), at(weights_.data(), params_[i].offset),
+    if (small_at_[i] >= 0) {
+      void* dst = at(small_.data(), small_at_[i]);
+      be_->describe(dst, TensorDesc{params_[i].name, dt_, params_[i].shape.dims()});
+      be_->copy(dst, at(weights_.data(), params_[i].offset),
                 static_cast<size_t>(params_[i].numel()) * es_);
+    }
   Buffer half(be_, static_cast<size_t>(flat_size_) * dtype_size(dt));
-  be_->convert(dt, half.data(), dt_, weights_.data(), flat_size_);
+  describe_flat(half.data(), params_, dt, "");
+  for (const ParamInfo& p : params_)  // per tensor, as the parts of `half` are
+    be_->convert(dt, static_cast<char*>(half.data()) + p.offset * dtype_size(dt), dt_,
+                 at(weights_.data(), p.offset), p.numel());
   weights_ = std::move(half);
   base_dt_ = dt;
   const auto [rows, elems] = staging_shape(cfg_, layer_range_, head_block_rows);
@@ -286,6 +292,8 @@ void Transformer::add_lora(const LoraSpec& spec, uint64_t seed) {
   const size_t bytes = static_cast<size_t>(lora_.flat_size) * ses_;
   lora_weights_ = Buffer(be_, bytes);
   lora_grads_ = Buffer(be_, bytes);
+  describe_flat(lora_weights_.data(), lora_.params, sdt_, "");
+  describe_flat(lora_grads_.data(), lora_.params, sdt_, "grad.");
   grads_ = Buffer(), cg_ = Buffer();  // the base is frozen
   if (mixed()) {
     clw_ = Buffer(be_, static_cast<size_t>(lora_.flat_size) * es_);

@@ -33,8 +33,8 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
     throw UserError(
         "optimizer.name: muon needs hidden weight matrices to train, and there are none "
         "among the trained parameters (use adamw, lion or sgd)");
-  muon_spans_ = make_spans(hidden, total, true, s, false, &muon_params_, &momentum_size_);
-  adamw_spans_ = make_spans(rest, total, true, s, false, &adamw_params_, &adamw_size_);
+  muon_spans_ = make_spans(hidden, total, true, s, &muon_params_, &momentum_size_);
+  adamw_spans_ = make_spans(rest, total, true, s, &adamw_params_, &adamw_size_);
   for (size_t i = 0; i < hidden.size(); ++i) {
     const ParamInfo& p = hidden[i];
     const int64_t rows = p.shape[0], cols = p.shape[1];
@@ -60,6 +60,7 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
   x_ = f32(2 * z.largest);
   work_ = f32(2 * z.widest * z.widest);
   norm_ = Buffer(be, sizeof(double));
+  be->describe(norm_.data(), TensorDesc{"muon.norm_sum_squares", DType::f64, {}});
 }
 
 uint64_t Muon::bytes() const {

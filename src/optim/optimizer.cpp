@@ -25,7 +25,7 @@ bool decays(ParamKind kind, bool decay_embeddings, bool decay_norms_and_biases) 
 }
 
 std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total, bool compact,
-                             const OptimizerSpec& spec, bool merge_decay,
+                             const OptimizerSpec& spec,
                              std::vector<ParamInfo>* state_params, int64_t* state_size) {
   std::vector<const ParamInfo*> sorted;
   for (const ParamInfo& p : params) sorted.push_back(&p);
@@ -45,14 +45,8 @@ std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total
     }
     state = at + p->numel();
     if (begin == end) continue;
-    const Span s{begin, at, end - begin,
-                 decays(p->kind, spec.decay_embeddings, spec.decay_norms_and_biases)};
-    Span* last = spans.empty() ? nullptr : &spans.back();
-    if (last && last->param + last->n == s.param && last->state + last->n == s.state &&
-        (merge_decay || last->decay == s.decay))
-      last->n += s.n;
-    else
-      spans.push_back(s);
+    spans.push_back(Span{begin, at, end - begin,
+                         decays(p->kind, spec.decay_embeddings, spec.decay_norms_and_biases)});
   }
   if (state_size) *state_size = compact ? state : total;
   return spans;
@@ -63,7 +57,10 @@ Optimizer::Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t 
       params_(params),
       total_(total),
       stats_(be, 2 * sizeof(double)),
-      norm_spans_(make_spans(params, total, false, OptimizerSpec{}, true)) {}
+      norm_spans_(make_spans(params, total, false, OptimizerSpec{})) {
+  be->describe(stats_.data(), TensorDesc{"grad_sum_squares", DType::f64, {}});
+  be->describe(stats_.as<double>() + 1, TensorDesc{"clip_scale", DType::f64, {}});
+}
 
 double Optimizer::clip_and_step(float* params, const float* grads, double lr, double grad_clip) {
   // Norm, clipping scale and the non-finite skip stay on the device; the norm is read once, after
@@ -87,7 +84,7 @@ Lion::Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
     : Optimizer(be, params, total),
       spec_(s),
       m_(be, static_cast<size_t>(total) * sizeof(float)),
-      spans_(make_spans(params, total, false, s, false)) {}
+      spans_(make_spans(params, total, false, s)) {}
 
 void Lion::update(float* params, const float* grads, double lr, const double* grad_scale) {
   for (const Span& s : spans_)
@@ -105,7 +102,7 @@ Sgd::Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const
     : Optimizer(be, params, total),
       spec_(s),
       buf_(be, static_cast<size_t>(total) * sizeof(float)),
-      spans_(make_spans(params, total, false, s, false)) {}
+      spans_(make_spans(params, total, false, s)) {}
 
 void Sgd::update(float* params, const float* grads, double lr, const double* grad_scale) {
   for (const Span& s : spans_)
@@ -117,8 +114,10 @@ std::vector<StateBuffer> Sgd::state() const {
   return {{"momentum_buffer.", momentum_data(), total_, params_}};
 }
 
-std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
-                                          int64_t total, const OptimizerSpec& spec) {
+namespace {
+
+std::unique_ptr<Optimizer> construct(Backend* be, const std::vector<ParamInfo>& params,
+                                     int64_t total, const OptimizerSpec& spec) {
   if (spec.name == "adamw")
     return std::make_unique<AdamW>(be, params, total,
                                    AdamWConfig{spec.beta1, spec.beta2, spec.eps, spec.weight_decay,
@@ -127,6 +126,18 @@ std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamIn
   if (spec.name == "sgd") return std::make_unique<Sgd>(be, params, total, spec);
   if (spec.name == "muon") return std::make_unique<Muon>(be, params, total, spec);
   throw UserError("optimizer.name '" + spec.name + "' is not one of adamw, lion, sgd, muon");
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
+                                          int64_t total, const OptimizerSpec& spec) {
+  std::unique_ptr<Optimizer> opt = construct(be, params, total, spec);
+  for (const StateBuffer& s : opt->state())  // each moment its own tensor, named as saved
+    for (const ParamInfo& p : s.params)
+      if (p.numel() > 0)
+        be->describe(s.data + p.offset, TensorDesc{s.prefix + p.name, DType::f32, p.shape.dims()});
+  return opt;
 }
 
 uint64_t optimizer_bytes(const OptimizerSpec& spec, const std::vector<ParamInfo>& params,

@@ -42,20 +42,22 @@ struct StateBuffer {
   std::vector<ParamInfo> params;
 };
 
-// A run of adjacent parameters with one decay choice: n elements at `param` in the flat parameter
-// buffer and at `state` in the state buffers.
+// One parameter as the optimizer steps it: n elements at `param` in the flat parameter buffer and
+// at `state` in the state buffers, and its decay choice. Each kernel call covers one tensor, never
+// a run of neighbours: a compiling backend (pjrt) holds each tensor as its own array, and one call
+// over several would be their concatenation, cut apart again.
 struct Span {
   int64_t param = 0, state = 0, n = 0;
   bool decay = false;
   bool operator==(const Span&) const = default;
 };
 
-// The spans of `params` (sorted by offset), merged where adjacent in both layouts with the same
-// decay (or any decay with merge_decay). compact: state offsets are packed in parameter order
-// (state_params gets those offsets and *state_size the total); otherwise they are the flat
-// offsets. Throws for parameters that overlap or lie outside [0, total).
+// The spans of `params` (sorted by offset; empty parameters have none). compact: state offsets
+// are packed in parameter order (state_params gets those offsets and *state_size the total);
+// otherwise they are the flat offsets. Throws for parameters that overlap or lie outside
+// [0, total).
 std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total, bool compact,
-                             const OptimizerSpec& spec, bool merge_decay,
+                             const OptimizerSpec& spec,
                              std::vector<ParamInfo>* state_params = nullptr,
                              int64_t* state_size = nullptr);
 
@@ -91,7 +93,7 @@ class Optimizer {
 
  private:
   Buffer stats_;                  // device f64 [sum of squared gradients, clipping scale]
-  std::vector<Span> norm_spans_;  // every parameter, merged across decay choices
+  std::vector<Span> norm_spans_;  // every parameter
 };
 
 // The optimizer `spec.name` over `params` (named views of a flat buffer of `total` elements).

@@ -26,7 +26,7 @@ constexpr int64_t kPeakGemmSize = 2048;
 nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
   set_threads(cfg.train.threads);
   check_training_memory(cfg, physical_memory_bytes());
-  auto be = make_backend(cfg.train.backend, cfg.train.pjrt_plugin);
+  auto be = make_backend(cfg.train.backend, {cfg.train.pjrt_plugin, cfg.train.deterministic});
   const ModelConfig& mc = cfg.model;
   const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;
   const int64_t accum = cfg.train.grad_accum_steps;
@@ -63,6 +63,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps) {
     opt.clip_and_step(static_cast<float*>(model.trainable_data()),
                       static_cast<float*>(model.trainable_grads_data()), cfg.train.lr,
                       cfg.train.grad_clip);
+    model.discard_grads();
     model.take_loss_sum();
     be->synchronize();
   };

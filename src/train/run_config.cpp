@@ -104,6 +104,9 @@ void validate_train(const TrainConfig& t) {
     throw UserError("train.pjrt_plugin is set, but train.backend is '" + t.backend +
                     "' (the plugin is used with backend pjrt)");
   require_one_of("train.precision", t.precision, {"f32", "bf16"});
+  if (t.deterministic && t.backend != "pjrt")
+    throw UserError("train.deterministic is set, but train.backend is '" + t.backend +
+                    "' (it asks XLA for deterministic ops; the CPU backend always is)");
   if (t.precision == "bf16" && t.backend != "pjrt")
     throw UserError("train.precision is 'bf16', but train.backend is '" + t.backend +
                     "' (bf16 compute needs backend pjrt; the CPU backend's kernels are f32)");

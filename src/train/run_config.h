@@ -95,6 +95,7 @@ struct TrainConfig {
   std::string backend = "cpu";
   std::string pjrt_plugin;
   std::string precision = "f32";
+  bool deterministic = false;
   int64_t micro_batch_size = 8;
   int64_t grad_accum_steps = 1;
   int64_t max_steps = 1000;
@@ -130,6 +131,9 @@ struct TrainConfig {
     v("precision", precision,
       "f32, or bf16 (backend pjrt: bf16 compute, f32 master weights, gradients, moments and "
       "loss)");
+    v("deterministic", deterministic,
+      "backend pjrt: ask XLA for deterministic ops (GPUs: no atomic scatter-adds or reductions, "
+      "so a run and its resume repeat exactly; slower). The CPU backend always is");
     v("micro_batch_size", micro_batch_size, "sequences per forward/backward pass");
     v("grad_accum_steps", grad_accum_steps, "micro-batches per optimizer step");
     v("max_steps", max_steps, "optimizer steps in the run");

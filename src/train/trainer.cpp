@@ -138,7 +138,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       eval_loader = std::make_unique<EvalLoader>(*data.validation, B);
   }
 
-  auto be = make_backend(tc.backend, tc.pjrt_plugin);
+  auto be = make_backend(tc.backend, {tc.pjrt_plugin, tc.deterministic});
   Transformer model(be.get(), cfg.model);
   const bool lora = cfg.lora.rank > 0;
   model.set_activation_checkpointing(tc.activation_checkpointing);
@@ -357,6 +357,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     const double norm =
         opt.clip_and_step(static_cast<float*>(model.trainable_data()),
                           static_cast<float*>(model.trainable_grads_data()), lr, tc.grad_clip);
+    model.discard_grads();  // dead until the next step: kept inside the step's program on pjrt
     const double mean_loss = model.take_loss_sum() / static_cast<double>(loss_tokens);
     if (!std::isfinite(mean_loss))
       throw NonFiniteError(

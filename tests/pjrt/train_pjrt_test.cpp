@@ -215,7 +215,7 @@ TEST(PjrtPlugin, MissingOrNotAPluginIsOneErrorNamingIt) {
   for (const std::string path :
        {std::string("/nonexistent/libtpu.so"), std::string("/etc/hostname")}) {
     try {
-      make_backend("pjrt", path);
+      make_backend("pjrt", {.pjrt_plugin = path});
       ADD_FAILURE() << path << " was accepted";
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();

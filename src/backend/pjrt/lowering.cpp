@@ -237,6 +237,15 @@ struct AttentionCore {
   Value p, lse;      // probabilities and log-sum-exp [B, H, T]
 };
 
+// Scores, softmax and sums in f32 for bf16 and f16 inputs (their products in their own type,
+// accumulated in f32), else in the inputs' type.
+DType compute_of(DType t) {
+  return t == DType::bf16 || t == DType::f16 ? DType::f32 : t;
+}
+Value to(StablehloBuilder& b, const Value& x, DType t) {
+  return x.dtype == t ? x : b.convert(x, t);
+}
+
 Value heads_first(StablehloBuilder& b, const Value& x) {  // [B,T,H,D] -> [B,H,T,D]
   return b.transpose(x, {0, 2, 1, 3});
 }
@@ -258,11 +267,12 @@ AttentionCore attention_core(StablehloBuilder& b, const AttentionArgsHlo& a, con
   c.kh = repeat_kv(b, k, H);
   c.vh = repeat_kv(b, v, H);
   const std::vector<int64_t> S = {B, H, T, T};
-  Value s = b.multiply(b.dot_general(c.qh, c.kh, {0, 1}, {0, 1}, {3}, {3}),
-                       b.constant(a.scale, q.dtype, S));
+  const DType f = compute_of(q.dtype);
+  Value s = b.multiply(b.dot_general(c.qh, c.kh, {0, 1}, {0, 1}, {3}, {3}, f),
+                       b.constant(a.scale, f, S));
   if (a.softcap > 0) {
-    c.t = b.tanh(b.divide(s, b.constant(a.softcap, q.dtype, S)));
-    s = b.multiply(b.constant(a.softcap, q.dtype, S), c.t);
+    c.t = b.tanh(b.divide(s, b.constant(a.softcap, f, S)));
+    s = b.multiply(b.constant(a.softcap, f, S), c.t);
   }
   const Value i = b.iota(DType::i32, S, 2), j = b.iota(DType::i32, S, 3);
   Value valid = b.compare(j, i, CompareDir::le);
@@ -275,7 +285,7 @@ AttentionCore attention_core(StablehloBuilder& b, const AttentionArgsHlo& a, con
   if (doc_start)
     valid = both(valid, b.compare(j, b.broadcast_in_dim(*doc_start, S, {0, 2}), CompareDir::ge));
   c.valid = valid;
-  const Value lowest = b.constant(-INFINITY, q.dtype, S);
+  const Value lowest = b.constant(-INFINITY, f, S);
   s = b.select(valid, s, lowest);
   const Value max = b.reduce_max(s, {3});
   const Value e = b.exp(b.subtract(s, b.broadcast_in_dim(max, S, {0, 1, 2})));
@@ -297,7 +307,8 @@ Value sum_groups(StablehloBuilder& b, const Value& x, int64_t Hkv) {
 AttentionOut attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& q,
                                const Value& k, const Value& v, const Value* doc_start) {
   const AttentionCore c = attention_core(b, a, q, k, v, doc_start);
-  const Value o = b.dot_general(c.p, c.vh, {0, 1}, {0, 1}, {3}, {2});  // [B,H,T,D]
+  const Value o = b.dot_general(to(b, c.p, v.dtype), c.vh, {0, 1}, {0, 1}, {3}, {2},
+                                c.p.dtype);  // [B,H,T,D]
   return {b.transpose(o, {0, 2, 1, 3}), c.lse};
 }
 
@@ -309,17 +320,18 @@ AttentionGrads attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a
   const AttentionCore c = attention_core(b, a, q, k, v, doc_start);
   const int64_t B = q.dims[0], T = q.dims[1], H = q.dims[2], Hkv = k.dims[2];
   const std::vector<int64_t> S = {B, H, T, T};
-  const Value doh = heads_first(b, dout);
-  const Value oh = b.dot_general(c.p, c.vh, {0, 1}, {0, 1}, {3}, {2});
-  const Value dp = b.dot_general(doh, c.vh, {0, 1}, {0, 1}, {3}, {3});  // [B,H,T,T]
-  const Value row = b.reduce_sum(b.multiply(doh, oh), {3});             // [B,H,T]
+  const DType lo = q.dtype, f = compute_of(lo);
+  const Value doh = heads_first(b, to(b, dout, lo));
+  const Value pl = to(b, c.p, lo);
+  const Value oh = b.dot_general(pl, c.vh, {0, 1}, {0, 1}, {3}, {2}, f);
+  const Value dp = b.dot_general(doh, c.vh, {0, 1}, {0, 1}, {3}, {3}, f);  // [B,H,T,T]
+  const Value row = b.reduce_sum(b.multiply(to(b, doh, f), oh), {3});      // [B,H,T]
   Value ds = b.multiply(c.p, b.subtract(dp, b.broadcast_in_dim(row, S, {0, 1, 2})));
-  if (a.softcap > 0)
-    ds = b.multiply(ds, b.subtract(b.constant(1.0, q.dtype, S), b.multiply(c.t, c.t)));
-  ds = b.multiply(ds, b.constant(a.scale, q.dtype, S));
-  const Value dq = b.dot_general(ds, c.kh, {0, 1}, {0, 1}, {3}, {2});   // [B,H,T,D]
-  const Value dkh = b.dot_general(ds, c.qh, {0, 1}, {0, 1}, {2}, {2});  // [B,H,T(k),D]
-  const Value dvh = b.dot_general(c.p, doh, {0, 1}, {0, 1}, {2}, {2});
+  if (a.softcap > 0) ds = b.multiply(ds, b.subtract(b.constant(1.0, f, S), b.multiply(c.t, c.t)));
+  ds = to(b, b.multiply(ds, b.constant(a.scale, f, S)), lo);
+  const Value dq = b.dot_general(ds, c.kh, {0, 1}, {0, 1}, {3}, {2}, f);   // [B,H,T,D]
+  const Value dkh = b.dot_general(ds, c.qh, {0, 1}, {0, 1}, {2}, {2}, f);  // [B,H,T(k),D]
+  const Value dvh = b.dot_general(pl, doh, {0, 1}, {0, 1}, {2}, {2}, f);
   return {b.transpose(dq, {0, 2, 1, 3}), sum_groups(b, dkh, Hkv), sum_groups(b, dvh, Hkv)};
 }
 

@@ -122,6 +122,20 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
                                           const Value& v, const Value& out, const Value& lse,
                                           const Value* doc_start, int64_t block);
 
+// The output head and its loss (Backend::head_loss) on whole tensors: h [N,C] (bf16, f32 or
+// f64), w [V,C] of h's dtype, labels [N] i32. Logits and their softmax are formed in f32 (f64 for
+// f64) a chunk of `chunk` rows at a time: one chunk straight, several as a stablehlo.while over
+// the chunks (N padded to a whole number of them), so one chunk's logits exist at a time.
+// grad_scale: null for the loss only, else a runtime scalar of the compute type the gradients are
+// multiplied by. Returns the loss sum (f64 scalar) and, with grad_scale, dh [N,C] (h's dtype)
+// and, with want_dw, dw [V,C] summed over the chunks in the compute type.
+struct HeadLossOut {
+  Value loss_sum, dh, dw;
+};
+HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
+                      int64_t chunk, int32_t ignore_index, double softcap, const Value* grad_scale,
+                      bool want_dw);
+
 // Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32
 // scalar; the scale is NaN for a norm that is not finite. The per-step constants are runtime
 // scalars (f32) so that one compiled step serves every step: decay = 1 - lr wd, step_size =

@@ -57,6 +57,15 @@ Value ungroup_queries(StablehloBuilder& b, const Blocked& s, const Value& x) {
   return b.reshape(b.transpose(t, {0, 3, 1, 2, 4}), {s.B, s.T, s.Hq, s.D});
 }
 
+// The type scores, softmax statistics and sums are formed in: f32 for bf16 and f16 inputs (whose
+// products run in their own type with f32 accumulation), else the inputs' own.
+DType compute_of(DType t) {
+  return t == DType::bf16 || t == DType::f16 ? DType::f32 : t;
+}
+Value to(StablehloBuilder& b, const Value& x, DType t) {
+  return x.dtype == t ? x : b.convert(x, t);
+}
+
 Value min_i32(StablehloBuilder& b, const Value& x, const Value& y) {
   return b.select(b.compare(x, y, CompareDir::lt), x, y);
 }
@@ -96,9 +105,9 @@ struct Tile {
 Tile scores(StablehloBuilder& b, const AttentionArgsHlo& a, const Blocked& s, const Value& qb,
             const Value& kb, const Value& q0, const Value& k0) {
   const Dims S = {s.B, s.Hkv, s.G, s.bs, s.bs}, P = {s.bs, s.bs};
-  const DType dt = qb.dtype;
+  const DType dt = compute_of(qb.dtype);
   Tile r;
-  Value x = b.multiply(b.dot_general(qb, kb, {0, 1}, {0, 1}, {4}, {3}), b.constant(a.scale, dt, S));
+  Value x = b.multiply(b.dot_general(qb, kb, {0, 1}, {0, 1}, {4}, {3}, dt), b.constant(a.scale, dt, S));
   if (a.softcap > 0) {
     r.t = b.tanh(b.divide(x, b.constant(a.softcap, dt, S)));
     x = b.multiply(b.constant(a.softcap, dt, S), r.t);
@@ -191,7 +200,8 @@ Values softmax_step(StablehloBuilder& w, const AttentionArgsHlo& a, const Blocke
   const Value p = w.exp(w.subtract(t.s, rows(m, t.s.dims)));
   const Value alpha = w.exp(w.subtract(state[1], m));
   const Value l = w.add(w.multiply(state[2], alpha), w.reduce_sum(p, {4}));
-  const Value pv = w.dot_general(p, tile(w, s, s.vg, k0, 2), {0, 1}, {0, 1}, {4}, {2});
+  const Value vb = tile(w, s, s.vg, k0, 2);
+  const Value pv = w.dot_general(to(w, p, vb.dtype), vb, {0, 1}, {0, 1}, {4}, {2}, p.dtype);
   const Value acc = w.add(w.multiply(state[3], rows(alpha, state[3].dims)), pv);
   return {w.add(state[0], i32(w, 1)), m, l, acc};
 }
@@ -213,20 +223,21 @@ Values backward_step(StablehloBuilder& w, const AttentionArgsHlo& a, const Block
                      const RowInputs& in, const Value& kb, const Value& vb, const Value& k0,
                      const Values& state) {
   const Dims S = {s.B, s.Hkv, s.G, s.bs, s.bs};
-  const DType dt = kb.dtype;
+  const DType lo = kb.dtype, dt = compute_of(lo);
   auto rows = [&](const Value& x) { return w.broadcast_in_dim(x, S, {0, 1, 2, 3}); };
   const Value q0 = start_of(w, s, state[0]);
   const Value qb = tile(w, s, s.qg, q0, 3), dob = tile(w, s, in.dout, q0, 3);
   const Tile t = scores(w, a, s, qb, kb, q0, k0);
   const Value p = w.exp(w.subtract(t.s, rows(tile(w, s, in.lse, q0, 3))));
-  const Value dp = w.dot_general(dob, vb, {0, 1}, {0, 1}, {4}, {3});
+  const Value dp = w.dot_general(dob, vb, {0, 1}, {0, 1}, {4}, {3}, dt);
   Value ds = w.multiply(p, w.subtract(dp, rows(tile(w, s, in.delta, q0, 3))));
   if (a.softcap > 0) ds = w.multiply(ds, w.subtract(w.constant(1.0, dt, S), w.multiply(t.t, t.t)));
-  ds = w.multiply(ds, w.constant(a.scale, dt, S));
+  ds = to(w, w.multiply(ds, w.constant(a.scale, dt, S)), lo);
   const Value dq =
-      w.add(tile(w, s, state[1], q0, 3), w.dot_general(ds, kb, {0, 1}, {0, 1}, {4}, {2}));
-  const Value dk = w.add(state[2], w.dot_general(qb, ds, {0, 1}, {0, 1}, {2, 3}, {2, 3}));
-  const Value dv = w.add(state[3], w.dot_general(dob, p, {0, 1}, {0, 1}, {2, 3}, {2, 3}));
+      w.add(tile(w, s, state[1], q0, 3), w.dot_general(ds, kb, {0, 1}, {0, 1}, {4}, {2}, dt));
+  const Value dk = w.add(state[2], w.dot_general(qb, ds, {0, 1}, {0, 1}, {2, 3}, {2, 3}, dt));
+  const Value dv =
+      w.add(state[3], w.dot_general(dob, to(w, p, lo), {0, 1}, {0, 1}, {2, 3}, {2, 3}, dt));
   return {w.add(state[0], i32(w, 1)), put_tile(w, state[1], dq, q0, 3), dk, dv};
 }
 
@@ -236,9 +247,9 @@ AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsH
                                        const Value& q, const Value& k, const Value& v,
                                        const Value* doc_start, int64_t block) {
   const Blocked s = prepare(b, q, k, v, doc_start, block);
-  const DType dt = q.dtype;
+  const DType lo = q.dtype, dt = compute_of(lo);
   const Dims row = {s.B, s.Hkv, s.G, s.bs}, acc = {s.B, s.Hkv, s.G, s.bs, s.D};
-  const Values init = {i32(b, 0), b.constant(0.0, dt, {s.B, s.Hkv, s.G, s.Tp, s.D}),
+  const Values init = {i32(b, 0), b.constant(0.0, lo, {s.B, s.Hkv, s.G, s.Tp, s.D}),
                        b.constant(0.0, dt, {s.B, s.Hkv, s.G, s.Tp})};
   const Values done = b.while_loop(
       init,
@@ -258,7 +269,8 @@ AttentionOut attention_forward_blocked(StablehloBuilder& b, const AttentionArgsH
               return w.compare(y[0], qi, CompareDir::le);
             },
             [&](StablehloBuilder& w, const Values& y) { return softmax_step(w, a, s, qb, q0, y); });
-        const Value o = r.divide(state[3], r.broadcast_in_dim(state[2], acc, {0, 1, 2, 3}));
+        const Value o =
+            to(r, r.divide(state[3], r.broadcast_in_dim(state[2], acc, {0, 1, 2, 3})), lo);
         const Value lse = r.add(state[1], r.log(state[2]));
         return Values{r.add(qi, i32(r, 1)), put_tile(r, x[1], o, q0, 3),
                       put_tile(r, x[2], lse, q0, 3)};
@@ -274,15 +286,16 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
   const Blocked s = prepare(b, q, k, v, doc_start, block);
   LMT_CHECK(dout.dims == q.dims && out.dims == q.dims && lse.dims == (Dims{s.B, s.Hq, s.T}),
             "attention backward: dout and out [B,T,Hq,D], lse [B,Hq,T]");
-  const DType dt = q.dtype;
+  const DType dt = compute_of(q.dtype);
   RowInputs in;
-  in.dout = group_queries(b, s, dout);
-  in.delta = b.reduce_sum(b.multiply(in.dout, group_queries(b, s, out)), {4});
+  in.dout = group_queries(b, s, to(b, dout, q.dtype));
+  in.delta = b.reduce_sum(
+      b.multiply(to(b, in.dout, dt), to(b, group_queries(b, s, to(b, out, q.dtype)), dt)), {4});
   // Padded rows get lse = +inf: p = exp(s - lse) = 0 there.
   in.lse = b.reshape(pad(b, lse, 2, s.Tp, INFINITY), {s.B, s.Hkv, s.G, s.Tp});
   const Dims kv_tile = {s.B, s.Hkv, s.D, s.bs};  // transposed, as backward_step forms them
   const Values init = {i32(b, 0), b.constant(0.0, dt, s.qg.dims), b.constant(0.0, dt, s.kg.dims),
-                       b.constant(0.0, dt, s.vg.dims)};
+                       b.constant(0.0, dt, s.vg.dims)};  // gradients summed in the compute type
   const Values done = b.while_loop(
       init,
       [&](StablehloBuilder& r, const Values& x) {

@@ -33,7 +33,7 @@ void PjrtPlugin::check(PJRT_Error*, const char*) const {
   built_without_pjrt();
 }
 
-std::unique_ptr<Backend> make_pjrt_backend(const std::string&) {
+std::unique_ptr<Backend> make_pjrt_backend(const std::string&, const PjrtOptions&) {
   built_without_pjrt();
 }
 PjrtBackendStats pjrt_backend_stats(const Backend&) {

@@ -126,6 +126,29 @@ class StablehloBuilder {
   // x with `update` written at `start` (i32 scalars, clamped the same way).
   Value dynamic_update_slice(const Value& x, const Value& update, const std::vector<Value>& start);
 
+  // The same values, which the compiler may neither look through nor move computations across:
+  // what an activation checkpoint's recomputation starts from goes through one, so that XLA does
+  // not merge the recomputation with the forward pass it repeats (keeping the forward's values
+  // alive) and does not start it before the gradient that needs it exists.
+  std::vector<Value> optimization_barrier(const std::vector<Value>& xs);
+
+  // A call of a kernel the compiler's backend provides (cuDNN's fused attention on XLA's GPU
+  // backend). result_types gives each result's type (its dtype and dims; its value is unused).
+  struct CustomCall {
+    std::string target;          // e.g. "__cudnn$fmhaSoftmax"
+    std::string backend_config;  // as the target reads it (JSON for XLA's GPU kernels)
+    std::vector<Dims> operand_layouts, result_layouts;  // minor-to-major; empty: default
+  };
+  std::vector<Value> custom_call(const CustomCall& c, const std::vector<Value>& operands,
+                                 const std::vector<Value>& result_types);
+  // A value of this type for custom_call's result_types (no op is emitted).
+  static Value type_of(DType dtype, Dims dims) {
+    Value v;
+    v.dtype = dtype;
+    v.dims = std::move(dims);
+    return v;
+  }
+
  private:
   Value next(DType dtype, Dims dims, bool pred = false);
   std::string name(const Value& v) const;

@@ -1,0 +1,58 @@
+// PjrtPrograms: the compile cache and the running of programs (see pjrt_programs.h).
+#include "backend/pjrt/pjrt_programs.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace lmt {
+
+PjrtExecutable& PjrtPrograms::compiled(const std::string& text) {
+  auto found = programs_.find(text);
+  if (found != programs_.end()) return found->second;
+  dump(text);
+  Timer t;
+  found = programs_.emplace(text, client_.compile(text)).first;
+  stats_.compile_seconds += t.seconds();
+  ++stats_.programs_compiled;
+  return found->second;
+}
+
+std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
+  PjrtExecutable& exe = compiled(p.text);
+  stats_.last_program_chars = p.text.size();
+  stats_.last_program = p.text;
+  stats_.last_arguments = p.described_args;
+  if (compile_only_) return {};
+  std::vector<PjrtBuffer> uploads;
+  uploads.reserve(p.args.size());
+  std::vector<PjrtBuffer*> args;
+  for (const PjrtAssembled::Arg& a : p.args) {
+    if (a.dev) {
+      args.push_back(a.dev);
+    } else {
+      uploads.push_back(client_.to_device(a.host->data(), a.dtype, a.dims));
+      args.push_back(&uploads.back());
+    }
+  }
+  std::vector<PjrtBuffer> results = exe.execute(args, p.donate);
+  ++stats_.programs_run;
+  return results;
+}
+
+// LMTRAIN_PJRT_DUMP=DIR writes each program compiled to DIR/program_N.mlir (for reading, or for
+// compiling elsewhere).
+void PjrtPrograms::dump(const std::string& text) const {
+  const char* dir = std::getenv("LMTRAIN_PJRT_DUMP");
+  if (!dir || !*dir) return;
+  static int count = 0;  // per process: several backends may dump to one directory
+  const std::string path = std::string(dir) + "/program_" + std::to_string(count++) + ".mlir";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  LMT_CHECK(f, "LMTRAIN_PJRT_DUMP: cannot write " + path);
+  std::fwrite(text.data(), 1, text.size(), f);
+  std::fclose(f);
+}
+
+}  // namespace lmt

@@ -1,0 +1,38 @@
+// The PJRT backend's compiled programs: one executable per distinct program text, compiled when
+// first seen and kept for the process, and the running of an assembled program (its host data
+// uploaded, its donated arguments consumed). Counters for the tests and the benchmark.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/pjrt_client.h"
+#include "backend/pjrt/pjrt_trace.h"
+
+namespace lmt {
+
+class PjrtPrograms {
+ public:
+  PjrtPrograms(const PjrtClient& client, bool compile_only)
+      : client_(client), compile_only_(compile_only) {}
+
+  // Compiles p (or finds it compiled) and runs it; returns its outputs in order, or nothing when
+  // the backend only compiles.
+  std::vector<PjrtBuffer> run(PjrtAssembled& p);
+
+  const PjrtBackendStats& stats() const { return stats_; }
+
+ private:
+  PjrtExecutable& compiled(const std::string& text);
+  void dump(const std::string& text) const;
+
+  const PjrtClient& client_;
+  bool compile_only_;
+  std::unordered_map<std::string, PjrtExecutable> programs_;
+  PjrtBackendStats stats_;
+};
+
+}  // namespace lmt
