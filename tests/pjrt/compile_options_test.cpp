@@ -33,5 +33,16 @@ TEST(PjrtCompileOptions, SingleDevice) {
             bytes({0x1A, 0x06, 0x08, 0x00, 0x20, 0x01, 0x28, 0x01}));
 }
 
+TEST(PjrtCompileOptions, DeterministicIsADebugOptionOverride) {
+  // The single-device message, then env_option_overrides (7) { key (1) =
+  // "xla_gpu_exclude_nondeterministic_ops", value (2) { bool_field (2) = true } }.
+  const std::string name = "xla_gpu_exclude_nondeterministic_ops";
+  ASSERT_EQ(name.size(), 36u);
+  const std::string want = single_device_compile_options() + bytes({0x3A, 2 + 36 + 4, 0x0A, 36}) +
+                           name + bytes({0x12, 0x02, 0x10, 0x01});
+  EXPECT_EQ(compile_options(CompileSettings{.deterministic = true}), want);
+  EXPECT_EQ(compile_options(CompileSettings{}), single_device_compile_options());
+}
+
 }  // namespace
 }  // namespace lmt

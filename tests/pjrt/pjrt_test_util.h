@@ -1,8 +1,8 @@
 // Shared pieces of the PJRT tests: one client on XLA's CPU plugin per test process (loading the
 // plugin and creating a client is the slow part), fresh random inputs with their seed in the
-// failure message, and naive references in double. A machine without the plugin fails these tests
-// with the message that says to run scripts/setup.sh: CI always has it, so a skip would hide a
-// broken setup.
+// failure message, naive references in double, and the UserError a call throws. A machine without
+// the plugin fails these tests with the message that says to run scripts/setup.sh: CI always has
+// it, so a skip would hide a broken setup.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +24,34 @@
 #include "core/error.h"
 
 namespace lmt::test {
+
+// The message of the UserError that `fn` throws ("" and a test failure if it throws none).
+template <class Fn>
+std::string user_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no UserError was thrown";
+  return "";
+}
+
+// Sets (or, for nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    value ? setenv(name, value, 1) : unsetenv(name);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 class PjrtTest : public ::testing::Test {
  protected:

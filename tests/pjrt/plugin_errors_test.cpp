@@ -22,32 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::PjrtTest;
-
-// The message of the UserError that `fn` throws ("" and a test failure if it throws none).
-template <class Fn>
-std::string user_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no UserError was thrown";
-  return "";
-}
-
-// Sets (or, for nullptr, unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? setenv(name, value, 1) : unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? setenv(name_, old_->c_str(), 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
+using test::user_error_of;
 
 fs::path temp_dir(const std::string& name) {
   fs::path dir =

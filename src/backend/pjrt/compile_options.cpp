@@ -1,7 +1,16 @@
 // Field numbers come from XLA's xla/pjrt/proto/compile_options.proto:
 //   CompileOptionsProto.executable_build_options = 3 (ExecutableBuildOptionsProto)
+//   CompileOptionsProto.env_option_overrides = 7 (map<string, OptionOverrideProto>)
 //   ExecutableBuildOptionsProto.device_ordinal = 1, num_replicas = 4, num_partitions = 5
-// Every other field keeps its proto3 default. XLA's CPU plugin accepts this message as it is.
+//   OptionOverrideProto.bool_field = 2 (in a oneof)
+// Every other field keeps its proto3 default. XLA's CPU plugin accepts these messages as they are.
+//
+// Debug options go in env_option_overrides, by the name of their xla.DebugOptions field: the
+// client sets each one on top of XLA's defaults (CompileOptions::ApplyAllOptionOverrides). A
+// DebugOptions message in ExecutableBuildOptionsProto.debug_options (field 3) would instead replace
+// the defaults whole, every field we did not write falling to zero (optimisation level included).
+// A name DebugOptions does not have is refused at compile time ("No such compile option"); GPU
+// flags are DebugOptions fields like any other, so XLA:CPU accepts and ignores them.
 #include "backend/pjrt/compile_options.h"
 
 namespace lmt {
@@ -28,8 +37,24 @@ void put_message_field(std::string& out, int field, const std::string& body) {
 
 }  // namespace proto
 
-std::string single_device_compile_options() {
-  constexpr int kExecutableBuildOptions = 3;
+namespace {
+
+constexpr int kExecutableBuildOptions = 3, kEnvOptionOverrides = 7;
+
+// One entry of env_option_overrides: a map entry is a message {key = 1, value = 2}.
+void put_bool_override(std::string& options, const std::string& name, bool value) {
+  constexpr int kKey = 1, kValue = 2, kBoolField = 2;
+  std::string override_value;
+  proto::put_int_field(override_value, kBoolField, value ? 1 : 0);
+  std::string entry;
+  proto::put_message_field(entry, kKey, name);
+  proto::put_message_field(entry, kValue, override_value);
+  proto::put_message_field(options, kEnvOptionOverrides, entry);
+}
+
+}  // namespace
+
+std::string compile_options(const CompileSettings& settings) {
   constexpr int kDeviceOrdinal = 1, kNumReplicas = 4, kNumPartitions = 5;
   std::string build;
   proto::put_int_field(build, kDeviceOrdinal, 0);
@@ -37,7 +62,16 @@ std::string single_device_compile_options() {
   proto::put_int_field(build, kNumPartitions, 1);
   std::string options;
   proto::put_message_field(options, kExecutableBuildOptions, build);
+  // xla.proto: DebugOptions.xla_gpu_exclude_nondeterministic_ops (297). Not
+  // xla_gpu_deterministic_ops (148), which also turns off autotuning.
+  if (settings.deterministic) {
+    put_bool_override(options, "xla_gpu_exclude_nondeterministic_ops", true);
+  }
   return options;
+}
+
+std::string single_device_compile_options() {
+  return compile_options(CompileSettings{});
 }
 
 }  // namespace lmt

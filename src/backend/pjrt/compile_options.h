@@ -1,5 +1,5 @@
 // The serialized xla.CompileOptionsProto that PJRT_Client_Compile takes, written by hand: a few
-// protobuf wire-format fields are all a single-device program needs, so lmtrain does not depend on
+// protobuf wire-format fields are all lmtrain's programs need, so lmtrain does not depend on
 // protobuf or XLA's generated code.
 #pragma once
 
@@ -8,14 +8,26 @@
 
 namespace lmt {
 
-// Options for a program that runs on one device: one replica, one partition.
+// What lmtrain asks of XLA's compiler beyond "one device". Every field's default leaves XLA's own
+// default in place.
+struct CompileSettings {
+  // Only deterministic ops: the same inputs give the same bits, run after run. XLA's GPU backend
+  // then replaces its atomic scatters and reductions with slower deterministic ones; XLA:CPU is
+  // deterministic anyway and accepts the request.
+  bool deterministic = false;
+};
+
+// Options for a program that runs on one device (one replica, one partition) with `settings`.
+std::string compile_options(const CompileSettings& settings);
+// compile_options with every setting at its default.
 std::string single_device_compile_options();
 
-// The protobuf wire format, just enough for the message above (exposed for its test).
+// The protobuf wire format, just enough for the messages above (exposed for their test).
 namespace proto {
 void put_varint(std::string& out, uint64_t v);
-void put_int_field(std::string& out, int field, int64_t v);                    // wire type 0
-void put_message_field(std::string& out, int field, const std::string& body);  // wire type 2
+void put_int_field(std::string& out, int field, int64_t v);  // wire type 0 (int64, bool)
+// Wire type 2: a nested message, a string or bytes.
+void put_message_field(std::string& out, int field, const std::string& body);
 }  // namespace proto
 
 }  // namespace lmt

@@ -1,6 +1,7 @@
-// Creating a PJRT client, compiling StableHLO text for it, and copying arrays to its device.
-// Programs are handed over as MLIR text (PJRT_Program format "mlir"), which every XLA plugin
-// parses; compile options are the hand-written single-device message of compile_options.cpp.
+// Creating a PJRT client, compiling StableHLO text for it, copying arrays to its device, and
+// asking after the device's memory. Programs are handed over as MLIR text (PJRT_Program format
+// "mlir"), which every XLA plugin parses; compile options are the hand-written single-device
+// message of compile_options.cpp.
 #include "backend/pjrt/pjrt_client.h"
 
 #include "backend/pjrt/compile_options.h"
@@ -58,7 +59,7 @@ const PjrtPlugin& PjrtClient::plugin() const {
   return session_->plugin;
 }
 
-PjrtExecutable PjrtClient::compile(const std::string& mlir) const {
+PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSettings& settings) const {
   const PjrtPlugin& plugin = session_->plugin;
   const PJRT_Api* api = plugin.api();
   std::string code = mlir;  // PJRT_Program.code is not const
@@ -70,7 +71,7 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir) const {
   program.format = kFormat.data();
   program.format_size = kFormat.size();
 
-  const std::string options = single_device_compile_options();
+  const std::string options = compile_options(settings);
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = session_->client;
@@ -80,22 +81,30 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir) const {
   plugin.check(api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
   PjrtExecutable result(session_, args.executable, 0);
 
-  PJRT_LoadedExecutable_GetExecutable_Args get{};
-  get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
-  get.loaded_executable = args.executable;
-  plugin.check(api->PJRT_LoadedExecutable_GetExecutable(&get),
-               "PJRT_LoadedExecutable_GetExecutable");
+  ExecutableView view(plugin, args.executable);
   PJRT_Executable_NumOutputs_Args outputs{};
   outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
-  outputs.executable = get.executable;
-  PJRT_Error* error = api->PJRT_Executable_NumOutputs(&outputs);
-  PJRT_Executable_Destroy_Args destroy{};
-  destroy.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
-  destroy.executable = get.executable;
-  discard_error(plugin, api->PJRT_Executable_Destroy(&destroy));
-  plugin.check(error, "PJRT_Executable_NumOutputs");
+  outputs.executable = view.get();
+  plugin.check(api->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
   result.num_outputs_ = outputs.num_outputs;
   return result;
+}
+
+std::optional<DeviceMemory> PjrtClient::device_memory() const {
+  const PjrtPlugin& plugin = session_->plugin;
+  if (!plugin.api()->PJRT_Device_MemoryStats) return std::nullopt;
+  PJRT_Device_MemoryStats_Args args{};
+  args.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+  args.device = session_->device;
+  if (PJRT_Error* error = plugin.api()->PJRT_Device_MemoryStats(&args)) {
+    discard_error(plugin, error);  // the plugin's allocator keeps no statistics
+    return std::nullopt;
+  }
+  DeviceMemory m;
+  m.bytes_in_use = args.bytes_in_use;
+  if (args.peak_bytes_in_use_is_set) m.peak_bytes_in_use = args.peak_bytes_in_use;
+  if (args.bytes_limit_is_set) m.bytes_limit = args.bytes_limit;
+  return m;
 }
 
 PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int64_t> dims) const {

@@ -5,14 +5,24 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/pjrt/compile_options.h"
 #include "backend/pjrt/pjrt_buffer.h"
 #include "backend/pjrt/pjrt_executable.h"
 #include "backend/pjrt/pjrt_plugin.h"
 
 namespace lmt {
+
+// The allocator's account of a device's memory, in bytes (PJRT_Device_MemoryStats). Only
+// bytes_in_use is always given; a plugin leaves out what it does not track.
+struct DeviceMemory {
+  int64_t bytes_in_use = 0;
+  std::optional<int64_t> peak_bytes_in_use;
+  std::optional<int64_t> bytes_limit;  // what the allocator may hand out in all
+};
 
 class PjrtClient {
  public:
@@ -20,13 +30,19 @@ class PjrtClient {
   explicit PjrtClient(const std::string& plugin_path);
 
   const PjrtPlugin& plugin() const;
-  const std::string& platform_name() const { return platform_name_; }  // "cpu", "cuda", "tpu"
-  size_t device_count() const { return device_count_; }                // addressable devices
-  const std::string& device_kind() const { return device_kind_; }      // of the device we use
+  // As the plugin reports them (PJRT_Client_PlatformName; PJRT_DeviceDescription_Kind of the
+  // device programs run on): "cpu", "cuda", "tpu"; "cpu", "NVIDIA H100 80GB HBM3", "TPU v5 lite".
+  const std::string& platform_name() const { return platform_name_; }
+  const std::string& device_kind() const { return device_kind_; }
+  size_t device_count() const { return device_count_; }  // addressable devices
 
   // Compiles a StableHLO module given as MLIR text (`module { func.func @main(...) ... }`) for
   // one device. A program the plugin refuses is a UserError carrying its diagnostic.
-  PjrtExecutable compile(const std::string& mlir) const;
+  PjrtExecutable compile(const std::string& mlir, const CompileSettings& settings = {}) const;
+
+  // The memory of the device programs run on, now; nullopt for a plugin that does not track it
+  // (XLA's CPU plugin answers "GetAllocatorStats is not supported").
+  std::optional<DeviceMemory> device_memory() const;
 
   // Copies a dense row-major host array to the device and waits for the copy.
   PjrtBuffer to_device(const void* data, DType dtype, std::vector<int64_t> dims) const;

@@ -2,7 +2,9 @@
 // buffers and returns device buffers; nothing passes through the host unless asked.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -11,6 +13,21 @@
 struct PJRT_LoadedExecutable;
 
 namespace lmt {
+
+// What the compiler planned for one run of a program, in bytes (XLA's CompiledMemoryStats). The
+// device's memory (HBM on a GPU; on XLA:CPU, host memory that XLA owns) first, then the program's
+// buffers in the host memory space of an accelerator. On XLA:CPU a program with several results
+// returns them as a tuple, whose table of pointers (8 bytes a result) counts among the outputs.
+struct CompiledMemory {
+  int64_t argument = 0;        // the parameters' buffers
+  int64_t output = 0;          // the results' buffers, those aliased to parameters included
+  int64_t alias = 0;           // parameter bytes the results reuse (tf.aliasing_output)
+  int64_t temp = 0;            // scratch the program allocates while it runs
+  int64_t generated_code = 0;  // 0 where the plugin does not count it (XLA:CPU)
+  int64_t peak = 0;            // the most live at once, arguments included; 0 when not computed
+  int64_t host_argument = 0, host_output = 0, host_alias = 0, host_temp = 0;
+  int64_t host_generated_code = 0;
+};
 
 class PjrtExecutable {
  public:
@@ -24,6 +41,10 @@ class PjrtExecutable {
   ~PjrtExecutable() { reset(); }
 
   size_t num_outputs() const { return num_outputs_; }
+
+  // The plugin's account of the program's memory (PJRT_Executable_GetCompiledMemoryStats), or
+  // nullopt for a plugin that has none (the entry point missing, or an error in its place).
+  std::optional<CompiledMemory> compiled_memory() const;
 
   // Runs the program on the client's device and waits for it. args: one buffer per parameter of
   // @main, in order. Buffers whose index is in `donate` are given to the program, which may write

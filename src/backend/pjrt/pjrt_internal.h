@@ -20,6 +20,21 @@ struct PjrtSession {
   ~PjrtSession();
 };
 
+// The PJRT_Executable of a loaded program (PJRT_LoadedExecutable_GetExecutable), which the
+// questions about a compiled program (outputs, memory) are asked of; destroyed with this object.
+class ExecutableView {
+ public:
+  ExecutableView(const PjrtPlugin& plugin, PJRT_LoadedExecutable* loaded);
+  ExecutableView(const ExecutableView&) = delete;
+  ExecutableView& operator=(const ExecutableView&) = delete;
+  ~ExecutableView();
+  PJRT_Executable* get() const { return executable_; }
+
+ private:
+  const PjrtPlugin& plugin_;
+  PJRT_Executable* executable_ = nullptr;
+};
+
 // Waits for `event` (nullptr: nothing to wait for), destroys it, and throws the UserError of a
 // failed `call`.
 void await_event(const PjrtPlugin& plugin, PJRT_Event* event, const char* call);

@@ -1,4 +1,5 @@
-// The shared pieces of the PJRT wrappers: the client's lifetime, event waits, element types.
+// The shared pieces of the PJRT wrappers: the client's lifetime, a loaded program's executable,
+// event waits, element types.
 #include <string>
 
 #include "backend/pjrt/pjrt_internal.h"
@@ -12,6 +13,23 @@ PjrtSession::~PjrtSession() {
   args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
   args.client = client;
   discard_error(plugin, plugin.api()->PJRT_Client_Destroy(&args));
+}
+
+ExecutableView::ExecutableView(const PjrtPlugin& plugin, PJRT_LoadedExecutable* loaded)
+    : plugin_(plugin) {
+  PJRT_LoadedExecutable_GetExecutable_Args args{};
+  args.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  args.loaded_executable = loaded;
+  plugin.check(plugin.api()->PJRT_LoadedExecutable_GetExecutable(&args),
+               "PJRT_LoadedExecutable_GetExecutable");
+  executable_ = args.executable;
+}
+
+ExecutableView::~ExecutableView() {
+  PJRT_Executable_Destroy_Args args{};
+  args.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  args.executable = executable_;
+  discard_error(plugin_, plugin_.api()->PJRT_Executable_Destroy(&args));
 }
 
 void discard_error(const PjrtPlugin& plugin, PJRT_Error* error) noexcept {

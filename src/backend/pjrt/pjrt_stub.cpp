@@ -46,7 +46,10 @@ PjrtClient::PjrtClient(const std::string&) {
 const PjrtPlugin& PjrtClient::plugin() const {
   built_without_pjrt();
 }
-PjrtExecutable PjrtClient::compile(const std::string&) const {
+PjrtExecutable PjrtClient::compile(const std::string&, const CompileSettings&) const {
+  built_without_pjrt();
+}
+std::optional<DeviceMemory> PjrtClient::device_memory() const {
   built_without_pjrt();
 }
 PjrtBuffer PjrtClient::to_device(const void*, DType, std::vector<int64_t>) const {
@@ -62,6 +65,9 @@ PjrtExecutable& PjrtExecutable::operator=(PjrtExecutable&&) noexcept {
   return *this;
 }
 void PjrtExecutable::reset() noexcept {}
+std::optional<CompiledMemory> PjrtExecutable::compiled_memory() const {
+  built_without_pjrt();
+}
 std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const>,
                                                 std::span<const int>) {
   built_without_pjrt();
