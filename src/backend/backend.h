@@ -98,14 +98,14 @@ class Backend {
   // optimise and shard what it sees whole, not byte ranges of a flat buffer. The CPU backend's
   // flat buffers need nothing.
   virtual void describe(const void* p, const TensorDesc& t) {}
-  // Activation checkpointing: what follows recomputes values from the contents of `ranges` (a
-  // layer's saved input) that were computed from them before, and `ranges` also names what the
-  // recomputation must wait for (the gradient that needs it). A compiling backend ties them
-  // together (an optimization barrier) so that its compiler neither merges the recomputation
-  // with the forward pass it repeats, which would keep the forward's values alive and undo the
-  // checkpoint, nor moves it earlier. Values stay what they are; the CPU backend, which computes
-  // as it is called, has nothing to do.
-  virtual void recompute_from(const std::vector<MemoryRange>& ranges) {}
+  // Activation checkpointing: what follows recomputes, from the contents of `sources` (a layer's
+  // saved input), values computed from them before, and must not start before `after` (the
+  // gradient that needs the recomputation) exists. A compiling backend has to say both to its
+  // compiler, or it merges the recomputation with the forward pass it repeats (keeping the
+  // forward's values alive: the checkpoint undone) or runs it early (every layer's recomputed
+  // values alive at once). Values stay what they are; the CPU backend, which computes as it is
+  // called, has nothing to do.
+  virtual void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) {}
   virtual void synchronize() {}
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.

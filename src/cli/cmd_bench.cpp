@@ -11,6 +11,7 @@ Run add_bench(CLI::App& app) {
     std::string config;
     std::vector<std::string> sets;
     int64_t steps = 5;
+    bool compile_only = false;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--config", o->config, "YAML config file (model and train sections are used)")
@@ -19,9 +20,12 @@ Run add_bench(CLI::App& app) {
   app.add_option("--steps", o->steps, "timed optimizer steps")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{100000}));
+  app.add_flag("--compile-only", o->compile_only,
+               "backend pjrt: compile the step and report the memory XLA plans for it (arguments, "
+               "outputs, temporaries) without running it");
   return [o]() {
     RunConfig cfg = load_run_config(o->config, o->sets);
-    fmt::print("{}\n", run_bench(std::move(cfg), o->steps).dump());
+    fmt::print("{}\n", run_bench(std::move(cfg), o->steps, o->compile_only).dump());
     return 0;
   };
 }

@@ -872,7 +872,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   const size_t nc_bytes = static_cast<size_t>(p.N * C) * es_;
   for (int64_t l = L - 1; l >= 0; --l) {
     if (checkpointing_) {  // recompute this layer's working set from its input, once dx is there
-      be_->recompute_from({{p.res[l], nc_bytes}, {p.dx, nc_bytes}});
+      be_->recompute_from({{p.res[l], nc_bytes}}, {p.dx, nc_bytes});
       layer_forward(l);
     }
     layer_backward(l);

@@ -63,16 +63,24 @@ Optimizer::Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t 
 }
 
 double Optimizer::clip_and_step(float* params, const float* grads, double lr, double grad_clip) {
-  // Norm, clipping scale and the non-finite skip stay on the device; the norm is read once, after
-  // the update is queued, and decides the step count.
+  step(params, grads, lr, grad_clip);
+  return finish_step();
+}
+
+// Norm, clipping scale and the non-finite skip stay on the device; the norm is read once, after
+// the update is queued, and decides the step count.
+void Optimizer::step(float* params, const float* grads, double lr, double grad_clip) {
   double* sum_squares = stats_.as<double>();
   double* scale = sum_squares + 1;
   be_->zero(sum_squares, sizeof(double));
   for (const Span& s : norm_spans_) be_->sum_squares(DType::f32, sum_squares, grads + s.param, s.n);
   be_->clip_scale(scale, sum_squares, grad_clip);
   update(params, grads, lr, scale);
+}
+
+double Optimizer::finish_step() {
   double host = 0;
-  be_->to_host(&host, sum_squares, sizeof(double));
+  be_->to_host(&host, stats_.data(), sizeof(double));
   const double norm = std::sqrt(host);
   if (std::isfinite(norm)) ++step_;
   return norm;

@@ -70,6 +70,11 @@ class Optimizer {
   // apply). Returns the global gradient norm before clipping; grad_clip <= 0 disables clipping.
   // When the norm is not finite nothing is updated (parameters, state, step count).
   double clip_and_step(float* params, const float* grads, double lr, double grad_clip);
+  // The same in two halves, so that the caller can say the gradients are dead (Backend::discard)
+  // before the norm is read: step() queues the update on the device; finish_step() reads the
+  // norm, counts the step when it is finite, and returns it.
+  void step(float* params, const float* grads, double lr, double grad_clip);
+  double finish_step();
 
   // Completed steps (AdamW's bias correction uses step_count() + 1).
   int64_t step_count() const { return step_; }

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "backend/pjrt/pjrt_backend.h"
 #include "core/rng.h"
 #include "core/timer.h"
 
@@ -55,6 +58,58 @@ double measure_gemm_peak(Backend* be, DType dt, int64_t n, int reps) {
     if (rep > 0) best = std::min(best, t.seconds());  // the first one warms up
   }
   return 2.0 * static_cast<double>(n * n * n) / best;
+}
+
+namespace {
+
+// Dense peaks in TFLOP/s (no structured sparsity): bf16 and what an f32 product runs as. Sources in
+// docs/mfu.md. Matched by a part of the device kind, the first match taking it (the PCIe H100
+// before the SXM one).
+struct DevicePeak {
+  const char* kind_part;
+  const char* name;
+  double bf16, f32;
+  const char* f32_as;
+};
+constexpr DevicePeak kPeaks[] = {
+    {"H100 PCIe", "NVIDIA H100 PCIe", 756.0, 378.0, "TF32"},
+    {"H100", "NVIDIA H100 SXM", 989.4, 494.7, "TF32"},
+    {"H200", "NVIDIA H200 SXM", 989.4, 494.7, "TF32"},
+    {"A100", "NVIDIA A100", 312.0, 156.0, "TF32"},
+    {"TPU v4", "Cloud TPU v4", 275.0, 275.0, "bf16 passes"},
+    {"TPU v5 lite", "Cloud TPU v5e", 197.0, 197.0, "bf16 passes"},
+    {"TPU v5e", "Cloud TPU v5e", 197.0, 197.0, "bf16 passes"},
+    {"TPU v5p", "Cloud TPU v5p", 459.0, 459.0, "bf16 passes"},
+    {"TPU v5", "Cloud TPU v5p", 459.0, 459.0, "bf16 passes"},
+    {"TPU v6 lite", "Cloud TPU v6e", 918.0, 918.0, "bf16 passes"},
+    {"TPU v6e", "Cloud TPU v6e", 918.0, 918.0, "bf16 passes"},
+};
+
+}  // namespace
+
+std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt) {
+  for (const DevicePeak& p : kPeaks) {
+    if (device_kind.find(p.kind_part) == std::string::npos) continue;
+    const bool bf16 = dt == DType::bf16;
+    return PeakFlops{(bf16 ? p.bf16 : p.f32) * 1e12,
+                     fmt::format("the nominal dense {} peak of {}, {:.1f} TFLOP/s ({}docs/mfu.md)",
+                                 bf16 ? "bf16" : "f32", p.name, bf16 ? p.bf16 : p.f32,
+                                 bf16 ? "" : fmt::format("f32 products as {}; ", p.f32_as))};
+  }
+  return std::nullopt;
+}
+
+PeakFlops mfu_peak(Backend* be, DType dt, int64_t n, int reps) {
+  const PjrtBackendStats st = pjrt_backend_stats(*be);
+  if (be->name() == "pjrt") {
+    if (std::optional<PeakFlops> p = nominal_peak(st.device_kind, dt)) return *p;
+    if (st.platform != "cpu") n = std::max<int64_t>(n, 4096);
+  }
+  const double flops = measure_gemm_peak(be, dt, n, reps);
+  return PeakFlops{flops, fmt::format("a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on "
+                                      "this backend{})",
+                                      flops / 1e9, dt == DType::bf16 ? "bf16" : "f32", n, n, n,
+                                      st.device_kind.empty() ? "" : ", " + st.device_kind)};
 }
 
 }  // namespace lmt

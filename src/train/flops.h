@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/dtype.h"
@@ -21,7 +23,22 @@ double train_flops_per_token(const ModelConfig& m, int64_t seq_len, int64_t matm
 double train_flops_per_token(const Transformer& model, int64_t seq_len);
 
 // FLOP/s of the best of `reps` n x n x n GEMMs in `dt` (f32, or bf16 for mixed precision) on this
-// backend, after one untimed warm-up: the ceiling MFU is measured against.
+// backend, after one untimed warm-up.
 double measure_gemm_peak(Backend* be, DType dt, int64_t n, int reps);
+
+// The ceiling MFU is taken against, and what it is.
+struct PeakFlops {
+  double flops = 0;
+  std::string source;  // "the nominal dense bf16 peak of ...", "a measured peak of ..."
+};
+// The nominal dense peak in dt of an accelerator by the device kind PJRT reports for it (NVIDIA
+// H100, H200, A100; Cloud TPU v4, v5e, v5p, v6e: docs/mfu.md lists the figures and their
+// sources), or nullopt for a device not in the table. f32 on NVIDIA GPUs is TF32 (XLA's default
+// precision for f32 products there); on TPUs f32 products run as bf16 passes: their bf16 peak.
+std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt);
+// MFU's ceiling on this backend: the device's nominal peak where the table knows it (backend
+// pjrt), else the best of `reps` n x n x n GEMMs measured here (4096 on an accelerator PJRT does
+// not name, large enough to fill it).
+PeakFlops mfu_peak(Backend* be, DType dt, int64_t n, int reps);
 
 }  // namespace lmt

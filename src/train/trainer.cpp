@@ -249,14 +249,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
                              : "f32"));
   if (!init_line.empty()) metrics.log_line(init_line);
   if (const std::string a = opt.assignment(); !a.empty()) metrics.log_line(a);
-  // MFU's ceiling: one GEMM in the compute dtype, measured once (a 1024^3 GEMM is ~2 GFLOP).
-  const int64_t peak_n = 1024;
-  const double peak_flops = measure_gemm_peak(be.get(), model.compute_dtype(), peak_n, 3);
+  // MFU's ceiling: the device's nominal peak where it is known, else one GEMM in the compute
+  // dtype measured once (a 1024^3 GEMM is ~2 GFLOP).
+  const PeakFlops peak = mfu_peak(be.get(), model.compute_dtype(), 1024, 3);
+  const double peak_flops = peak.flops;
   const double flops_per_token = train_flops_per_token(model, T);
-  metrics.log_line(fmt::format(
-      "MFU against a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on this backend); "
-      "{:.3g} training FLOPs per token",
-      peak_flops / 1e9, tc.precision, peak_n, peak_n, peak_n, flops_per_token));
+  metrics.log_line(
+      fmt::format("MFU against {}; {:.3g} training FLOPs per token", peak.source, flops_per_token));
   if (!metrics.tensorboard_path().empty())
     metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
                      (run_dir / "tb").string() + ")");
@@ -354,10 +353,10 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
                                            tc.document_masking ? &packing : nullptr, false)
                          .tokens;
     }
-    const double norm =
-        opt.clip_and_step(static_cast<float*>(model.trainable_data()),
-                          static_cast<float*>(model.trainable_grads_data()), lr, tc.grad_clip);
-    model.discard_grads();  // dead until the next step: kept inside the step's program on pjrt
+    opt.step(static_cast<float*>(model.trainable_data()),
+             static_cast<float*>(model.trainable_grads_data()), lr, tc.grad_clip);
+    model.discard_grads();  // dead from here: on pjrt they stay inside the step's program
+    const double norm = opt.finish_step();
     const double mean_loss = model.take_loss_sum() / static_cast<double>(loss_tokens);
     if (!std::isfinite(mean_loss))
       throw NonFiniteError(

@@ -67,6 +67,7 @@ std::string compile_options(const CompileSettings& settings) {
   if (settings.deterministic) {
     put_bool_override(options, "xla_gpu_exclude_nondeterministic_ops", true);
   }
+  if (!settings.xnnpack) put_bool_override(options, "xla_cpu_use_xnnpack", false);
   return options;
 }
 

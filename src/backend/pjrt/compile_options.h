@@ -15,6 +15,11 @@ struct CompileSettings {
   // then replaces its atomic scatters and reductions with slower deterministic ones; XLA:CPU is
   // deterministic anyway and accepts the request.
   bool deterministic = false;
+  // XLA:CPU's XNNPACK matrix products (xla_cpu_use_xnnpack). They keep a weight operand's packed
+  // form keyed by its address, so a cached program run again on a donated buffer that the
+  // previous step updated in place reads the old weights: wrong gradients from the second step
+  // on. lmtrain turns them off on XLA's CPU plugin, whose programs it donates from step to step.
+  bool xnnpack = true;
 };
 
 // Options for a program that runs on one device (one replica, one partition) with `settings`.

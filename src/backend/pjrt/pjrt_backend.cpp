@@ -10,10 +10,30 @@
 
 namespace lmt {
 
+namespace {
+
+CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& options) {
+  CompileSettings s;
+  s.deterministic = options.deterministic;
+  s.xnnpack = client.platform_name() != "cpu";  // see CompileSettings::xnnpack
+  return s;
+}
+
+}  // namespace
+
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
     : client_(resolve_pjrt_plugin_path(plugin_path)),
       trace_(tensors_, client_, options.compile_only),
-      programs_(client_, options.compile_only) {}
+      programs_(client_, settings_for(client_, options), options.compile_only) {}
+
+PjrtBackendStats PjrtBackend::stats() const {
+  PjrtBackendStats s = programs_.stats();
+  s.platform = client_.platform_name();
+  s.device_kind = client_.device_kind();
+  if (const std::optional<DeviceMemory> m = client_.device_memory())
+    s.device_peak_bytes = m->peak_bytes_in_use ? *m->peak_bytes_in_use : m->bytes_in_use;
+  return s;
+}
 
 // ---- memory ----
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,14 +46,28 @@ struct PjrtArgument {
   std::vector<int64_t> dims;
 };
 
+// What XLA planned for one run of a program, in bytes (PJRT's compiled-memory statistics):
+// argument + temp is what the program needs of the device beside the outputs it does not write
+// into its donated arguments (output - alias).
+struct PjrtProgramMemory {
+  int64_t argument = 0, output = 0, alias = 0, temp = 0;
+};
+
 // Counters of a PJRT backend (for tests and the benchmark); zeros for any other backend.
 struct PjrtBackendStats {
+  std::string platform, device_kind;  // as the plugin names them ("cpu", "cuda"; the device)
   int64_t programs_run = 0;       // executions
   int64_t programs_compiled = 0;  // distinct program texts compiled
   double compile_seconds = 0;
   size_t last_program_chars = 0;             // size of the last program's text
   std::string last_program;                  // the last program's text
   std::vector<PjrtArgument> last_arguments;  // the last program's arguments, in order
+  // The last program's compiled memory, and that of the compiled program needing the most
+  // (argument + temp); absent where the plugin does not say.
+  std::optional<PjrtProgramMemory> last_memory, largest_memory;
+  // The device's peak memory in use so far, where the plugin keeps allocator statistics (the CUDA
+  // plugin does; XLA's CPU plugin does not).
+  std::optional<int64_t> device_peak_bytes;
 };
 PjrtBackendStats pjrt_backend_stats(const Backend& backend);
 

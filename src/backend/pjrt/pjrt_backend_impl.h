@@ -25,7 +25,7 @@ class PjrtBackend final : public Backend {
 
   std::string name() const override { return "pjrt"; }
   bool incremental_decoding() const override { return false; }
-  PjrtBackendStats stats() const { return programs_.stats(); }
+  PjrtBackendStats stats() const;
 
   // ---- memory ----
   void* alloc(size_t bytes) override { return tensors_.alloc(bytes); }
@@ -38,7 +38,9 @@ class PjrtBackend final : public Backend {
   void zero(void* p, size_t bytes) override { trace_.zero(p, bytes); }
   void discard(void* p) override { trace_.discard(p); }
   void describe(const void* p, const TensorDesc& t) override;
-  void recompute_from(const std::vector<MemoryRange>& ranges) override { trace_.barrier(ranges); }
+  void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) override {
+    trace_.recompute_barrier(sources, after);
+  }
   void synchronize() override { flush(); }
 
   // ---- dense algebra ----

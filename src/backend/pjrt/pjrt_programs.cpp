@@ -9,22 +9,29 @@
 
 namespace lmt {
 
-PjrtExecutable& PjrtPrograms::compiled(const std::string& text) {
+PjrtPrograms::Compiled& PjrtPrograms::compiled(const std::string& text) {
   auto found = programs_.find(text);
   if (found != programs_.end()) return found->second;
   dump(text);
   Timer t;
-  found = programs_.emplace(text, client_.compile(text)).first;
+  Compiled c{client_.compile(text, settings_), std::nullopt};
   stats_.compile_seconds += t.seconds();
   ++stats_.programs_compiled;
-  return found->second;
+  if (const std::optional<CompiledMemory> m = c.exe.compiled_memory()) {
+    c.memory = PjrtProgramMemory{m->argument, m->output, m->alias, m->temp};
+    auto need = [](const PjrtProgramMemory& x) { return x.argument + x.temp; };
+    if (!stats_.largest_memory || need(*c.memory) > need(*stats_.largest_memory))
+      stats_.largest_memory = c.memory;
+  }
+  return programs_.emplace(text, std::move(c)).first->second;
 }
 
 std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
-  PjrtExecutable& exe = compiled(p.text);
+  Compiled& c = compiled(p.text);
   stats_.last_program_chars = p.text.size();
   stats_.last_program = p.text;
   stats_.last_arguments = p.described_args;
+  stats_.last_memory = c.memory;
   if (compile_only_) return {};
   std::vector<PjrtBuffer> uploads;
   uploads.reserve(p.args.size());
@@ -37,7 +44,7 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
       args.push_back(&uploads.back());
     }
   }
-  std::vector<PjrtBuffer> results = exe.execute(args, p.donate);
+  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate);
   ++stats_.programs_run;
   return results;
 }

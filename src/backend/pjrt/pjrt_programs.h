@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/pjrt/compile_options.h"
 #include "backend/pjrt/pjrt_backend.h"
 #include "backend/pjrt/pjrt_client.h"
 #include "backend/pjrt/pjrt_trace.h"
@@ -16,8 +17,8 @@ namespace lmt {
 
 class PjrtPrograms {
  public:
-  PjrtPrograms(const PjrtClient& client, bool compile_only)
-      : client_(client), compile_only_(compile_only) {}
+  PjrtPrograms(const PjrtClient& client, const CompileSettings& settings, bool compile_only)
+      : client_(client), settings_(settings), compile_only_(compile_only) {}
 
   // Compiles p (or finds it compiled) and runs it; returns its outputs in order, or nothing when
   // the backend only compiles.
@@ -26,12 +27,17 @@ class PjrtPrograms {
   const PjrtBackendStats& stats() const { return stats_; }
 
  private:
-  PjrtExecutable& compiled(const std::string& text);
+  struct Compiled {
+    PjrtExecutable exe;
+    std::optional<PjrtProgramMemory> memory;
+  };
+  Compiled& compiled(const std::string& text);
   void dump(const std::string& text) const;
 
   const PjrtClient& client_;
+  CompileSettings settings_;
   bool compile_only_;
-  std::unordered_map<std::string, PjrtExecutable> programs_;
+  std::unordered_map<std::string, Compiled> programs_;
   PjrtBackendStats stats_;
 };
 

@@ -103,7 +103,10 @@ void PjrtTrace::zero(void* p, size_t bytes) {
   put(a, PjrtSegment{off, off + static_cast<int64_t>(bytes), Value{}, true});
 }
 
-void PjrtTrace::barrier(const std::vector<MemoryRange>& ranges) {
+void PjrtTrace::recompute_barrier(const std::vector<MemoryRange>& sources,
+                                  const MemoryRange& after) {
+  std::vector<MemoryRange> ranges = sources;
+  ranges.push_back(after);
   std::vector<Value> values;
   for (const MemoryRange& r : ranges) {
     const auto n = static_cast<int64_t>(r.bytes);
@@ -111,12 +114,20 @@ void PjrtTrace::barrier(const std::vector<MemoryRange>& ranges) {
     PjrtAlloc& a = tensors_.find(r.p, n, &lo);
     values.push_back(read_bytes(a, lo, lo + n, natural_type(a, lo, lo + n)));
   }
-  if (values.empty()) return;
   const std::vector<Value> out = b().optimization_barrier(values);
-  for (size_t i = 0; i < ranges.size(); ++i) {
+  const Value& last = out.back();
+  const Value first = b().reshape(b().slice(last, {0}, {1}), {});
+  const bool numeric = last.dtype != DType::u8 && last.dtype != DType::i32;
+  for (size_t i = 0; i + 1 < out.size(); ++i) {
+    Value v = out[i];
+    if (numeric && v.dtype != DType::u8 && v.dtype != DType::i32) {
+      const Value f = first.dtype == v.dtype ? first : b().convert(first, v.dtype);
+      const Value zero = b().multiply(f, b().constant(0.0, v.dtype));
+      v = b().add(v, b().broadcast_in_dim(zero, v.dims, {}));
+    }
     int64_t lo = 0;
     PjrtAlloc& a = tensors_.find(ranges[i].p, static_cast<int64_t>(ranges[i].bytes), &lo);
-    write_bytes(a, lo, lo + static_cast<int64_t>(ranges[i].bytes), out[i]);
+    write_bytes(a, lo, lo + static_cast<int64_t>(ranges[i].bytes), v);
   }
 }
 

@@ -66,9 +66,12 @@ class PjrtTrace {
   void copy(void* dst, const void* src, size_t bytes);
   void zero(void* p, size_t bytes);
   void discard(void* p);
-  // The contents of the ranges, passed together through one optimization barrier
-  // (Backend::recompute_from).
-  void barrier(const std::vector<MemoryRange>& ranges);
+  // Backend::recompute_from: the contents of `sources` and `after` pass together through one
+  // optimization barrier (no common-subexpression elimination across it), and each source then
+  // depends on `after` through a term that adds zero (0 * its first element; non-finite values
+  // propagate as the gradient would carry them anyway). The data dependence is what orders the
+  // recomputation after `after`: XLA expands barriers before it schedules.
+  void recompute_barrier(const std::vector<MemoryRange>& sources, const MemoryRange& after);
   // The allocation p is freed: a pending program that reads it keeps its arrays until it runs.
   void release(void* p);
   // Whether bytes [p, p + bytes) hold zeros that this program wrote (zero()), so that a reader can
