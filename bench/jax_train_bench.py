@@ -2,7 +2,8 @@
 GPU, TPU). It reads the same config and --set overrides, trains the config's model on random tokens
 and prints one JSON object (tokens_per_s, step_ms, step_ms_median, mfu, compile_s, peak_rss_bytes,
 device_peak_bytes, ...), so that lmtrain's step can be compared with what XLA makes of a plain JAX
-program on the same device.
+program on the same device. After compiling and one warm-up step, --steps steps run back to back
+(tokens_per_s, step_ms: their mean), then as many again, each waited for (step_ms_median).
 
 The step is lmtrain's: ids random in [0, vocab), labels = ids shifted by one over the flat
 micro_batch_size * seq_len * grad_accum_steps array (the last label is ids[0]), cross-entropy mean
@@ -21,8 +22,8 @@ Run in the reference environment (scripts/setup.sh):
       [--set section.key=value]... [--attention xla|cudnn] [--precision f32|bf16] [--remat]
   python3 bench/jax_train_bench.py --config ... --compile-only   compiled memory, nothing run
   python3 bench/jax_train_bench.py --check [--config ...]        logits, loss, gradients and one
-      AdamW step against transformers and torch.optim.AdamW (f32, CPU); without --config, on small
-      random models of every family this script implements
+      AdamW step against transformers and torch.optim.AdamW (f32, CPU; bench/jax_train_check.py);
+      without --config, on small random models of every family this script implements
 
 --attention cudnn is jax.nn.dot_product_attention's cuDNN kernel (GPU and bf16 only); xla is
 einsum + softmax, which keeps the T x T scores.
@@ -424,7 +425,7 @@ def zero_state(params):
 
 
 def gemm_peak(dtype, n=2048, reps=9):
-    """lmtrain's peak: the best of `reps` n x n x n GEMMs in the compute dtype, after one warm-up."""
+    """lmtrain's peak: the best of `reps` n x n x n GEMMs in the compute dtype after a warm-up."""
     import jax
     import jax.numpy as jnp
     a = jnp.asarray(np.random.default_rng(1).standard_normal((n, n), np.float32)).astype(dtype)
@@ -504,6 +505,16 @@ def run_bench(a):
         params, state, first_loss = compiled(params, state, ids, labels)
         first_loss.block_until_ready()
         out["first_step_ms"] = (time.perf_counter() - t) * 1e3
+        # The mean: `steps` steps queued back to back, one wait at the end, as a JAX training
+        # loop runs (dispatch overlaps the step before, the device never idles). The median: the
+        # same number of steps again, each waited for, as lmtrain's step does (it reads the
+        # gradient norm); that costs 10% on a 3 ms CPU step and nothing measurable on long ones.
+        t = time.perf_counter()
+        for _ in range(a.steps):
+            params, state, loss = compiled(params, state, ids, labels)
+        loss.block_until_ready()
+        mean = (time.perf_counter() - t) / a.steps
+        last_loss = float(loss)
         times = []
         for _ in range(a.steps):
             t = time.perf_counter()
@@ -514,7 +525,6 @@ def run_bench(a):
         out["error"] = str(e).strip().splitlines()[0][:300]
         print(json.dumps(out), flush=True)
         return 1
-    mean = sum(times) / len(times)
     fpt = flops_per_token(m, T, n_params)
     tps = n_tokens / mean
     peak = gemm_peak(cd)
@@ -526,199 +536,16 @@ def run_bench(a):
     out.update({
         "steps": a.steps, "tokens_per_s": tps, "step_ms": mean * 1e3,
         "step_ms_median": sorted(times)[len(times) // 2] * 1e3,
+        "step_ms_waited_mean": sum(times) / len(times) * 1e3,
         "flops_per_token": fpt, "achieved_flops": fpt * tps, "peak_flops": peak,
         "peak_flops_source": f"measured: best {precision} GEMM 2048x2048x2048 on this device",
         "mfu": fpt * tps / peak,
-        "loss_first_step": float(first_loss), "loss_last_step": float(loss),
+        "loss_first_step": float(first_loss), "loss_last_timed_step": last_loss,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "device_peak_bytes": (stats or {}).get("peak_bytes_in_use"),
     })
     print(json.dumps(out), flush=True)
     return 0
-
-
-# ---- the check against transformers and torch.optim.AdamW ----
-
-CHECK_MODELS = [  # small random models, one per family and variant, with a train shape
-    (dict(family="llama", vocab_size=97, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
-          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
-          rope_theta=500000.0, rope_type="llama3", rope_factor=8.0, rope_low_freq_factor=1.0,
-          rope_high_freq_factor=4.0, rope_original_max_position_embeddings=32),
-     dict(micro_batch_size=2, grad_accum_steps=2), 24),
-    (dict(family="qwen2", vocab_size=89, hidden_size=32, intermediate_size=64,
-          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
-          max_position_embeddings=64, tie_word_embeddings=True),
-     dict(micro_batch_size=2), 16),
-    (dict(family="mistral", vocab_size=64, hidden_size=32, intermediate_size=48,
-          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, sliding_window=5,
-          max_position_embeddings=64, rope_type="linear", rope_factor=2.0),
-     dict(micro_batch_size=2), 16),
-    (dict(family="gpt2", vocab_size=101, hidden_size=48, num_hidden_layers=2,
-          num_attention_heads=4, max_position_embeddings=32),
-     dict(micro_batch_size=2, grad_accum_steps=2), 20),
-]
-
-
-def hf_names(m, params):
-    """{transformers parameter name: (array, kind)} of the JAX params (or gradients): fused
-    matrices split, [in, out] transposed to torch's Linear layout (gpt2's Conv1D keeps it)."""
-    Q, KV = m["num_attention_heads"] * m["head_size"], m["kv_heads"] * m["head_size"]
-    F = m["intermediate_size"]
-    kinds = {path: kind for path, _, kind in param_specs(m)}
-    out = {}
-
-    def put(name, value, path):
-        out[name] = (np.asarray(value), kinds[path])
-    if m["gpt2"]:
-        put("transformer.wte.weight", params["embed"], ("embed",))
-        put("transformer.wpe.weight", params["pos"], ("pos",))
-        hf = {"ln1": "ln_1.weight", "ln1_b": "ln_1.bias", "qkv": "attn.c_attn.weight",
-              "qkv_b": "attn.c_attn.bias", "o": "attn.c_proj.weight", "o_b": "attn.c_proj.bias",
-              "ln2": "ln_2.weight", "ln2_b": "ln_2.bias", "up": "mlp.c_fc.weight",
-              "up_b": "mlp.c_fc.bias", "down": "mlp.c_proj.weight", "down_b": "mlp.c_proj.bias"}
-        for l, w in enumerate(params["layers"]):
-            for k, v in w.items():
-                put(f"transformer.h.{l}.{hf[k]}", v, ("layers", l, k))
-        put("transformer.ln_f.weight", params["norm"], ("norm",))
-        put("transformer.ln_f.bias", params["norm_b"], ("norm_b",))
-    else:
-        put("model.embed_tokens.weight", params["embed"], ("embed",))
-        for l, w in enumerate(params["layers"]):
-            p, at = f"model.layers.{l}.", lambda k: ("layers", l, k)
-            qkv = np.asarray(w["qkv"])
-            for name, part in (("q", qkv[:, :Q]), ("k", qkv[:, Q:Q + KV]), ("v", qkv[:, Q + KV:])):
-                put(f"{p}self_attn.{name}_proj.weight", part.T, at("qkv"))
-            if "qkv_b" in w:
-                b = np.asarray(w["qkv_b"])
-                for name, part in (("q", b[:Q]), ("k", b[Q:Q + KV]), ("v", b[Q + KV:])):
-                    put(f"{p}self_attn.{name}_proj.bias", part, at("qkv_b"))
-            put(f"{p}self_attn.o_proj.weight", np.asarray(w["o"]).T, at("o"))
-            put(f"{p}input_layernorm.weight", w["ln1"], at("ln1"))
-            put(f"{p}post_attention_layernorm.weight", w["ln2"], at("ln2"))
-            up = np.asarray(w["up"])
-            put(f"{p}mlp.gate_proj.weight", up[:, :F].T, at("up"))
-            put(f"{p}mlp.up_proj.weight", up[:, F:].T, at("up"))
-            put(f"{p}mlp.down_proj.weight", np.asarray(w["down"]).T, at("down"))
-        put("model.norm.weight", params["norm"], ("norm",))
-    if "head" in params:
-        put("lm_head.weight", params["head"], ("head",))
-    return out
-
-
-def check_model(model, train, opt, T, lines):
-    """Returns True when this model matches transformers and torch.optim.AdamW; appends the
-    measured differences to lines."""
-    import jax
-    import jax.numpy as jnp
-    import torch
-    sys.path.insert(0, __file__.rsplit("/", 1)[0])
-    from torch_train_bench import hf_config
-    from transformers import AutoModelForCausalLM
-    m = model
-    ids, labels = batch(m, train, T)
-    step, hidden, logits_of, loss_fn = make_step(m, train, opt, jnp.float32, "xla", False,
-                                                 ids.size)
-    grads_of = jax.jit(jax.value_and_grad(
-        lambda p: sum(loss_fn(p, i, l) for i, l in zip(ids, labels))))
-    ok = True
-
-    def verdict(name, value, limit):
-        nonlocal ok
-        ok &= bool(value <= limit)
-        lines.append(f"  {name:<44} {value:10.3g}  (limit {limit:.3g})"
-                     f"{'' if value <= limit else '  FAIL'}")
-
-    # At initialisation: the loss within 5% of ln(vocab) (a uniform guess; the small random logits
-    # add about their variance / 2), every gradient finite and non-zero.
-    params = init_params(m, train["seed"])
-    loss, g = grads_of(params)
-    verdict("|loss at init - ln(vocab)|", abs(float(loss) - math.log(m["vocab_size"])),
-            0.05 * math.log(m["vocab_size"]))
-    norms = [float(jnp.linalg.norm(x)) for x in jax.tree_util.tree_leaves(g)]
-    lines.append(f"  gradient norms at init: min {min(norms):.3g} max {max(norms):.3g}")
-    ok &= all(math.isfinite(n) and n > 0 for n in norms)
-
-    # Norms and biases away from 1 and 0, so that they are checked too.
-    keys = iter(jax.random.split(jax.random.PRNGKey(7), 1000))
-
-    def perturb(path, shape, kind):
-        x = params["layers"][path[1]][path[2]] if path[0] == "layers" else params[path[0]]
-        return x + 0.1 * jax.random.normal(next(keys), shape) if kind in ("norm", "bias") else x
-    params = nest(param_specs(m), perturb)
-    hc = hf_config({k: v for k, v in m.items() if k in MODEL_KEYS})
-    hc._attn_implementation = "eager"
-    ref = AutoModelForCausalLM.from_config(hc, dtype=torch.float32)
-    named = hf_names(m, params)
-    theirs = dict(ref.named_parameters())
-    if set(named) != set(theirs):
-        lines.append(f"  parameter names differ: {sorted(set(named) ^ set(theirs))}")
-        return False
-    with torch.no_grad():
-        for name, p in theirs.items():
-            p.copy_(torch.from_numpy(named[name][0].copy()))
-
-    z = np.asarray(logits_of(params, hidden(params, jnp.asarray(ids[0]))))
-    ref_loss = 0.0
-    for i, l in zip(ids, labels):  # the mean over every token of every micro-batch
-        out = ref(input_ids=torch.from_numpy(i).long())
-        if not ref_loss:
-            verdict("max |logits - transformers'|", float(np.max(np.abs(
-                z - out.logits.detach().numpy()))), 1e-4)
-        part = torch.nn.functional.cross_entropy(
-            out.logits.reshape(-1, m["vocab_size"]), torch.from_numpy(l).long().reshape(-1),
-            reduction="sum") / ids.size
-        part.backward()
-        ref_loss += float(part.detach())
-    loss, g = grads_of(params)
-    verdict("|loss - transformers'|", abs(float(loss) - ref_loss), 1e-5)
-    named_grads = hf_names(m, g)
-    worst = max(float(np.max(np.abs(gv - theirs[n].grad.numpy())) / np.max(np.abs(gv)))
-                for n, (gv, _) in named_grads.items())
-    verdict("max |grad - transformers'| / max |grad|", worst, 1e-4)
-
-    # One step: clipping and AdamW against torch's, from the same gradients.
-    decay = {n for n, (_, kind) in named.items()
-             if kind == "matrix" or (kind == "embedding" and opt["decay_embeddings"])
-             or (kind in ("norm", "bias") and opt["decay_norms_and_biases"])}
-    with torch.no_grad():
-        for name, p in theirs.items():
-            p.grad = torch.from_numpy(named_grads[name][0].copy())
-    groups = [{"params": [p for n, p in theirs.items() if n in decay],
-               "weight_decay": train["weight_decay"]},
-              {"params": [p for n, p in theirs.items() if n not in decay], "weight_decay": 0.0}]
-    torch_opt = torch.optim.AdamW(groups, lr=train["lr"], betas=(opt["beta1"], opt["beta2"]),
-                                  eps=opt["eps"])
-    torch.nn.utils.clip_grad_norm_(list(theirs.values()), train["grad_clip"])
-    torch_opt.step()
-    new, _, _ = step(params, zero_state(params), ids, labels)
-    worst = max(float(np.max(np.abs(v - theirs[n].detach().numpy())))
-                for n, (v, _) in hf_names(m, new).items())
-    verdict("max |weights after one step - torch's|", worst, 1e-6 * max(1.0, train["lr"] / 1e-3))
-    return ok
-
-
-def run_check(a):
-    import jax
-    jax.config.update("jax_default_matmul_precision", "highest")
-    if a.config:
-        m, train, opt, T = load_config(a.config, a.set)
-        train["micro_batch_size"] = min(train["micro_batch_size"], 2)
-        cases = [(m, train, opt, min(T, 64))]
-    else:
-        cases = [(model_config(m), dict(TRAIN_KEYS, lr=1e-3, **t), dict(OPTIMIZER_KEYS), T)
-                 for m, t, T in CHECK_MODELS]
-    ok = True
-    for m, train, opt, T in cases:
-        lines = []
-        good = check_model(m, train, opt, T, lines)
-        ok &= good
-        print(f"{m['family']} vocab {m['vocab_size']} hidden {m['hidden_size']} "
-              f"heads {m['num_attention_heads']}/{m['kv_heads']} rope {m['rope_type']} "
-              f"window {m['sliding_window']} tied {m['tie_word_embeddings']} B{train['micro_batch_size']} "
-              f"T{T} accum {train['grad_accum_steps']}: {'ok' if good else 'FAILED'}")
-        print("\n".join(lines), flush=True)
-    print("check: all ok" if ok else "check: FAILED")
-    return 0 if ok else 1
 
 
 def main():
@@ -741,6 +568,7 @@ def main():
                          "torch (f32, CPU) and exit")
     a = ap.parse_args()
     if a.check:
+        from jax_train_check import run_check
         return run_check(a)
     if not a.config:
         ap.error("--config is required")

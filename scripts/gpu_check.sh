@@ -92,12 +92,14 @@ if [ "$dry" = 1 ]; then
   steps=${GPU_CHECK_STEPS:-2}
   torch_device=cpu
   cuda_plugin=""
-  tiny="model.vocab_size=512 model.hidden_size=64 model.num_hidden_layers=2 model.num_attention_heads=4"
+  tiny="model.vocab_size=512 model.hidden_size=64 model.num_hidden_layers=2"
+  tiny="$tiny model.num_attention_heads=4"
   tiny_llama="$tiny model.intermediate_size=128 model.num_key_value_heads=2 model.head_dim=16"
   shapes=("gpt2 tiny B2 T64 (dry)" "llama tiny B2 T64 (dry)" "llama tiny B1 T256 ckpt (dry)")
   shape_sets=("$tiny model.intermediate_size=256 data.seq_len=64 train.micro_batch_size=2"
               "$tiny_llama data.seq_len=64 train.micro_batch_size=2"
-              "$tiny_llama data.seq_len=256 train.micro_batch_size=1 train.activation_checkpointing=true")
+              "$tiny_llama data.seq_len=256 train.micro_batch_size=1
+               train.activation_checkpointing=true")
 fi
 runners=(lmtrain jax-xla jax-cudnn torch-compile)
 
@@ -143,12 +145,14 @@ run_peer() {  # $1: shape index, $2: runner, $3: round; one line into $results
   local rc=$?
   last_s[$i,$runner]=$((SECONDS - t0))
   [ "$rc" = 0 ] || failed[$i,$runner]=1
-  echo "${shapes[$i]} / $runner, round $3: exit $rc in ${last_s[$i,$runner]} s: $(tail -c 200 "$log" | tail -1)"
+  echo "${shapes[$i]} / $runner, round $3: exit $rc in ${last_s[$i,$runner]} s:" \
+    "$(tail -c 200 "$log" | tail -1)"
   printf '%s\t%s\t%s\t%s\n' "$i" "$runner" "$rc" "$log" >> "$results"
 }
 
 echo
-echo "Peers: $py (JAX backend ${jax_backend:-none}, torch CUDA ${torch_cuda:-none}), $steps steps a run"
+echo "Peers: $py (JAX backend ${jax_backend:-none}, torch CUDA ${torch_cuda:-none})," \
+  "$steps steps a run"
 start=$SECONDS
 for ((round = 1; round <= rounds; round++)); do
   for i in "${!shapes[@]}"; do
@@ -194,7 +198,8 @@ for line in open(results):
     elif rc == "124":
         runs.setdefault(key, []).append("timed out")
     else:
-        last = obj.get("error") or ([l for l in text.splitlines() if l.strip()] or ["no output"])[-1]
+        lines = [l for l in text.splitlines() if l.strip()] or ["no output"]
+        last = obj.get("error") or lines[-1]
         runs.setdefault(key, []).append(f"failed (exit {rc}): {last.strip()[:70]}")
 w = max(len(s) for s in shapes + ["shape"])
 print(f"{'shape':<{w}} {'runner':<14} {'tokens/s':>10} {'step ms':>9} {'peak GiB':>9} "
