@@ -26,7 +26,9 @@ Run in the reference environment (scripts/setup.sh):
       without --config, on small random models of every family this script implements
 
 --attention cudnn is jax.nn.dot_product_attention's cuDNN kernel (GPU and bf16 only); xla is
-einsum + softmax, which keeps the T x T scores.
+einsum + softmax, which keeps the T x T scores. --remat saves memory where XLA keeps the
+optimization barriers jax.checkpoint puts around each layer (GPU); XLA:CPU (jax 0.10.2) drops them
+and compiles the same temporaries with or without it (--compile-only shows it).
 """
 import argparse
 import json
