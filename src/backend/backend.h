@@ -106,6 +106,12 @@ class Backend {
   // values alive at once). Values stay what they are; the CPU backend, which computes as it is
   // called, has nothing to do.
   virtual void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) {}
+  // The contents of `value` (the residual stream between two layers, or its gradient) are one
+  // array the program keeps, not a sum its compiler may recompute in every reader. XLA's CPU
+  // compiler fuses a chain of residual additions into each consumer instead, keeping every layer's
+  // products alive until the last reader (19 GiB at 1B, T = 32768). Values stay what they are; the
+  // CPU backend's arrays are memory already.
+  virtual void keep(const MemoryRange& value) {}
   virtual void synchronize() {}
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.

@@ -757,7 +757,11 @@ AttentionArgs Transformer::attention_args(int64_t l, int64_t B, int64_t T) const
 void Transformer::forward_trunk() {
   const Plan& p = *plan_;
   embed(p.res[0], p.ids, p.pos, p.dh, p.N);
-  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) layer_forward(l);
+  const size_t nc_bytes = static_cast<size_t>(p.N * dims_.C) * es_;
+  for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
+    be_->keep({p.res[l], nc_bytes});
+    layer_forward(l);
+  }
   final_norm(p.hf, p.meanf, p.rstdf, p.res[cfg_.num_hidden_layers], p.N);
 }
 
@@ -876,6 +880,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
       layer_forward(l);
     }
     layer_backward(l);
+    be_->keep({p.dx, nc_bytes});
   }
   embed_backward(p.dx, p.ids, p.pos, p.N);
   fold_compute_grads();

@@ -131,6 +131,32 @@ void PjrtTrace::recompute_barrier(const std::vector<MemoryRange>& sources,
   }
 }
 
+void PjrtTrace::keep(const MemoryRange& value) {
+  const auto n = static_cast<int64_t>(value.bytes);
+  int64_t lo = 0;
+  PjrtAlloc& a = tensors_.find(value.p, n, &lo);
+  const DType t = natural_type(a, lo, lo + n);
+  if (t != DType::f32 && t != DType::bf16 && t != DType::f64) return;  // not a residual stream
+  Value v = read_bytes(a, lo, lo + n, t);
+  if (client_.platform_name() != "cpu") {
+    v = b().optimization_barrier({v})[0];
+  } else {
+    const Value one = runtime_scalar(1.0, DType::f32, "keep.one");
+    const std::vector<Value> out = b().while_loop(
+        {b().constant(0.0, DType::i32), v},
+        [&](StablehloBuilder& lb, const std::vector<Value>& x) {
+          return lb.compare(lb.convert(x[0], DType::f32), one, CompareDir::lt);
+        },
+        [&](StablehloBuilder& lb, const std::vector<Value>& x) {
+          const Value s = t == DType::f32 ? one : lb.convert(one, t);
+          return std::vector<Value>{lb.add(x[0], lb.constant(1.0, DType::i32)),
+                                    lb.multiply(x[1], lb.broadcast_in_dim(s, x[1].dims, {}))};
+        });
+    v = out[1];
+  }
+  write_bytes(a, lo, lo + n, v);
+}
+
 // Dead scratch is not an output of the program (an input it was stays one, unchanged).
 void PjrtTrace::discard(void* p) {
   PjrtAlloc* a = tensors_.find_exact(p);

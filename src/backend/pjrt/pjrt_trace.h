@@ -72,6 +72,11 @@ class PjrtTrace {
   // propagate as the gradient would carry them anyway). The data dependence is what orders the
   // recomputation after `after`: XLA expands barriers before it schedules.
   void recompute_barrier(const std::vector<MemoryRange>& sources, const MemoryRange& after);
+  // Backend::keep: the contents of `value` become one array of the program. XLA's CPU compiler
+  // expands optimization barriers before it fuses, so there it is the result of a loop the
+  // compiler cannot see the trip count of (one, a runtime scalar), whose body multiplies by that
+  // scalar's 1; elsewhere an optimization barrier, which XLA's GPU compiler keeps through fusion.
+  void keep(const MemoryRange& value);
   // The allocation p is freed: a pending program that reads it keeps its arrays until it runs.
   void release(void* p);
   // Whether bytes [p, p + bytes) hold zeros that this program wrote (zero()), so that a reader can
