@@ -26,33 +26,41 @@ AttentionArgs training_args(int Hq, int Hkv, int D) {
   return a;
 }
 
+// The reason given (nullptr: cuDNN's kernel), checked by its opening words.
+void expect_fallback(const char* platform, DType dt, const AttentionArgs& a, const char* reason) {
+  const char* why = hlo::cudnn_attention_fallback(platform, dt, a);
+  ASSERT_NE(why, nullptr) << "cuDNN's kernel chosen where XLA's lowering should be: " << reason;
+  EXPECT_EQ(std::string(why).rfind(reason, 0), 0u) << why;
+  EXPECT_FALSE(hlo::use_cudnn_attention(platform, dt, a));
+}
+
 TEST(CudnnAttention, UsedOnCudaForWhatItComputes) {
   const AttentionArgs gqa = training_args(32, 8, 64);
-  EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, gqa));
-  EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::f16, gqa));
-  AttentionArgs window = gqa;
+  AttentionArgs window = gqa, wide = training_args(8, 8, 128), narrow = training_args(4, 2, 8),
+                long_seq = gqa;
   window.window = 256;
-  EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, window));
-  AttentionArgs wide = training_args(8, 8, 128), long_seq = gqa;
   long_seq.q_len = long_seq.kv_len = 32768;
-  EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, wide));
-  EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, long_seq));
+  for (const AttentionArgs& a : {gqa, window, wide, narrow, long_seq}) {
+    EXPECT_EQ(hlo::cudnn_attention_fallback("cuda", DType::bf16, a), nullptr);
+    EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, a));
+    EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::f16, a));
+  }
 
   // Other plugins, other dtypes, and what the kernel does not compute: XLA's lowering.
-  for (const char* platform : {"cpu", "tpu", "rocm", "CUDA"})
-    EXPECT_FALSE(hlo::use_cudnn_attention(platform, DType::bf16, gqa)) << platform;
-  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::f32, gqa));
-  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::f64, gqa));
+  for (const char* platform : {"cpu", "tpu", "rocm", "CUDA", ""})
+    expect_fallback(platform, DType::bf16, gqa, "not XLA's CUDA plugin");
+  expect_fallback("cuda", DType::f32, gqa, "f32 / f64");
+  expect_fallback("cuda", DType::f64, gqa, "f32 / f64");
   AttentionArgs capped = gqa, docs = gqa, offset = gqa;
   capped.softcap = 50;
   const int32_t starts[1] = {0};
   docs.doc_start = starts;  // only its presence is read
   offset.q_offset = 3, offset.q_len = 1;
-  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::bf16, capped));
-  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::bf16, docs));
-  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::bf16, offset));
-  for (int D : {60, 136, 256})  // not a multiple of 8; past 128 (256 needs Hopper)
-    EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::bf16, training_args(8, 8, D))) << D;
+  expect_fallback("cuda", DType::bf16, capped, "logit soft-capping");
+  expect_fallback("cuda", DType::bf16, docs, "document masks");
+  expect_fallback("cuda", DType::bf16, offset, "a query offset");
+  for (int D : {4, 60, 136, 256})  // not a multiple of 8; past 128 (256 needs Hopper)
+    expect_fallback("cuda", DType::bf16, training_args(8, 8, D), "head_dim");
 }
 
 // fmha_scale as Python's repr writes a float (json.dumps does), whatever the head size.

@@ -4,11 +4,14 @@
 // with a sliding window, and with activation checkpointing. The test plugin plays the "cuda"
 // platform, records the program and refuses to compile it; the recorded step must hold as many
 // forward and backward calls as JAX's, each with JAX's operand and result types, layouts and
-// backend_config. Where cuDNN does not apply (soft-capping, f32, document masks, XLA's CPU
-// plugin) no custom call appears. No GPU runs any of it here.
+// backend_config, each backward reading a forward's output and statistics and giving the
+// gradients of q, k and v. Where cuDNN does not apply (soft-capping, f32, document masks, a head
+// size it does not take, XLA's CPU plugin) no custom call appears and the backend says why. No GPU
+// runs any of it here.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../model/model_test_util.h"
@@ -78,6 +82,11 @@ ModelConfig small_llama() {
   return c;
 }
 
+struct RecordedStep {
+  std::string program;    // the step's StableHLO
+  std::string attention;  // PjrtBackendStats::attention: "cudnn", or "xla: " and why
+};
+
 class CudnnStep : public test::PjrtTest {
  protected:
   void SetUp() override {
@@ -93,15 +102,18 @@ class CudnnStep : public test::PjrtTest {
   void TearDown() override { fs::remove_all(dir_); }
 
   // One training step as bench's time_steps runs it (zero_grads, forward_backward leaving the
-  // loss on the device, AdamW, the step's end), compile-only, on the test plugin as platform
-  // "cuda": the program it was asked to compile, which it recorded and refused.
-  std::string cuda_step_program(const StepCase& s) {
-    test::ScopedEnv platform("LMT_TEST_PLUGIN_PLATFORM", "cuda");
+  // loss on the device, AdamW, the step's end), compile-only, on the test plugin as `platform`
+  // ("": XLA's CPU plugin as it is, "cpu"): the program it was asked to compile, which it
+  // recorded and refused (LMT_TEST_PLUGIN_RECORD_ONLY: XLA need not build what is only read).
+  RecordedStep step_program(const StepCase& s, const std::string& platform = "cuda") {
+    test::ScopedEnv platform_env("LMT_TEST_PLUGIN_PLATFORM", platform.c_str());
     test::ScopedEnv record("LMT_TEST_PLUGIN_RECORD", dir_.c_str());
+    test::ScopedEnv record_only("LMT_TEST_PLUGIN_RECORD_ONLY", "1");
     fs::remove_all(dir_);
+    RecordedStep r;
     {
       auto be = make_pjrt_backend(LMT_TEST_PJRT_PLUGIN, PjrtOptions{.compile_only = true});
-      EXPECT_EQ(pjrt_backend_stats(*be).platform, "cuda");
+      EXPECT_EQ(pjrt_backend_stats(*be).platform, platform.empty() ? "cpu" : platform);
       Transformer m(be.get(), s.cfg);
       m.set_compute_dtype(s.compute);
       m.set_activation_checkpointing(s.checkpointing);
@@ -126,10 +138,12 @@ class CudnnStep : public test::PjrtTest {
         be->synchronize();
       });
       EXPECT_NE(msg.find("lmtrain test plugin: recorded, not compiled"), std::string::npos) << msg;
+      r.attention = pjrt_backend_stats(*be).attention;
     }
     EXPECT_TRUE(fs::exists(dir_ / "program_0.mlir"));
     EXPECT_FALSE(fs::exists(dir_ / "program_1.mlir")) << "the step is one program";
-    return read_text(dir_ / "program_0.mlir");
+    r.program = read_text(dir_ / "program_0.mlir");
+    return r;
   }
 
   fs::path dir_;
@@ -221,6 +235,63 @@ std::vector<std::string> expect_backward_reads_a_forward(const std::string& prog
   return read;
 }
 
+// Every backward call's dQ, dK and dV (its results 0, 1, 2), each transposed back to [B,T,H,D]
+// and flattened by reshapes, are, in that order, the one concatenation that writes the model's
+// fused dq|dk|dv rows: the gradients come from the call, nothing else writes them.
+void expect_backward_gives_gradients(const std::string& program,
+                                     const std::vector<CudnnCall>& calls) {
+  const auto made = reshapes_and_transposes(program);
+  auto source = [&](std::string v) {  // v with the reshapes before it undone
+    for (auto it = made.find(v); it != made.end() && it->second.first == "reshape";
+         it = made.find(v))
+      v = it->second.second;
+    return v;
+  };
+  std::vector<std::vector<std::string>> concatenated;  // each concatenate's operands, sources
+  std::istringstream in(program);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find(" = stablehlo.concatenate ");
+    if (at == std::string::npos) continue;
+    std::stringstream ops(line.substr(at + 25, line.find(", dim =") - at - 25));
+    std::vector<std::string> sources;
+    for (std::string op; std::getline(ops, op, ',');) {
+      const std::string v = source(op.substr(op.find('%')));
+      const auto t = made.find(v);
+      sources.push_back(t != made.end() && t->second.first == "transpose" ? t->second.second : v);
+    }
+    concatenated.push_back(sources);
+  }
+  int backward = 0;
+  for (const CudnnCall& c : calls) {
+    if (c.target != kBackward) continue;
+    ++backward;
+    const std::string call = c.result.substr(0, c.result.find(':'));
+    const std::vector<std::string> want = {call + "#0", call + "#1", call + "#2"};
+    EXPECT_EQ(std::count(concatenated.begin(), concatenated.end(), want), 1)
+        << "no single concatenation of " << call << "'s dQ, dK, dV";
+  }
+  EXPECT_GT(backward, 0);
+}
+
+// No [B,H,T,T] scores in the program (by their last two dimensions T x T): XLA's lowering of
+// attention computed nowhere.
+void expect_no_scores(const std::string& program, int64_t T) {
+  const std::string scores = "x" + std::to_string(T) + "x" + std::to_string(T) + "x";
+  EXPECT_EQ(program.find(scores), std::string::npos) << "a tensor<..." << scores << "...>";
+}
+
+// The checks every cuDNN step passes: calls like JAX's, each backward reading a forward and
+// giving the gradients, no attention lowered by XLA besides.
+void expect_cudnn_step(const RecordedStep& step, const JaxFixture& jax, int64_t T,
+                       const std::set<std::string>& differ = {}) {
+  const std::vector<CudnnCall> calls = test::cudnn_calls(step.program);
+  EXPECT_EQ(step.attention, "cudnn");
+  expect_calls_like_jax(calls, jax, differ);
+  expect_backward_reads_a_forward(step.program, calls);
+  expect_backward_gives_gradients(step.program, calls);
+  expect_no_scores(step.program, T);
+}
+
 TEST_F(CudnnStep, Gpt2StepCallsCudnnAsJaxDoes) {
   const JaxFixture jax = test::read_jax_fixture("jax_gpt2_124m_bf16_B16_T1024_cudnn");
   StepCase s;
@@ -228,22 +299,23 @@ TEST_F(CudnnStep, Gpt2StepCallsCudnnAsJaxDoes) {
   s.B = test::tensor_dims(jax.tokens).at(0), s.T = test::tensor_dims(jax.tokens).at(1);
   ASSERT_EQ(s.B, 16);
   ASSERT_EQ(test::tensor_dims(jax.embedding), (std::vector<int64_t>{50304, 768}));
-  const std::string program = cuda_step_program(s);
-  const std::vector<CudnnCall> calls = test::cudnn_calls(program);
-  EXPECT_EQ(count_targets(calls), (std::map<std::string, int>{{kForward, 12}, {kBackward, 12}}));
-  expect_calls_like_jax(calls, jax);
-  expect_backward_reads_a_forward(program, calls);
+  const RecordedStep step = step_program(s);
+  EXPECT_EQ(count_targets(test::cudnn_calls(step.program)),
+            (std::map<std::string, int>{{kForward, 12}, {kBackward, 12}}));
+  expect_cudnn_step(step, jax, s.T);
 }
 
+// Grouped queries: 32 query heads over 8 kv heads, k and v (and dK, dV) with their 8 heads.
 TEST_F(CudnnStep, GroupedQueryStepCallsCudnnAsJaxDoes) {
   const JaxFixture jax = test::read_jax_fixture("jax_llama_gqa32x8_cudnn_T1024");
   StepCase s;
   s.cfg = llama_gqa(jax);
   s.B = test::tensor_dims(jax.tokens).at(0), s.T = test::tensor_dims(jax.tokens).at(1);
-  const std::string program = cuda_step_program(s);
-  const std::vector<CudnnCall> calls = test::cudnn_calls(program);
-  expect_calls_like_jax(calls, jax);
-  expect_backward_reads_a_forward(program, calls);
+  const RecordedStep step = step_program(s);
+  EXPECT_EQ(count_targets(test::cudnn_calls(step.program)),
+            (std::map<std::string, int>{{kForward, 2}, {kBackward, 2}}))
+      << "one forward and one backward per layer";
+  expect_cudnn_step(step, jax, s.T);
 }
 
 // JAX's program asked for local_window_size (256, 0): each query sees itself and 256 earlier
@@ -260,14 +332,12 @@ TEST_F(CudnnStep, SlidingWindowStepCallsCudnnAsJaxDoes) {
     s.cfg = llama_gqa(jax, "mistral");
     s.cfg.sliding_window = window, s.cfg.sliding_window_pattern = 0;  // every layer
     s.B = test::tensor_dims(jax.tokens).at(0), s.T = test::tensor_dims(jax.tokens).at(1);
-    const std::string program = cuda_step_program(s);
-    const std::vector<CudnnCall> calls = test::cudnn_calls(program);
-    expect_backward_reads_a_forward(program, calls);
+    const RecordedStep step = step_program(s);
     if (window == 257) {
-      expect_calls_like_jax(calls, jax);
+      expect_cudnn_step(step, jax, s.T);
     } else {
-      expect_calls_like_jax(calls, jax, {"sliding_window_length"});
-      for (const CudnnCall& c : calls)
+      expect_cudnn_step(step, jax, s.T, {"sliding_window_length"});
+      for (const CudnnCall& c : test::cudnn_calls(step.program))
         EXPECT_EQ(
             nlohmann::json::parse(c.config)["cudnn_fmha_backend_config"]["sliding_window_length"],
             256);
@@ -285,10 +355,10 @@ TEST_F(CudnnStep, CheckpointedStepCallsCudnnAsJaxDoes) {
   s.cfg = llama_gqa(jax);
   s.B = test::tensor_dims(jax.tokens).at(0), s.T = test::tensor_dims(jax.tokens).at(1);
   s.checkpointing = true;
-  const std::string program = cuda_step_program(s);
-  const std::vector<CudnnCall> calls = test::cudnn_calls(program);
-  expect_calls_like_jax(calls, jax);
-  const std::vector<std::string> read = expect_backward_reads_a_forward(program, calls);
+  const RecordedStep step = step_program(s);
+  expect_cudnn_step(step, jax, s.T);
+  const std::vector<CudnnCall> calls = test::cudnn_calls(step.program);
+  const std::vector<std::string> read = expect_backward_reads_a_forward(step.program, calls);
   std::vector<std::string> before;  // the call before each backward
   for (size_t i = 1; i < calls.size(); ++i)
     if (calls[i].target == kBackward && calls[i - 1].target == kForward)
@@ -297,59 +367,62 @@ TEST_F(CudnnStep, CheckpointedStepCallsCudnnAsJaxDoes) {
   EXPECT_EQ(read.size(), 2u);
 }
 
-// On "cuda", what cuDNN does not compute stays with XLA's lowering: soft-capped scores, f32
-// compute, document masks. The same small model without them calls cuDNN (so the test can see
-// calls when they are there).
+// On "cuda", what cuDNN does not compute stays with XLA's lowering, and the backend says why:
+// soft-capped scores, f32 compute, document masks, a head size cuDNN does not take. The same
+// small model without them calls cuDNN (so the test can see calls when they are there).
 TEST_F(CudnnStep, FallsBackWhereCudnnDoesNotApply) {
   StepCase plain;
   plain.cfg = small_llama(), plain.B = 2, plain.T = 48;
-  EXPECT_EQ(count_targets(test::cudnn_calls(cuda_step_program(plain))),
+  const RecordedStep with = step_program(plain);
+  EXPECT_EQ(count_targets(test::cudnn_calls(with.program)),
             (std::map<std::string, int>{{kForward, 2}, {kBackward, 2}}));
+  EXPECT_EQ(with.attention, "cudnn");
+  expect_no_scores(with.program, plain.T);
 
-  StepCase capped = plain, f32 = plain, packed = plain;
+  StepCase capped = plain, f32 = plain, packed = plain, head36 = plain;
   capped.cfg.attn_logit_softcapping = 50;
   f32.compute = DType::f32;
   packed.packed = true;
-  for (const auto& [name, s] :
-       {std::pair{"softcap", capped}, {"f32", f32}, {"documents", packed}}) {
+  head36.cfg.head_dim = 36;  // not a multiple of 8
+  const std::vector<std::tuple<const char*, StepCase, const char*>> cases = {
+      {"softcap", capped, "xla: logit soft-capping"},
+      {"f32", f32, "xla: f32 / f64"},
+      {"documents", packed, "xla: document masks"},
+      {"head_dim 36", head36, "xla: head_dim"}};
+  for (const auto& [name, s, reason] : cases) {
     SCOPED_TRACE(name);
-    const std::string program = cuda_step_program(s);
-    EXPECT_NE(program.find("func.func @main"), std::string::npos);
-    EXPECT_EQ(program.find("custom_call"), std::string::npos);
+    const RecordedStep step = step_program(s);
+    EXPECT_NE(step.program.find("func.func @main"), std::string::npos);
+    EXPECT_EQ(step.program.find("custom_call"), std::string::npos);
+    EXPECT_EQ(step.attention.rfind(reason, 0), 0u) << step.attention;
+    EXPECT_NE(step.program.find("tensor<2x2x48x48x"), std::string::npos)
+        << "XLA's lowering forms the scores [B,H,T,T]";
   }
 }
 
-// XLA's CPU plugin: the step compiles and runs there, and no program it compiled has a custom
-// call (LMTRAIN_PJRT_DUMP writes each of them).
+// XLA's CPU plugin as it is (platform "cpu"): the same steps that call cuDNN on "cuda", bf16,
+// grouped queries, windows and checkpointing included, hold no custom call; XLA's lowering
+// computes the attention.
 TEST_F(CudnnStep, CpuPluginStepHasNoCustomCall) {
-  ASSERT_EQ(client_->platform_name(), "cpu") << "the tests' plugin is XLA's CPU plugin";
-  fs::create_directories(dir_);
-  test::ScopedEnv dump("LMTRAIN_PJRT_DUMP", dir_.c_str());
-  const ModelConfig cfg = small_llama();
-  const int64_t B = 2, T = 48, N = B * T;
-  auto be = make_pjrt_backend("");
-  Transformer m(be.get(), cfg);
-  m.init_weights(seed_);
-  m.set_compute_dtype(DType::bf16);
-  auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {});
-  const std::vector<int32_t> ids = test::random_ids(N, cfg.vocab_size, seed_);
-  m.zero_grads();
-  m.forward_backward(ids.data(), ids.data(), B, T, 1.0 / double(N), nullptr, false);
-  opt->step(static_cast<float*>(m.trainable_data()), static_cast<float*>(m.trainable_grads_data()),
-            1e-4, 1.0);
-  m.discard_grads();
-  opt->finish_step();
-  EXPECT_TRUE(std::isfinite(m.take_loss_sum())) << seed_note();
-  EXPECT_EQ(pjrt_backend_stats(*be).platform, "cpu");
-  int programs = 0, with_attention = 0;
-  for (const auto& entry : fs::directory_iterator(dir_)) {
-    const std::string text = read_text(entry.path());
-    ++programs;
-    with_attention += text.find("tensor<2x2x48x48x") != std::string::npos;  // the scores [B,H,T,T]
-    EXPECT_EQ(text.find("custom_call"), std::string::npos) << entry.path();
+  const JaxFixture jax = test::read_jax_fixture("jax_llama_gqa32x8_cudnn_T1024");
+  StepCase small, gqa, windowed, checkpointed;
+  small.cfg = small_llama(), small.T = 48;
+  gqa.cfg = llama_gqa(jax);
+  windowed.cfg = llama_gqa(jax, "mistral");
+  windowed.cfg.sliding_window = 257, windowed.cfg.sliding_window_pattern = 0;
+  checkpointed.cfg = llama_gqa(jax), checkpointed.checkpointing = true;
+  const std::vector<std::tuple<const char*, StepCase, const char*>> cases = {
+      {"small", small, "tensor<2x2x48x48x"},
+      {"gqa", gqa, "tensor<2x32x1024x1024x"},
+      {"window", windowed, "tensor<2x32x1024x1024x"},
+      {"checkpointed", checkpointed, "tensor<2x32x1024x1024x"}};
+  for (const auto& [name, s, scores] : cases) {
+    SCOPED_TRACE(name);
+    const RecordedStep step = step_program(s, "");
+    EXPECT_EQ(step.program.find("custom_call"), std::string::npos);
+    EXPECT_EQ(step.attention.rfind("xla: not XLA's CUDA plugin", 0), 0u) << step.attention;
+    EXPECT_NE(step.program.find(scores), std::string::npos) << "no attention lowered by XLA";
   }
-  EXPECT_GE(programs, 1);
-  EXPECT_GE(with_attention, 1) << "no program computed attention";
 }
 
 }  // namespace

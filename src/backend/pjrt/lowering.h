@@ -130,7 +130,11 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
 // bf16 or all f16; causal, window > 0 keeps keys with i - j < window. The forward gives out
 // [B,T,Hq,D] (q's dtype) and lse [B,Hq,T] f32 (cuDNN's softmax statistics); the backward takes
 // dout [B,T,Hq,D] and the forward's out and lse and gives dq, dk, dv shaped and typed as q, k, v.
-// Only XLA's CUDA plugin compiles these; use_cudnn_attention says when the backend uses them.
+// Only XLA's CUDA plugin compiles these. cudnn_attention_fallback gives, in one line, why the
+// backend keeps the lowering above for an attention on `platform` computing in dt (nullptr: it
+// calls cuDNN); use_cudnn_attention is its nullptr test.
+const char* cudnn_attention_fallback(const std::string& platform, DType dt,
+                                     const AttentionArgs& a);
 bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a);
 AttentionOut cudnn_attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a,
                                      const Value& q, const Value& k, const Value& v);

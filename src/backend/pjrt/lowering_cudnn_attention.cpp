@@ -108,24 +108,28 @@ int64_t window_of(const AttentionArgsHlo& a, int64_t T) {
 
 }  // namespace
 
-// cuDNN's kernel where it computes what lmtrain asks, XLA's lowering everywhere else:
-// - the CUDA plugin only: its XLA calls cuDNN for these custom calls; XLA's CPU plugin and
-//   libtpu have no such target.
-// - bf16 or f16 only: the kernel takes 16-bit inputs; f32 and f64 (gradient checks) keep the
-//   lowering's precision.
-// - no soft-capping (gemma2): the call has no tanh on the scores.
-// - no document masks: cuDNN's packed segments (max_seg_per_batch > 1) take per-segment lengths
-//   and offsets with a largest count of segments per row fixed in the program, and give their
-//   statistics per segment; lmtrain's per-token doc_start has no such bound.
-// - head_dim a multiple of 8 and at most 128, what cuDNN's flash attention takes on every GPU
-//   (up to 256 on Hopper and later, which the backend does not know here).
-// - self-attention of a whole sequence (no query offset), as training has it.
+// Why XLA's lowering, not cuDNN's kernel, computes this attention; nullptr: cuDNN's kernel does.
 // Not checked: the GPU's generation and cuDNN's version, which cuDNN's flash attention has
 // minimums for (lmtrain asks the plugin for neither).
+const char* cudnn_attention_fallback(const std::string& platform, DType dt,
+                                     const AttentionArgs& a) {
+  if (platform != "cuda") return "not XLA's CUDA plugin: only its XLA has the cuDNN calls";
+  if (dt != DType::bf16 && dt != DType::f16)
+    return "f32 / f64: cuDNN's flash attention takes bf16 or f16 inputs only";
+  if (a.softcap != 0) return "logit soft-capping: the cuDNN call has no tanh on the scores";
+  if (a.doc_start)  // cuDNN's packed segments bound their count per row in the program
+    return "document masks: cuDNN takes segment lengths, not lmtrain's per-token doc_start";
+  if (a.head_dim % 8 != 0 || a.head_dim > 128)  // 256 needs Hopper, which lmtrain cannot see
+    return "head_dim: cuDNN's flash attention takes multiples of 8 up to 128 on every GPU";
+  if (a.q_offset != 0 || a.q_len != a.kv_len)
+    return "a query offset: the calls here are training's self-attention of whole sequences";
+  if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
+    return "query heads not a multiple of the kv heads";
+  return nullptr;
+}
+
 bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a) {
-  return platform == "cuda" && (dt == DType::bf16 || dt == DType::f16) && a.softcap == 0 &&
-         a.doc_start == nullptr && a.head_dim % 8 == 0 && a.head_dim <= 128 && a.q_offset == 0 &&
-         a.q_len == a.kv_len && a.num_heads % a.num_kv_heads == 0;
+  return cudnn_attention_fallback(platform, dt, a) == nullptr;
 }
 
 std::string cudnn_fmha_config(int64_t B, int64_t Hq, int64_t T, DType dt, double scale,

@@ -155,8 +155,9 @@ class PjrtBackend final : public Backend {
   int64_t rows_from(const void* p, DType dt, int64_t C);
 
   // ---- attention pieces (pjrt_backend_nn.cpp) ----
-  // cuDNN's fused kernel (on the CUDA plugin, where it computes this attention) or XLA's lowering.
-  bool cudnn_attention(DType dt, const AttentionArgs& a) const;
+  // cuDNN's fused kernel (on the CUDA plugin, where it computes this attention) or XLA's lowering
+  // (hlo::cudnn_attention_fallback's reason); the choice is kept for stats().
+  bool cudnn_attention(DType dt, const AttentionArgs& a);
   void set_attention_grads(DType dt, const AttentionArgs& a, void* dq, void* dk, void* dv,
                            const hlo::AttentionGrads& g);
   const Value* doc_start(const AttentionArgs& a);
@@ -173,6 +174,7 @@ class PjrtBackend final : public Backend {
   PjrtTrace trace_;
   PjrtPrograms programs_;
   Value doc_;
+  std::string attention_;  // PjrtBackendStats::attention
 };
 
 }  // namespace lmt

@@ -51,8 +51,10 @@ void PjrtBackend::set_rows(void* p, const AttentionArgs& a, int64_t row, int64_t
   set(p, b().reshape(v, {a.batch, a.q_len, v.dims[2] * v.dims[3]}), {batch, row, 1});
 }
 
-bool PjrtBackend::cudnn_attention(DType dt, const AttentionArgs& a) const {
-  return hlo::use_cudnn_attention(client_.platform_name(), dt, a);
+bool PjrtBackend::cudnn_attention(DType dt, const AttentionArgs& a) {
+  const char* fallback = hlo::cudnn_attention_fallback(client_.platform_name(), dt, a);
+  attention_ = fallback ? std::string("xla: ") + fallback : "cudnn";
+  return fallback == nullptr;
 }
 
 void PjrtBackend::attention_forward(DType dt, const AttentionArgs& a, void* out, void* lse,
