@@ -133,11 +133,10 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
 // Only XLA's CUDA plugin compiles these. cudnn_attention_fallback gives, in one line, why the
 // backend keeps the lowering above for an attention on `platform` computing in dt (nullptr: it
 // calls cuDNN); use_cudnn_attention is its nullptr test.
-const char* cudnn_attention_fallback(const std::string& platform, DType dt,
-                                     const AttentionArgs& a);
+const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a);
 bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a);
-AttentionOut cudnn_attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a,
-                                     const Value& q, const Value& k, const Value& v);
+AttentionOut cudnn_attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& q,
+                                     const Value& k, const Value& v);
 AttentionGrads cudnn_attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a,
                                         const Value& dout, const Value& q, const Value& k,
                                         const Value& v, const Value& out, const Value& lse);
