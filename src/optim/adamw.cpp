@@ -46,8 +46,14 @@ AdamW::AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_pa
       spans_(make_spans(params, total_params, false, spec_of(cfg))) {}
 
 std::vector<ParamRange> AdamW::decay_ranges() const {
+  // One span per parameter; adjacent spans with the same decay read as one range.
   std::vector<ParamRange> r;
-  for (const Span& s : spans_) r.push_back({s.param, s.param + s.n, s.decay});
+  for (const Span& s : spans_) {
+    if (!r.empty() && r.back().end == s.param && r.back().decay == s.decay)
+      r.back().end = s.param + s.n;
+    else
+      r.push_back({s.param, s.param + s.n, s.decay});
+  }
   return r;
 }
 

@@ -223,7 +223,12 @@ Case attention_case(const std::string& name, int64_t B, int64_t T, int Hq, int H
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       starts->push_back(docs && t >= T / 3 ? static_cast<int32_t>(T / 3) : 0);
-  auto args = [=](DType) {
+  // doc_start is a device array of the backend that runs the case.
+  auto args = [=](Backend& be, std::shared_ptr<Buffer>& dev) {
+    if (docs) {
+      dev = std::make_shared<Buffer>(&be, starts->size() * sizeof(int32_t));
+      be.from_host(dev->data(), starts->data(), dev->bytes());
+    }
     AttentionArgs a;
     a.batch = B, a.q_len = T, a.kv_len = T, a.num_heads = Hq, a.num_kv_heads = Hkv, a.head_dim = D;
     a.q_row_stride = Q, a.q_batch_stride = T * Q;
@@ -231,15 +236,18 @@ Case attention_case(const std::string& name, int64_t B, int64_t T, int Hq, int H
     a.out_row_stride = Q, a.out_batch_stride = T * Q;
     a.scale = 1.0 / std::sqrt(static_cast<double>(D));
     a.softcap = softcap, a.window = window;
-    a.doc_start = docs ? starts->data() : nullptr;
+    a.doc_start = docs ? dev->as<int32_t>() : nullptr;
     return a;
   };
   c.forward = [=](Run& r) {
-    r.be->attention_forward(r.dt, args(r.dt), r.out[0], r.out[1], r.in[0], r.in[1], r.in[2]);
+    std::shared_ptr<Buffer> dev;
+    r.be->attention_forward(r.dt, args(*r.be, dev), r.out[0], r.out[1], r.in[0], r.in[1],
+                            r.in[2]);
   };
   c.backward = [=](Run& r) {
-    r.be->attention_backward(r.dt, args(r.dt), r.din[0], r.din[1], r.din[2], r.dout[0], r.in[0],
-                             r.in[1], r.in[2], r.out[0], r.out[1]);
+    std::shared_ptr<Buffer> dev;
+    r.be->attention_backward(r.dt, args(*r.be, dev), r.din[0], r.din[1], r.din[2], r.dout[0],
+                             r.in[0], r.in[1], r.in[2], r.out[0], r.out[1]);
   };
   return c;
 }

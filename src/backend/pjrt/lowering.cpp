@@ -354,16 +354,26 @@ AdamWOut adamw_step(StablehloBuilder& b, const Value& p, const Value& g, const V
   LMT_CHECK(p.dims == g.dims && p.dims == m.dims && p.dims == v.dims, "adamw_step: p, g, m, v");
   auto all = [&](const Value& s) { return b.broadcast_in_dim(s, p.dims, {}); };
   auto c = [&](double x) { return b.constant(x, p.dtype, p.dims); };
-  const Value gi = b.multiply(g, all(grad_scale));
-  const Value mi = b.add(b.multiply(c(beta1), m), b.multiply(c(1.0 - beta1), gi));
-  const Value vi = b.add(b.multiply(c(beta2), v), b.multiply(b.multiply(c(1.0 - beta2), gi), gi));
-  const Value denom = b.add(b.multiply(b.sqrt(vi), all(inv_bc2_sqrt)), c(eps));
-  const Value pi =
-      b.subtract(b.multiply(p, all(decay)), b.divide(b.multiply(all(step_size), mi), denom));
-  const Value finite = b.broadcast_in_dim(
-      b.compare(b.subtract(grad_scale, grad_scale), scalar(b, 0.0, grad_scale), CompareDir::eq),
-      p.dims, {});
-  return {b.select(finite, pi, p), b.select(finite, mi, m), b.select(finite, vi, v)};
+  // A skipped step (the scale not finite) as factors: the gradient's share 0 (the gradient itself
+  // replaced by 0, as it may hold the non-finite values), the moments' 1, the weights' decay 1
+  // and step 0, which leave p, m and v exactly as they are. The moments are formed as plain
+  // updates and the weights from the new moments, so XLA reads each old moment once, in the
+  // fusion that overwrites it, instead of copying it for the weights' fusion.
+  const Value ok = b.compare(b.subtract(grad_scale, grad_scale), scalar(b, 0.0, grad_scale),
+                             CompareDir::eq);
+  auto pick = [&](const Value& x, double skipped) {  // x where the step runs, else `skipped`
+    return all(b.select(ok, x, scalar(b, skipped, x)));
+  };
+  auto factor = [&](double x) { return pick(scalar(b, x, grad_scale), 1.0); };
+  const Value gi = b.select(b.broadcast_in_dim(ok, p.dims, {}), b.multiply(g, all(grad_scale)),
+                            c(0.0));
+  const Value mo = b.add(b.multiply(factor(beta1), m), b.multiply(c(1.0 - beta1), gi));
+  const Value vo =
+      b.add(b.multiply(factor(beta2), v), b.multiply(b.multiply(c(1.0 - beta2), gi), gi));
+  const Value denom = b.add(b.multiply(b.sqrt(vo), all(inv_bc2_sqrt)), c(eps));
+  const Value po = b.subtract(b.multiply(p, pick(decay, 1.0)),
+                              b.divide(b.multiply(pick(step_size, 0.0), mo), denom));
+  return {po, mo, vo};
 }
 
 namespace {

@@ -77,6 +77,16 @@ void PjrtBackend::flush() {
   trace_.done(p, std::move(results));
 }
 
+std::vector<int64_t> PjrtBackend::shape_of(const void* p, DType t, int64_t n) {
+  int64_t off = 0;
+  const int64_t bytes = n * static_cast<int64_t>(dtype_size(t));
+  const PjrtAlloc& a = tensors_.find(p, bytes, &off);
+  const PjrtPart& part = a.parts[PjrtTensors::part_at(a, off)];
+  if (part.described() && part.dtype == t && part.begin == off && part.end == off + bytes)
+    return part.dims;
+  return {n};
+}
+
 // A described tensor starting at p ends where it ends; else the allocation's end does.
 int64_t PjrtBackend::rows_from(const void* p, DType dt, int64_t C) {
   int64_t off = 0;
@@ -151,8 +161,10 @@ void PjrtBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
 
 void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
   if (n == 0) return;
-  const Value v = b().convert(view(x, dt, {n}), DType::f64);
-  accumulate_into(acc, DType::f64, b().reduce_sum(b().multiply(v, v), {0}));
+  const Value v = b().convert(view(x, dt, shape_of(x, dt, n)), DType::f64);
+  Dims all(v.dims.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+  accumulate_into(acc, DType::f64, b().reduce_sum(b().multiply(v, v), all));
 }
 
 // Seed and stream are runtime arguments: the stream names the micro-batch, new every step.

@@ -151,6 +151,10 @@ class PjrtBackend final : public Backend {
   static DType stat_type(DType dt) { return dt == DType::f64 ? DType::f64 : DType::f32; }
   Value stat(const Value& v, DType dt) { return down(v, stat_type(dt)); }
 
+  // The dims of the described tensor that n elements of t at p are exactly, else {n}: the
+  // optimizers' elementwise steps then work on the tensor as it is, so XLA sees each update as
+  // the tensor's own (a flat view's reshapes in between make it fuse worse: copies of moments).
+  Dims shape_of(const void* p, DType t, int64_t n);
   // Whole rows of C elements from p to the end of the tensor (or allocation) at p.
   int64_t rows_from(const void* p, DType dt, int64_t C);
 

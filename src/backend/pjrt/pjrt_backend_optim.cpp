@@ -36,9 +36,10 @@ void PjrtBackend::adamw_step(float* p, const float* g, float* m, float* v, int64
       runtime_scalar(lr / (1.0 - std::pow(beta1, t)), DType::f32, "adamw.step_size");
   const Value bc2 =
       runtime_scalar(1.0 / std::sqrt(1.0 - std::pow(beta2, t)), DType::f32, "adamw.inv_bc2_sqrt");
+  const Dims d = shape_of(p, DType::f32, n);
   const hlo::AdamWOut o = hlo::adamw_step(
-      b(), view(p, DType::f32, {n}), view(g, DType::f32, {n}), view(m, DType::f32, {n}),
-      view(v, DType::f32, {n}), beta1, beta2, eps, decay, step_size, bc2, scale_f32(grad_scale));
+      b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d),
+      view(v, DType::f32, d), beta1, beta2, eps, decay, step_size, bc2, scale_f32(grad_scale));
   set(p, o.p);
   set(m, o.m);
   set(v, o.v);
@@ -47,8 +48,9 @@ void PjrtBackend::adamw_step(float* p, const float* g, float* m, float* v, int64
 void PjrtBackend::lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
                             double beta2, double weight_decay, const double* grad_scale) {
   if (n == 0) return;
+  const Dims d = shape_of(p, DType::f32, n);
   const hlo::LionOut o = hlo::lion_step(
-      b(), view(p, DType::f32, {n}), view(g, DType::f32, {n}), view(m, DType::f32, {n}), beta1,
+      b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d), beta1,
       beta2, decay_factor(trace_, lr, weight_decay, "lion.decay"),
       runtime_scalar(lr, DType::f32, "lion.lr"), scale_f32(grad_scale));
   set(p, o.p);
@@ -59,9 +61,10 @@ void PjrtBackend::sgd_step(float* p, const float* g, float* buf, int64_t n, doub
                            double momentum, bool nesterov, double weight_decay,
                            const double* grad_scale) {
   if (n == 0) return;
+  const Dims d = shape_of(p, DType::f32, n);
   const hlo::SgdOut o =
-      hlo::sgd_step(b(), view(p, DType::f32, {n}), view(g, DType::f32, {n}),
-                    view(buf, DType::f32, {n}), momentum, nesterov, weight_decay,
+      hlo::sgd_step(b(), view(p, DType::f32, d), view(g, DType::f32, d),
+                    view(buf, DType::f32, d), momentum, nesterov, weight_decay,
                     runtime_scalar(lr, DType::f32, "sgd.lr"), scale_f32(grad_scale));
   set(p, o.p);
   set(buf, o.buf);

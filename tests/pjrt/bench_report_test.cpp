@@ -1,0 +1,129 @@
+// What `lmtrain bench` reports of a PJRT device and sends to its compiler, end to end through the
+// test plugin (XLA's CPU plugin naming the device and its memory as the test says, recording what
+// it is asked to compile): MFU taken against the nominal dense peak of the device kind the plugin
+// names (the datasheet figures typed here, not read from lmtrain's table), a measured GEMM peak for
+// a device the table does not know, the device's peak memory as the plugin reports it, and
+// train.deterministic in the compile options of every program the run compiles.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "backend/pjrt/compile_options.h"
+#include "pjrt_test_util.h"
+#include "train/bench.h"
+#include "train/flops.h"
+#include "train/run_config.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+using test::PjrtTest;
+using test::ScopedEnv;
+
+// A tiny Llama on the test plugin, two timed steps.
+RunConfig tiny(const std::vector<std::string>& sets) {
+  std::vector<std::string> all = {
+      "model.vocab_size=256",        "model.hidden_size=64",
+      "model.intermediate_size=128", "model.num_hidden_layers=2",
+      "model.num_attention_heads=4", "model.num_key_value_heads=2",
+      "data.seq_len=32",             "train.micro_batch_size=2",
+      "train.backend=pjrt",          std::string("train.pjrt_plugin=") + LMT_TEST_PJRT_PLUGIN};
+  all.insert(all.end(), sets.begin(), sets.end());
+  return load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml", all);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class BenchReport : public PjrtTest {
+ protected:
+  void SetUp() override {
+    PjrtTest::SetUp();
+    if (HasFatalFailure()) return;
+    if (!std::getenv("LMT_TEST_PLUGIN_WRAP"))  // read once, when the test plugin is first loaded
+      setenv("LMT_TEST_PLUGIN_WRAP", client_->plugin().path().c_str(), 1);
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    record_dir_ = fs::temp_directory_path() /
+                  ("lmt_bench_report_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(record_dir_);
+  }
+  void TearDown() override { fs::remove_all(record_dir_); }
+  fs::path record_dir_;
+};
+
+TEST(NominalPeak, DenseFiguresOfTheDatasheets) {
+  // NVIDIA H100 SXM: 989.4 TFLOP/s dense bf16, 494.7 TF32; H100 PCIe: 756 and 378; A100: 312 and
+  // 156; Cloud TPU v5e: 197 bf16 (f32 products run as bf16 passes there).
+  struct Case {
+    const char* kind;
+    DType dt;
+    double tflops;
+  };
+  for (const Case& c : {Case{"NVIDIA H100 80GB HBM3", DType::bf16, 989.4},
+                        Case{"NVIDIA H100 80GB HBM3", DType::f32, 494.7},
+                        Case{"NVIDIA H100 PCIe", DType::bf16, 756.0},
+                        Case{"NVIDIA H100 PCIe", DType::f32, 378.0},
+                        Case{"NVIDIA H200", DType::bf16, 989.4},
+                        Case{"NVIDIA A100-SXM4-80GB", DType::bf16, 312.0},
+                        Case{"NVIDIA A100-SXM4-80GB", DType::f32, 156.0},
+                        Case{"TPU v5 lite", DType::bf16, 197.0},
+                        Case{"TPU v5 lite", DType::f32, 197.0}}) {
+    SCOPED_TRACE(c.kind);
+    const std::optional<PeakFlops> p = nominal_peak(c.kind, c.dt);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_DOUBLE_EQ(p->flops, c.tflops * 1e12);
+    EXPECT_NE(p->source.find("docs/mfu.md"), std::string::npos) << p->source;
+  }
+  EXPECT_FALSE(nominal_peak("cpu", DType::f32).has_value());
+  EXPECT_FALSE(nominal_peak("NVIDIA GeForce RTX 4090", DType::bf16).has_value());
+}
+
+// Every compile options message the test plugin recorded: what lmtrain asks of XLA's CPU plugin
+// besides is XNNPACK off (backend/pjrt/compile_options.h).
+void expect_compile_options(const fs::path& dir, bool deterministic, int want_programs) {
+  const std::string want =
+      compile_options(CompileSettings{.deterministic = deterministic, .xnnpack = false});
+  int programs = 0;
+  for (; fs::exists(dir / ("options_" + std::to_string(programs) + ".pb")); ++programs)
+    EXPECT_EQ(read_file(dir / ("options_" + std::to_string(programs) + ".pb")), want)
+        << "options_" << programs << ".pb";
+  EXPECT_EQ(programs, want_programs);
+}
+
+TEST_F(BenchReport, NominalPeakDevicePeakMemoryAndDeterministicOptions) {
+  ScopedEnv kind("LMT_TEST_PLUGIN_DEVICE_KIND", "NVIDIA H100 80GB HBM3");
+  ScopedEnv memory("LMT_TEST_PLUGIN_MEMORY", "1000,85899345920,85899345921");
+  ScopedEnv record("LMT_TEST_PLUGIN_RECORD", record_dir_.c_str());
+  const nlohmann::json j = run_bench(tiny({"train.precision=bf16", "train.deterministic=true"}), 1);
+  EXPECT_EQ(j["pjrt"]["device_kind"], "NVIDIA H100 80GB HBM3");
+  EXPECT_DOUBLE_EQ(j["peak_flops"].get<double>(), 989.4e12);
+  EXPECT_NE(j["peak_flops_source"].get<std::string>().find("nominal dense bf16 peak"),
+            std::string::npos)
+      << j["peak_flops_source"];
+  EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), j["achieved_flops"].get<double>() / 989.4e12);
+  EXPECT_EQ(j["pjrt"]["device_peak_bytes"].get<int64_t>(), 85899345920);
+  expect_compile_options(record_dir_, true, 1);  // one program: the training step
+}
+
+TEST_F(BenchReport, MeasuredPeakWhereTheDeviceIsNotInTheTable) {
+  ScopedEnv record("LMT_TEST_PLUGIN_RECORD", record_dir_.c_str());
+  const nlohmann::json j = run_bench(tiny({}), 1);
+  const std::string source = j["peak_flops_source"].get<std::string>();
+  EXPECT_NE(source.find("a measured peak of"), std::string::npos) << source;
+  EXPECT_GT(j["peak_flops"].get<double>(), 0.0);
+  if (j["pjrt"]["platform"] == "cpu")  // XLA's CPU plugin keeps no allocator statistics
+    EXPECT_EQ(j["pjrt"]["device_peak_bytes"], "n/a");
+  expect_compile_options(record_dir_, false, 2);  // the peak's GEMM, the step
+}
+
+}  // namespace
+}  // namespace lmt
