@@ -39,6 +39,7 @@ nlohmann::json pjrt_report(const Backend& be) {
   const PjrtBackendStats st = pjrt_backend_stats(be);
   nlohmann::json j = {{"platform", st.platform},
                       {"device_kind", st.device_kind},
+                      {"attention", st.attention},
                       {"programs_compiled", st.programs_compiled},
                       {"compile_seconds", st.compile_seconds},
                       {"program_chars", st.last_program_chars}};

@@ -120,8 +120,12 @@ TEST_F(BenchReport, MeasuredPeakWhereTheDeviceIsNotInTheTable) {
   const std::string source = j["peak_flops_source"].get<std::string>();
   EXPECT_NE(source.find("a measured peak of"), std::string::npos) << source;
   EXPECT_GT(j["peak_flops"].get<double>(), 0.0);
-  if (j["pjrt"]["platform"] == "cpu")  // XLA's CPU plugin keeps no allocator statistics
+  if (j["pjrt"]["platform"] == "cpu") {  // XLA's CPU plugin keeps no allocator statistics
     EXPECT_EQ(j["pjrt"]["device_peak_bytes"], "n/a");
+    // nor cuDNN: XLA's lowering computes attention, and the report says why
+    EXPECT_EQ(j["pjrt"]["attention"].get<std::string>().rfind("xla: not XLA's CUDA plugin", 0), 0u)
+        << j["pjrt"]["attention"];
+  }
   expect_compile_options(record_dir_, false, 2);  // the peak's GEMM, the step
 }
 

@@ -386,5 +386,21 @@ module {
   EXPECT_TRUE(fs::exists(record_dir_ / "program_0.mlir"));
 }
 
+// LMT_TEST_PLUGIN_RECORD_ONLY: a plain program on the real platform, which XLA would build, is
+// recorded and refused all the same; without it the same program compiles.
+TEST_F(TestPlugin, RecordOnlyRefusesEveryProgram) {
+  ScopedEnv record("LMT_TEST_PLUGIN_RECORD", record_dir_.c_str());
+  const PjrtClient plugin = test_client();
+  {
+    ScopedEnv only("LMT_TEST_PLUGIN_RECORD_ONLY", "1");
+    const std::string msg = user_error_of([&] { plugin.compile(kTwoOutputs); });
+    EXPECT_NE(msg.find(std::string(kRefused) + " (LMT_TEST_PLUGIN_RECORD_ONLY)"), std::string::npos)
+        << msg;
+    EXPECT_EQ(read_file(record_dir_ / "program_0.mlir"), kTwoOutputs);
+  }
+  EXPECT_NO_THROW(plugin.compile(kTwoOutputs));
+  EXPECT_EQ(read_file(record_dir_ / "program_1.mlir"), kTwoOutputs);
+}
+
 }  // namespace
 }  // namespace lmt

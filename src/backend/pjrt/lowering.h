@@ -5,6 +5,8 @@
 // Shapes are given beside each argument; f32 (or f64) tensors unless said.
 #pragma once
 
+#include <string>
+
 #include "backend/backend.h"
 #include "backend/pjrt/stablehlo.h"
 
@@ -121,6 +123,27 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
                                           const Value& dout, const Value& q, const Value& k,
                                           const Value& v, const Value& out, const Value& lse,
                                           const Value* doc_start, int64_t block);
+
+// cuDNN's fused flash attention, as XLA's GPU backend calls it (lowering_cudnn_attention.cpp):
+// the custom calls jax.nn.dot_product_attention(implementation="cudnn") emits. The same
+// attention as above, without documents and soft-capping: q [B,T,Hq,D], k and v [B,T,Hkv,D], all
+// bf16 or all f16; causal, window > 0 keeps keys with i - j < window. The forward gives out
+// [B,T,Hq,D] (q's dtype) and lse [B,Hq,T] f32 (cuDNN's softmax statistics); the backward takes
+// dout [B,T,Hq,D] and the forward's out and lse and gives dq, dk, dv shaped and typed as q, k, v.
+// Only XLA's CUDA plugin compiles these. cudnn_attention_fallback gives, in one line, why the
+// backend keeps the lowering above for an attention on `platform` computing in dt (nullptr: it
+// calls cuDNN); use_cudnn_attention is its nullptr test.
+const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a);
+bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a);
+AttentionOut cudnn_attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& q,
+                                     const Value& k, const Value& v);
+AttentionGrads cudnn_attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a,
+                                        const Value& dout, const Value& q, const Value& k,
+                                        const Value& v, const Value& out, const Value& lse);
+// The backend_config JSON of either call for B sequences of T positions, Hq query heads, inputs
+// of dtype dt; written as JAX writes it (json.dumps: its key order, separators and float form).
+std::string cudnn_fmha_config(int64_t B, int64_t Hq, int64_t T, DType dt, double scale,
+                              int64_t window, bool backward);
 
 // The output head and its loss (Backend::head_loss) on whole tensors: h [N,C] (bf16, f32 or
 // f64), w [V,C] of h's dtype, labels [N] i32. Logits and their softmax are formed in f32 (f64 for

@@ -56,6 +56,9 @@ struct PjrtProgramMemory {
 // Counters of a PJRT backend (for tests and the benchmark); zeros for any other backend.
 struct PjrtBackendStats {
   std::string platform, device_kind;  // as the plugin names them ("cpu", "cuda"; the device)
+  // How the last attention traced is computed: "cudnn" (cuDNN's fused kernel) or "xla: " and why
+  // XLA's lowering is (hlo::cudnn_attention_fallback); "" before any attention.
+  std::string attention;
   int64_t programs_run = 0;       // executions
   int64_t programs_compiled = 0;  // distinct program texts compiled
   double compile_seconds = 0;

@@ -160,6 +160,11 @@ class PjrtBackend final : public Backend {
   int64_t rows_from(const void* p, DType dt, int64_t C);
 
   // ---- attention pieces (pjrt_backend_nn.cpp) ----
+  // cuDNN's fused kernel (on the CUDA plugin, where it computes this attention) or XLA's lowering
+  // (hlo::cudnn_attention_fallback's reason); the choice is kept for stats().
+  bool cudnn_attention(DType dt, const AttentionArgs& a);
+  void set_attention_grads(DType dt, const AttentionArgs& a, void* dq, void* dk, void* dv,
+                           const hlo::AttentionGrads& g);
   const Value* doc_start(const AttentionArgs& a);
   Value rows(const void* p, DType dt, const AttentionArgs& a, int64_t row, int64_t batch, int H);
   void set_rows(void* p, const AttentionArgs& a, int64_t row, int64_t batch, const Value& v);
@@ -174,6 +179,7 @@ class PjrtBackend final : public Backend {
   PjrtTrace trace_;
   PjrtPrograms programs_;
   Value doc_;
+  std::string attention_;  // PjrtBackendStats::attention
 };
 
 }  // namespace lmt

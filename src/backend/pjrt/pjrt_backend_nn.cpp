@@ -51,39 +51,65 @@ void PjrtBackend::set_rows(void* p, const AttentionArgs& a, int64_t row, int64_t
   set(p, b().reshape(v, {a.batch, a.q_len, v.dims[2] * v.dims[3]}), {batch, row, 1});
 }
 
+bool PjrtBackend::cudnn_attention(DType dt, const AttentionArgs& a) {
+  const char* fallback = hlo::cudnn_attention_fallback(client_.platform_name(), dt, a);
+  attention_ = fallback ? std::string("xla: ") + fallback : "cudnn";
+  return fallback == nullptr;
+}
+
 void PjrtBackend::attention_forward(DType dt, const AttentionArgs& a, void* out, void* lse,
                                     const void* q, const void* k, const void* v) {
   check_attention(a);
-  const Value* doc = doc_start(a);
+  const bool cudnn = cudnn_attention(dt, a);
+  const Value* doc = cudnn ? nullptr : doc_start(a);
   // bf16 inputs stay bf16: the lowering's products run in it with f32 accumulation, its softmax
   // statistics in f32.
   const Value qv = rows(q, dt, a, a.q_row_stride, a.q_batch_stride, a.num_heads);
   const Value kv = rows(k, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads);
   const Value vv = rows(v, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads);
-  const hlo::AttentionOut o =
-      blocked(a) ? hlo::attention_forward_blocked(b(), hlo_args(a), qv, kv, vv, doc, kBlock)
-                 : hlo::attention_forward(b(), hlo_args(a), qv, kv, vv, doc);
+  hlo::AttentionOut o;
+  if (cudnn)
+    o = hlo::cudnn_attention_forward(b(), hlo_args(a), qv, kv, vv);
+  else if (blocked(a))
+    o = hlo::attention_forward_blocked(b(), hlo_args(a), qv, kv, vv, doc, kBlock);
+  else
+    o = hlo::attention_forward(b(), hlo_args(a), qv, kv, vv, doc);
   set_rows(out, a, a.out_row_stride, a.out_batch_stride, down(o.out, dt));
   set(lse, stat(o.lse, dt));
 }
 
-void PjrtBackend::attention_backward(DType dt, const AttentionArgs& a, void* dq, void* dk,
-                                     void* dv, const void* dout, const void* q, const void* k,
-                                     const void* v, const void* out, const void* lse) {
+void PjrtBackend::attention_backward(DType dt, const AttentionArgs& a, void* dq, void* dk, void* dv,
+                                     const void* dout, const void* q, const void* k, const void* v,
+                                     const void* out, const void* lse) {
   check_attention(a);
-  const Value* doc = doc_start(a);
-  const Value d = up(rows(dout, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads));
+  const bool cudnn = cudnn_attention(dt, a);
+  const Value* doc = cudnn ? nullptr : doc_start(a);
+  const Value dout_rows = rows(dout, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads);
+  const Value d = cudnn ? dout_rows : up(dout_rows);  // cuDNN takes it in the inputs' dtype
   // bf16 inputs stay bf16: the lowering's products run in it with f32 accumulation, its softmax
   // statistics in f32.
   const Value qv = rows(q, dt, a, a.q_row_stride, a.q_batch_stride, a.num_heads);
   const Value kv = rows(k, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads);
   const Value vv = rows(v, dt, a, a.kv_row_stride, a.kv_batch_stride, a.num_kv_heads);
-  const hlo::AttentionGrads g =
-      blocked(a) ? hlo::attention_backward_blocked(
-                       b(), hlo_args(a), d, qv, kv, vv,
-                       rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads),
-                       view(lse, stat_type(dt), {a.batch, a.num_heads, a.q_len}), doc, kBlock)
-                 : hlo::attention_backward(b(), hlo_args(a), d, qv, kv, vv, doc);
+  // The forward's out and lse (the dense lowering recomputes both instead).
+  auto saved_out = [&] {
+    return rows(out, dt, a, a.out_row_stride, a.out_batch_stride, a.num_heads);
+  };
+  auto saved_lse = [&] { return view(lse, stat_type(dt), {a.batch, a.num_heads, a.q_len}); };
+  hlo::AttentionGrads g;
+  if (cudnn)
+    g = hlo::cudnn_attention_backward(b(), hlo_args(a), d, qv, kv, vv, saved_out(), saved_lse());
+  else if (blocked(a))
+    g = hlo::attention_backward_blocked(b(), hlo_args(a), d, qv, kv, vv, saved_out(), saved_lse(),
+                                        doc, kBlock);
+  else
+    g = hlo::attention_backward(b(), hlo_args(a), d, qv, kv, vv, doc);
+  set_attention_grads(dt, a, dq, dk, dv, g);
+}
+
+// dq, dk, dv [B,T,H,D] written where the model keeps them.
+void PjrtBackend::set_attention_grads(DType dt, const AttentionArgs& a, void* dq, void* dk,
+                                      void* dv, const hlo::AttentionGrads& g) {
   // The model's fused layout (rows of q|k|v): one dense write, so the program never reads the old
   // contents between the three.
   const int64_t Q = int64_t{a.num_heads} * a.head_dim, KV = int64_t{a.num_kv_heads} * a.head_dim;

@@ -12,6 +12,8 @@
 //                                     platform than the real one, or one that calls a cuDNN custom
 //                                     call (@__cudnn...), is then refused with "lmtrain test
 //                                     plugin: recorded, not compiled": XLA here could not build it
+//   LMT_TEST_PLUGIN_RECORD_ONLY=1     with RECORD, every program is refused so after recording it
+//                                     (a test that only reads the program skips XLA's compile)
 //   LMT_TEST_PLUGIN_MEMORY=U,P,L      PJRT_Device_MemoryStats answers bytes_in_use U, peak P and
 //                                     limit L (P or L empty: reported as not set)
 //
@@ -137,6 +139,7 @@ std::string record(const std::filesystem::path& dir, std::string_view program,
 
 // Why XLA here should not see the program ("" when it may).
 std::string refusal(PJRT_Client* client, std::string_view program) {
+  if (env("LMT_TEST_PLUGIN_RECORD_ONLY")) return "LMT_TEST_PLUGIN_RECORD_ONLY";
   if (const char* platform = env("LMT_TEST_PLUGIN_PLATFORM")) {
     PJRT_Client_PlatformName_Args name{};
     name.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
