@@ -27,12 +27,16 @@ using test::ScopedEnv;
 
 // A tiny Llama on the test plugin, two timed steps.
 RunConfig tiny(const std::vector<std::string>& sets) {
-  std::vector<std::string> all = {
-      "model.vocab_size=256",        "model.hidden_size=64",
-      "model.intermediate_size=128", "model.num_hidden_layers=2",
-      "model.num_attention_heads=4", "model.num_key_value_heads=2",
-      "data.seq_len=32",             "train.micro_batch_size=2",
-      "train.backend=pjrt",          std::string("train.pjrt_plugin=") + LMT_TEST_PJRT_PLUGIN};
+  std::vector<std::string> all = {"model.vocab_size=256",
+                                  "model.hidden_size=64",
+                                  "model.intermediate_size=128",
+                                  "model.num_hidden_layers=2",
+                                  "model.num_attention_heads=4",
+                                  "model.num_key_value_heads=2",
+                                  "data.seq_len=32",
+                                  "train.micro_batch_size=2",
+                                  "train.backend=pjrt",
+                                  std::string("train.pjrt_plugin=") + LMT_TEST_PJRT_PLUGIN};
   all.insert(all.end(), sets.begin(), sets.end());
   return load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml", all);
 }
@@ -52,8 +56,8 @@ class BenchReport : public PjrtTest {
     if (!std::getenv("LMT_TEST_PLUGIN_WRAP"))  // read once, when the test plugin is first loaded
       setenv("LMT_TEST_PLUGIN_WRAP", client_->plugin().path().c_str(), 1);
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    record_dir_ = fs::temp_directory_path() /
-                  ("lmt_bench_report_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    record_dir_ = fs::temp_directory_path() / ("lmt_bench_report_" + std::string(info->name()) +
+                                               "_" + std::to_string(getpid()));
     fs::remove_all(record_dir_);
   }
   void TearDown() override { fs::remove_all(record_dir_); }
@@ -68,15 +72,13 @@ TEST(NominalPeak, DenseFiguresOfTheDatasheets) {
     DType dt;
     double tflops;
   };
-  for (const Case& c : {Case{"NVIDIA H100 80GB HBM3", DType::bf16, 989.4},
-                        Case{"NVIDIA H100 80GB HBM3", DType::f32, 494.7},
-                        Case{"NVIDIA H100 PCIe", DType::bf16, 756.0},
-                        Case{"NVIDIA H100 PCIe", DType::f32, 378.0},
-                        Case{"NVIDIA H200", DType::bf16, 989.4},
-                        Case{"NVIDIA A100-SXM4-80GB", DType::bf16, 312.0},
-                        Case{"NVIDIA A100-SXM4-80GB", DType::f32, 156.0},
-                        Case{"TPU v5 lite", DType::bf16, 197.0},
-                        Case{"TPU v5 lite", DType::f32, 197.0}}) {
+  for (const Case& c :
+       {Case{"NVIDIA H100 80GB HBM3", DType::bf16, 989.4},
+        Case{"NVIDIA H100 80GB HBM3", DType::f32, 494.7},
+        Case{"NVIDIA H100 PCIe", DType::bf16, 756.0}, Case{"NVIDIA H100 PCIe", DType::f32, 378.0},
+        Case{"NVIDIA H200", DType::bf16, 989.4}, Case{"NVIDIA A100-SXM4-80GB", DType::bf16, 312.0},
+        Case{"NVIDIA A100-SXM4-80GB", DType::f32, 156.0}, Case{"TPU v5 lite", DType::bf16, 197.0},
+        Case{"TPU v5 lite", DType::f32, 197.0}}) {
     SCOPED_TRACE(c.kind);
     const std::optional<PeakFlops> p = nominal_peak(c.kind, c.dt);
     ASSERT_TRUE(p.has_value());

@@ -201,8 +201,8 @@ void PjrtTrace::upload(PjrtPart& part, DType hint) {
   if (compile_only_) return;  // the program is not run: nothing to upload
   std::vector<uint8_t> zeros;
   if (part.host.empty()) zeros.assign(static_cast<size_t>(part.bytes()), 0);
-  part.dev = client_.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype,
-                               part.dims);
+  part.dev =
+      client_.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype, part.dims);
   part.host = {};
   part.host_valid = false;  // the device holds it now
 }
