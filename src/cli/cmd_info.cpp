@@ -13,6 +13,7 @@
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
 #include "model/transformer.h"
+#include "train/bench.h"
 #include "train/checkpoint.h"
 #include "train/memory_check.h"
 #include "train/run_config.h"
@@ -38,6 +39,23 @@ std::string format_bytes(uint64_t b) {
 
 namespace {
 
+// The training step of `run` compiled, not run, on a PJRT plugin: XLA's own plan of its device
+// memory (arguments, temporaries) on that plugin, as `lmtrain bench --compile-only` gives it.
+nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin) {
+  run.train.backend = "pjrt";
+  run.train.pjrt_plugin = plugin;
+  const nlohmann::json b = run_bench(std::move(run), 0, /*compile_only=*/true);
+  const nlohmann::json& p = b.at("pjrt");
+  const nlohmann::json& m = p.at("step_memory");
+  if (!m.is_object()) throw UserError("--pjrt: the plugin reported no memory of the compiled step");
+  return {{"platform", p.at("platform")},
+          {"device_kind", p.at("device_kind")},
+          {"compile_seconds", p.at("compile_seconds")},
+          {"argument_bytes", m.at("argument_bytes")},
+          {"temp_bytes", m.at("temp_bytes")},
+          {"total_bytes", m.at("argument_plus_temp_bytes")}};
+}
+
 struct ParamCounts {
   int64_t total = 0, embedding = 0, flat = 0;
 };
@@ -60,7 +78,8 @@ Run add_info(CLI::App& app) {
   struct Opts {
     std::string model, adapter, precision = "f32", optimizer = "adamw";
     int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
-    bool checkpointing = false, json = false;
+    std::string pjrt_plugin;
+    bool checkpointing = false, json = false, pjrt = false;
     int activation_bits = 0;
   };
   auto o = std::make_shared<Opts>();
@@ -94,6 +113,11 @@ Run add_info(CLI::App& app) {
                  "the optimizer whose state to count: adamw, lion, sgd or muon")
       ->capture_default_str()
       ->check(CLI::IsMember({"adamw", "lion", "sgd", "muon"}));
+  app.add_flag("--pjrt", o->pjrt,
+               "also compile the step (not run it) on a PJRT plugin and print the device memory "
+               "XLA plans for it");
+  app.add_option("--pjrt-plugin", o->pjrt_plugin,
+                 "the plugin of --pjrt (default: LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin)");
   app.add_flag("--json", o->json, "print one JSON object");
   return [o]() {
     const std::string dir = resolve_model_dir(o->model, "--model").string();
@@ -213,6 +237,7 @@ Run add_info(CLI::App& app) {
                      {"parameters", lora_params}};
       for (const Line& l : mem) j["training_step"][l.key] = l.bytes;
       j["training_step"]["total"] = total;
+      if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin);
       fmt::print("{}\n", j.dump(2));
       return 0;
     }
@@ -259,6 +284,16 @@ Run add_info(CLI::App& app) {
         format_bytes(layer.layer), sets,
         o->checkpointing ? "one, recomputed for each layer in the backward" : "one a layer",
         mlp_kept, format_bytes(mlp_out));
+    if (o->pjrt) {
+      const nlohmann::json p = pjrt_step_memory(run, o->pjrt_plugin);
+      fmt::print(
+          "on pjrt ({}, {}), as XLA plans the compiled step: arguments {}, temporaries {}, total "
+          "{} (compiled in {:.1f} s, not run)\n",
+          p["platform"].get<std::string>(), p["device_kind"].get<std::string>(),
+          format_bytes(p["argument_bytes"].get<uint64_t>()),
+          format_bytes(p["temp_bytes"].get<uint64_t>()),
+          format_bytes(p["total_bytes"].get<uint64_t>()), p["compile_seconds"].get<double>());
+    }
     return 0;
   };
 }
