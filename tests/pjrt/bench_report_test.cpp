@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::PjrtTest;
+using test::read_file;
 using test::ScopedEnv;
 
 // A tiny Llama on the test plugin, two timed steps.
@@ -41,28 +42,7 @@ RunConfig tiny(const std::vector<std::string>& sets) {
   return load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml", all);
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class BenchReport : public PjrtTest {
- protected:
-  void SetUp() override {
-    PjrtTest::SetUp();
-    if (HasFatalFailure()) return;
-    if (!std::getenv("LMT_TEST_PLUGIN_WRAP"))  // read once, when the test plugin is first loaded
-      setenv("LMT_TEST_PLUGIN_WRAP", client_->plugin().path().c_str(), 1);
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    record_dir_ = fs::temp_directory_path() / ("lmt_bench_report_" + std::string(info->name()) +
-                                               "_" + std::to_string(getpid()));
-    fs::remove_all(record_dir_);
-  }
-  void TearDown() override { fs::remove_all(record_dir_); }
-  fs::path record_dir_;
-};
+using BenchReport = test::TestPluginTest;
 
 TEST(NominalPeak, DenseFiguresOfTheDatasheets) {
   // NVIDIA H100 SXM: 989.4 TFLOP/s dense bf16, 494.7 TF32; H100 PCIe: 756 and 378; A100: 312 and

@@ -47,13 +47,6 @@ struct StepCase {
   bool packed = false;  // two documents per row (doc_start)
 };
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // GPT-2 124M as JAX's program has it (vocab 50304).
 ModelConfig gpt2_124m() {
   ModelConfig c = family_defaults("gpt2");
@@ -87,29 +80,17 @@ struct RecordedStep {
   std::string attention;  // PjrtBackendStats::attention: "cudnn", or "xla: " and why
 };
 
-class CudnnStep : public test::PjrtTest {
+class CudnnStep : public test::TestPluginTest {
  protected:
-  void SetUp() override {
-    PjrtTest::SetUp();
-    if (HasFatalFailure()) return;
-    if (!std::getenv("LMT_TEST_PLUGIN_WRAP"))  // read once, when the test plugin is first loaded
-      setenv("LMT_TEST_PLUGIN_WRAP", client_->plugin().path().c_str(), 1);
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("lmt_cudnn_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // One training step as bench's time_steps runs it (zero_grads, forward_backward leaving the
   // loss on the device, AdamW, the step's end), compile-only, on the test plugin as `platform`
   // ("": XLA's CPU plugin as it is, "cpu"): the program it was asked to compile, which it
   // recorded and refused (LMT_TEST_PLUGIN_RECORD_ONLY: XLA need not build what is only read).
   RecordedStep step_program(const StepCase& s, const std::string& platform = "cuda") {
     test::ScopedEnv platform_env("LMT_TEST_PLUGIN_PLATFORM", platform.c_str());
-    test::ScopedEnv record("LMT_TEST_PLUGIN_RECORD", dir_.c_str());
+    test::ScopedEnv record("LMT_TEST_PLUGIN_RECORD", record_dir_.c_str());
     test::ScopedEnv record_only("LMT_TEST_PLUGIN_RECORD_ONLY", "1");
-    fs::remove_all(dir_);
+    fs::remove_all(record_dir_);
     RecordedStep r;
     {
       auto be = make_pjrt_backend(LMT_TEST_PJRT_PLUGIN, PjrtOptions{.compile_only = true});
@@ -140,13 +121,11 @@ class CudnnStep : public test::PjrtTest {
       EXPECT_NE(msg.find("lmtrain test plugin: recorded, not compiled"), std::string::npos) << msg;
       r.attention = pjrt_backend_stats(*be).attention;
     }
-    EXPECT_TRUE(fs::exists(dir_ / "program_0.mlir"));
-    EXPECT_FALSE(fs::exists(dir_ / "program_1.mlir")) << "the step is one program";
-    r.program = read_text(dir_ / "program_0.mlir");
+    EXPECT_TRUE(fs::exists(record_dir_ / "program_0.mlir"));
+    EXPECT_FALSE(fs::exists(record_dir_ / "program_1.mlir")) << "the step is one program";
+    r.program = test::read_file(record_dir_ / "program_0.mlir");
     return r;
   }
-
-  fs::path dir_;
 };
 
 std::map<std::string, int> count_targets(const std::vector<CudnnCall>& calls) {
@@ -202,6 +181,14 @@ std::map<std::string, std::pair<std::string, std::string>> reshapes_and_transpos
   return made;
 }
 
+// v with the reshapes that made it (in `made`, from reshapes_and_transposes) undone.
+std::string before_reshapes(const std::map<std::string, std::pair<std::string, std::string>>& made,
+                            std::string v) {
+  for (auto it = made.find(v); it != made.end() && it->second.first == "reshape"; it = made.find(v))
+    v = it->second.second;
+  return v;
+}
+
 // Every backward call reads one forward call's statistics and output: its stats operand is that
 // call's second result, its out operand the first transposed back to [B,T,H,D], each through
 // reshapes only (which move no data), as in JAX's programs. Returns, per backward call, the
@@ -209,12 +196,7 @@ std::map<std::string, std::pair<std::string, std::string>> reshapes_and_transpos
 std::vector<std::string> expect_backward_reads_a_forward(const std::string& program,
                                                          const std::vector<CudnnCall>& calls) {
   const auto made = reshapes_and_transposes(program);
-  auto source = [&](std::string v) {  // v with the reshapes before it undone
-    for (auto it = made.find(v); it != made.end() && it->second.first == "reshape";
-         it = made.find(v))
-      v = it->second.second;
-    return v;
-  };
+  auto source = [&](const std::string& v) { return before_reshapes(made, v); };
   std::set<std::string> forwards;
   std::vector<std::string> read;
   for (const CudnnCall& c : calls) {
@@ -241,12 +223,7 @@ std::vector<std::string> expect_backward_reads_a_forward(const std::string& prog
 void expect_backward_gives_gradients(const std::string& program,
                                      const std::vector<CudnnCall>& calls) {
   const auto made = reshapes_and_transposes(program);
-  auto source = [&](std::string v) {  // v with the reshapes before it undone
-    for (auto it = made.find(v); it != made.end() && it->second.first == "reshape";
-         it = made.find(v))
-      v = it->second.second;
-    return v;
-  };
+  auto source = [&](const std::string& v) { return before_reshapes(made, v); };
   std::vector<std::vector<std::string>> concatenated;  // each concatenate's operands, sources
   std::istringstream in(program);
   for (std::string line; std::getline(in, line);) {

@@ -6,15 +6,19 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -177,6 +181,34 @@ class LoweringFixture : public PjrtTest {
     expect_match(got[4], dv, name + "dv");
   }
   CpuBackend cpu_;
+};
+
+// The bytes of a file ("" when it cannot be read).
+inline std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Tests on the test plugin (tests/pjrt/test_plugin), which wraps the plugin every other PJRT test
+// uses; record_dir_ is the test's own directory for what the plugin records, removed after it.
+class TestPluginTest : public PjrtTest {
+ protected:
+  void SetUp() override {
+    PjrtTest::SetUp();
+    if (HasFatalFailure()) return;
+    if (!std::getenv("LMT_TEST_PLUGIN_WRAP"))  // read once, when the test plugin is first loaded
+      setenv("LMT_TEST_PLUGIN_WRAP", client_->plugin().path().c_str(), 1);
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    record_dir_ = std::filesystem::temp_directory_path() /
+                  ("lmt_test_plugin_" + std::string(info->test_suite_name()) + "_" + info->name() +
+                   "_" + std::to_string(getpid()));
+    std::filesystem::remove_all(record_dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(record_dir_); }
+
+  std::filesystem::path record_dir_;
 };
 
 }  // namespace lmt::test

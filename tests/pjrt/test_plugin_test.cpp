@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::PjrtTest;
+using test::read_file;
 using test::ScopedEnv;
 using test::user_error_of;
 
@@ -39,13 +40,6 @@ module {
     return %1, %2 : tensor<3x5xf32>, tensor<f32>
   }
 })";
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // One field of a protobuf message as the wire format has it: a varint, or length-delimited bytes.
 struct WireField {
@@ -98,22 +92,8 @@ std::vector<WireField> fields_numbered(const std::vector<WireField>& fields, int
 
 // Tests on the test plugin; client_ (the fixture's) is the plugin every other PJRT test uses, which
 // the test plugin wraps.
-class TestPlugin : public PjrtTest {
+class TestPlugin : public test::TestPluginTest {
  protected:
-  void SetUp() override {
-    PjrtTest::SetUp();
-    if (HasFatalFailure()) return;
-    // Read once, when the test plugin is first loaded.
-    if (!std::getenv("LMT_TEST_PLUGIN_WRAP")) {
-      setenv("LMT_TEST_PLUGIN_WRAP", client_->plugin().path().c_str(), 1);
-    }
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    record_dir_ = fs::temp_directory_path() /
-                  ("lmt_test_plugin_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(record_dir_);
-  }
-  void TearDown() override { fs::remove_all(record_dir_); }
-
   // A new client: the platform and device kind are read when a client is made.
   static PjrtClient test_client() { return PjrtClient(LMT_TEST_PJRT_PLUGIN); }
 
@@ -130,8 +110,6 @@ class TestPlugin : public PjrtTest {
     for (PjrtBuffer& o : exe.execute(args)) out.push_back(o.to_host<float>());
     return out;
   }
-
-  fs::path record_dir_;
 };
 
 TEST_F(TestPlugin, RunsProgramsAsTheWrappedPluginDoes) {
