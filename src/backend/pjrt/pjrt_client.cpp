@@ -24,17 +24,52 @@ std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
   return std::string(kind.device_kind, kind.device_kind_size);
 }
 
+int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = device;
+  plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  PJRT_DeviceDescription_Id_Args id{};
+  id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+  id.device_description = get.device_description;
+  plugin.check(plugin.api()->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+  return id.id;
+}
+
+// PJRT_Client_Create with cpu_device_count where asked; a plugin that refuses the option (it
+// validates its options' names before anything else) is created without it.
+PJRT_Client* create_client(const PjrtPlugin& plugin, const PjrtClientOptions& options) {
+  const PJRT_Api* api = plugin.api();
+  PJRT_Client_Create_Args create{};
+  create.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  if (options.cpu_device_count > 0) {
+    static const std::string kName = "cpu_device_count";
+    PJRT_NamedValue count{};
+    count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    count.name = kName.c_str();
+    count.name_size = kName.size();
+    count.type = PJRT_NamedValue_kInt64;
+    count.int64_value = options.cpu_device_count;
+    count.value_size = 1;
+    create.create_options = &count;
+    create.num_options = 1;
+    PJRT_Error* error = api->PJRT_Client_Create(&create);
+    if (!error) return create.client;
+    discard_error(plugin, error);
+    create.create_options = nullptr;
+    create.num_options = 0;
+  }
+  plugin.check(api->PJRT_Client_Create(&create), "PJRT_Client_Create");
+  return create.client;
+}
+
 }  // namespace
 
-PjrtClient::PjrtClient(const std::string& plugin_path) {
+PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& options) {
   const PjrtPlugin& plugin = load_pjrt_plugin(plugin_path);
   const PJRT_Api* api = plugin.api();
   session_ = std::make_shared<PjrtSession>(plugin);
-
-  PJRT_Client_Create_Args create{};
-  create.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
-  plugin.check(api->PJRT_Client_Create(&create), "PJRT_Client_Create");
-  session_->client = create.client;
+  session_->client = create_client(plugin, options);
 
   PJRT_Client_PlatformName_Args name{};
   name.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
@@ -51,7 +86,10 @@ PjrtClient::PjrtClient(const std::string& plugin_path) {
                     ") has no addressable device");
   }
   device_count_ = devices.num_addressable_devices;
-  session_->device = devices.addressable_devices[0];
+  session_->devices.assign(devices.addressable_devices,
+                           devices.addressable_devices + devices.num_addressable_devices);
+  session_->device = session_->devices[0];
+  for (PJRT_Device* d : session_->devices) device_ids_.push_back(device_id(plugin, d));
   device_kind_ = describe_device(plugin, session_->device);
 }
 

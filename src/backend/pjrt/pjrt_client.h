@@ -24,10 +24,18 @@ struct DeviceMemory {
   std::optional<int64_t> bytes_limit;  // what the allocator may hand out in all
 };
 
+// How to create a client, beyond the plugin's defaults.
+struct PjrtClientOptions {
+  // > 0: the number of devices asked of a plugin that makes its devices on request (XLA's CPU
+  // plugin, create option cpu_device_count; it makes 4 by default). A plugin that does not take
+  // the option refuses it before it starts anything, and is then created without it.
+  int64_t cpu_device_count = 0;
+};
+
 class PjrtClient {
  public:
-  // Loads the plugin (load_pjrt_plugin) and creates a client with default options.
-  explicit PjrtClient(const std::string& plugin_path);
+  // Loads the plugin (load_pjrt_plugin) and creates a client.
+  explicit PjrtClient(const std::string& plugin_path, const PjrtClientOptions& options = {});
 
   const PjrtPlugin& plugin() const;
   // As the plugin reports them (PJRT_Client_PlatformName; PJRT_DeviceDescription_Kind of the
@@ -35,6 +43,9 @@ class PjrtClient {
   const std::string& platform_name() const { return platform_name_; }
   const std::string& device_kind() const { return device_kind_; }
   size_t device_count() const { return device_count_; }  // addressable devices
+  // The addressable devices' ids (PJRT_DeviceDescription_Id), in the plugin's order: what a
+  // compiled program's device assignment names.
+  const std::vector<int64_t>& device_ids() const { return device_ids_; }
 
   // Compiles a StableHLO module given as MLIR text (`module { func.func @main(...) ... }`) for
   // one device. A program the plugin refuses is a UserError carrying its diagnostic.
@@ -51,6 +62,7 @@ class PjrtClient {
   std::shared_ptr<PjrtSession> session_;
   std::string platform_name_, device_kind_;
   size_t device_count_ = 0;
+  std::vector<int64_t> device_ids_;
 };
 
 }  // namespace lmt

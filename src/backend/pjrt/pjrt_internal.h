@@ -2,6 +2,8 @@
 // exists only in a build with PJRT (CMake finds it in the plugin's Python wheel).
 #pragma once
 
+#include <vector>
+
 #include "backend/pjrt/pjrt_plugin.h"
 #include "core/dtype.h"
 #include "pjrt_c_api.h"
@@ -13,6 +15,7 @@ struct PjrtSession {
   const PjrtPlugin& plugin;
   PJRT_Client* client = nullptr;
   PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
+  std::vector<PJRT_Device*> devices;  // every addressable device, in the plugin's order
 
   explicit PjrtSession(const PjrtPlugin& p) : plugin(p) {}
   PjrtSession(const PjrtSession&) = delete;

@@ -40,7 +40,7 @@ PjrtBackendStats pjrt_backend_stats(const Backend&) {
   return {};
 }
 
-PjrtClient::PjrtClient(const std::string&) {
+PjrtClient::PjrtClient(const std::string&, const PjrtClientOptions&) {
   built_without_pjrt();
 }
 const PjrtPlugin& PjrtClient::plugin() const {
