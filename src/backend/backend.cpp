@@ -39,8 +39,13 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
                     "); use 'cpu'");
   }
   if (name == "pjrt")
-    return make_pjrt_backend(options.pjrt_plugin, PjrtOptions{options.compile_only,
-                                                             options.deterministic});
+    return make_pjrt_backend(options.pjrt_plugin,
+                             PjrtOptions{options.compile_only, options.deterministic, options.mesh,
+                                         options.devices, options.coordination_dir,
+                                         options.coordination_timeout});
+  if (!options.mesh.single())
+    throw UserError("parallel: a mesh of " + std::to_string(options.mesh.size()) +
+                    " devices needs backend pjrt (it is '" + name + "')");
   throw UserError("train.backend: unknown backend '" + name +
                   "' (expected cpu, pjrt, cuda or auto)");
 }

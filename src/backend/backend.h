@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/mesh.h"
 #include "core/dtype.h"
 
 namespace lmt {
@@ -294,6 +295,12 @@ struct BackendOptions {
   std::string pjrt_plugin;     // "" = the default plugin
   bool deterministic = false;  // ask the compiler for deterministic ops (train.deterministic)
   bool compile_only = false;   // compile the programs, run none: what they need of the device
+  // Several devices (parallel.*): the mesh (axes of size 1 left out; none: one device), the
+  // plugin's device ids it uses (empty: the first ones), and where several processes meet.
+  Mesh mesh;
+  std::vector<int64_t> devices;
+  std::string coordination_dir;
+  int64_t coordination_timeout = 60;  // seconds
 };
 
 // Makes a backend by name: "cpu", "pjrt", "cuda" or "auto" (cuda when built with it and a GPU is

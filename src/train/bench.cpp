@@ -131,8 +131,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
     throw UserError("bench --compile-only: train.backend is '" + cfg.train.backend +
                     "'; only pjrt compiles its step");
   if (!compile_only) check_training_memory(cfg, physical_memory_bytes());
-  auto be = make_backend(cfg.train.backend,
-                         {cfg.train.pjrt_plugin, cfg.train.deterministic, compile_only});
+  BackendOptions options = backend_options(cfg);
+  options.compile_only = compile_only;
+  auto be = make_backend(cfg.train.backend, options);
   const DType compute = cfg.train.precision == "bf16" ? DType::bf16 : DType::f32;
   const PeakFlops peak = compile_only ? PeakFlops{} : mfu_peak(be.get(), compute, kPeakGemmSize, 9);
 

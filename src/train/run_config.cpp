@@ -137,6 +137,43 @@ void validate_train(const TrainConfig& t) {
   require(t.sample_tokens >= 0, "train.sample_tokens", ">= 0", t.sample_tokens);
 }
 
+// Every axis divides what the sharding plan splits over it, one message naming the key and both
+// numbers.
+void validate_parallel(const ParallelConfig& p, const TrainConfig& t, const ModelConfig& m) {
+  require(p.data >= 1, "parallel.data", ">= 1", p.data);
+  require(p.fsdp >= 1, "parallel.fsdp", ">= 1", p.fsdp);
+  require(p.tensor >= 1, "parallel.tensor", ">= 1", p.tensor);
+  require(p.coordination_timeout >= 1, "parallel.coordination_timeout", ">= 1 (seconds)",
+          p.coordination_timeout);
+  if (!p.devices.empty() && static_cast<int64_t>(p.devices.size()) != p.size())
+    throw UserError(fmt::format(
+        "parallel.devices names {} devices, but the mesh data {} x fsdp {} x tensor {} has {}",
+        p.devices.size(), p.data, p.fsdp, p.tensor, p.size()));
+  for (size_t i = 0; i < p.devices.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (p.devices[i] == p.devices[j])
+        throw UserError(fmt::format("parallel.devices names device {} twice", p.devices[i]));
+  if (p.size() > 1 && t.backend != "pjrt")
+    throw UserError(fmt::format(
+        "parallel: a mesh of {} devices needs train.backend: pjrt (it is '{}')", p.size(),
+        t.backend));
+  auto divides = [](int64_t ways, const char* axis, int64_t n, const std::string& what) {
+    if (n % ways != 0)
+      throw UserError(fmt::format("parallel.{} is {}, which does not divide {} ({})", axis, ways,
+                                  what, n));
+  };
+  if (t.micro_batch_size % (p.data * p.fsdp) != 0)
+    throw UserError(fmt::format(
+        "parallel.data x parallel.fsdp is {} x {} = {}, which does not divide "
+        "train.micro_batch_size ({}): each of those devices takes an equal share of the batch",
+        p.data, p.fsdp, p.data * p.fsdp, t.micro_batch_size));
+  divides(p.fsdp, "fsdp", m.hidden_size, "model.hidden_size");
+  divides(p.tensor, "tensor", m.num_attention_heads, "model.num_attention_heads");
+  divides(p.tensor, "tensor", m.kv_heads(), "model.num_key_value_heads");
+  divides(p.tensor, "tensor", m.intermediate_size, "model.intermediate_size");
+  divides(p.tensor, "tensor", m.vocab_size, "model.vocab_size");
+}
+
 void validate_optimizer(const OptimizerConfig& o) {
   require_finite(o, "optimizer");
   require_one_of("optimizer.name", o.name, {"adamw", "lion", "sgd", "muon"});
@@ -329,6 +366,7 @@ void RunConfig::validate() const {
   validate_data(data, model);
   validate_train(train);
   validate_optimizer(optimizer);
+  validate_parallel(parallel, train, model);
   require_finite(lora, "lora");
   require(lora.rank >= 0, "lora.rank", ">= 0 (0 = full training)", lora.rank);
   require(lora.dropout >= 0 && lora.dropout < 1, "lora.dropout", "in [0, 1)", lora.dropout);
@@ -421,6 +459,22 @@ OptimizerSpec optimizer_spec(const RunConfig& cfg) {
   s.weight_decay = cfg.train.weight_decay;
   s.decay_embeddings = o.decay_embeddings, s.decay_norms_and_biases = o.decay_norms_and_biases;
   return s;
+}
+
+BackendOptions backend_options(const RunConfig& cfg) {
+  BackendOptions o;
+  o.pjrt_plugin = cfg.train.pjrt_plugin;
+  o.deterministic = cfg.train.deterministic;
+  const ParallelConfig& p = cfg.parallel;
+  for (const MeshAxis& a : {MeshAxis{"data", p.data}, MeshAxis{"fsdp", p.fsdp},
+                            MeshAxis{"tensor", p.tensor}})
+    if (a.size > 1) o.mesh.axes.push_back(a);
+  o.devices = p.devices;
+  o.coordination_dir = p.coordination_dir.empty()
+                           ? (std::filesystem::path(cfg.train.out_dir) / "coordination").string()
+                           : p.coordination_dir;
+  o.coordination_timeout = p.coordination_timeout;
+  return o;
 }
 
 std::string run_config_to_yaml(RunConfig& cfg) {

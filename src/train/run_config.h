@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "model/lora.h"
 #include "model/model_config.h"
 #include "optim/optimizer.h"
@@ -215,6 +216,40 @@ struct LoggingConfig {
   }
 };
 
+// Several devices (backend pjrt): a mesh of named axes whose product is the number of devices the
+// run uses; one program, annotated with shardings (the plan: model/sharding_plan.h), partitioned
+// by XLA's SPMD partitioner. The batch is split over data x fsdp; parameters, gradients and
+// optimizer state over fsdp (ZeRO-3) and, Megatron's way, over tensor.
+struct ParallelConfig {
+  int64_t data = 1;
+  int64_t fsdp = 1;
+  int64_t tensor = 1;
+  std::vector<int64_t> devices;
+  std::string coordination_dir;
+  int64_t coordination_timeout = 60;
+
+  template <class V>
+  void visit(V& v) {
+    v("data", data, "data-parallel ways: each group of devices takes its share of the batch");
+    v("fsdp", fsdp,
+      "fully sharded data-parallel ways: the batch is split further, and every parameter, its "
+      "gradient and its optimizer state are split too (ZeRO-3)");
+    v("tensor", tensor,
+      "tensor-parallel ways (Megatron): attention heads, the MLP's features and the vocabulary "
+      "are split");
+    v("devices", devices,
+      "the plugin's device ids the mesh uses, data x fsdp x tensor of them; empty: the first ones "
+      "(XLA's CPU plugin makes as many as the mesh needs)");
+    v("coordination_dir", coordination_dir,
+      "several processes (started by mpirun or another launcher): a directory every process "
+      "sees, where they exchange the plugin's keys; empty: <train.out_dir>/coordination");
+    v("coordination_timeout", coordination_timeout,
+      "seconds a process waits for the others' keys (or for a lost one's heartbeat) before it "
+      "gives up");
+  }
+  int64_t size() const { return data * fsdp * tensor; }
+};
+
 // LoRA fine-tuning (rank > 0): the base model (train.init_from, or the initialisation) is frozen
 // and adapters on the chosen projections train; checkpoints hold the adapters only.
 struct LoraConfig {
@@ -258,6 +293,7 @@ struct RunConfig {
   TrainConfig train;
   OptimizerConfig optimizer;
   LoraConfig lora;
+  ParallelConfig parallel;
   LoggingConfig logging;
 
   template <class V>
@@ -267,6 +303,7 @@ struct RunConfig {
     v("train", train, "training loop");
     v("optimizer", optimizer, "optimizer");
     v("lora", lora, "LoRA adapters (rank 0: full training)");
+    v("parallel", parallel, "several devices: the mesh (backend pjrt)");
     v("logging", logging, "metric sinks");
   }
 
@@ -305,6 +342,10 @@ std::vector<std::string> source_names(const DataConfig& d);
 
 // The optimizer section and train.weight_decay as make_optimizer takes them.
 OptimizerSpec optimizer_spec(const RunConfig& cfg);
+
+// How train, bench and info make the run's backend: train.backend's settings and the mesh of the
+// parallel section (its axes of size 1 left out).
+BackendOptions backend_options(const RunConfig& cfg);
 
 std::string run_config_to_yaml(RunConfig& cfg);
 // A stable hash of the resolved config (hex), stored in checkpoints.

@@ -138,7 +138,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
       eval_loader = std::make_unique<EvalLoader>(*data.validation, B);
   }
 
-  auto be = make_backend(tc.backend, {tc.pjrt_plugin, tc.deterministic});
+  auto be = make_backend(tc.backend, backend_options(cfg));
   Transformer model(be.get(), cfg.model);
   const bool lora = cfg.lora.rank > 0;
   model.set_activation_checkpointing(tc.activation_checkpointing);

@@ -32,6 +32,12 @@ struct PjrtOptions {
   // Ask XLA for deterministic ops (xla_gpu_exclude_nondeterministic_ops: no atomic scatter-adds
   // or reductions on GPUs), so that a run and its resume give the same bits there too.
   bool deterministic = false;
+  // Several devices: the mesh, the plugin's device ids it uses (empty: the first mesh.size()),
+  // and where several processes exchange the plugin's keys (BackendOptions).
+  Mesh mesh;
+  std::vector<int64_t> devices;
+  std::string coordination_dir;
+  int64_t coordination_timeout = 60;
 };
 
 // The PJRT backend on the plugin at plugin_path ("" = resolve_pjrt_plugin_path's default). A
