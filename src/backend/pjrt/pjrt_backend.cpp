@@ -2,6 +2,7 @@
 // dense algebra, elementwise ops, embeddings, norms and RoPE.
 #include "backend/pjrt/pjrt_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -19,11 +20,22 @@ CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& option
   return s;
 }
 
+PjrtClientOptions client_options(const PjrtOptions& options) {
+  PjrtClientOptions c;
+  if (!options.mesh.single()) {  // XLA's CPU plugin: as many devices as the mesh names
+    c.cpu_device_count = options.mesh.size();
+    for (int64_t id : options.devices) c.cpu_device_count = std::max(c.cpu_device_count, id + 1);
+  }
+  c.mesh = options.mesh;
+  c.devices = options.devices;
+  return c;
+}
+
 }  // namespace
 
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
-    : client_(resolve_pjrt_plugin_path(plugin_path)),
-      trace_(tensors_, client_, options.compile_only),
+    : client_(resolve_pjrt_plugin_path(plugin_path), client_options(options)),
+      trace_(tensors_, client_, options.compile_only, options.sharding),
       programs_(client_, settings_for(client_, options), options.compile_only) {}
 
 PjrtBackendStats PjrtBackend::stats() const {

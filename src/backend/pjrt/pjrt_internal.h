@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "backend/mesh.h"
 #include "backend/pjrt/pjrt_plugin.h"
 #include "core/dtype.h"
 #include "pjrt_c_api.h"
@@ -16,6 +17,9 @@ struct PjrtSession {
   PJRT_Client* client = nullptr;
   PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
   std::vector<PJRT_Device*> devices;  // every addressable device, in the plugin's order
+  // The devices programs run on: mesh device i is mesh_devices[i] (one device: the first).
+  Mesh mesh;
+  std::vector<PJRT_Device*> mesh_devices;
 
   explicit PjrtSession(const PjrtPlugin& p) : plugin(p) {}
   PjrtSession(const PjrtSession&) = delete;
