@@ -134,5 +134,85 @@ TEST_F(MeshTraining, EveryMeshTrainsAsOneDevice) {
   }
 }
 
+// LoRA (adapters split as their base) and Muon (Newton-Schulz on split matrices) on the mesh with
+// both axes that split parameters.
+TEST_F(MeshTraining, LoraAndMuonTrainAsOneDevice) {
+  const std::string steps = "train.max_steps=" + std::to_string(kSteps);
+  const std::vector<std::string> mesh = {"parallel.fsdp=2", "parallel.tensor=2"};
+  for (const auto& [name, sets] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"lora", {"lora.rank=8", "lora.alpha=16", "train.lr=3e-3"}},
+           {"muon", {"optimizer.name=muon", "train.lr=1e-3"}}}) {
+    std::vector<std::string> one = sets, many = sets;
+    one.push_back(steps);
+    many.push_back(steps);
+    many.insert(many.end(), mesh.begin(), mesh.end());
+    train(demo(name + "_one", one), false);
+    train(demo(name + "_mesh", many), false);
+    expect_same_run(name + "_one", name + "_mesh", kSteps);
+  }
+}
+
+// Saved at fsdp 2 x tensor 2 after 10 steps; resumed at data 4, on one device and on the CPU
+// backend: each continues the uninterrupted one-device curve within 1e-5.
+TEST_F(MeshTraining, ACheckpointResumesOnAnyMesh) {
+  const std::vector<std::string> base = {"train.max_steps=20", "train.save_every=10"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return extra;
+  };
+  train(demo("whole", base), false);
+  const auto want = losses("whole");
+  for (const auto& [name, sets] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"to_data4", {"parallel.data=4"}},
+           {"to_one", {}},
+           {"to_cpu", {"train.backend=cpu"}}}) {
+    SCOPED_TRACE(name);
+    RunConfig first = demo(name, with({"parallel.fsdp=2", "parallel.tensor=2"}));
+    first.train.max_steps = 10;
+    train(first, false);
+    const TrainResult r = train(demo(name, with(sets)), true);
+    EXPECT_EQ(r.first_step, 10);
+    const auto got = losses(name);
+    for (int64_t step = 1; step <= 20; ++step) {
+      ASSERT_TRUE(got.count(step)) << "step " << step;
+      EXPECT_NEAR(got.at(step), want.at(step), 1e-5 * want.at(step)) << "step " << step;
+    }
+  }
+}
+
+// A mesh that does not divide the model or the batch, or that needs more devices than the plugin
+// has: one message naming the key and the numbers.
+TEST_F(MeshTraining, AMeshThatDoesNotFitIsOneMessage) {
+  auto message = [&](const std::vector<std::string>& sets) {
+    try {
+      train(demo("bad", sets), false);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto refused = [&](const std::vector<std::string>& sets) {
+    try {
+      demo("bad", sets);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(refused({"parallel.tensor=4"}),
+            "parallel.tensor is 4, which does not divide model.num_attention_heads (6)");
+  EXPECT_EQ(refused({"parallel.data=3"}),
+            "parallel.data x parallel.fsdp is 3 x 1 = 3, which does not divide "
+            "train.micro_batch_size (8): each of those devices takes an equal share of the batch");
+  EXPECT_EQ(refused({"parallel.fsdp=5"}).rfind("parallel.data x parallel.fsdp is 1 x 5", 0), 0u);
+  EXPECT_EQ(refused({"parallel.data=2", "train.backend=cpu"}),
+            "parallel: a mesh of 2 devices needs train.backend: pjrt (it is 'cpu')");
+  EXPECT_EQ(refused({"parallel.data=2", "parallel.devices=[0]"}),
+            "parallel.devices names 1 devices, but the mesh data 2 x fsdp 1 x tensor 1 has 2");
+  (void)message;
+}
+
 }  // namespace
 }  // namespace lmt
