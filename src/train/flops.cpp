@@ -99,17 +99,25 @@ std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt) 
   return std::nullopt;
 }
 
+// On a mesh the peak is the devices' together: the nominal peak times their number, or the GEMM,
+// which runs whole on every device at once, timed as one and counted on each.
 PeakFlops mfu_peak(Backend* be, DType dt, int64_t n, int reps) {
   const PjrtBackendStats st = pjrt_backend_stats(*be);
+  const double devices = static_cast<double>(std::max<int64_t>(st.devices, 1));
+  auto times_devices = [&](PeakFlops p) {
+    if (devices == 1) return p;
+    return PeakFlops{p.flops * devices, fmt::format("{} devices x {}", st.devices, p.source)};
+  };
   if (be->name() == "pjrt") {
-    if (std::optional<PeakFlops> p = nominal_peak(st.device_kind, dt)) return *p;
+    if (std::optional<PeakFlops> p = nominal_peak(st.device_kind, dt)) return times_devices(*p);
     if (st.platform != "cpu") n = std::max<int64_t>(n, 4096);
   }
   const double flops = measure_gemm_peak(be, dt, n, reps);
-  return PeakFlops{flops, fmt::format("a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on "
-                                      "this backend{})",
-                                      flops / 1e9, dt == DType::bf16 ? "bf16" : "f32", n, n, n,
-                                      st.device_kind.empty() ? "" : ", " + st.device_kind)};
+  return times_devices(
+      PeakFlops{flops, fmt::format("a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on "
+                                   "this backend{})",
+                                   flops / 1e9, dt == DType::bf16 ? "bf16" : "f32", n, n, n,
+                                   st.device_kind.empty() ? "" : ", " + st.device_kind)});
 }
 
 }  // namespace lmt

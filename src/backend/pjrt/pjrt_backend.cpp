@@ -42,6 +42,7 @@ PjrtBackendStats PjrtBackend::stats() const {
   PjrtBackendStats s = programs_.stats();
   s.platform = client_.platform_name();
   s.device_kind = client_.device_kind();
+  s.devices = client_.mesh().size();
   s.attention = attention_;
   if (const std::optional<DeviceMemory> m = client_.device_memory())
     s.device_peak_bytes = m->peak_bytes_in_use ? *m->peak_bytes_in_use : m->bytes_in_use;

@@ -64,6 +64,7 @@ struct PjrtProgramMemory {
 // Counters of a PJRT backend (for tests and the benchmark); zeros for any other backend.
 struct PjrtBackendStats {
   std::string platform, device_kind;  // as the plugin names them ("cpu", "cuda"; the device)
+  int64_t devices = 1;                // the mesh's devices programs run on
   // How the last attention traced is computed: "cudnn" (cuDNN's fused kernel) or "xla: " and why
   // XLA's lowering is (hlo::cudnn_attention_fallback); "" before any attention.
   std::string attention;

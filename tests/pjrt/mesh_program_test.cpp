@@ -1,0 +1,142 @@
+// The partitioned step really is partitioned: compiled for fsdp 4, each device's arguments are
+// exactly what the sharding plan predicts (a quarter of every split tensor, whole the norms, the
+// scalars and whatever the plan keeps whole), and XLA's optimized program contains the
+// collectives the plan implies (printed beside the prediction: on XLA:CPU an FSDP gradient may
+// come back as an all-reduce rather than a reduce-scatter).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "../model/model_test_util.h"
+#include "backend/pjrt/pjrt_backend.h"
+#include "model/sharding_plan.h"
+#include "model/transformer.h"
+#include "optim/optimizer.h"
+#include "pjrt_test_util.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A llama whose split dimensions all divide by 4.
+ModelConfig model() {
+  ModelConfig c = test::tiny("llama");
+  c.vocab_size = 320, c.hidden_size = 32, c.intermediate_size = 48;
+  c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 8;
+  return c;
+}
+
+// One training step compiled (not run) on a mesh; the backend's account of it.
+PjrtBackendStats compile_step(const Mesh& mesh) {
+  PjrtOptions o;
+  o.compile_only = true;
+  o.mesh = mesh;
+  o.sharding = plan_sharding;
+  auto be = make_pjrt_backend("", o);
+  Transformer m(be.get(), model());
+  m.init_weights(3);
+  const int64_t B = 4, T = 8;
+  const std::vector<int32_t> ids = test::random_ids(B * T, model().vocab_size, 5);
+  auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {});
+  m.zero_grads();
+  m.forward_backward(ids.data(), ids.data(), B, T, 1.0 / (B * T), nullptr, false);
+  opt->clip_and_step(static_cast<float*>(m.trainable_data()),
+                     static_cast<float*>(m.trainable_grads_data()), 1e-3, 1.0);
+  m.discard_grads();
+  m.take_loss_sum();
+  be->synchronize();
+  return pjrt_backend_stats(*be);
+}
+
+class MeshProgram : public test::PjrtTest {};
+
+TEST_F(MeshProgram, FsdpFourHoldsAQuarterOfEverySplitTensor) {
+  const PjrtBackendStats one = compile_step(Mesh{});
+  const Mesh fsdp4{{{"fsdp", 4}}};
+  const PjrtBackendStats four = compile_step(fsdp4);
+  ASSERT_TRUE(one.last_memory && four.last_memory) << "the CPU plugin gave no compiled memory";
+  ASSERT_EQ(one.last_arguments.size(), four.last_arguments.size());
+  int64_t whole = 0, split = 0, kept_whole = 0;
+  for (const PjrtArgument& a : four.last_arguments) {
+    int64_t bytes = static_cast<int64_t>(dtype_size(a.dtype));
+    for (int64_t d : a.dims) bytes *= d;
+    const TensorSharding s = plan_sharding(a.name, a.dims);
+    int64_t pieces = 1;
+    for (size_t d = 0; d < a.dims.size(); ++d) pieces *= shard_count(fsdp4, s, d);
+    whole += bytes;
+    split += bytes / pieces;
+    if (pieces == 1) kept_whole += bytes;
+  }
+  std::printf("arguments: one device %lld B; fsdp 4 %lld B a device, predicted %lld "
+              "(a quarter of %lld split + %lld whole)\n",
+              static_cast<long long>(one.last_memory->argument),
+              static_cast<long long>(four.last_memory->argument), static_cast<long long>(split),
+              static_cast<long long>(whole - kept_whole), static_cast<long long>(kept_whole));
+  EXPECT_EQ(one.last_memory->argument, whole);
+  EXPECT_EQ(four.last_memory->argument, split);
+  EXPECT_EQ(4 * (split - kept_whole), whole - kept_whole);
+  EXPECT_GT(whole - kept_whole, 10 * kept_whole) << "the plan left most of the model whole";
+}
+
+// The optimized program of a step on each mesh (XLA's dump, from a separate process so the flag
+// takes effect): the collectives XLA chose, beside what the plan implies.
+std::map<std::string, int> collectives(const std::string& mesh_sets) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("lmtrain_mesh_dump_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string config = std::string(LMT_SOURCE_DIR) + "/tests/data/mesh_tiny.yaml";
+  const std::string cmd = "XLA_FLAGS='--xla_dump_to=" + dir.string() + "' " + LMT_BINARY +
+                          " bench --compile-only --config " + config + mesh_sets +
+                          " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::map<std::string, int> count;
+  const std::regex op(R"(= \S+ (all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute)(-start)?\()");
+  size_t largest = 0;
+  std::string text;
+  for (const auto& e : fs::directory_iterator(dir)) {  // the step: the largest optimized module
+    const std::string name = e.path().filename().string();
+    if (name.find("after_optimizations.txt") == std::string::npos) continue;
+    if (e.file_size() <= largest) continue;
+    largest = e.file_size();
+    std::ifstream f(e.path());
+    text.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  for (std::sregex_iterator it(text.begin(), text.end(), op), end; it != end; ++it)
+    ++count[(*it)[1].str()];
+  fs::remove_all(dir);
+  return count;
+}
+
+std::string list(const std::map<std::string, int>& c) {
+  std::ostringstream s;
+  for (const auto& [op, n] : c) s << op << " x" << n << " ";
+  return s.str();
+}
+
+TEST_F(MeshProgram, XlaPlacesTheCollectivesThePlanImplies) {
+  const auto fsdp = collectives(" --set parallel.fsdp=4");
+  std::printf("fsdp 4: plan: all-gather of each split weight, reduce-scatter of its gradient; "
+              "XLA chose: %s\n", list(fsdp).c_str());
+  EXPECT_GT(fsdp.count("all-gather"), 0u);
+  EXPECT_GT(fsdp.count("reduce-scatter") + fsdp.count("all-reduce"), 0u);
+  const auto data = collectives(" --set parallel.data=4");
+  std::printf("data 4: plan: all-reduce of every gradient; XLA chose: %s\n", list(data).c_str());
+  EXPECT_GT(data.count("all-reduce"), 0u);
+  EXPECT_EQ(data.count("all-gather"), 0u) << "data parallel gathered something";
+  const auto tensor = collectives(" --set parallel.tensor=2");
+  std::printf("tensor 2: plan: all-reduce of the attention and MLP outputs (forward) and of their "
+              "inputs' gradients (backward); XLA chose: %s\n", list(tensor).c_str());
+  EXPECT_GT(tensor.count("all-reduce"), 0u);
+}
+
+}  // namespace
+}  // namespace lmt
