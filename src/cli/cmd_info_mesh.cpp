@@ -172,8 +172,7 @@ void print_mesh_plan(const MeshOptions& o, const ModelConfig& cfg, const StepSha
   fmt::print("mesh:        {}; micro-batch {} x {} tokens ({} sequence{} a data x fsdp device)\n",
              mesh_text(mesh), shape.micro_batch, shape.seq_len, shape.micro_batch / rows,
              shape.micro_batch / rows == 1 ? "" : "s");
-  fmt::print("  per device, on a GPU or TPU ({} compute, f32 weights, gradients and optimizer "
-             "state):\n",
+  fmt::print("  per device, on a GPU or TPU ({} compute; f32 weights and optimizer state):\n",
              shape.bf16 ? "bf16" : "f32");
   print_terms(m);
   if (cs.empty()) {
@@ -188,7 +187,7 @@ void print_mesh_plan(const MeshOptions& o, const ModelConfig& cfg, const StepSha
   if (!d) return;
   const StepTime st = estimate_step_time(cfg, shape, mesh, cs, *d, o.mfu);
   fmt::print(
-      "  step time on {} x {}, an estimate: compute {:.3f} s ({:.3g} TFLOP a device at {:.0f}% "
+      "  step time on {} x {}, an estimate: compute {:.3f} s ({:.0f} TFLOP a device at {:.0f}% "
       "of {:.1f} TFLOP/s); fsdp and data collectives {:.3f} s at {:.0f} GB/s a device "
       "(overlapped with compute); tensor all-reduces {:.3f} s (not overlapped); step = "
       "max({:.3f}, {:.3f}) + {:.3f} = {:.3f} s, {:.0f} tokens/s a device\n",

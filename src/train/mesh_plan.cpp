@@ -128,7 +128,7 @@ MeshFit smallest_fitting_mesh(const ModelConfig& cfg, StepShape shape, int64_t p
     return v;
   };
   MeshFit best;
-  double best_time = 0;
+  double best_rate = 0;  // tokens/s a device: among meshes of one size, the faster
   for (int64_t t : divisors(cfg.num_attention_heads, max_devices)) {
     if (cfg.kv_heads() % t || cfg.intermediate_size % t || cfg.vocab_size % t) continue;
     for (int64_t f : divisors(cfg.hidden_size, max_devices / t)) {
@@ -137,11 +137,11 @@ MeshFit smallest_fitting_mesh(const ModelConfig& cfg, StepShape shape, int64_t p
       shape.micro_batch = per_device_batch * f;
       const StepMemory m = step_memory(cfg, shape, mesh, StepTarget::accelerator);
       if (m.total_bytes() > device.memory) continue;
-      const double time =
+      const double rate =
           estimate_step_time(cfg, shape, mesh, step_collectives(cfg, shape, mesh), device, 0.5)
-              .step_s;
-      if (!best.found || f * t < best.mesh.size() || time < best_time)
-        best = {true, mesh, m, shape.micro_batch}, best_time = time;
+              .tokens_per_s_per_device;
+      if (!best.found || f * t < best.mesh.size() || rate > best_rate)
+        best = {true, mesh, m, shape.micro_batch}, best_rate = rate;
       break;  // a larger fsdp with this tensor only adds devices
     }
   }

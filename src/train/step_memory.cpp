@@ -177,9 +177,14 @@ StepMemory step_memory(const ModelConfig& cfg, const StepShape& sh, const Mesh& 
       4 * cfg.vocab_size * C / (t * f));
   add(m.at_head, m.head_bytes, "head_rows", "final norm output and its gradient", 4 * residual);
 
-  // The end of the backward: every gradient (f32), and one layer's working set beside what is
-  // still kept.
-  add(m.at_backward, m.backward_bytes, "gradients", "gradients (f32)", 4 * ps.total);
+  // The end of the backward: every gradient, and one layer's working set beside what is still
+  // kept. In bf16 on an accelerator the gradients are bf16 there: each is widened into f32 only
+  // where the update consumes it, one tensor at a time. XLA:CPU holds them widened.
+  if (cpu || !sh.bf16)
+    add(m.at_backward, m.backward_bytes, "gradients", "gradients (f32)", 4 * ps.total);
+  else
+    add(m.at_backward, m.backward_bytes, "gradients", "gradients (bf16, before the f32 fold)",
+        2 * ps.total);
   if (sh.checkpointing) {
     add(m.at_backward, m.backward_bytes, "residual_streams", "residual stream per layer boundary",
         (L + 1) * residual);
@@ -191,9 +196,9 @@ StepMemory step_memory(const ModelConfig& cfg, const StepShape& sh, const Mesh& 
         layer);
   }
   if (!cpu) {
-    // On an accelerator the bf16 copies are real arrays: the weights converted at the start of
-    // the pass (live throughout) and the bf16 gradients folded into f32 at its end; and each
-    // layer's weights gathered over fsdp, one in use and the next prefetched.
+    // On an accelerator the bf16 copy of the weights is a real array, converted at the start of
+    // the pass and live throughout; and each layer's weights are gathered over fsdp, one in use
+    // and the next prefetched.
     const int64_t copy = sh.bf16 ? 2 * ps.total : 0;
     const int64_t gathered = f > 1 ? 2 * es * ps.layer_gathered : 0;
     for (auto* phase : {&m.at_head, &m.at_backward}) {
@@ -201,7 +206,6 @@ StepMemory step_memory(const ModelConfig& cfg, const StepShape& sh, const Mesh& 
       add(*phase, sum, "bf16_weights", "bf16 compute copy of the weights", copy);
       add(*phase, sum, "gathered_layers", "two layers' weights gathered over fsdp", gathered);
     }
-    add(m.at_backward, m.backward_bytes, "bf16_gradients", "bf16 gradients before the fold", copy);
   }
   return m;
 }

@@ -128,8 +128,10 @@ TEST(MeshPlan, CollectivesOfTheAxes) {
 }
 
 // docs/parallel.md: Llama-style 600B needs far more than a TPU v4-32 (16 chips, 512 GiB), and
-// the smallest mesh that fits one sequence of 4096 tokens a chip, with checkpointing, is the one
-// the docs name.
+// the smallest mesh that fits one sequence of 4096 tokens a fsdp device, with checkpointing and
+// bf16, is the one the docs name: fsdp 144 x tensor 8 = 1152 chips.
+constexpr int64_t kFit600BFsdp = 144, kFit600BTensor = 8;
+
 TEST(MeshPlan, The600BExampleFitsWhereTheDocsSay) {
   const ModelConfig cfg = read_hf_model_config(kExamples + "llama-600b");
   const DeviceSpec& v4 = device_spec("tpu-v4", "--device");
