@@ -170,6 +170,9 @@ Run add_info(CLI::App& app) {
       run.lora.use_rslora = spec.use_rslora;
       run.lora.dropout = spec.dropout;
     }
+    if (mo->planning() && !adapter.empty())
+      throw UserError("--mesh, --device, --chips and --fit plan full training; " + adapter +
+                      " trains LoRA adapters, which the plan does not count");
     if (o->optimizer == "muon" && !adapter.empty())
       throw UserError("--optimizer muon orthogonalises hidden weight matrices, and " + adapter +
                       " trains LoRA adapters instead (adamw, lion or sgd)");

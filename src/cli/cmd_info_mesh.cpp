@@ -89,6 +89,7 @@ Mesh resolve_mesh(const MeshOptions& o, const ModelConfig& cfg, StepShape& shape
     throw UserError(fmt::format("--chips {} but --mesh {} has {} devices", o.chips, o.mesh,
                                 mesh.size()));
   if (o.fit && o.device.empty()) throw UserError("--fit needs --device (the chip to fit)");
+  device_of(o);  // an unknown --device is an error before anything is printed
   if (o.micro_batch->count() == 0)
     shape.micro_batch = mesh.axis_size("data") * mesh.axis_size("fsdp");
   check_mesh(cfg, mesh, shape.micro_batch, flag);
