@@ -136,9 +136,7 @@ StepMemory step_memory(const ModelConfig& cfg, const StepShape& sh, const Mesh& 
   // What one layer keeps for its backward: its input, the norms' outputs and the residual after
   // attention (4 rows of C), q, k, v and the attention output as heads (4 of Q: grouped k and v
   // are broadcast to every query head), the MLP's up projection and activations, the scores.
-  bool separate_qkv = false;
-  for (const ParamInfo& p : Transformer::param_layout(cfg))
-    if (p.name.find("q_proj") != std::string::npos) separate_qkv = true;
+  const bool separate_qkv = !cfg.traits().conv1d;  // gpt2's c_attn is q|k|v in one tensor
   int64_t layer = es * (4 * N * C + 4 * N * Q + N * G + (gated ? 3 : 2) * N * F) +
                   tt_keep * (widened ? 2 : 1) + (widened ? 4 * N * C : 0);
   // XLA:CPU concatenates a layer's separate q, k, v (and gate, up) weights into the fused matrix
