@@ -80,13 +80,14 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
           L * layer, false);
     add("fsdp_gather_tables", "all-gather of the embedding and head, forward and backward",
         "fsdp", 2, 2 * tables, false);
-    // Gradients leave in f32: lmtrain adds each pass's gradients into its f32 buffer.
-    add("fsdp_reduce_scatter", "reduce-scatter of every gradient (f32)", "fsdp", L + 1,
-        ring(f) * static_cast<double>(s.tensor_local) * 4, false);
+    // Gradients are reduced in the compute dtype, as the weight-gradient products make their
+    // partial sums, before each is widened into the f32 update (step_memory.h counts them so).
+    add("fsdp_reduce_scatter", "reduce-scatter of every gradient", "fsdp", L + 1,
+        ring(f) * static_cast<double>(s.tensor_local) * es, false);
   }
   if (d > 1)
-    add("data_all_reduce", "all-reduce of every gradient shard (f32)", "data", 1,
-        2 * ring(d) * static_cast<double>(s.device_local) * 4, false);
+    add("data_all_reduce", "all-reduce of every gradient shard", "data", 1,
+        2 * ring(d) * static_cast<double>(s.device_local) * es, false);
   if (t > 1) {
     // Row-parallel o_proj and down_proj sum their partial outputs in the forward; the
     // column-parallel q|k|v and gate|up sum their input gradients in the backward; the
