@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/info_mesh.h"
 #include "core/error.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
@@ -89,9 +90,12 @@ Run add_info(CLI::App& app) {
       ->required();
   app.add_option("--adapter", o->adapter,
                  "a PEFT LoRA adapter directory on the model (a LoRA checkpoint brings its own)");
-  app.add_option("--micro-batch", o->micro_batch, "sequences per training micro-batch")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  CLI::Option* micro_batch =
+      app.add_option("--micro-batch", o->micro_batch,
+                     "sequences per training micro-batch (with --mesh: of the whole mesh; default "
+                     "data x fsdp, one a device)")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
   app.add_option("--seq-len", o->seq_len,
                  "tokens per sequence; default min(max_position_embeddings, 2048)")
       ->check(CLI::PositiveNumber);
@@ -119,10 +123,15 @@ Run add_info(CLI::App& app) {
   app.add_option("--pjrt-plugin", o->pjrt_plugin,
                  "the plugin of --pjrt (default: LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin)");
   app.add_flag("--json", o->json, "print one JSON object");
-  return [o]() {
+  const std::shared_ptr<MeshOptions> mo = add_mesh_options(app);
+  mo->micro_batch = micro_batch;
+  return [o, mo]() {
     const std::string dir = resolve_model_dir(o->model, "--model").string();
     const ModelConfig cfg = read_hf_model_config(dir);
-    const int64_t B = o->micro_batch;
+    StepShape shape;
+    shape.micro_batch = o->micro_batch;
+    const Mesh mesh = mo->planning() ? resolve_mesh(*mo, cfg, shape) : Mesh{};
+    const int64_t B = shape.micro_batch;
     const int64_t T =
         o->seq_len > 0 ? o->seq_len : std::min<int64_t>(cfg.max_position_embeddings, 2048);
     if (T > cfg.max_position_embeddings)
@@ -146,6 +155,11 @@ Run add_info(CLI::App& app) {
     }
     run.train.precision = o->precision;
     run.train.loss_chunk_tokens = o->loss_chunk;
+    shape.seq_len = T;
+    shape.checkpointing = o->checkpointing;
+    shape.bf16 = o->precision == "bf16";
+    shape.optimizer = o->optimizer;
+    shape.loss_chunk = o->loss_chunk;
     LoraLayout lora;
     if (!adapter.empty()) {
       const LoraSpec spec = read_peft_adapter_config(adapter);
@@ -156,6 +170,9 @@ Run add_info(CLI::App& app) {
       run.lora.use_rslora = spec.use_rslora;
       run.lora.dropout = spec.dropout;
     }
+    if (mo->planning() && !adapter.empty())
+      throw UserError("--mesh, --device, --chips and --fit plan full training; " + adapter +
+                      " trains LoRA adapters, which the plan does not count");
     if (o->optimizer == "muon" && !adapter.empty())
       throw UserError("--optimizer muon orthogonalises hidden weight matrices, and " + adapter +
                       " trains LoRA adapters instead (adamw, lion or sgd)");
@@ -237,6 +254,8 @@ Run add_info(CLI::App& app) {
                      {"parameters", lora_params}};
       for (const Line& l : mem) j["training_step"][l.key] = l.bytes;
       j["training_step"]["total"] = total;
+      if (adapter.empty()) j["pjrt_predicted"] = predicted_step_json(cfg, shape);
+      if (mo->planning()) j["mesh_plan"] = mesh_plan_json(*mo, cfg, shape, mesh);
       if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin);
       fmt::print("{}\n", j.dump(2));
       return 0;
@@ -284,6 +303,7 @@ Run add_info(CLI::App& app) {
         format_bytes(layer.layer), sets,
         o->checkpointing ? "one, recomputed for each layer in the backward" : "one a layer",
         mlp_kept, format_bytes(mlp_out));
+    if (adapter.empty()) print_predicted_step(cfg, shape);
     if (o->pjrt) {
       const nlohmann::json p = pjrt_step_memory(run, o->pjrt_plugin);
       fmt::print(
@@ -294,6 +314,7 @@ Run add_info(CLI::App& app) {
           format_bytes(p["temp_bytes"].get<uint64_t>()),
           format_bytes(p["total_bytes"].get<uint64_t>()), p["compile_seconds"].get<double>());
     }
+    if (mo->planning()) print_mesh_plan(*mo, cfg, shape, mesh);
     return 0;
   };
 }

@@ -3,7 +3,9 @@
 // `lmtrain train` would compile for the same model and settings: each shape below (two families,
 // with and without checkpointing, f32 and bf16) is compiled again from a training config, and
 // info's arguments and temporaries must be within 10% of that step's (the same program gives the
-// same bytes; a setting info drops, such as checkpointing or bf16, moves them by far more).
+// same bytes; a setting info drops, such as checkpointing or bf16, moves them by far more). The
+// same compiles check info's prediction without compiling (train/step_memory.h, on XLA:CPU):
+// arguments and temporaries together within 10% of the compiled step's.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -61,6 +63,11 @@ TEST_F(PjrtTest, InfoGivesTheCompiledMemoryOfTheTrainingStep) {
                        (s.checkpointing ? " --activation-checkpointing" : "") + " 2>/dev/null");
     const nlohmann::json info = nlohmann::json::parse(out, nullptr, false);
     ASSERT_TRUE(info.is_object() && info.contains("pjrt_step")) << out;
+    const double predicted = info["pjrt_predicted"]["total_bytes"].get<double>(),
+                 compiled = info["pjrt_step"]["total_bytes"].get<double>();
+    std::printf("%s: predicted %.0f, compiled %.0f (%+.1f%%)\n", name.c_str(), predicted,
+                compiled, 100 * (predicted - compiled) / compiled);
+    EXPECT_NEAR(predicted, compiled, 0.1 * compiled) << "the analytic model of info";
 
     // The same model as `lmtrain train` reads it: the directory's config, the run's settings.
     std::ofstream(dir / "run.yaml") << "data:\n  sources: [{path: /usr/share/games/fortunes}]\n"

@@ -1,0 +1,152 @@
+// Collectives of the plan (model/sharding_plan.h) per training step, by ring algorithms: over n
+// devices an all-gather or a reduce-scatter of a whole of S bytes sends (n - 1) / n S from each
+// device, an all-reduce twice that.
+#include "train/mesh_plan.h"
+
+#include <algorithm>
+
+#include "model/sharding_plan.h"
+#include "model/transformer.h"
+#include "train/flops.h"
+
+namespace lmt {
+namespace {
+
+double ring(int64_t n) { return n > 1 ? static_cast<double>(n - 1) / static_cast<double>(n) : 0; }
+
+struct Sizes {
+  int64_t layer_fsdp = 0;  // one layer's fsdp-split parameters, whole over fsdp (tensor-split)
+  int64_t tables = 0;      // embedding and head (and gpt2's positions), the same
+  int64_t tensor_local = 0;  // every parameter split by tensor only
+  int64_t device_local = 0;  // every parameter as a device holds it
+  int64_t matmul = 0;        // parameters in matrix products (flops.h)
+};
+
+Sizes sizes_of(const ModelConfig& cfg, const Mesh& mesh) {
+  Mesh tensor_only = mesh;
+  for (MeshAxis& a : tensor_only.axes)
+    if (a.name != "tensor") a.size = 1;
+  Sizes s;
+  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
+    const std::vector<int64_t> dims = p.shape.dims();
+    const TensorSharding sh = plan_sharding(p.name, dims);
+    int64_t whole = 1, local = 1;
+    bool by_fsdp = false;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const int64_t kt = shard_count(tensor_only, sh, i), k = shard_count(mesh, sh, i);
+      whole *= dims[i] % kt == 0 ? dims[i] / kt : dims[i];
+      local *= dims[i] % k == 0 ? dims[i] / k : dims[i];
+      if (i < sh.size())
+        for (const std::string& a : sh[i]) by_fsdp |= a == "fsdp";
+    }
+    s.tensor_local += whole;
+    s.device_local += local;
+    const bool layer0 = p.name.find(".layers.0.") != std::string::npos || p.name.rfind("h.0.", 0) == 0;
+    const bool table = p.kind == ParamKind::embedding || p.name == "lm_head.weight";
+    if (by_fsdp && layer0) s.layer_fsdp += whole;
+    if (by_fsdp && table) s.tables += whole;
+    s.matmul += p.numel();
+  }
+  if (!cfg.tie_word_embeddings) s.matmul -= cfg.vocab_size * cfg.hidden_size;
+  if (cfg.traits().learned_positions) s.matmul -= cfg.max_position_embeddings * cfg.hidden_size;
+  return s;
+}
+
+}  // namespace
+
+std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape& shape,
+                                         const Mesh& mesh) {
+  const int64_t d = mesh.axis_size("data"), f = mesh.axis_size("fsdp"),
+                t = mesh.axis_size("tensor");
+  const int64_t L = cfg.num_hidden_layers;
+  const Sizes s = sizes_of(cfg, mesh);
+  const double es = shape.bf16 ? 2 : 4;  // weights and activations cross in the compute dtype
+  const double N = static_cast<double>(shape.micro_batch / (d * f) * shape.seq_len);
+  std::vector<Collective> c;
+  auto add = [&](const char* key, const char* what, const char* axis, int64_t count,
+                 double bytes, bool exposed) {
+    if (count > 0 && bytes > 0)
+      c.push_back({key, what, axis, count, static_cast<uint64_t>(bytes), exposed});
+  };
+  if (f > 1) {
+    const double layer = ring(f) * static_cast<double>(s.layer_fsdp) * es;
+    const double tables = ring(f) * static_cast<double>(s.tables) * es;
+    add("fsdp_gather_forward", "all-gather of each layer's weights, forward", "fsdp", L,
+        L * layer, false);
+    add("fsdp_gather_backward", "all-gather of each layer's weights, backward", "fsdp", L,
+        L * layer, false);
+    if (shape.checkpointing)
+      add("fsdp_gather_recompute", "all-gather of each layer's weights, recomputation", "fsdp", L,
+          L * layer, false);
+    add("fsdp_gather_tables", "all-gather of the embedding and head, forward and backward",
+        "fsdp", 2, 2 * tables, false);
+    // Gradients are reduced in the compute dtype, as the weight-gradient products make their
+    // partial sums, before each is widened into the f32 update (step_memory.h counts them so).
+    add("fsdp_reduce_scatter", "reduce-scatter of every gradient", "fsdp", L + 1,
+        ring(f) * static_cast<double>(s.tensor_local) * es, false);
+  }
+  if (d > 1)
+    add("data_all_reduce", "all-reduce of every gradient shard", "data", 1,
+        2 * ring(d) * static_cast<double>(s.device_local) * es, false);
+  if (t > 1) {
+    // Row-parallel o_proj and down_proj sum their partial outputs in the forward; the
+    // column-parallel q|k|v and gate|up sum their input gradients in the backward; the
+    // vocabulary-split embedding and head add one each.
+    const double rows = 2 * ring(t) * N * static_cast<double>(cfg.hidden_size) * es;
+    add("tensor_all_reduce_forward", "all-reduce of attention and MLP outputs, forward",
+        "tensor", 2 * L + 1, (2 * L + 1) * rows, true);
+    add("tensor_all_reduce_backward", "all-reduce of attention and MLP input gradients",
+        "tensor", 2 * L + 1, (2 * L + 1) * rows, true);
+    if (shape.checkpointing)
+      add("tensor_all_reduce_recompute", "all-reduce of attention and MLP outputs, recomputation",
+          "tensor", 2 * L, 2 * L * rows, true);
+  }
+  return c;
+}
+
+StepTime estimate_step_time(const ModelConfig& cfg, const StepShape& shape, const Mesh& mesh,
+                            const std::vector<Collective>& collectives, const DeviceSpec& device,
+                            double mfu) {
+  const Sizes s = sizes_of(cfg, mesh);
+  const double tokens = static_cast<double>(shape.micro_batch * shape.seq_len);
+  StepTime st;
+  st.flops_per_device = train_flops_per_token(cfg, shape.seq_len, s.matmul) * tokens /
+                        static_cast<double>(mesh.size());
+  st.compute_s = st.flops_per_device / (device.bf16_flops * mfu);
+  for (const Collective& c : collectives)
+    (c.exposed ? st.exposed_s : st.overlapped_s) += static_cast<double>(c.bytes) / device.link_bytes;
+  st.step_s = std::max(st.compute_s, st.overlapped_s) + st.exposed_s;
+  st.tokens_per_s_per_device = tokens / static_cast<double>(mesh.size()) / st.step_s;
+  return st;
+}
+
+MeshFit smallest_fitting_mesh(const ModelConfig& cfg, StepShape shape, int64_t per_device_batch,
+                              const DeviceSpec& device, int64_t max_devices) {
+  auto divisors = [](int64_t n, int64_t cap) {
+    std::vector<int64_t> v;
+    for (int64_t k = 1; k <= std::min(n, cap); ++k)
+      if (n % k == 0) v.push_back(k);
+    return v;
+  };
+  MeshFit best;
+  double best_rate = 0;  // tokens/s a device: among meshes of one size, the faster
+  for (int64_t t : divisors(cfg.num_attention_heads, max_devices)) {
+    if (cfg.kv_heads() % t || cfg.intermediate_size % t || cfg.vocab_size % t) continue;
+    for (int64_t f : divisors(cfg.hidden_size, max_devices / t)) {
+      if (best.found && f * t > best.mesh.size()) break;
+      const Mesh mesh{{{"data", 1}, {"fsdp", f}, {"tensor", t}}};
+      shape.micro_batch = per_device_batch * f;
+      const StepMemory m = step_memory(cfg, shape, mesh, StepTarget::accelerator);
+      if (m.total_bytes() > device.memory) continue;
+      const double rate =
+          estimate_step_time(cfg, shape, mesh, step_collectives(cfg, shape, mesh), device, 0.5)
+              .tokens_per_s_per_device;
+      if (!best.found || f * t < best.mesh.size() || rate > best_rate)
+        best = {true, mesh, m, shape.micro_batch}, best_rate = rate;
+      break;  // a larger fsdp with this tensor only adds devices
+    }
+  }
+  return best;
+}
+
+}  // namespace lmt
