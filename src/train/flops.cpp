@@ -62,6 +62,11 @@ double measure_gemm_peak(Backend* be, DType dt, int64_t n, int reps) {
 
 namespace {
 
+// The measured peak: GEMMs large enough to reach the backend's peak (1024^3 reads a CPU's low),
+// the best of several runs, as the machine may be shared.
+constexpr int64_t kPeakGemmSize = 2048;
+constexpr int kPeakGemmReps = 9;
+
 // Dense peaks in TFLOP/s (no structured sparsity): bf16 and what an f32 product runs as. Sources in
 // docs/mfu.md. Matched by a part of the device kind, the first match taking it (the PCIe H100
 // before the SXM one).
@@ -99,13 +104,14 @@ std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt) 
   return std::nullopt;
 }
 
-PeakFlops mfu_peak(Backend* be, DType dt, int64_t n, int reps) {
+PeakFlops mfu_peak(Backend* be, DType dt) {
   const PjrtBackendStats st = pjrt_backend_stats(*be);
+  int64_t n = kPeakGemmSize;
   if (be->name() == "pjrt") {
     if (std::optional<PeakFlops> p = nominal_peak(st.device_kind, dt)) return *p;
     if (st.platform != "cpu") n = std::max<int64_t>(n, 4096);
   }
-  const double flops = measure_gemm_peak(be, dt, n, reps);
+  const double flops = measure_gemm_peak(be, dt, n, kPeakGemmReps);
   return PeakFlops{flops, fmt::format("a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on "
                                       "this backend{})",
                                       flops / 1e9, dt == DType::bf16 ? "bf16" : "f32", n, n, n,
