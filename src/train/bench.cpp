@@ -74,7 +74,8 @@ std::vector<Batch> random_micro_batches(const RunConfig& cfg) {
   const int64_t accum = cfg.train.grad_accum_steps;
   Rng rng(static_cast<uint64_t>(cfg.train.seed), 99);
   std::vector<int32_t> ids(static_cast<size_t>(N * accum));
-  for (auto& x : ids) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.model.vocab_size)));
+  for (auto& x : ids)
+    x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.model.vocab_size)));
   std::vector<int32_t> labels(ids.begin() + 1, ids.end());
   labels.push_back(ids.front());
   std::vector<Batch> batches(static_cast<size_t>(accum));
@@ -121,8 +122,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
     throw UserError("bench --compile-only: train.backend is '" + cfg.train.backend +
                     "'; only pjrt compiles its step");
   if (!compile_only) check_training_memory(cfg, physical_memory_bytes());
-  const BuiltModel built = build_model(
-      cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, ""});
+  const BuiltModel built =
+      build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, ""});
   Backend* be = built.backend.get();
   Transformer& model = *built.model;
   const PeakFlops peak = compile_only ? PeakFlops{} : mfu_peak(be, model.compute_dtype());

@@ -1,9 +1,9 @@
 #include "train/flops.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "backend/pjrt/pjrt_backend.h"
 #include "core/rng.h"

@@ -54,17 +54,17 @@ void add_adapters(BuiltModel& b, const RunConfig& cfg, const BuildOptions& o) {
   }
   if (lc.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
   if (!run) return;
-  add_line(b.init_line,
-           fmt::format(
-               "LoRA: rank {}, alpha {}, {} adapters{}, {} trainable parameters; the base is "
-               "frozen{}",
-               lc.rank, lc.alpha, model.lora_targets().size(),
-               model.lora_saved().empty()
-                   ? ""
-                   : fmt::format(" and {} base tensors trained in full (modules_to_save)",
-                                 model.lora_saved().size()),
-               model.lora_num_params(),
-               lc.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : ""));
+  add_line(
+      b.init_line,
+      fmt::format("LoRA: rank {}, alpha {}, {} adapters{}, {} trainable parameters; the base is "
+                  "frozen{}",
+                  lc.rank, lc.alpha, model.lora_targets().size(),
+                  model.lora_saved().empty()
+                      ? ""
+                      : fmt::format(" and {} base tensors trained in full (modules_to_save)",
+                                    model.lora_saved().size()),
+                  model.lora_num_params(),
+                  lc.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : ""));
 }
 
 // The checkpoint's weights and optimizer state; a LoRA checkpoint must hold adapters of this base.

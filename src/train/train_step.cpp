@@ -55,9 +55,9 @@ StepReport TrainStep::run(int64_t step, const std::function<const Batch&()>& nex
   r.grad_norm = opt_.finish_step();
   r.loss = model_.take_loss_sum() / static_cast<double>(loss_tokens);
   if (!std::isfinite(r.loss))
-    throw NonFiniteError(fmt::format(
-        "step {}: the loss is {} (lr {:.3e}); no checkpoint was written from this step", step + 1,
-        r.loss, r.lr));
+    throw NonFiniteError(
+        fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was written from this step",
+                    step + 1, r.loss, r.lr));
   if (!std::isfinite(r.grad_norm))
     throw NonFiniteError(fmt::format(
         "step {}: the gradient norm is {} (loss {:.4f}); no checkpoint was written from this step",

@@ -132,10 +132,9 @@ class Evaluation {
     if ((tc_.eval_every <= 0 && tc_.eval_steps <= 0) || val.num_samples() == 0) return;
     all_ = std::make_unique<EvalLoader>(val, tc_.micro_batch_size);
     if (val.num_sources() <= 1) return;
-    const std::vector<std::string> names = static_cast<int>(cfg.data.sources.size()) ==
-                                                   val.num_sources()
-                                               ? source_names(cfg.data)
-                                               : std::vector<std::string>{};
+    const std::vector<std::string> names =
+        static_cast<int>(cfg.data.sources.size()) == val.num_sources() ? source_names(cfg.data)
+                                                                       : std::vector<std::string>{};
     for (int i = 0; i < val.num_sources(); ++i)
       if (val.source_samples(i) > 0)
         sources_.emplace_back(
@@ -345,9 +344,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   result.val_unigram_entropy = data.validation->unigram_entropy();
   TrainStep train_step(model, *built.optimizer, cfg);
   StepLog step_log(step, tc.max_steps, flops_per_token, peak.flops);
-  auto save_now = [&]() {
-    result.last_checkpoint = save(dir, cfg, built, loader, step, tokens);
-  };
+  auto save_now = [&]() { result.last_checkpoint = save(dir, cfg, built, loader, step, tokens); };
   StopSignals signals;
   while (step < tc.max_steps) {
     if (signals.received() || (stop_after > 0 && step >= stop_after)) {

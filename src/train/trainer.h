@@ -13,8 +13,8 @@
 namespace lmt {
 
 struct TrainResult {
-  int64_t steps = 0;        // optimizer steps done at the end
-  int64_t first_step = 0;   // the step this run started from (the checkpoint's, on --resume)
+  int64_t steps = 0;       // optimizer steps done at the end
+  int64_t first_step = 0;  // the step this run started from (the checkpoint's, on --resume)
   double last_loss = 0;
   double last_val_loss = -1;  // -1: never evaluated
   double val_unigram_entropy = 0;
