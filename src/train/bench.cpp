@@ -1,30 +1,29 @@
-// lmtrain bench: the training step of a config on random tokens, timed (or, with --compile-only,
-// only compiled), reported as one JSON object.
+// lmtrain bench: the training step of a config (the model as train builds it, the step as train
+// runs it) on random tokens, timed (or, with --compile-only, only compiled), reported as one JSON
+// object.
 #include "train/bench.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/pjrt/pjrt_backend.h"
-#include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "train/flops.h"
 #include "train/memory_check.h"
-#include "train/trainer.h"
+#include "train/model_builder.h"
+#include "train/train_step.h"
 
 namespace lmt {
 
 namespace {
-
-constexpr int64_t kPeakGemmSize = 2048;
 
 nlohmann::json program_memory(const PjrtProgramMemory& m) {
   return {{"argument_bytes", m.argument},
@@ -64,56 +63,48 @@ nlohmann::json shape_of(const RunConfig& cfg) {
           {"activation_bits", cfg.train.activation_bits}};
 }
 
-// The model as train() sets it up: weights (unless only compiling), LoRA, precision.
-void set_up(Transformer& model, const RunConfig& cfg, bool init) {
-  model.set_activation_checkpointing(cfg.train.activation_checkpointing);
-  model.set_activation_bits(static_cast<int>(cfg.train.activation_bits));
-  model.set_loss_chunk_tokens(cfg.train.loss_chunk_tokens);
-  const auto seed = static_cast<uint64_t>(cfg.train.seed);
-  if (init) model.init_weights(seed);
-  if (cfg.lora.rank > 0) {  // a frozen base and adapters, as train() runs LoRA
-    model.add_lora(lora_spec(cfg.lora), seed);
-    if (cfg.lora.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
-  }
-  if (cfg.train.precision == "bf16") model.set_compute_dtype(DType::bf16);
-}
-
 struct Timing {
   double first_s = 0, mean_s = 0, median_s = 0, total_s = 0;
 };
 
-// One warm-up step, then `steps` timed ones, each as the trainer runs it (one read at its end).
-Timing time_steps(Backend& be, Transformer& model, Optimizer& opt, const RunConfig& cfg,
-                  int64_t steps) {
-  const int64_t B = cfg.train.micro_batch_size, T = cfg.data.seq_len;
-  const int64_t accum = cfg.train.grad_accum_steps, N = B * T;
+// grad_accum_steps micro-batches of random tokens, each row one document, the labels the ids
+// shifted by one over the whole step.
+std::vector<Batch> random_micro_batches(const RunConfig& cfg) {
+  const int64_t B = cfg.train.micro_batch_size, N = B * cfg.data.seq_len;
+  const int64_t accum = cfg.train.grad_accum_steps;
   Rng rng(static_cast<uint64_t>(cfg.train.seed), 99);
   std::vector<int32_t> ids(static_cast<size_t>(N * accum));
-  for (auto& x : ids) x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.model.vocab_size)));
+  for (auto& x : ids)
+    x = static_cast<int32_t>(rng.below(static_cast<uint64_t>(cfg.model.vocab_size)));
   std::vector<int32_t> labels(ids.begin() + 1, ids.end());
   labels.push_back(ids.front());
-  const double scale = 1.0 / static_cast<double>(N * accum);
-  auto step = [&]() {
-    model.zero_grads();
-    for (int64_t a = 0; a < accum; ++a)
-      model.forward_backward(ids.data() + a * N, labels.data() + a * N, B, T, scale, nullptr,
-                             false);
-    opt.step(static_cast<float*>(model.trainable_data()),
-             static_cast<float*>(model.trainable_grads_data()), cfg.train.lr, cfg.train.grad_clip);
-    model.discard_grads();
-    opt.finish_step();
-    model.take_loss_sum();
+  std::vector<Batch> batches(static_cast<size_t>(accum));
+  for (int64_t a = 0; a < accum; ++a) {
+    Batch& b = batches[static_cast<size_t>(a)];
+    b.ids.assign(ids.begin() + a * N, ids.begin() + (a + 1) * N);
+    b.labels.assign(labels.begin() + a * N, labels.begin() + (a + 1) * N);
+    b.doc_starts.assign(static_cast<size_t>(B), {0});
+  }
+  return batches;
+}
+
+// One warm-up step, then `steps` timed ones, each the trainer's step (TrainStep).
+Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int64_t steps) {
+  const std::vector<Batch> batches = random_micro_batches(cfg);
+  size_t next = 0;
+  auto step = [&](int64_t s) {
+    train_step.run(s, [&]() -> const Batch& { return batches[next++ % batches.size()]; });
     be.synchronize();
   };
   Timing t;
   Timer first;
-  step();  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
+  step(0);  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
   t.first_s = first.seconds();
   be.reset_gemm_seconds();
   std::vector<double> times;
-  for (int64_t s = 0; s < steps; ++s) {
+  for (int64_t s = 1; s <= steps; ++s) {
     Timer one;
-    step();
+    step(s);
     times.push_back(one.seconds());
   }
   for (double x : times) t.total_s += x;
@@ -131,23 +122,19 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
     throw UserError("bench --compile-only: train.backend is '" + cfg.train.backend +
                     "'; only pjrt compiles its step");
   if (!compile_only) check_training_memory(cfg, physical_memory_bytes());
-  BackendOptions options = backend_options(cfg);
-  options.compile_only = compile_only;
-  auto be = make_backend(cfg.train.backend, options);
-  const DType compute = cfg.train.precision == "bf16" ? DType::bf16 : DType::f32;
-  const PeakFlops peak = compile_only ? PeakFlops{} : mfu_peak(be.get(), compute, kPeakGemmSize, 9);
-
-  Transformer model(be.get(), cfg.model);
-  set_up(model, cfg, !compile_only);
-  const std::unique_ptr<Optimizer> opt = make_optimizer(
-      be.get(), model.trainable_params(), model.trainable_flat_size(), optimizer_spec(cfg));
-  const Timing t = time_steps(*be, model, *opt, cfg, compile_only ? 0 : steps);
+  const BuiltModel built =
+      build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, ""});
+  Backend* be = built.backend.get();
+  Transformer& model = *built.model;
+  const PeakFlops peak = compile_only ? PeakFlops{} : mfu_peak(be, model.compute_dtype());
+  TrainStep train_step(model, *built.optimizer, cfg);
+  const Timing t = time_steps(*be, train_step, cfg, compile_only ? 0 : steps);
 
   nlohmann::json j;
   j["backend"] = be->name();
   j["shape"] = shape_of(cfg);
   j["params"] = model.num_params();
-  j["optimizer"] = opt->name();
+  j["optimizer"] = built.optimizer->name();
   j["precision"] = cfg.train.precision;
   if (cfg.lora.rank > 0)
     j["lora"] = {{"rank", cfg.lora.rank},

@@ -21,8 +21,9 @@
 #include "io/peft_adapter.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
+#include "train/model_builder.h"
 #include "train/run_config.h"
-#include "train/trainer.h"
+#include "train/train_step.h"  // NonFiniteError
 
 namespace lmt {
 
@@ -311,18 +312,16 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
   const nlohmann::json lora = read_json(fs::path(dir) / "state.json").at("lora");
   const std::string base = lora.value("base_init_from", std::string());
   auto model = std::make_unique<Transformer>(be, read_hf_model_config(dir));
-  if (!base.empty()) {
-    load_hf_weights(base, *model);
-  } else {  // initialised as the run did, from its train.seed
-    int64_t seed = TrainConfig{}.seed;
+  int64_t seed = TrainConfig{}.seed;  // the run's train.seed, for a base initialised from it
+  if (base.empty()) {
     try {
       const YAML::Node train = YAML::LoadFile((fs::path(dir) / "config.yaml").string())["train"];
       if (train && train["seed"]) seed = train["seed"].as<int64_t>();
     } catch (const YAML::Exception& e) {
       throw UserError(dir + "/config.yaml: " + e.what());
     }
-    model->init_weights(static_cast<uint64_t>(seed));
   }
+  init_base_weights(*model, base, seed);  // as the run did
   const std::string hash = base_weights_hash(*model);
   if (hash != lora.value("base_hash", std::string()))
     throw UserError(fmt::format(

@@ -1,9 +1,9 @@
 #include "train/flops.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "backend/pjrt/pjrt_backend.h"
 #include "core/rng.h"
@@ -62,6 +62,11 @@ double measure_gemm_peak(Backend* be, DType dt, int64_t n, int reps) {
 
 namespace {
 
+// The measured peak: GEMMs large enough to reach the backend's peak (1024^3 reads a CPU's low),
+// the best of several runs, as the machine may be shared.
+constexpr int64_t kPeakGemmSize = 2048;
+constexpr int kPeakGemmReps = 9;
+
 // Dense peaks in TFLOP/s (no structured sparsity): bf16 and what an f32 product runs as. Sources in
 // docs/mfu.md. Matched by a part of the device kind, the first match taking it (the PCIe H100
 // before the SXM one).
@@ -101,8 +106,9 @@ std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt) 
 
 // On a mesh the peak is the devices' together: the nominal peak times their number, or the GEMM,
 // which runs whole on every device at once, timed as one and counted on each.
-PeakFlops mfu_peak(Backend* be, DType dt, int64_t n, int reps) {
+PeakFlops mfu_peak(Backend* be, DType dt) {
   const PjrtBackendStats st = pjrt_backend_stats(*be);
+  int64_t n = kPeakGemmSize;
   const double devices = static_cast<double>(std::max<int64_t>(st.devices, 1));
   auto times_devices = [&](PeakFlops p) {
     if (devices == 1) return p;
@@ -112,7 +118,7 @@ PeakFlops mfu_peak(Backend* be, DType dt, int64_t n, int reps) {
     if (std::optional<PeakFlops> p = nominal_peak(st.device_kind, dt)) return times_devices(*p);
     if (st.platform != "cpu") n = std::max<int64_t>(n, 4096);
   }
-  const double flops = measure_gemm_peak(be, dt, n, reps);
+  const double flops = measure_gemm_peak(be, dt, n, kPeakGemmReps);
   return times_devices(
       PeakFlops{flops, fmt::format("a measured peak of {:.1f} GFLOP/s (best {} GEMM {}x{}x{} on "
                                    "this backend{})",

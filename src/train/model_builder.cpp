@@ -1,0 +1,119 @@
+#include "train/model_builder.h"
+
+#include <fmt/core.h>
+
+#include "core/error.h"
+#include "io/hf_model.h"
+#include "io/peft_adapter.h"
+
+namespace lmt {
+
+namespace {
+
+void add_line(std::string& lines, const std::string& line) {
+  lines += (lines.empty() ? "" : "\n") + line;
+}
+
+// The weights before any adapter; returns the line saying where they came from ("" for seed).
+std::string start_weights(Transformer& model, const RunConfig& cfg, const BuildOptions& o) {
+  const std::string& from = cfg.train.init_from;
+  if (o.start == StartFrom::nothing) return "";
+  if (o.start == StartFrom::seed || from.empty()) {
+    model.init_weights(static_cast<uint64_t>(cfg.train.seed));
+    return "";
+  }
+  if (o.resume.empty()) {
+    // load_run_config took the shape from init_from; a config built in code must match it too.
+    RunConfig probe = cfg;
+    apply_init_from(probe, model_key_names(), true, "train");
+    load_hf_weights(from, model);
+    return fmt::format(
+        "init: weights of Hugging Face model '{}' ({}, from its config.json); tokenizer {}", from,
+        cfg.model.family, cfg.data.tokenizer);
+  }
+  if (cfg.lora.rank > 0) {  // the frozen base is not in the checkpoint
+    load_hf_weights(from, model);
+    return fmt::format("init: base weights of Hugging Face model '{}'", from);
+  }
+  model.init_weights(static_cast<uint64_t>(cfg.train.seed));  // the checkpoint overwrites them
+  return fmt::format("init: train.init_from '{}' not reloaded: resuming from {}", from, o.resume);
+}
+
+// LoRA: adapters on the frozen base (lora.init_from's when a run starts from them), the base in
+// lora.base_dtype, and for a run the base's hash and the lines of its log.
+void add_adapters(BuiltModel& b, const RunConfig& cfg, const BuildOptions& o) {
+  Transformer& model = *b.model;
+  const LoraConfig& lc = cfg.lora;
+  const bool run = o.start == StartFrom::run;
+  if (run) b.base_hash = base_weights_hash(model);
+  if (run && !lc.init_from.empty() && o.resume.empty()) {  // continue from an existing adapter
+    load_peft_adapter(lc.init_from, model);
+    add_line(b.init_line, fmt::format("init: LoRA adapters of '{}'", lc.init_from));
+  } else {
+    model.add_lora(lora_spec(lc), static_cast<uint64_t>(cfg.train.seed));
+  }
+  if (lc.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
+  if (!run) return;
+  add_line(
+      b.init_line,
+      fmt::format("LoRA: rank {}, alpha {}, {} adapters{}, {} trainable parameters; the base is "
+                  "frozen{}",
+                  lc.rank, lc.alpha, model.lora_targets().size(),
+                  model.lora_saved().empty()
+                      ? ""
+                      : fmt::format(" and {} base tensors trained in full (modules_to_save)",
+                                    model.lora_saved().size()),
+                  model.lora_num_params(),
+                  lc.base_dtype == "bf16" ? " and held in bf16 (computation in f32)" : ""));
+}
+
+// The checkpoint's weights and optimizer state; a LoRA checkpoint must hold adapters of this base.
+void load_resume_point(BuiltModel& b, const RunConfig& cfg, const std::string& dir) {
+  CheckpointState st;
+  try {
+    st = load_checkpoint(dir, *b.model, b.optimizer->state(), b.optimizer->name());
+  } catch (const UserError& e) {
+    throw UserError("--resume: checkpoint '" + dir + "' cannot be resumed: " + e.what() +
+                    " (an older checkpoint can be named: --resume step_N)");
+  }
+  const std::string& from = cfg.train.init_from;
+  if (cfg.lora.rank > 0 && st.base_hash != b.base_hash)
+    throw UserError(fmt::format(
+        "--resume: checkpoint '{}' holds adapters for another base model (base {} with weights "
+        "{}; this run's base {} has weights {})",
+        dir, st.base_init_from.empty() ? "initialised from train.seed" : st.base_init_from,
+        st.base_hash, from.empty() ? "initialised from train.seed" : from, b.base_hash));
+  b.optimizer->set_step_count(st.optimizer_step);
+  b.resumed = std::move(st);
+}
+
+}  // namespace
+
+BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
+  const TrainConfig& tc = cfg.train;
+  BuiltModel b;
+  BackendOptions backend = backend_options(cfg);
+  backend.compile_only = options.compile_only;
+  b.backend = make_backend(tc.backend, backend);
+  b.model = std::make_unique<Transformer>(b.backend.get(), cfg.model);
+  Transformer& model = *b.model;
+  model.set_activation_checkpointing(tc.activation_checkpointing);
+  model.set_activation_bits(static_cast<int>(tc.activation_bits));
+  model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
+  b.init_line = start_weights(model, cfg, options);
+  if (cfg.lora.rank > 0) add_adapters(b, cfg, options);
+  if (tc.precision == "bf16") model.set_compute_dtype(DType::bf16);
+  b.optimizer = make_optimizer(b.backend.get(), model.trainable_params(),
+                               model.trainable_flat_size(), optimizer_spec(cfg));
+  if (!options.resume.empty()) load_resume_point(b, cfg, options.resume);
+  return b;
+}
+
+void init_base_weights(Transformer& model, const std::string& init_from, int64_t seed) {
+  if (init_from.empty())
+    model.init_weights(static_cast<uint64_t>(seed));
+  else
+    load_hf_weights(init_from, model);
+}
+
+}  // namespace lmt
