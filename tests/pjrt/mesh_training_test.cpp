@@ -27,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The demo's tokenizer and token store, made once for the suite; runs of the demo's config at a
-// smaller batch (8 sequences of 64 tokens: the demo's model, a quarter of its step's work).
+// smaller batch (4 sequences of 32 tokens: the demo's model, 1/16 of its step's work).
 class MeshTraining : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -36,7 +36,7 @@ class MeshTraining : public testing::Test {
     const std::string bin = LMT_BINARY;
     const std::string sets = " --set data.tokenizer=" + (dir_ / "tokenizer.json").string() +
                              " --set data.store=" + (dir_ / "store").string() +
-                             " --set data.seq_len=64";
+                             " --set data.seq_len=32";
     ok_ = std::system((bin + " tokenizer train --config " + config() + sets +
                        " --vocab-size 2048 --out " + (dir_ / "tokenizer.json").string() +
                        " > /dev/null")
@@ -50,8 +50,8 @@ class MeshTraining : public testing::Test {
   static RunConfig demo(const std::string& run, const std::vector<std::string>& sets) {
     std::vector<std::string> all = {"data.tokenizer=" + (dir_ / "tokenizer.json").string(),
                                     "data.store=" + (dir_ / "store").string(),
-                                    "data.seq_len=64",
-                                    "train.micro_batch_size=8",
+                                    "data.seq_len=32",
+                                    "train.micro_batch_size=4",
                                     "train.backend=pjrt",
                                     "train.out_dir=" + (dir_ / run).string(),
                                     "train.log_every=1",
@@ -212,11 +212,11 @@ TEST_F(MeshTraining, AMeshThatDoesNotFitIsOneMessage) {
   EXPECT_EQ(refused({"parallel.tensor=3"}),
             "parallel.tensor is 3, which does not divide model.num_key_value_heads (2)");
   EXPECT_EQ(refused({"parallel.fsdp=4", "model.hidden_size=190", "model.num_attention_heads=5",
-                     "model.num_key_value_heads=5", "train.micro_batch_size=8"}),
+                     "model.num_key_value_heads=5", "train.micro_batch_size=4"}),
             "parallel.fsdp is 4, which does not divide model.hidden_size (190)");
   EXPECT_EQ(refused({"parallel.data=3"}),
             "parallel.data x parallel.fsdp is 3 x 1 = 3, which does not divide "
-            "train.micro_batch_size (8): each of those devices takes an equal share of the batch");
+            "train.micro_batch_size (4): each of those devices takes an equal share of the batch");
   EXPECT_EQ(refused({"parallel.data=2", "train.backend=cpu"}),
             "parallel: a mesh of 2 devices needs train.backend: pjrt (it is 'cpu')");
   EXPECT_EQ(refused({"parallel.data=2", "parallel.devices=[0]"}),
