@@ -7,6 +7,7 @@
 
 #include "backend/pjrt/pjrt_backend_impl.h"
 #include "core/error.h"
+#include "parallel/directory_store.h"
 
 namespace lmt {
 
@@ -19,10 +20,20 @@ CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& option
   return s;
 }
 
+// One process: the plugin's defaults. Several, started by a launcher: they meet in the
+// coordination directory before the client is made.
+PjrtClientOptions client_options(const PjrtOptions& options) {
+  PjrtClientOptions o;
+  if (const ProcessGroup group = process_group_from_env(); group.several())
+    o.store = std::make_shared<DirectoryStore>(options.coordination_dir, group,
+                                               std::chrono::seconds(options.coordination_timeout));
+  return o;
+}
+
 }  // namespace
 
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
-    : client_(resolve_pjrt_plugin_path(plugin_path)),
+    : client_(resolve_pjrt_plugin_path(plugin_path), client_options(options)),
       trace_(tensors_, client_, options.compile_only),
       programs_(client_, settings_for(client_, options), options.compile_only) {}
 

@@ -16,6 +16,8 @@
 
 namespace lmt {
 
+class DirectoryStore;
+
 // The allocator's account of a device's memory, in bytes (PJRT_Device_MemoryStats). Only
 // bytes_in_use is always given; a plugin leaves out what it does not track.
 struct DeviceMemory {
@@ -30,6 +32,12 @@ struct PjrtClientOptions {
   // plugin, create option cpu_device_count; it makes 4 by default). A plugin that does not take
   // the option refuses it before it starts anything, and is then created without it.
   int64_t cpu_device_count = 0;
+  // One run across several processes (mpirun; parallel/process_group.h): the store where this
+  // process and the others exchange the plugin's keys, which knows their ranks and count. The
+  // client is created with node_id (this rank) and num_nodes (the count) and the store as its
+  // key-value callbacks (pjrt_multiprocess.h), and keeps the store while it lives. Null (one
+  // process): none of that.
+  std::shared_ptr<DirectoryStore> store;
 };
 
 class PjrtClient {

@@ -2,6 +2,7 @@
 // exists only in a build with PJRT (CMake finds it in the plugin's Python wheel).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "backend/pjrt/pjrt_plugin.h"
@@ -10,12 +11,17 @@
 
 namespace lmt {
 
+class DirectoryStore;
+
 // The client every buffer and executable was made by, destroyed after the last of them.
 struct PjrtSession {
   const PjrtPlugin& plugin;
   PJRT_Client* client = nullptr;
   PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
   std::vector<PJRT_Device*> devices;  // every addressable device, in the plugin's order
+  // Several processes: the store behind the client's key-value callbacks, kept until after
+  // the client is destroyed (the plugin may use it as long as the client lives).
+  std::shared_ptr<DirectoryStore> store;
 
   explicit PjrtSession(const PjrtPlugin& p) : plugin(p) {}
   PjrtSession(const PjrtSession&) = delete;
