@@ -44,7 +44,7 @@ class Multiprocess : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     std::ofstream(dir_ / "run.yaml")
-        << "model: {family: llama, vocab_size: 256, hidden_size: 32, intermediate_size: 64,\n"
+        << "model: {family: llama, vocab_size: 260, hidden_size: 32, intermediate_size: 64,\n"
            "        num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1,\n"
            "        max_position_embeddings: 64}\n"
            "data: {sources: [{path: /usr/share/games/fortunes}], tokenizer: bytes, seq_len: 32}\n"

@@ -83,6 +83,46 @@ PJRT_NamedValue int64_value(const std::string& name, int64_t value) {
   return v;
 }
 
+// Why `client` is not one process's part of a run across `group` ("" when it is): a plugin that
+// ignores node_id and num_nodes (XLA's CPU plugin takes any option name) makes a client of its
+// own, process 0 with every device its own.
+std::string not_spanning(const PjrtPlugin& plugin, PJRT_Client* client, const ProcessGroup& group) {
+  const PJRT_Api* api = plugin.api();
+  PJRT_Client_ProcessIndex_Args index{};
+  index.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE;
+  index.client = client;
+  plugin.check(api->PJRT_Client_ProcessIndex(&index), "PJRT_Client_ProcessIndex");
+  PJRT_Client_Devices_Args all{};
+  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
+  all.client = client;
+  plugin.check(api->PJRT_Client_Devices(&all), "PJRT_Client_Devices");
+  PJRT_Client_AddressableDevices_Args own{};
+  own.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  own.client = client;
+  plugin.check(api->PJRT_Client_AddressableDevices(&own), "PJRT_Client_AddressableDevices");
+  if (index.process_index == group.rank && all.num_devices > own.num_addressable_devices) return "";
+  return fmt::format(
+      "the plugin ignored node_id {} and num_nodes {}: its client is process {}, with {} devices, "
+      "all of them its own",
+      group.rank, group.count, index.process_index, all.num_devices);
+}
+
+void destroy_client(const PjrtPlugin& plugin, PJRT_Client* client) {
+  PJRT_Client_Destroy_Args args{};
+  args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
+  args.client = client;
+  discard_error(plugin, plugin.api()->PJRT_Client_Destroy(&args));
+}
+
+[[noreturn]] void cannot_span(const PjrtPlugin& plugin, const ProcessGroup& group,
+                              const std::string& why) {
+  throw UserError(fmt::format(
+      "PJRT plugin {} cannot run one program across processes: this run has {} ({}), and {}. "
+      "The CUDA plugin takes node_id and num_nodes, XLA's CPU plugin does not, and libtpu finds "
+      "the processes of a TPU slice itself (start lmtrain on each TPU VM, without a launcher)",
+      plugin.path(), group.count, group.source, why));
+}
+
 }  // namespace
 
 PJRT_Client* create_multiprocess_client(const PjrtPlugin& plugin, DirectoryStore& store) {
@@ -101,7 +141,18 @@ PJRT_Client* create_multiprocess_client(const PjrtPlugin& plugin, DirectoryStore
   create.kv_put_callback = kv_put;
   create.kv_put_user_arg = &store;
   PJRT_Error* error = plugin.api()->PJRT_Client_Create(&create);
-  if (!error) return create.client;
+  if (!error) {
+    std::string why;
+    try {
+      why = not_spanning(plugin, create.client, group);
+    } catch (...) {
+      destroy_client(plugin, create.client);
+      throw;
+    }
+    if (why.empty()) return create.client;
+    destroy_client(plugin, create.client);
+    cannot_span(plugin, group, why);
+  }
 
   std::string message;
   try {
@@ -111,12 +162,7 @@ PJRT_Client* create_multiprocess_client(const PjrtPlugin& plugin, DirectoryStore
   }
   if (const std::string failure = store.failure(); !failure.empty()) throw UserError(failure);
   if (message.find(kNodeId) != std::string::npos || message.find(kNumNodes) != std::string::npos)
-    throw UserError(fmt::format(
-        "PJRT plugin {} cannot run one program across processes: this run has {} ({}), and the "
-        "plugin refused the options node_id and num_nodes that tell it which one this is. The "
-        "CUDA plugin takes them, XLA's CPU plugin does not, and libtpu finds the processes of a "
-        "TPU slice itself (start lmtrain on each TPU VM, without a launcher). ({})",
-        plugin.path(), group.count, group.source, message));
+    cannot_span(plugin, group, "the plugin refused node_id and num_nodes (" + message + ")");
   throw UserError(fmt::format("rank {} of {}: {}", group.rank, group.count, message));
 }
 

@@ -9,7 +9,8 @@
 
 namespace lmt {
 
-// A plugin that refuses node_id and num_nodes cannot run one program across processes: one
+// A plugin that refuses node_id and num_nodes, or ignores them (its client is not process
+// `rank`, or sees no device of another process), cannot run one program across processes: one
 // UserError naming it. A get that failed while the plugin waited (a lost process, a timeout) is
 // reported in the store's own words, naming the rank and the key, not the plugin's.
 PJRT_Client* create_multiprocess_client(const PjrtPlugin& plugin, DirectoryStore& store);

@@ -22,7 +22,10 @@
 //                                     lmt_test:node/<id> and gets every other node's, then makes
 //                                     the real client without those options. It writes
 //                                     DIR/node_<id>.pid on entry and DIR/node_<id>.txt (the options
-//                                     and callbacks it was given, what it got) at the end
+//                                     and callbacks it was given, what it got) at the end. The
+//                                     client then answers process index <id>, and its devices
+//                                     are its own listed num_nodes times (stand-ins for the
+//                                     others', which lmtrain only counts)
 //   LMT_TEST_PLUGIN_HOLD_NODE=N       with MULTIPROCESS, node N sleeps 300 s before its put (a
 //                                     test kills it meanwhile)
 //
@@ -290,6 +293,30 @@ std::string exchange(const PJRT_Client_Create_Args* args, int64_t node, int64_t 
   return got;
 }
 
+// The client made with node_id and num_nodes, and those two.
+PJRT_Client* multiprocess_client = nullptr;
+int64_t client_node = 0, client_nodes = 1;
+std::vector<PJRT_Device*> every_device;  // what PJRT_Client_Devices hands out for it
+
+PJRT_Error* client_process_index(PJRT_Client_ProcessIndex_Args* args) {
+  if (!multiprocess_client || args->client != multiprocess_client)
+    return real->PJRT_Client_ProcessIndex(args);
+  args->process_index = static_cast<int>(client_node);
+  return nullptr;
+}
+
+PJRT_Error* client_devices(PJRT_Client_Devices_Args* args) {
+  if (PJRT_Error* error = real->PJRT_Client_Devices(args)) return error;
+  if (!multiprocess_client || args->client != multiprocess_client) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (every_device.empty())
+    for (int64_t n = 0; n < client_nodes; ++n)
+      every_device.insert(every_device.end(), args->devices, args->devices + args->num_devices);
+  args->devices = every_device.data();
+  args->num_devices = every_device.size();
+  return nullptr;
+}
+
 PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   const char* dir = env("LMT_TEST_PLUGIN_MULTIPROCESS");
   if (!dir) return real->PJRT_Client_Create(args);
@@ -325,9 +352,10 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   plain.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
   plain.create_options = passed.data();
   plain.num_options = passed.size();
-  PJRT_Error* failed = real->PJRT_Client_Create(&plain);
-  args->client = plain.client;
-  return failed;
+  if (PJRT_Error* failed = real->PJRT_Client_Create(&plain)) return failed;
+  args->client = multiprocess_client = plain.client;
+  client_node = node, client_nodes = nodes;
+  return nullptr;
 }
 
 const PJRT_Api* make_api() {
@@ -358,6 +386,8 @@ const PJRT_Api* make_api() {
   wrapped.PJRT_Client_Compile = client_compile;
   wrapped.PJRT_Device_MemoryStats = device_memory_stats;
   wrapped.PJRT_Client_Create = client_create;
+  wrapped.PJRT_Client_ProcessIndex = client_process_index;
+  wrapped.PJRT_Client_Devices = client_devices;
   return &wrapped;
 }
 
