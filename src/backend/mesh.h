@@ -60,3 +60,22 @@ inline int64_t shard_index(const Mesh& mesh, const TensorSharding& s, size_t dim
 }
 
 }  // namespace lmt
+
+namespace lmt {
+
+// The dims of one device's piece of a tensor of `dims` sharded as s (each split dim must divide).
+std::vector<int64_t> shard_dims(const Mesh& mesh, const TensorSharding& s,
+                                const std::vector<int64_t>& dims);
+// Where device `device`'s piece starts, per dimension.
+std::vector<int64_t> shard_offset(const Mesh& mesh, const TensorSharding& s,
+                                  const std::vector<int64_t>& dims, int64_t device);
+// No dimension split: every device holds the whole tensor.
+bool is_replicated(const TensorSharding& s);
+// Copies device `device`'s piece out of the dense row-major array `whole` into `piece` (dense,
+// shard_dims), or back.
+void extract_shard(const Mesh& mesh, const TensorSharding& s, const std::vector<int64_t>& dims,
+                   size_t element, int64_t device, const void* whole, void* piece);
+void insert_shard(const Mesh& mesh, const TensorSharding& s, const std::vector<int64_t>& dims,
+                  size_t element, int64_t device, const void* piece, void* whole);
+
+}  // namespace lmt

@@ -3,6 +3,8 @@
 // the structs through config_yaml.h and validates; every failure is one UserError naming the file.
 #include "train/run_config.h"
 
+#include "model/sharding_plan.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -474,6 +476,7 @@ BackendOptions backend_options(const RunConfig& cfg) {
                            ? (std::filesystem::path(cfg.train.out_dir) / "coordination").string()
                            : p.coordination_dir;
   o.coordination_timeout = p.coordination_timeout;
+  o.sharding = plan_sharding;
   return o;
 }
 

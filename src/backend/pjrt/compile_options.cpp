@@ -1,7 +1,10 @@
 // Field numbers come from XLA's xla/pjrt/proto/compile_options.proto:
 //   CompileOptionsProto.executable_build_options = 3 (ExecutableBuildOptionsProto)
 //   CompileOptionsProto.env_option_overrides = 7 (map<string, OptionOverrideProto>)
-//   ExecutableBuildOptionsProto.device_ordinal = 1, num_replicas = 4, num_partitions = 5
+//   ExecutableBuildOptionsProto.device_ordinal = 1, num_replicas = 4, num_partitions = 5,
+//     use_spmd_partitioning = 6, device_assignment = 9, use_shardy_partitioner = 19
+//   DeviceAssignmentProto.replica_count = 1, computation_count = 2, computation_devices = 3
+//     (ComputationDevice.replica_device_ids = 1: one entry a partition, one id a replica)
 //   OptionOverrideProto.bool_field = 2 (in a oneof)
 // Every other field keeps its proto3 default. XLA's CPU plugin accepts these messages as they are.
 //
@@ -52,14 +55,41 @@ void put_bool_override(std::string& options, const std::string& name, bool value
   proto::put_message_field(options, kEnvOptionOverrides, entry);
 }
 
+// ExecutableBuildOptionsProto for one replica over `devices` partitions (SPMD, Shardy).
+std::string spmd_build_options(const std::vector<int64_t>& devices) {
+  constexpr int kNumReplicas = 4, kNumPartitions = 5, kUseSpmd = 6, kDeviceAssignment = 9,
+                kUseShardy = 19;
+  constexpr int kReplicaCount = 1, kComputationCount = 2, kComputationDevices = 3,
+                kReplicaDeviceIds = 1;
+  std::string assignment;
+  proto::put_int_field(assignment, kReplicaCount, 1);
+  proto::put_int_field(assignment, kComputationCount, static_cast<int64_t>(devices.size()));
+  for (int64_t id : devices) {
+    std::string computation;
+    proto::put_int_field(computation, kReplicaDeviceIds, id);
+    proto::put_message_field(assignment, kComputationDevices, computation);
+  }
+  std::string build;
+  proto::put_int_field(build, kNumReplicas, 1);
+  proto::put_int_field(build, kNumPartitions, static_cast<int64_t>(devices.size()));
+  proto::put_int_field(build, kUseSpmd, 1);
+  proto::put_message_field(build, kDeviceAssignment, assignment);
+  proto::put_int_field(build, kUseShardy, 1);
+  return build;
+}
+
 }  // namespace
 
 std::string compile_options(const CompileSettings& settings) {
   constexpr int kDeviceOrdinal = 1, kNumReplicas = 4, kNumPartitions = 5;
   std::string build;
-  proto::put_int_field(build, kDeviceOrdinal, 0);
-  proto::put_int_field(build, kNumReplicas, 1);
-  proto::put_int_field(build, kNumPartitions, 1);
+  if (settings.devices.size() > 1) {
+    build = spmd_build_options(settings.devices);
+  } else {
+    proto::put_int_field(build, kDeviceOrdinal, 0);
+    proto::put_int_field(build, kNumReplicas, 1);
+    proto::put_int_field(build, kNumPartitions, 1);
+  }
   std::string options;
   proto::put_message_field(options, kExecutableBuildOptions, build);
   // xla.proto: DebugOptions.xla_gpu_exclude_nondeterministic_ops (297). Not

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lmt {
 
@@ -20,9 +21,14 @@ struct CompileSettings {
   // previous step updated in place reads the old weights: wrong gradients from the second step
   // on. lmtrain turns them off on XLA's CPU plugin, whose programs it donates from step to step.
   bool xnnpack = true;
+  // More than one id: one program for that many devices (partitions), partitioned by XLA's SPMD
+  // partitioner (Shardy) from the shardings the module's arguments and results carry; partition i
+  // runs on the device with id devices[i].
+  std::vector<int64_t> devices;
 };
 
-// Options for a program that runs on one device (one replica, one partition) with `settings`.
+// Options for a program with `settings`: on one device (one replica, one partition), or SPMD over
+// settings.devices.
 std::string compile_options(const CompileSettings& settings);
 // compile_options with every setting at its default.
 std::string single_device_compile_options();

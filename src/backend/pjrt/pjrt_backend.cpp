@@ -2,6 +2,7 @@
 // dense algebra, elementwise ops, embeddings, norms and RoPE.
 #include "backend/pjrt/pjrt_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -20,21 +21,27 @@ CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& option
   return s;
 }
 
-// One process: the plugin's defaults. Several, started by a launcher: they meet in the
-// coordination directory before the client is made.
+// The mesh's devices (XLA's CPU plugin makes as many as the mesh names) and, when a launcher
+// started several processes, the store where they meet before the client is made.
 PjrtClientOptions client_options(const PjrtOptions& options) {
-  PjrtClientOptions o;
+  PjrtClientOptions c;
+  if (!options.mesh.single()) {  // XLA's CPU plugin: as many devices as the mesh names
+    c.cpu_device_count = options.mesh.size();
+    for (int64_t id : options.devices) c.cpu_device_count = std::max(c.cpu_device_count, id + 1);
+  }
+  c.mesh = options.mesh;
+  c.devices = options.devices;
   if (const ProcessGroup group = process_group_from_env(); group.several())
-    o.store = std::make_shared<DirectoryStore>(options.coordination_dir, group,
+    c.store = std::make_shared<DirectoryStore>(options.coordination_dir, group,
                                                std::chrono::seconds(options.coordination_timeout));
-  return o;
+  return c;
 }
 
 }  // namespace
 
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
     : client_(resolve_pjrt_plugin_path(plugin_path), client_options(options)),
-      trace_(tensors_, client_, options.compile_only),
+      trace_(tensors_, client_, options.compile_only, options.sharding),
       programs_(client_, settings_for(client_, options), options.compile_only) {}
 
 PjrtBackendStats PjrtBackend::stats() const {

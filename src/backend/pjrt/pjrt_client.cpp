@@ -4,6 +4,8 @@
 // message of compile_options.cpp.
 #include "backend/pjrt/pjrt_client.h"
 
+#include <algorithm>
+
 #include "backend/pjrt/compile_options.h"
 #include "backend/pjrt/pjrt_internal.h"
 #include "backend/pjrt/pjrt_multiprocess.h"
@@ -93,7 +95,38 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& 
                            devices.addressable_devices + devices.num_addressable_devices);
   session_->device = session_->devices[0];
   for (PJRT_Device* d : session_->devices) device_ids_.push_back(device_id(plugin, d));
+  choose_mesh_devices(options);
   device_kind_ = describe_device(plugin, session_->device);
+}
+
+// The mesh's devices: those parallel.devices names, else the first ones. Too few, or an id the
+// plugin does not have, is one message.
+void PjrtClient::choose_mesh_devices(const PjrtClientOptions& options) {
+  const Mesh& mesh = options.mesh;
+  const auto n = static_cast<size_t>(mesh.size());
+  if (n > device_ids_.size())
+    throw UserError("parallel: the mesh data x fsdp x tensor needs " + std::to_string(n) +
+                    " devices, but PJRT plugin " + plugin().path() + " (platform " +
+                    platform_name_ + ") has " + std::to_string(device_ids_.size()));
+  session_->mesh = mesh;
+  for (size_t i = 0; i < n; ++i) {
+    size_t at = i;
+    if (!options.devices.empty()) {
+      const int64_t id = options.devices[i];
+      at = static_cast<size_t>(std::find(device_ids_.begin(), device_ids_.end(), id) -
+                               device_ids_.begin());
+      if (at == device_ids_.size())
+        throw UserError("parallel.devices: PJRT plugin " + plugin().path() +
+                        " has no device with id " + std::to_string(id));
+    }
+    session_->mesh_devices.push_back(session_->devices[at]);
+    mesh_device_ids_.push_back(device_ids_[at]);
+  }
+  session_->device = session_->mesh_devices[0];
+}
+
+const Mesh& PjrtClient::mesh() const {
+  return session_->mesh;
 }
 
 const PjrtPlugin& PjrtClient::plugin() const {
@@ -112,7 +145,9 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSetting
   program.format = kFormat.data();
   program.format_size = kFormat.size();
 
-  const std::string options = compile_options(settings);
+  CompileSettings spmd = settings;
+  spmd.devices = mesh_device_ids_;
+  const std::string options = compile_options(spmd);
   PJRT_Client_Compile_Args args{};
   args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
   args.client = session_->client;
@@ -148,22 +183,35 @@ std::optional<DeviceMemory> PjrtClient::device_memory() const {
   return m;
 }
 
-PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int64_t> dims) const {
+PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int64_t> dims,
+                                 const TensorSharding& sharding) const {
   const PjrtPlugin& plugin = session_->plugin;
-  PJRT_Client_BufferFromHostBuffer_Args args{};
-  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
-  args.client = session_->client;
-  args.data = data;
-  args.type = to_pjrt_type(dtype);
-  args.dims = dims.data();
-  args.num_dims = dims.size();
-  args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
-  args.device = session_->device;
-  plugin.check(plugin.api()->PJRT_Client_BufferFromHostBuffer(&args),
-               "PJRT_Client_BufferFromHostBuffer");
-  PjrtBuffer buffer(session_, args.buffer, dtype, std::move(dims));
-  await_event(plugin, args.done_with_host_buffer,
-              "PJRT_Client_BufferFromHostBuffer (waiting for the copy)");
+  const Mesh& mesh = session_->mesh;
+  const bool whole = is_replicated(sharding);
+  std::vector<int64_t> piece_dims = whole ? dims : shard_dims(mesh, sharding, dims);
+  int64_t piece_elements = 1;
+  for (int64_t d : piece_dims) piece_elements *= d;
+  std::vector<uint8_t> piece(whole ? 0 : static_cast<size_t>(piece_elements) * dtype_size(dtype));
+  PjrtBuffer buffer(session_, {}, dtype, dims, whole ? TensorSharding{} : sharding);
+  for (size_t i = 0; i < session_->mesh_devices.size(); ++i) {
+    if (!whole)
+      extract_shard(mesh, sharding, dims, dtype_size(dtype), static_cast<int64_t>(i), data,
+                    piece.data());
+    PJRT_Client_BufferFromHostBuffer_Args args{};
+    args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+    args.client = session_->client;
+    args.data = whole ? data : piece.data();
+    args.type = to_pjrt_type(dtype);
+    args.dims = piece_dims.data();
+    args.num_dims = piece_dims.size();
+    args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+    args.device = session_->mesh_devices[i];
+    plugin.check(plugin.api()->PJRT_Client_BufferFromHostBuffer(&args),
+                 "PJRT_Client_BufferFromHostBuffer");
+    buffer.shards_.push_back(args.buffer);
+    await_event(plugin, args.done_with_host_buffer,
+                "PJRT_Client_BufferFromHostBuffer (waiting for the copy)");
+  }
   return buffer;
 }
 

@@ -32,6 +32,10 @@ struct PjrtClientOptions {
   // plugin, create option cpu_device_count; it makes 4 by default). A plugin that does not take
   // the option refuses it before it starts anything, and is then created without it.
   int64_t cpu_device_count = 0;
+  // The mesh programs run on (one device when single) and the ids of the devices it uses, in
+  // mesh order (empty: the first mesh.size() addressable devices).
+  Mesh mesh;
+  std::vector<int64_t> devices;
   // One run across several processes (mpirun; parallel/process_group.h): the store where this
   // process and the others exchange the plugin's keys, which knows their ranks and count. The
   // client is created with node_id (this rank) and num_nodes (the count) and the store as its
@@ -55,22 +59,32 @@ class PjrtClient {
   // compiled program's device assignment names.
   const std::vector<int64_t>& device_ids() const { return device_ids_; }
 
+  // The mesh programs run on, and its devices' ids in mesh order.
+  const Mesh& mesh() const;
+  const std::vector<int64_t>& mesh_device_ids() const { return mesh_device_ids_; }
+
   // Compiles a StableHLO module given as MLIR text (`module { func.func @main(...) ... }`) for
-  // one device. A program the plugin refuses is a UserError carrying its diagnostic.
+  // the mesh: one device, or SPMD over its devices from the shardings the module carries. A
+  // program the plugin refuses is a UserError carrying its diagnostic.
   PjrtExecutable compile(const std::string& mlir, const CompileSettings& settings = {}) const;
 
   // The memory of the device programs run on, now; nullopt for a plugin that does not track it
   // (XLA's CPU plugin answers "GetAllocatorStats is not supported").
   std::optional<DeviceMemory> device_memory() const;
 
-  // Copies a dense row-major host array to the device and waits for the copy.
-  PjrtBuffer to_device(const void* data, DType dtype, std::vector<int64_t> dims) const;
+  // Copies a dense row-major host array to the mesh's devices, each its piece as `sharding` says
+  // (empty: the whole array on each), and waits for the copies.
+  PjrtBuffer to_device(const void* data, DType dtype, std::vector<int64_t> dims,
+                       const TensorSharding& sharding = {}) const;
 
  private:
+  void choose_mesh_devices(const PjrtClientOptions& options);
+
   std::shared_ptr<PjrtSession> session_;
   std::string platform_name_, device_kind_;
   size_t device_count_ = 0;
   std::vector<int64_t> device_ids_;
+  std::vector<int64_t> mesh_device_ids_;
 };
 
 }  // namespace lmt

@@ -60,16 +60,37 @@ std::optional<CompiledMemory> PjrtExecutable::compiled_memory() const {
   return m;
 }
 
+namespace {
+
+// The element type and dims of a buffer the plugin made.
+void describe_output(const PjrtPlugin& plugin, PJRT_Buffer* out, DType* dtype,
+                     std::vector<int64_t>* dims) {
+  PJRT_Buffer_ElementType_Args type{};
+  type.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+  type.buffer = out;
+  plugin.check(plugin.api()->PJRT_Buffer_ElementType(&type), "PJRT_Buffer_ElementType");
+  *dtype = from_pjrt_type(plugin, type.type);
+  PJRT_Buffer_Dimensions_Args d{};
+  d.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+  d.buffer = out;
+  plugin.check(plugin.api()->PJRT_Buffer_Dimensions(&d), "PJRT_Buffer_Dimensions");
+  dims->assign(d.dims, d.dims + d.num_dims);
+}
+
+}  // namespace
+
 std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> args,
-                                                std::span<const int> donate) {
+                                                std::span<const int> donate,
+                                                std::span<const TensorSharding> out_shardings) {
   LMT_CHECK(executable_, "execute on an empty PJRT executable");
   const PjrtPlugin& plugin = session_->plugin;
-  std::vector<PJRT_Buffer*> raw_args;
+  const size_t devices = session_->mesh_devices.size();
+  std::vector<std::vector<PJRT_Buffer*>> raw_args(devices);
   std::vector<int64_t> keep;  // non-donatable argument indices
   for (size_t i = 0; i < args.size(); ++i) {
-    LMT_CHECK(args[i] && args[i]->valid(),
+    LMT_CHECK(args[i] && args[i]->valid() && args[i]->device_count() == devices,
               "execute: argument " + std::to_string(i) + " is empty or was donated before");
-    raw_args.push_back(args[i]->raw());
+    for (size_t d = 0; d < devices; ++d) raw_args[d].push_back(args[i]->raw(d));
     if (std::find(donate.begin(), donate.end(), static_cast<int>(i)) == donate.end()) {
       keep.push_back(static_cast<int64_t>(i));
     }
@@ -83,37 +104,41 @@ std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> arg
   options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
   options.non_donatable_input_indices = keep.data();
   options.num_non_donatable_input_indices = keep.size();
-  std::vector<PJRT_Buffer*> outputs(num_outputs_, nullptr);
-  PJRT_Buffer* const* arg_list = raw_args.data();
-  PJRT_Buffer** output_list = outputs.data();
-  PJRT_Event* done = nullptr;
+  std::vector<std::vector<PJRT_Buffer*>> outputs(devices,
+                                                 std::vector<PJRT_Buffer*>(num_outputs_, nullptr));
+  std::vector<PJRT_Buffer* const*> arg_lists;
+  std::vector<PJRT_Buffer**> output_lists;
+  for (size_t d = 0; d < devices; ++d) {
+    arg_lists.push_back(raw_args[d].data());
+    output_lists.push_back(outputs[d].data());
+  }
+  std::vector<PJRT_Event*> done(devices, nullptr);
   PJRT_LoadedExecutable_Execute_Args exec{};
   exec.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
   exec.executable = executable_;
   exec.options = &options;
-  exec.argument_lists = &arg_list;
-  exec.num_devices = 1;
-  exec.num_args = raw_args.size();
-  exec.output_lists = &output_list;
-  exec.device_complete_events = &done;
+  exec.argument_lists = arg_lists.data();
+  exec.num_devices = devices;
+  exec.num_args = args.size();
+  exec.output_lists = output_lists.data();
+  exec.device_complete_events = done.data();
   plugin.check(plugin.api()->PJRT_LoadedExecutable_Execute(&exec), "PJRT_LoadedExecutable_Execute");
 
   // Own every output before anything else can throw, so none leaks.
   std::vector<PjrtBuffer> result;
-  for (PJRT_Buffer* out : outputs) result.push_back(PjrtBuffer(session_, out, DType::f32, {}));
+  for (size_t o = 0; o < num_outputs_; ++o) {
+    std::vector<PJRT_Buffer*> shards;
+    for (size_t d = 0; d < devices; ++d) shards.push_back(outputs[d][o]);
+    TensorSharding s = o < out_shardings.size() ? out_shardings[o] : TensorSharding{};
+    result.push_back(PjrtBuffer(session_, std::move(shards), DType::f32, {}, std::move(s)));
+  }
   for (int d : donate) args[d]->reset();
-  await_event(plugin, done, "PJRT_LoadedExecutable_Execute (running the program)");
+  for (PJRT_Event* event : done)
+    await_event(plugin, event, "PJRT_LoadedExecutable_Execute (running the program)");
   for (PjrtBuffer& out : result) {
-    PJRT_Buffer_ElementType_Args type{};
-    type.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
-    type.buffer = out.buffer_;
-    plugin.check(plugin.api()->PJRT_Buffer_ElementType(&type), "PJRT_Buffer_ElementType");
-    out.dtype_ = from_pjrt_type(plugin, type.type);
-    PJRT_Buffer_Dimensions_Args dims{};
-    dims.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
-    dims.buffer = out.buffer_;
-    plugin.check(plugin.api()->PJRT_Buffer_Dimensions(&dims), "PJRT_Buffer_Dimensions");
-    out.dims_.assign(dims.dims, dims.dims + dims.num_dims);
+    describe_output(plugin, out.shards_[0], &out.dtype_, &out.dims_);
+    // The whole array's dims: a split dimension's piece times its pieces.
+    for (size_t d = 0; d < out.dims_.size(); ++d) out.dims_[d] *= shard_count(session_->mesh, out.sharding_, d);
   }
   return result;
 }

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "backend/mesh.h"
 #include "backend/pjrt/pjrt_plugin.h"
 #include "core/dtype.h"
 #include "pjrt_c_api.h"
@@ -19,6 +20,9 @@ struct PjrtSession {
   PJRT_Client* client = nullptr;
   PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
   std::vector<PJRT_Device*> devices;  // every addressable device, in the plugin's order
+  // The devices programs run on: mesh device i is mesh_devices[i] (one device: the first).
+  Mesh mesh;
+  std::vector<PJRT_Device*> mesh_devices;
   // Several processes: the store behind the client's key-value callbacks, kept until after
   // the client is destroyed (the plugin may use it as long as the client lives).
   std::shared_ptr<DirectoryStore> store;

@@ -40,11 +40,13 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
     if (a.dev) {
       args.push_back(a.dev);
     } else {
-      uploads.push_back(client_.to_device(a.host->data(), a.dtype, a.dims));
+      uploads.push_back(client_.to_device(a.host->data(), a.dtype, a.dims, a.sharding));
       args.push_back(&uploads.back());
     }
   }
-  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate);
+  std::vector<TensorSharding> shardings;
+  for (const PjrtAssembled::Out& o : p.outs) shardings.push_back(o.sharding);
+  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, shardings);
   ++stats_.programs_run;
   return results;
 }

@@ -52,7 +52,11 @@ PjrtExecutable PjrtClient::compile(const std::string&, const CompileSettings&) c
 std::optional<DeviceMemory> PjrtClient::device_memory() const {
   built_without_pjrt();
 }
-PjrtBuffer PjrtClient::to_device(const void*, DType, std::vector<int64_t>) const {
+PjrtBuffer PjrtClient::to_device(const void*, DType, std::vector<int64_t>,
+                                 const TensorSharding&) const {
+  built_without_pjrt();
+}
+const Mesh& PjrtClient::mesh() const {
   built_without_pjrt();
 }
 
@@ -69,7 +73,8 @@ std::optional<CompiledMemory> PjrtExecutable::compiled_memory() const {
   built_without_pjrt();
 }
 std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const>,
-                                                std::span<const int>) {
+                                                std::span<const int>,
+                                                std::span<const TensorSharding>) {
   built_without_pjrt();
 }
 

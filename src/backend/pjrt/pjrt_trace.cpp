@@ -47,8 +47,23 @@ int64_t extent(const Dims& dims, const Dims& strides, size_t i) {
 }  // namespace
 
 StablehloBuilder& PjrtTrace::b() {
-  if (!builder_) builder_ = std::make_unique<StablehloBuilder>();
+  if (!builder_) {
+    builder_ = std::make_unique<StablehloBuilder>();
+    builder_->set_mesh(client_.mesh());
+  }
   return *builder_;
+}
+
+TensorSharding PjrtTrace::sharding_of(const std::string& name, const Dims& dims) const {
+  const Mesh& mesh = client_.mesh();
+  if (mesh.single() || !plan_ || name.empty()) return {};
+  TensorSharding s = plan_(name, dims);
+  s.resize(std::min(s.size(), dims.size()));
+  for (size_t d = 0; d < s.size(); ++d) {
+    std::erase_if(s[d], [&](const std::string& axis) { return mesh.axis_size(axis) == 1; });
+    if (dims[d] % shard_count(mesh, s, d) != 0) s[d].clear();  // not divisible: whole
+  }
+  return is_replicated(s) ? TensorSharding{} : s;
 }
 
 void PjrtTrace::touch(PjrtAlloc& a) {
@@ -201,8 +216,8 @@ void PjrtTrace::upload(PjrtPart& part, DType hint) {
   if (compile_only_) return;  // the program is not run: nothing to upload
   std::vector<uint8_t> zeros;
   if (part.host.empty()) zeros.assign(static_cast<size_t>(part.bytes()), 0);
-  part.dev =
-      client_.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype, part.dims);
+  part.dev = client_.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype,
+                               part.dims, sharding_of(part.name, part.dims));
   part.host = {};
   part.host_valid = false;  // the device holds it now
 }
@@ -221,6 +236,8 @@ const HloValue& PjrtTrace::input(PjrtAlloc& a, size_t i, DType hint) {
   arg.dims = p.dims;
   arg.name = p.name;
   arg.param = b().param(p.dtype, p.dims);
+  arg.sharding = p.dev.valid() ? p.dev.sharding() : sharding_of(p.name, p.dims);
+  b().shard_param(arg.param, arg.sharding);
   p.input = static_cast<int>(args_.size());
   p.input_param = arg.param;
   p.input_value = p.dims.size() == 1 ? arg.param : b().reshape(arg.param, {numel(p.dims)});
@@ -245,7 +262,9 @@ HloValue PjrtTrace::runtime(const void* data, size_t bytes, DType dt, Dims dims,
   arg.dtype = dt;
   arg.dims = dims;
   arg.name = name;
+  arg.sharding = sharding_of(name, dims);
   arg.param = b().param(dt, std::move(dims));
+  b().shard_param(arg.param, arg.sharding);
   if (shared) shared_.emplace(name, args_.size());
   args_.push_back(std::move(arg));
   return args_.back().param;

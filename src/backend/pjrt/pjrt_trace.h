@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -36,24 +37,33 @@ struct PjrtAssembled {
     const std::vector<uint8_t>* host = nullptr;  // host data uploaded when the program runs
     DType dtype = DType::u8;
     std::vector<int64_t> dims;
+    TensorSharding sharding;  // how host data is split over the mesh when uploaded
   };
   std::vector<Arg> args;
   std::vector<int> donate;
   struct Out {
     uintptr_t alloc = 0;
     size_t part = 0;
+    TensorSharding sharding;
   };
   std::vector<Out> outs;
   std::vector<PjrtArgument> described_args;  // the arguments' names and types
 };
+
+// The sharding plan: how a named tensor (a described part, or host data under that name) of the
+// given dims is split over the mesh; {} is whole on every device.
+using ShardingPlan =
+    std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>;
 
 class PjrtTrace {
  public:
   using Value = HloValue;
   using Dims = std::vector<int64_t>;
 
-  PjrtTrace(PjrtTensors& tensors, const PjrtClient& client, bool compile_only)
-      : tensors_(tensors), client_(client), compile_only_(compile_only) {}
+  // On a mesh of several devices `plan` splits the tensors it names (none: all whole).
+  PjrtTrace(PjrtTensors& tensors, const PjrtClient& client, bool compile_only,
+            ShardingPlan plan = {})
+      : tensors_(tensors), client_(client), compile_only_(compile_only), plan_(std::move(plan)) {}
 
   bool pending() const { return builder_ != nullptr || !touched_.empty(); }
   StablehloBuilder& b();  // the pending program (started on first use)
@@ -119,7 +129,12 @@ class PjrtTrace {
     Dims dims;
     std::string name;
     Value param;
+    TensorSharding sharding;
   };
+
+  // A part's sharding: the plan's for a described tensor, whole for anything else. A part's
+  // device array always has its part's sharding, so programs never reshard their arguments.
+  TensorSharding sharding_of(const std::string& name, const Dims& dims) const;
 
   void touch(PjrtAlloc& a);
   const Value& input(PjrtAlloc& a, size_t part, DType hint);
@@ -147,6 +162,7 @@ class PjrtTrace {
   PjrtTensors& tensors_;
   const PjrtClient& client_;
   bool compile_only_;
+  ShardingPlan plan_;
   std::unique_ptr<StablehloBuilder> builder_;
   std::vector<uintptr_t> touched_;  // allocations the pending program uses, first use first
   std::vector<Arg> args_;

@@ -52,16 +52,20 @@ PjrtAssembled PjrtTrace::assemble() {
         out.donate.push_back(p.input);
       }
       values.push_back(v);
-      out.outs.push_back({at, i});
+      out.outs.push_back({at, i, p.described() ? sharding_of(p.name, p.dims) : TensorSharding{}});
     }
   }
   if (values.empty()) return out;  // nothing written: nothing to run
+  std::vector<TensorSharding> shardings;
+  for (const PjrtAssembled::Out& o : out.outs) shardings.push_back(o.sharding);
+  b().shard_results(std::move(shardings));
   b().ret(values);
   out.text = b().text();
   for (Arg& arg : args_) {
     PjrtAssembled::Arg x;
     x.dtype = arg.dtype;
     x.dims = arg.dims;
+    x.sharding = arg.sharding;
     if (arg.kept >= 0)
       x.dev = &keep_[static_cast<size_t>(arg.kept)];
     else if (arg.alloc)

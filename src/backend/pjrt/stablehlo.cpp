@@ -178,17 +178,62 @@ void StablehloBuilder::ret(std::vector<Value> outputs) {
   returned_ = true;
 }
 
+void StablehloBuilder::shard_param(const Value& param, const TensorSharding& sharding) {
+  check_mine(param);
+  LMT_CHECK(param.is_param, "StableHLO: shard_param of a value that is no param");
+  param_shardings_.resize(params_.size());
+  param_shardings_[static_cast<size_t>(param.index)] = sharding;
+}
+
+void StablehloBuilder::shard_results(std::vector<TensorSharding> shardings) {
+  result_shardings_ = std::move(shardings);
+}
+
+// `#sdy.sharding<@mesh, [{"fsdp"}, {}]>`: per dimension the axes that split it, closed (no
+// dimension left for the partitioner to choose).
+std::string StablehloBuilder::sharding_attr(const TensorSharding& s, size_t rank) const {
+  std::string out = "#sdy.sharding<@mesh, [";
+  for (size_t d = 0; d < rank; ++d) {
+    out += d ? ", {" : "{";
+    if (d < s.size())
+      for (size_t i = 0; i < s[d].size(); ++i) out += (i ? ", \"" : "\"") + s[d][i] + "\"";
+    out += "}";
+  }
+  return out + "]>";
+}
+
 std::string StablehloBuilder::text() const {
   LMT_CHECK(returned_, "StableHLO: text before ret");
+  const bool spmd = !mesh_.single();
+  auto sharding = [&](const std::vector<TensorSharding>& all, size_t i, size_t rank) {
+    return sharding_attr(i < all.size() ? all[i] : TensorSharding{}, rank);
+  };
   std::ostringstream s;
-  s << "module {\n  func.func @main(";
+  s << "module {\n";
+  if (spmd) {
+    s << "  sdy.mesh @mesh = <[";
+    for (size_t i = 0; i < mesh_.axes.size(); ++i)
+      s << (i ? ", \"" : "\"") << mesh_.axes[i].name << "\"=" << mesh_.axes[i].size;
+    s << "]>\n";
+  }
+  s << "  func.func @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s << (i ? ", " : "") << name(params_[i]) << ": " << mlir_tensor_type(params_[i]);
-    if (donate_to_[i] >= 0) s << " {tf.aliasing_output = " << donate_to_[i] << " : i32}";
+    std::vector<std::string> attrs;
+    if (donate_to_[i] >= 0)
+      attrs.push_back("tf.aliasing_output = " + std::to_string(donate_to_[i]) + " : i32");
+    if (spmd)
+      attrs.push_back("sdy.sharding = " +
+                      sharding(param_shardings_, i, params_[i].dims.size()));
+    for (size_t k = 0; k < attrs.size(); ++k) s << (k ? ", " : " {") << attrs[k];
+    if (!attrs.empty()) s << "}";
   }
   s << ") -> (";
-  for (size_t i = 0; i < outputs_.size(); ++i)
+  for (size_t i = 0; i < outputs_.size(); ++i) {
     s << (i ? ", " : "") << mlir_tensor_type(outputs_[i]);
+    if (spmd)
+      s << " {sdy.sharding = " << sharding(result_shardings_, i, outputs_[i].dims.size()) << "}";
+  }
   s << ") {\n";
   for (const std::string& line : lines_) s << "    " << line << "\n";
   s << "    return ";

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/mesh.h"
 #include "core/dtype.h"
 
 namespace lmt {
@@ -49,6 +50,13 @@ class StablehloBuilder {
   void ret(std::vector<Value> outputs);
   // The whole module, `module { func.func @main(...) -> (...) { ... } }`.
   std::string text() const;
+
+  // Several devices: the module declares the mesh (Shardy's `sdy.mesh @mesh`), and every argument
+  // and result carries its sharding over it (unset ones: whole on every device). A single-device
+  // mesh adds nothing to the text.
+  void set_mesh(const Mesh& mesh) { mesh_ = mesh; }
+  void shard_param(const Value& param, const TensorSharding& sharding);
+  void shard_results(std::vector<TensorSharding> shardings);
 
   // `value` in every element of a tensor of this type, rounded to dtype (bf16 and f16 through f32,
   // as f32_to_bf16 does); an i32 constant must be an integer in range.
@@ -166,8 +174,12 @@ class StablehloBuilder {
   std::vector<std::string> close_region();
   std::vector<Value> op_results(int op, const std::vector<Value>& like);
 
+  std::string sharding_attr(const TensorSharding& s, size_t rank) const;
+
   std::vector<Value> params_;
   std::vector<int> donate_to_;
+  Mesh mesh_;
+  std::vector<TensorSharding> param_shardings_, result_shardings_;
   std::vector<std::string> lines_;  // the current region's ops, one a line (or one text line)
   std::vector<std::vector<std::string>> outer_lines_;
   std::vector<int> open_scopes_{0};  // the regions whose values are visible, innermost last

@@ -1,0 +1,218 @@
+// Training on a mesh of XLA:CPU devices (parallel.data / fsdp / tensor): one program annotated
+// with the sharding plan's shardings, partitioned by XLA's SPMD partitioner, must train as the
+// one-device run does — the same loss at every step within 1e-5 relative and the same final
+// weights within 1e-5 of the largest weight — for every mesh shape, with LoRA and with Muon; a
+// checkpoint written on one mesh resumes on another, on one device and on the CPU backend.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "train/run_config.h"
+#include "train/trainer.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The demo's tokenizer and token store, made once for the suite; runs of the demo's config at a
+// smaller batch (8 sequences of 64 tokens: the demo's model, a quarter of its step's work).
+class MeshTraining : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("lmtrain_mesh_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    const std::string bin = LMT_BINARY;
+    const std::string sets = " --set data.tokenizer=" + (dir_ / "tokenizer.json").string() +
+                             " --set data.store=" + (dir_ / "store").string() +
+                             " --set data.seq_len=64";
+    ok_ = std::system((bin + " tokenizer train --config " + config() + sets +
+                       " --vocab-size 2048 --out " + (dir_ / "tokenizer.json").string() +
+                       " > /dev/null")
+                          .c_str()) == 0 &&
+          std::system((bin + " prepare --quiet --config " + config() + sets).c_str()) == 0;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  void SetUp() override { ASSERT_TRUE(ok_) << "making the demo's tokenizer and store failed"; }
+
+  static std::string config() { return std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml"; }
+  static RunConfig demo(const std::string& run, const std::vector<std::string>& sets) {
+    std::vector<std::string> all = {"data.tokenizer=" + (dir_ / "tokenizer.json").string(),
+                                    "data.store=" + (dir_ / "store").string(),
+                                    "data.seq_len=64",
+                                    "train.micro_batch_size=8",
+                                    "train.backend=pjrt",
+                                    "train.out_dir=" + (dir_ / run).string(),
+                                    "train.log_every=1",
+                                    "train.eval_every=0",
+                                    "train.sample_tokens=0",
+                                    "train.warmup_steps=5",
+                                    "train.save_every=0"};
+    all.insert(all.end(), sets.begin(), sets.end());  // later sets win
+    return load_run_config(config(), all);
+  }
+  static std::map<int64_t, double> losses(const std::string& run) {
+    std::map<int64_t, double> out;
+    std::ifstream f(dir_ / run / "metrics.jsonl");
+    for (std::string line; std::getline(f, line);) {
+      const auto j = nlohmann::json::parse(line);
+      if (j.contains("loss")) out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+    }
+    return out;
+  }
+  // The weights file of a run's checkpoint at `step` (the model, or the LoRA adapters).
+  static SafetensorsFile weights(const std::string& run, int64_t step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%07lld", static_cast<long long>(step));
+    const fs::path ckpt = dir_ / run / "checkpoints" / name;
+    const fs::path model = ckpt / "model.safetensors";
+    return SafetensorsFile::open(
+        (fs::exists(model) ? model : ckpt / "adapter_model.safetensors").string());
+  }
+  // Every step's loss within 1e-5 relative of `want`'s, and every tensor of the final weights
+  // within 1e-5 of the largest weight of `want`'s.
+  static void expect_same_run(const std::string& want, const std::string& got, int64_t steps) {
+    const auto a = losses(want), b = losses(got);
+    ASSERT_EQ(a.size(), static_cast<size_t>(steps));
+    ASSERT_EQ(b.size(), static_cast<size_t>(steps));
+    double worst = 0;
+    for (const auto& [step, loss] : a) {
+      const double rel = std::fabs(b.at(step) - loss) / std::fabs(loss);
+      worst = std::max(worst, rel);
+      EXPECT_LT(rel, 1e-5) << got << " step " << step << ": " << b.at(step) << " vs " << loss;
+    }
+    const SafetensorsFile wa = weights(want, steps), wb = weights(got, steps);
+    ASSERT_EQ(wa.names(), wb.names());
+    double largest = 0, diff = 0;
+    for (const std::string& name : wa.names()) {
+      const HostTensor x = wa.read_as(name, DType::f32), y = wb.read_as(name, DType::f32);
+      const float* px = x.ptr<float>();
+      const float* py = y.ptr<float>();
+      for (int64_t i = 0; i < x.numel(); ++i) {
+        largest = std::max(largest, static_cast<double>(std::fabs(px[i])));
+        diff = std::max(diff, static_cast<double>(std::fabs(px[i] - py[i])));
+      }
+    }
+    std::printf("%s: largest relative loss difference %.2e, weights %.2e of the largest %.3f\n",
+                got.c_str(), worst, diff / largest, largest);
+    EXPECT_LT(diff, 1e-5 * largest) << got;
+  }
+
+  static fs::path dir_;
+  static bool ok_;
+};
+fs::path MeshTraining::dir_;
+bool MeshTraining::ok_ = false;
+
+constexpr int64_t kSteps = 30;
+
+TEST_F(MeshTraining, EveryMeshTrainsAsOneDevice) {
+  const std::string steps = "train.max_steps=" + std::to_string(kSteps);
+  train(demo("one", {steps}), false);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> meshes = {
+      {"1x1", {"parallel.data=1", "parallel.fsdp=1", "parallel.tensor=1"}},
+      {"data2", {"parallel.data=2"}},
+      {"fsdp2", {"parallel.fsdp=2"}},
+      {"tensor2", {"parallel.tensor=2"}},
+      {"data2_tensor2", {"parallel.data=2", "parallel.tensor=2"}},
+      {"fsdp2_tensor2", {"parallel.fsdp=2", "parallel.tensor=2"}}};
+  for (const auto& [name, sets] : meshes) {
+    std::vector<std::string> all = sets;
+    all.push_back(steps);
+    train(demo(name, all), false);
+    expect_same_run("one", name, kSteps);
+  }
+}
+
+// LoRA (adapters split as their base) and Muon (Newton-Schulz on split matrices) on the mesh with
+// both axes that split parameters.
+TEST_F(MeshTraining, LoraAndMuonTrainAsOneDevice) {
+  const std::string steps = "train.max_steps=" + std::to_string(kSteps);
+  const std::vector<std::string> mesh = {"parallel.fsdp=2", "parallel.tensor=2"};
+  for (const auto& [name, sets] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"lora", {"lora.rank=8", "lora.alpha=16", "train.lr=3e-3"}},
+           {"muon", {"optimizer.name=muon", "train.lr=1e-3"}}}) {
+    std::vector<std::string> one = sets, many = sets;
+    one.push_back(steps);
+    many.push_back(steps);
+    many.insert(many.end(), mesh.begin(), mesh.end());
+    train(demo(name + "_one", one), false);
+    train(demo(name + "_mesh", many), false);
+    expect_same_run(name + "_one", name + "_mesh", kSteps);
+  }
+}
+
+// Saved at fsdp 2 x tensor 2 after 10 steps; resumed at data 4, on one device and on the CPU
+// backend: each continues the uninterrupted one-device curve within 1e-5.
+TEST_F(MeshTraining, ACheckpointResumesOnAnyMesh) {
+  const std::vector<std::string> base = {"train.max_steps=20", "train.save_every=10"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return extra;
+  };
+  train(demo("whole", base), false);
+  const auto want = losses("whole");
+  for (const auto& [name, sets] :
+       std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"to_data4", {"parallel.data=4"}},
+           {"to_one", {}},
+           {"to_cpu", {"train.backend=cpu"}}}) {
+    SCOPED_TRACE(name);
+    RunConfig first = demo(name, with({"parallel.fsdp=2", "parallel.tensor=2"}));
+    first.train.max_steps = 10;
+    train(first, false);
+    const TrainResult r = train(demo(name, with(sets)), true);
+    EXPECT_EQ(r.first_step, 10);
+    const auto got = losses(name);
+    for (int64_t step = 1; step <= 20; ++step) {
+      ASSERT_TRUE(got.count(step)) << "step " << step;
+      EXPECT_NEAR(got.at(step), want.at(step), 1e-5 * want.at(step)) << "step " << step;
+    }
+  }
+}
+
+// A mesh that does not divide the model or the batch, or that needs more devices than the plugin
+// has: one message naming the key and the numbers.
+TEST_F(MeshTraining, AMeshThatDoesNotFitIsOneMessage) {
+  auto message = [&](const std::vector<std::string>& sets) {
+    try {
+      train(demo("bad", sets), false);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  auto refused = [&](const std::vector<std::string>& sets) {
+    try {
+      demo("bad", sets);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(refused({"parallel.tensor=4"}),
+            "parallel.tensor is 4, which does not divide model.num_attention_heads (6)");
+  EXPECT_EQ(refused({"parallel.data=3"}),
+            "parallel.data x parallel.fsdp is 3 x 1 = 3, which does not divide "
+            "train.micro_batch_size (8): each of those devices takes an equal share of the batch");
+  EXPECT_EQ(refused({"parallel.fsdp=5"}).rfind("parallel.data x parallel.fsdp is 1 x 5", 0), 0u);
+  EXPECT_EQ(refused({"parallel.data=2", "train.backend=cpu"}),
+            "parallel: a mesh of 2 devices needs train.backend: pjrt (it is 'cpu')");
+  EXPECT_EQ(refused({"parallel.data=2", "parallel.devices=[0]"}),
+            "parallel.devices names 1 devices, but the mesh data 2 x fsdp 1 x tensor 1 has 2");
+  (void)message;
+}
+
+}  // namespace
+}  // namespace lmt
