@@ -17,7 +17,7 @@
 //   LMT_TEST_PLUGIN_MEMORY=U,P,L      PJRT_Device_MemoryStats answers bytes_in_use U, peak P and
 //                                     limit L (P or L empty: reported as not set)
 //   LMT_TEST_PLUGIN_MULTIPROCESS=DIR  PJRT_Client_Create takes node_id and num_nodes (as the CUDA
-//                                     plugin does; XLA's CPU plugin refuses them) and uses the
+//                                     plugin does; XLA's CPU plugin ignores them) and uses the
 //                                     key-value callbacks as the CUDA plugin does: puts its own key
 //                                     lmt_test:node/<id> and gets every other node's, then makes
 //                                     the real client without those options. It writes
