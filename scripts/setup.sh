@@ -15,6 +15,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev fonts-dejavu-core
   fortunes
+  openmpi-bin
   python3 python3-venv
 )
 

@@ -8,6 +8,7 @@
 
 #include "backend/pjrt/pjrt_backend_impl.h"
 #include "core/error.h"
+#include "parallel/directory_store.h"
 
 namespace lmt {
 
@@ -20,6 +21,8 @@ CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& option
   return s;
 }
 
+// The mesh's devices (XLA's CPU plugin makes as many as the mesh names) and, when a launcher
+// started several processes, the store where they meet before the client is made.
 PjrtClientOptions client_options(const PjrtOptions& options) {
   PjrtClientOptions c;
   if (!options.mesh.single()) {  // XLA's CPU plugin: as many devices as the mesh names
@@ -28,6 +31,9 @@ PjrtClientOptions client_options(const PjrtOptions& options) {
   }
   c.mesh = options.mesh;
   c.devices = options.devices;
+  if (const ProcessGroup group = process_group_from_env(); group.several())
+    c.store = std::make_shared<DirectoryStore>(options.coordination_dir, group,
+                                               std::chrono::seconds(options.coordination_timeout));
   return c;
 }
 

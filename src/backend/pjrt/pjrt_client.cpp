@@ -8,6 +8,7 @@
 
 #include "backend/pjrt/compile_options.h"
 #include "backend/pjrt/pjrt_internal.h"
+#include "backend/pjrt/pjrt_multiprocess.h"
 #include "core/error.h"
 
 namespace lmt {
@@ -71,7 +72,9 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& 
   const PjrtPlugin& plugin = load_pjrt_plugin(plugin_path);
   const PJRT_Api* api = plugin.api();
   session_ = std::make_shared<PjrtSession>(plugin);
-  session_->client = create_client(plugin, options);
+  session_->store = options.store;
+  session_->client = options.store ? create_multiprocess_client(plugin, *options.store)
+                                   : create_client(plugin, options);
 
   PJRT_Client_PlatformName_Args name{};
   name.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;

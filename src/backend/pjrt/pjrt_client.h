@@ -16,6 +16,8 @@
 
 namespace lmt {
 
+class DirectoryStore;
+
 // The allocator's account of a device's memory, in bytes (PJRT_Device_MemoryStats). Only
 // bytes_in_use is always given; a plugin leaves out what it does not track.
 struct DeviceMemory {
@@ -34,6 +36,12 @@ struct PjrtClientOptions {
   // mesh order (empty: the first mesh.size() addressable devices).
   Mesh mesh;
   std::vector<int64_t> devices;
+  // One run across several processes (mpirun; parallel/process_group.h): the store where this
+  // process and the others exchange the plugin's keys, which knows their ranks and count. The
+  // client is created with node_id (this rank) and num_nodes (the count) and the store as its
+  // key-value callbacks (pjrt_multiprocess.h), and keeps the store while it lives. Null (one
+  // process): none of that.
+  std::shared_ptr<DirectoryStore> store;
 };
 
 class PjrtClient {

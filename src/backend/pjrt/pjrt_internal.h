@@ -2,6 +2,7 @@
 // exists only in a build with PJRT (CMake finds it in the plugin's Python wheel).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "backend/mesh.h"
@@ -10,6 +11,8 @@
 #include "pjrt_c_api.h"
 
 namespace lmt {
+
+class DirectoryStore;
 
 // The client every buffer and executable was made by, destroyed after the last of them.
 struct PjrtSession {
@@ -20,6 +23,9 @@ struct PjrtSession {
   // The devices programs run on: mesh device i is mesh_devices[i] (one device: the first).
   Mesh mesh;
   std::vector<PJRT_Device*> mesh_devices;
+  // Several processes: the store behind the client's key-value callbacks, kept until after
+  // the client is destroyed (the plugin may use it as long as the client lives).
+  std::shared_ptr<DirectoryStore> store;
 
   explicit PjrtSession(const PjrtPlugin& p) : plugin(p) {}
   PjrtSession(const PjrtSession&) = delete;

@@ -16,12 +16,25 @@
 //                                     (a test that only reads the program skips XLA's compile)
 //   LMT_TEST_PLUGIN_MEMORY=U,P,L      PJRT_Device_MemoryStats answers bytes_in_use U, peak P and
 //                                     limit L (P or L empty: reported as not set)
+//   LMT_TEST_PLUGIN_MULTIPROCESS=DIR  PJRT_Client_Create takes node_id and num_nodes (as the CUDA
+//                                     plugin does; XLA's CPU plugin ignores them) and uses the
+//                                     key-value callbacks as the CUDA plugin does: puts its own key
+//                                     lmt_test:node/<id> and gets every other node's, then makes
+//                                     the real client without those options. It writes
+//                                     DIR/node_<id>.pid on entry and DIR/node_<id>.txt (the options
+//                                     and callbacks it was given, what it got) at the end. The
+//                                     client then answers process index <id>, and its devices
+//                                     are its own listed num_nodes times (stand-ins for the
+//                                     others', which lmtrain only counts)
+//   LMT_TEST_PLUGIN_HOLD_NODE=N       with MULTIPROCESS, node N sleeps 300 s before its put (a
+//                                     test kills it meanwhile)
 //
 // The others are read at every call, so one loaded plugin serves tests that set them differently.
 // The version reported is the real plugin's. The main choice: the real plugin's PJRT_Error cannot
 // be made from outside it, so the errors made here are this file's own PJRT_Error, and the three
 // error entries are replaced too, telling the two kinds apart by a registry of the ones made here.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -33,6 +46,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "pjrt_c_api.h"
 
@@ -214,6 +228,136 @@ PJRT_Error* device_memory_stats(PJRT_Device_MemoryStats_Args* args) {
   return nullptr;
 }
 
+// ---- several processes (LMT_TEST_PLUGIN_MULTIPROCESS) ----
+
+// What PJRT_CallbackError makes: this plugin's own error.
+PJRT_Error* callback_error(PJRT_Error_Code code, const char* message, size_t size) {
+  return make_error(code, std::string(message, size));
+}
+
+std::string take_message(PJRT_Error* error) {
+  std::string message = error->message;
+  PJRT_Error_Destroy_Args destroy{};
+  destroy.error = error;
+  error_destroy(&destroy);
+  return message;
+}
+
+// The exchange the CUDA plugin makes at client creation, with keys of our own: put this node's
+// key, get every other node's (and try_get its own back). Returns what it got, one line each, or
+// sets `error`.
+std::string exchange(const PJRT_Client_Create_Args* args, int64_t node, int64_t nodes,
+                     PJRT_Error** error) {
+  PJRT_CallbackError make = callback_error;
+  const std::string own_key = "lmt_test:node/" + std::to_string(node);
+  const std::string own_value = "hello from node " + std::to_string(node);
+  const char* hold = env("LMT_TEST_PLUGIN_HOLD_NODE");
+  if (hold && std::to_string(node) == hold) sleep(300);
+  PJRT_KeyValuePutCallback_Args put{};
+  put.struct_size = PJRT_KeyValuePutCallback_Args_STRUCT_SIZE;
+  put.key = own_key.data(), put.key_size = own_key.size();
+  put.value = own_value.data(), put.value_size = own_value.size();
+  put.callback_error = &make;
+  put.user_arg = args->kv_put_user_arg;
+  if ((*error = args->kv_put_callback(&put))) return "";
+  std::string got;
+  for (int64_t other = 0; other < nodes; ++other) {
+    if (other == node) continue;
+    const std::string key = "lmt_test:node/" + std::to_string(other);
+    PJRT_KeyValueGetCallback_Args get{};
+    get.struct_size = PJRT_KeyValueGetCallback_Args_STRUCT_SIZE;
+    get.key = key.data(), get.key_size = key.size();
+    get.timeout_in_ms = 120000;
+    get.callback_error = &make;
+    get.user_arg = args->kv_get_user_arg;
+    if (PJRT_Error* failed = args->kv_get_callback(&get)) {
+      const PJRT_Error_Code code = failed->code;
+      *error = make_error(
+          code, "lmtrain test plugin: kv_get of '" + key + "' failed: " + take_message(failed));
+      return "";
+    }
+    got += "got " + key + " = " + std::string(get.value, get.value_size) + "\n";
+    get.value_deleter_callback(get.value);
+  }
+  PJRT_KeyValueTryGetCallback_Args try_get{};
+  try_get.struct_size = PJRT_KeyValueTryGetCallback_Args_STRUCT_SIZE;
+  try_get.key = own_key.data(), try_get.key_size = own_key.size();
+  try_get.callback_error = &make;
+  try_get.user_arg = args->kv_try_get_user_arg;
+  if (PJRT_Error* failed = args->kv_try_get_callback(&try_get)) {
+    got += "try_get own key failed: " + take_message(failed) + "\n";
+  } else {
+    got += "try_get own key = " + std::string(try_get.value, try_get.value_size) + "\n";
+    try_get.value_deleter_callback(try_get.value);
+  }
+  return got;
+}
+
+// The client made with node_id and num_nodes, and those two.
+PJRT_Client* multiprocess_client = nullptr;
+int64_t client_node = 0, client_nodes = 1;
+std::vector<PJRT_Device*> every_device;  // what PJRT_Client_Devices hands out for it
+
+PJRT_Error* client_process_index(PJRT_Client_ProcessIndex_Args* args) {
+  if (!multiprocess_client || args->client != multiprocess_client)
+    return real->PJRT_Client_ProcessIndex(args);
+  args->process_index = static_cast<int>(client_node);
+  return nullptr;
+}
+
+PJRT_Error* client_devices(PJRT_Client_Devices_Args* args) {
+  if (PJRT_Error* error = real->PJRT_Client_Devices(args)) return error;
+  if (!multiprocess_client || args->client != multiprocess_client) return nullptr;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (every_device.empty())
+    for (int64_t n = 0; n < client_nodes; ++n)
+      every_device.insert(every_device.end(), args->devices, args->devices + args->num_devices);
+  args->devices = every_device.data();
+  args->num_devices = every_device.size();
+  return nullptr;
+}
+
+PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
+  const char* dir = env("LMT_TEST_PLUGIN_MULTIPROCESS");
+  if (!dir) return real->PJRT_Client_Create(args);
+  std::vector<PJRT_NamedValue> passed;  // every option but the two taken here
+  int64_t node = -1, nodes = -1;
+  for (size_t i = 0; i < args->num_options; ++i) {
+    const PJRT_NamedValue& o = args->create_options[i];
+    const std::string_view name(o.name, o.name_size);
+    if (name == "node_id" && o.type == PJRT_NamedValue_kInt64) {
+      node = o.int64_value;
+    } else if (name == "num_nodes" && o.type == PJRT_NamedValue_kInt64) {
+      nodes = o.int64_value;
+    } else {
+      passed.push_back(o);
+    }
+  }
+  if (node < 0 || nodes < 1) return real->PJRT_Client_Create(args);
+  const std::filesystem::path base = std::filesystem::path(dir) / ("node_" + std::to_string(node));
+  std::filesystem::create_directories(dir);
+  std::ofstream(base.string() + ".pid") << getpid() << "\n";
+  std::string record =
+      "node_id " + std::to_string(node) + "\nnum_nodes " + std::to_string(nodes) + "\n";
+  record += std::string("kv_get ") + (args->kv_get_callback ? "yes\n" : "no\n");
+  record += std::string("kv_try_get ") + (args->kv_try_get_callback ? "yes\n" : "no\n");
+  record += std::string("kv_put ") + (args->kv_put_callback ? "yes\n" : "no\n");
+  PJRT_Error* error = nullptr;
+  if (args->kv_get_callback && args->kv_try_get_callback && args->kv_put_callback)
+    record += exchange(args, node, nodes, &error);
+  std::ofstream(base.string() + ".txt")
+      << record << (error ? "error " + error->message + "\n" : "");
+  if (error) return error;
+  PJRT_Client_Create_Args plain{};
+  plain.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  plain.create_options = passed.data();
+  plain.num_options = passed.size();
+  if (PJRT_Error* failed = real->PJRT_Client_Create(&plain)) return failed;
+  args->client = multiprocess_client = plain.client;
+  client_node = node, client_nodes = nodes;
+  return nullptr;
+}
+
 const PJRT_Api* make_api() {
   const char* path = env("LMT_TEST_PLUGIN_WRAP");
   if (!path) path = LMT_TEST_PLUGIN_DEFAULT_WRAP;
@@ -241,6 +385,9 @@ const PJRT_Api* make_api() {
   wrapped.PJRT_DeviceDescription_Kind = device_description_kind;
   wrapped.PJRT_Client_Compile = client_compile;
   wrapped.PJRT_Device_MemoryStats = device_memory_stats;
+  wrapped.PJRT_Client_Create = client_create;
+  wrapped.PJRT_Client_ProcessIndex = client_process_index;
+  wrapped.PJRT_Client_Devices = client_devices;
   return &wrapped;
 }
 

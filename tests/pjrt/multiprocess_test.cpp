@@ -1,0 +1,202 @@
+// One run across two processes (issue 22's bootstrap), with the real lmtrain binary: two ranks
+// started by mpirun (or, where it is not installed, given OpenMPI's variables by hand) meet in
+// parallel.coordination_dir and create their PJRT clients. The test plugin stands in for the CUDA
+// plugin: it takes node_id and num_nodes, records them and the callbacks it got, and exchanges
+// keys through lmtrain's store as the CUDA plugin does. Also: a rank killed while the other waits
+// for its key (the survivor names the rank and the key, exit 2, timed), and XLA's own CPU plugin,
+// which cannot run across processes (one message, exit 2).
+//
+// `lmtrain bench --compile-only` is the command: it makes the PJRT backend as `train` does
+// (backend_options), and needs no data and no run directory of its own.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "backend/pjrt/pjrt_plugin.h"
+#include "pjrt_test_util.h"
+
+extern char** environ;
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using test::read_file;
+
+class Multiprocess : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("lmt_multiprocess_" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+            std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "run.yaml")
+        << "model: {family: llama, vocab_size: 260, hidden_size: 32, intermediate_size: 64,\n"
+           "        num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1,\n"
+           "        max_position_embeddings: 64}\n"
+           "data: {sources: [{path: /usr/share/games/fortunes}], tokenizer: bytes, seq_len: 32}\n"
+           "train: {backend: pjrt, micro_batch_size: 2, out_dir: "
+        << (dir_ / "out").string() << "}\n";
+    // Rank r's output in out.r, its exit code in rc.r.
+    std::ofstream(dir_ / "rank.sh") << "r=$OMPI_COMM_WORLD_RANK\n\"$@\" > " << dir_.string()
+                                    << "/out.$r 2>&1\necho $? > " << dir_.string() << "/rc.$r\n";
+    mpirun_ = std::system("command -v mpirun > /dev/null 2>&1") == 0;
+    std::printf("launcher: %s\n",
+                mpirun_ ? "mpirun" : "none installed; OpenMPI's variables by hand");
+  }
+  void TearDown() override {
+    if (launcher_ > 0) {
+      kill(launcher_, SIGKILL);
+      waitpid(launcher_, nullptr, 0);
+    }
+    for (int node : {0, 1})  // a rank the test plugin holds, where a test failed before its kill
+      if (const std::string pid = read_file(records() / ("node_" + std::to_string(node) + ".pid"));
+          !pid.empty())
+        kill(std::stoi(pid), SIGKILL);
+    fs::remove_all(dir_);
+  }
+
+  fs::path records() const { return dir_ / "records"; }
+
+  // `lmtrain bench --compile-only` on the test config with the given plugin, as two ranks, in
+  // the background. Rank 1 is lmtrain itself when `bare_rank1` (so that killing it is what
+  // mpirun sees), else wrapped like rank 0.
+  void launch(const std::string& plugin, const std::string& env, bool bare_rank1 = false) {
+    const std::string cmd = std::string(LMT_BINARY) + " bench --compile-only --config " +
+                            (dir_ / "run.yaml").string() + " --set train.pjrt_plugin=" + plugin +
+                            " --set parallel.coordination_dir=" + (dir_ / "coord").string() +
+                            " --set parallel.coordination_timeout=50";
+    const std::string wrapped = "bash " + (dir_ / "rank.sh").string() + " " + cmd;
+    const std::string rank1 = bare_rank1 ? cmd : wrapped;
+    std::string script =
+        "export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + env + "; ";
+    // --enable-recovery: without it mpirun kills every rank as soon as one dies, before the
+    // survivor can say what happened.
+    script += mpirun_
+                  ? "mpirun --oversubscribe --enable-recovery -n 1 " + wrapped + " : -n 1 " + rank1
+                  : "OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=0 " + wrapped +
+                        " & OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 " + rank1 + "; wait";
+    script += " > " + (dir_ / "launcher.out").string() + " 2>&1";
+    const char* argv[] = {"bash", "-c", script.c_str(), nullptr};
+    ASSERT_EQ(
+        posix_spawn(&launcher_, "/bin/bash", nullptr, nullptr, const_cast<char**>(argv), environ),
+        0);
+  }
+
+  // Waits up to `limit` for the launcher to end; false if it did not.
+  bool wait_launcher(std::chrono::seconds limit) {
+    const auto end = Clock::now() + limit;
+    while (Clock::now() < end) {
+      if (waitpid(launcher_, nullptr, WNOHANG) == launcher_) {
+        launcher_ = -1;
+        return true;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  // Waits up to `limit` for a file to exist.
+  static bool wait_for(const fs::path& path, std::chrono::seconds limit) {
+    const auto end = Clock::now() + limit;
+    while (!fs::exists(path)) {
+      if (Clock::now() > end) return false;
+      std::this_thread::sleep_for(20ms);
+    }
+    return true;
+  }
+
+  std::string outputs() const {
+    return "rank 0:\n" + read_file(dir_ / "out.0") + "\nrank 1:\n" + read_file(dir_ / "out.1") +
+           "\nlauncher:\n" + read_file(dir_ / "launcher.out");
+  }
+  int exit_code(int rank) const {
+    const std::string rc = read_file(dir_ / ("rc." + std::to_string(rank)));
+    return rc.empty() ? -1 : std::stoi(rc);
+  }
+  std::string test_plugin_env() const {
+    return "LMT_TEST_PLUGIN_WRAP=" + resolve_pjrt_plugin_path() +
+           " LMT_TEST_PLUGIN_MULTIPROCESS=" + records().string();
+  }
+
+  fs::path dir_;
+  bool mpirun_ = false;
+  pid_t launcher_ = -1;
+};
+
+TEST_F(Multiprocess, TwoRanksExchangeThePluginsKeysAndCreateTheirClients) {
+  const auto start = Clock::now();
+  launch(LMT_TEST_PJRT_PLUGIN, test_plugin_env());
+  ASSERT_TRUE(wait_launcher(240s)) << outputs();
+  std::printf("two ranks, exchange and compile: %.1f s\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+  EXPECT_EQ(exit_code(0), 0) << outputs();
+  EXPECT_EQ(exit_code(1), 0) << outputs();
+  for (int node : {0, 1}) {
+    const int other = 1 - node;
+    const std::string record = read_file(records() / ("node_" + std::to_string(node) + ".txt"));
+    SCOPED_TRACE("node " + std::to_string(node) + "'s record:\n" + record);
+    EXPECT_NE(record.find("node_id " + std::to_string(node) + "\nnum_nodes 2\n"),
+              std::string::npos);
+    EXPECT_NE(record.find("kv_get yes\nkv_try_get yes\nkv_put yes\n"), std::string::npos);
+    EXPECT_NE(record.find("got lmt_test:node/" + std::to_string(other) + " = hello from node " +
+                          std::to_string(other) + "\n"),
+              std::string::npos);
+    EXPECT_NE(record.find("try_get own key = hello from node " + std::to_string(node) + "\n"),
+              std::string::npos);
+  }
+}
+
+TEST_F(Multiprocess, AKilledRankIsNamedByTheSurvivorWithTheKeyItAwaited) {
+  launch(LMT_TEST_PJRT_PLUGIN, test_plugin_env() + " LMT_TEST_PLUGIN_HOLD_NODE=1",
+         /*bare_rank1=*/true);
+  // Node 1 holds before its put; node 0 has put its key and waits for node 1's.
+  ASSERT_TRUE(wait_for(records() / "node_1.pid", 120s)) << outputs();
+  ASSERT_TRUE(wait_for(records() / "node_0.pid", 60s)) << outputs();
+  std::this_thread::sleep_for(1s);
+  const pid_t rank1 = std::stoi(read_file(records() / "node_1.pid"));
+  ASSERT_EQ(kill(rank1, SIGKILL), 0);
+  const auto killed = Clock::now();
+  const bool ended = wait_for(dir_ / "rc.0", 60s);
+  const double took = std::chrono::duration<double>(Clock::now() - killed).count();
+  std::printf("rank 1 killed: rank 0 exited %.1f s later\n", took);
+  ASSERT_TRUE(ended) << "rank 0 still running 60 s after rank 1 was killed\n" << outputs();
+  EXPECT_LT(took, 60.0);
+  EXPECT_TRUE(wait_launcher(30s)) << outputs();
+  EXPECT_EQ(exit_code(0), kExitUserError) << outputs();
+  const std::string out = read_file(dir_ / "out.0");
+  EXPECT_NE(out.find("lmtrain: error: parallel: lost rank 1"), std::string::npos) << outputs();
+  EXPECT_NE(out.find("while rank 0 of 2 waited for key 'lmt_test:node/1'"), std::string::npos)
+      << outputs();
+}
+
+TEST_F(Multiprocess, XlasCpuPluginCannotRunAcrossProcesses) {
+  launch(resolve_pjrt_plugin_path(), "");
+  ASSERT_TRUE(wait_launcher(120s)) << outputs();
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    EXPECT_EQ(exit_code(rank), kExitUserError) << outputs();
+    const std::string out = read_file(dir_ / ("out." + std::to_string(rank)));
+    const std::string want = "cannot run one program across processes";
+    EXPECT_NE(out.find("lmtrain: error: PJRT plugin " + resolve_pjrt_plugin_path() + " " + want),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find(want), out.rfind(want)) << "one message\n" << out;
+  }
+}
+
+}  // namespace
+}  // namespace lmt
