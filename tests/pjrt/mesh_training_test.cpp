@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "pjrt_test_util.h"
 #include "train/run_config.h"
 #include "train/trainer.h"
 
@@ -222,6 +223,23 @@ TEST_F(MeshTraining, AMeshThatDoesNotFitIsOneMessage) {
   EXPECT_EQ(refused({"parallel.data=2", "parallel.devices=[0]"}),
             "parallel.devices names 1 devices, but the mesh data 2 x fsdp 1 x tensor 1 has 2");
   EXPECT_EQ(refused({"parallel.data=0"}).rfind("parallel.data", 0), 0u);
+}
+
+// A mesh larger than the plugin's devices, and a plugin with one device: one message each, from
+// the test plugin standing in for a machine with that many devices.
+TEST_F(MeshTraining, AMeshLargerThanTheDevicesIsOneMessage) {
+  const std::string plugin = "train.pjrt_plugin=" + std::string(LMT_TEST_PJRT_PLUGIN);
+  for (const char* devices : {"2", "1"}) {
+    test::ScopedEnv limit("LMT_TEST_PLUGIN_DEVICES", devices);
+    try {
+      train(demo("too_big", {plugin, "parallel.data=4", "train.max_steps=1"}), false);
+      ADD_FAILURE() << "a mesh of 4 trained on " << devices << " devices";
+    } catch (const UserError& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "parallel: the mesh data x fsdp x tensor needs 4 devices, but PJRT plugin " +
+                    std::string(LMT_TEST_PJRT_PLUGIN) + " (platform cpu) has " + devices);
+    }
+  }
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
   return id.id;
 }
 
-// PJRT_Client_Create with cpu_device_count where asked; a plugin that refuses the option (it
-// validates its options' names before anything else) is created without it.
+// PJRT_Client_Create with cpu_device_count where asked; a plugin that refuses the option is
+// created without it (XLA's CPU plugin takes it; plugins that check their options' names refuse
+// it before they start anything; one that ignores unknown options ignores it).
 PJRT_Client* create_client(const PjrtPlugin& plugin, const PjrtClientOptions& options) {
   const PJRT_Api* api = plugin.api();
   PJRT_Client_Create_Args create{};

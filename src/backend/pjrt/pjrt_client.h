@@ -29,8 +29,8 @@ struct DeviceMemory {
 // How to create a client, beyond the plugin's defaults.
 struct PjrtClientOptions {
   // > 0: the number of devices asked of a plugin that makes its devices on request (XLA's CPU
-  // plugin, create option cpu_device_count; it makes 4 by default). A plugin that does not take
-  // the option refuses it before it starts anything, and is then created without it.
+  // plugin, create option cpu_device_count; it makes 4 by default). A plugin that refuses the
+  // option is created without it.
   int64_t cpu_device_count = 0;
   // The mesh programs run on (one device when single) and the ids of the devices it uses, in
   // mesh order (empty: the first mesh.size() addressable devices).

@@ -16,6 +16,7 @@
 //                                     (a test that only reads the program skips XLA's compile)
 //   LMT_TEST_PLUGIN_MEMORY=U,P,L      PJRT_Device_MemoryStats answers bytes_in_use U, peak P and
 //                                     limit L (P or L empty: reported as not set)
+//   LMT_TEST_PLUGIN_DEVICES=N         PJRT_Client_AddressableDevices answers the first N devices
 //   LMT_TEST_PLUGIN_MULTIPROCESS=DIR  PJRT_Client_Create takes node_id and num_nodes (as the CUDA
 //                                     plugin does; XLA's CPU plugin ignores them) and uses the
 //                                     key-value callbacks as the CUDA plugin does: puts its own key
@@ -317,6 +318,16 @@ PJRT_Error* client_devices(PJRT_Client_Devices_Args* args) {
   return nullptr;
 }
 
+// LMT_TEST_PLUGIN_DEVICES=N: the client has only its first N devices (a plugin with fewer devices
+// than a mesh needs, or with one).
+PJRT_Error* client_addressable_devices(PJRT_Client_AddressableDevices_Args* args) {
+  if (PJRT_Error* error = real->PJRT_Client_AddressableDevices(args)) return error;
+  if (const char* n = env("LMT_TEST_PLUGIN_DEVICES"))
+    args->num_addressable_devices =
+        std::min(args->num_addressable_devices, static_cast<size_t>(std::atoll(n)));
+  return nullptr;
+}
+
 PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   const char* dir = env("LMT_TEST_PLUGIN_MULTIPROCESS");
   if (!dir) return real->PJRT_Client_Create(args);
@@ -388,6 +399,7 @@ const PJRT_Api* make_api() {
   wrapped.PJRT_Client_Create = client_create;
   wrapped.PJRT_Client_ProcessIndex = client_process_index;
   wrapped.PJRT_Client_Devices = client_devices;
+  wrapped.PJRT_Client_AddressableDevices = client_addressable_devices;
   return &wrapped;
 }
 
