@@ -19,12 +19,18 @@ struct Module {
   bool conv1d;
 };
 constexpr std::array<Module, 13> kModules = {{
-    {".q_proj", &kTensor, &kFsdp, false},       {".k_proj", &kTensor, &kFsdp, false},
-    {".v_proj", &kTensor, &kFsdp, false},       {".gate_proj", &kTensor, &kFsdp, false},
-    {".up_proj", &kTensor, &kFsdp, false},      {".o_proj", &kFsdp, &kTensor, false},
-    {".down_proj", &kFsdp, &kTensor, false},    {".c_attn", &kTensor, &kFsdp, true},
-    {".c_fc", &kTensor, &kFsdp, true},          {"attn.c_proj", &kFsdp, &kTensor, true},
-    {"mlp.c_proj", &kFsdp, &kTensor, true},     {"lm_head", &kTensor, &kFsdp, false},
+    {".q_proj", &kTensor, &kFsdp, false},
+    {".k_proj", &kTensor, &kFsdp, false},
+    {".v_proj", &kTensor, &kFsdp, false},
+    {".gate_proj", &kTensor, &kFsdp, false},
+    {".up_proj", &kTensor, &kFsdp, false},
+    {".o_proj", &kFsdp, &kTensor, false},
+    {".down_proj", &kFsdp, &kTensor, false},
+    {".c_attn", &kTensor, &kFsdp, true},
+    {".c_fc", &kTensor, &kFsdp, true},
+    {"attn.c_proj", &kFsdp, &kTensor, true},
+    {"mlp.c_proj", &kFsdp, &kTensor, true},
+    {"lm_head", &kTensor, &kFsdp, false},
     {"embed_tokens", &kTensor, &kFsdp, false},
 }};
 

@@ -3,8 +3,6 @@
 // the structs through config_yaml.h and validates; every failure is one UserError naming the file.
 #include "train/run_config.h"
 
-#include "model/sharding_plan.h"
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -22,6 +20,7 @@
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
 #include "model/rope.h"
+#include "model/sharding_plan.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
 
@@ -156,13 +155,13 @@ void validate_parallel(const ParallelConfig& p, const TrainConfig& t, const Mode
       if (p.devices[i] == p.devices[j])
         throw UserError(fmt::format("parallel.devices names device {} twice", p.devices[i]));
   if (p.size() > 1 && t.backend != "pjrt")
-    throw UserError(fmt::format(
-        "parallel: a mesh of {} devices needs train.backend: pjrt (it is '{}')", p.size(),
-        t.backend));
+    throw UserError(
+        fmt::format("parallel: a mesh of {} devices needs train.backend: pjrt (it is '{}')",
+                    p.size(), t.backend));
   auto divides = [](int64_t ways, const char* axis, int64_t n, const std::string& what) {
     if (n % ways != 0)
-      throw UserError(fmt::format("parallel.{} is {}, which does not divide {} ({})", axis, ways,
-                                  what, n));
+      throw UserError(
+          fmt::format("parallel.{} is {}, which does not divide {} ({})", axis, ways, what, n));
   };
   if (t.micro_batch_size % (p.data * p.fsdp) != 0)
     throw UserError(fmt::format(
@@ -468,8 +467,8 @@ BackendOptions backend_options(const RunConfig& cfg) {
   o.pjrt_plugin = cfg.train.pjrt_plugin;
   o.deterministic = cfg.train.deterministic;
   const ParallelConfig& p = cfg.parallel;
-  for (const MeshAxis& a : {MeshAxis{"data", p.data}, MeshAxis{"fsdp", p.fsdp},
-                            MeshAxis{"tensor", p.tensor}})
+  for (const MeshAxis& a :
+       {MeshAxis{"data", p.data}, MeshAxis{"fsdp", p.fsdp}, MeshAxis{"tensor", p.tensor}})
     if (a.size > 1) o.mesh.axes.push_back(a);
   o.devices = p.devices;
   o.coordination_dir = p.coordination_dir.empty()

@@ -30,8 +30,8 @@ TEST(ShardingPlan, LlamaParametersGradientsAndMoments) {
     EXPECT_EQ(plan_sharding(prefix + l + "self_attn.q_proj.bias", {64}), S{{"tensor"}});
     EXPECT_EQ(plan_sharding(prefix + "model.embed_tokens.weight", {100, 32}), kRowsTensorColsFsdp);
     EXPECT_EQ(plan_sharding(prefix + "lm_head.weight", {100, 32}), kRowsTensorColsFsdp);
-    for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight",
-                             "self_attn.q_norm.weight"})
+    for (const char* norm :
+         {"input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_norm.weight"})
       EXPECT_EQ(plan_sharding(prefix + l + norm, {32}), S{}) << norm;
     EXPECT_EQ(plan_sharding(prefix + "model.norm.weight", {32}), S{});
   }
@@ -74,8 +74,8 @@ TEST(ShardingPlan, BatchOverDataAndFsdpScalarsWhole) {
 // Every parameter of every family has an entry or is a norm, bias or table the plan keeps whole
 // on purpose: nothing 2-D is left whole by accident.
 TEST(ShardingPlan, EveryFamilysMatricesAreSplit) {
-  for (const char* family : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3",
-                             "gpt2"}) {
+  for (const char* family :
+       {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2"}) {
     SCOPED_TRACE(family);
     ModelConfig c = family_defaults(family);
     c.vocab_size = 64, c.hidden_size = 32, c.intermediate_size = 64, c.num_hidden_layers = 1;

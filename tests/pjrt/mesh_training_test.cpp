@@ -114,10 +114,11 @@ class MeshTraining : public testing::Test {
     }
     std::sort(diffs.begin(), diffs.end());
     const double most = diffs[diffs.size() - 1 - diffs.size() / 10000], all = diffs.back();
-    std::printf("%s: largest relative loss difference %.2e; weights within %.2e of the largest "
-                "(%.3f), all but one in 10^4 within %.2e%s%s\n",
-                got.c_str(), worst, all / largest, largest, most / largest,
-                where.empty() ? "" : "; beyond 1e-5 in", where.c_str());
+    std::printf(
+        "%s: largest relative loss difference %.2e; weights within %.2e of the largest "
+        "(%.3f), all but one in 10^4 within %.2e%s%s\n",
+        got.c_str(), worst, all / largest, largest, most / largest,
+        where.empty() ? "" : "; beyond 1e-5 in", where.c_str());
     EXPECT_LT(most, 1e-5 * largest) << got;
     EXPECT_LT(all, 1e-3 * largest) << got;
   }
@@ -153,8 +154,7 @@ TEST_F(MeshTraining, EveryMeshTrainsAsOneDevice) {
 TEST_F(MeshTraining, LoraAndMuonTrainAsOneDevice) {
   const std::string steps = "train.max_steps=" + std::to_string(kSteps);
   const std::vector<std::string> mesh = {"parallel.fsdp=2", "parallel.tensor=2"};
-  for (const auto& [name, sets] :
-       std::vector<std::pair<std::string, std::vector<std::string>>>{
+  for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"lora", {"lora.rank=8", "lora.alpha=16", "train.lr=3e-3"}},
            {"muon", {"optimizer.name=muon", "train.lr=1e-3"}}}) {
     std::vector<std::string> one = sets, many = sets;
@@ -177,11 +177,8 @@ TEST_F(MeshTraining, ACheckpointResumesOnAnyMesh) {
   };
   train(demo("whole", base), false);
   const auto want = losses("whole");
-  for (const auto& [name, sets] :
-       std::vector<std::pair<std::string, std::vector<std::string>>>{
-           {"to_data4", {"parallel.data=4"}},
-           {"to_one", {}},
-           {"to_cpu", {"train.backend=cpu"}}}) {
+  for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"to_data4", {"parallel.data=4"}}, {"to_one", {}}, {"to_cpu", {"train.backend=cpu"}}}) {
     SCOPED_TRACE(name);
     RunConfig first = demo(name, with({"parallel.fsdp=2", "parallel.tensor=2"}));
     first.train.max_steps = 10;

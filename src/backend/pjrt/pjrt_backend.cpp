@@ -174,8 +174,7 @@ void PjrtBackend::scale(DType dt, void* x, double s, int64_t n) {
 
 void PjrtBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
   if (n == 0) return;
-  accumulate_into(acc, DType::f64,
-                  b().reduce_sum(b().convert(view(x, dt, {n}), DType::f64), {0}));
+  accumulate_into(acc, DType::f64, b().reduce_sum(b().convert(view(x, dt, {n}), DType::f64), {0}));
 }
 
 void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
@@ -297,9 +296,9 @@ void PjrtBackend::rope(DType dt, void* x, const int32_t* pos, const float* inv_f
                        int64_t row_stride, int heads, int head_dim, int rotary_dim,
                        double attn_factor, bool inverse) {
   if (N == 0) return;
-  const Value r = hlo::rope(b(), up(head_rows(x, dt, N, row_stride, heads, head_dim)),
-                            view(pos, DType::i32, {N}), view(inv_freq, DType::f32, {rotary_dim / 2}),
-                            rotary_dim, attn_factor, inverse);
+  const Value r = hlo::rope(
+      b(), up(head_rows(x, dt, N, row_stride, heads, head_dim)), view(pos, DType::i32, {N}),
+      view(inv_freq, DType::f32, {rotary_dim / 2}), rotary_dim, attn_factor, inverse);
   set_head_rows(x, down(r, dt), row_stride);
 }
 

@@ -38,8 +38,7 @@ struct PjrtOptions {
   std::vector<int64_t> devices;
   std::string coordination_dir;
   int64_t coordination_timeout = 60;
-  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>
-      sharding;
+  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)> sharding;
 };
 
 // The PJRT backend on the plugin at plugin_path ("" = resolve_pjrt_plugin_path's default). A

@@ -138,7 +138,8 @@ std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> arg
   for (PjrtBuffer& out : result) {
     describe_output(plugin, out.shards_[0], &out.dtype_, &out.dims_);
     // The whole array's dims: a split dimension's piece times its pieces.
-    for (size_t d = 0; d < out.dims_.size(); ++d) out.dims_[d] *= shard_count(session_->mesh, out.sharding_, d);
+    for (size_t d = 0; d < out.dims_.size(); ++d)
+      out.dims_[d] *= shard_count(session_->mesh, out.sharding_, d);
   }
   return result;
 }

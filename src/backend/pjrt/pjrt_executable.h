@@ -47,13 +47,13 @@ class PjrtExecutable {
   std::optional<CompiledMemory> compiled_memory() const;
 
   // Runs the program on the client's devices (one, or each device of the mesh its piece) and waits
-  // for it. args: one buffer per parameter of @main, in order, each with a piece on every device. Buffers whose index is in `donate` are given to the program, which may write
-  // its outputs into their memory (a parameter marked `tf.aliasing_output = N` in the module);
-  // they are invalid afterwards. Every other argument is left untouched, whatever the program
-  // says. Returns the outputs in the order @main returns them, output i split as out_shardings[i]
-  // says (the shardings the module gives its results; none: whole on each device). The plugin
-  // refuses a wrong number of arguments or one of the wrong byte size (XLA's CPU plugin compares
-  // sizes, not dims).
+  // for it. args: one buffer per parameter of @main, in order, each with a piece on every device.
+  // Buffers whose index is in `donate` are given to the program, which may write its outputs into
+  // their memory (a parameter marked `tf.aliasing_output = N` in the module); they are invalid
+  // afterwards. Every other argument is left untouched, whatever the program says. Returns the
+  // outputs in the order @main returns them, output i split as out_shardings[i] says (the shardings
+  // the module gives its results; none: whole on each device). The plugin refuses a wrong number of
+  // arguments or one of the wrong byte size (XLA's CPU plugin compares sizes, not dims).
   std::vector<PjrtBuffer> execute(std::span<PjrtBuffer* const> args,
                                   std::span<const int> donate = {},
                                   std::span<const TensorSharding> out_shardings = {});

@@ -72,8 +72,7 @@ void PjrtExecutable::reset() noexcept {}
 std::optional<CompiledMemory> PjrtExecutable::compiled_memory() const {
   built_without_pjrt();
 }
-std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const>,
-                                                std::span<const int>,
+std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const>, std::span<const int>,
                                                 std::span<const TensorSharding>) {
   built_without_pjrt();
 }

@@ -223,8 +223,7 @@ std::string StablehloBuilder::text() const {
     if (donate_to_[i] >= 0)
       attrs.push_back("tf.aliasing_output = " + std::to_string(donate_to_[i]) + " : i32");
     if (spmd)
-      attrs.push_back("sdy.sharding = " +
-                      sharding(param_shardings_, i, params_[i].dims.size()));
+      attrs.push_back("sdy.sharding = " + sharding(param_shardings_, i, params_[i].dims.size()));
     for (size_t k = 0; k < attrs.size(); ++k) s << (k ? ", " : " {") << attrs[k];
     if (!attrs.empty()) s << "}";
   }
