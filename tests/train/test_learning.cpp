@@ -1,11 +1,13 @@
 // Learning: the demo exactly as the README runs it — `lmtrain tokenizer train` on the fortune
 // cookies, `lmtrain prepare`, then training (configs/demo.yaml) — must end with a validation loss
 // well below the unigram entropy of its validation tokens, i.e. the model learned structure
-// beyond token frequencies. And LoRA SFT (configs/sft-lora.yaml) teaches a short demo run a task
-// it cannot do, measured as exact answers to held-out questions.
+// beyond token frequencies. And LoRA SFT (configs/sft-lora.yaml) teaches the demo's model a task
+// it cannot do, measured as exact answers to held-out questions. The demo run is the ctest
+// fixture's (tests/demo_run.h), made once for these tests and the pjrt ones.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -16,8 +18,9 @@
 #include <sstream>
 #include <vector>
 
+#include "demo_run.h"
 #include "train/run_config.h"
-#include "train/trainer.h"
+#include "train/train_data.h"
 
 namespace lmt {
 namespace {
@@ -25,32 +28,23 @@ namespace {
 namespace fs = std::filesystem;
 
 TEST(Learning, DemoEndsWellBelowUnigramEntropy) {
-  const fs::path out = fs::temp_directory_path() / ("lmtrain_demo_" + std::to_string(::getpid()));
-  fs::remove_all(out);
-  const std::string config = std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml";
-  const std::vector<std::string> sets = {"train.out_dir=" + out.string(), "train.sample_tokens=0",
-                                         "data.tokenizer=" + (out / "tokenizer.json").string(),
-                                         "data.store=" + (out / "store").string()};
-  std::string set_args;
-  for (const auto& s : sets) set_args += " --set " + s;
-  const std::string bin = LMT_BINARY;
-  ASSERT_EQ(std::system((bin + " tokenizer train --config " + config + set_args +
-                         " --vocab-size 2048 --out " + (out / "tokenizer.json").string())
-                            .c_str()),
-            0);
-  ASSERT_EQ(std::system((bin + " prepare --quiet --config " + config + set_args).c_str()), 0);
-  RunConfig cfg = load_run_config(config, sets);
-  TrainResult r = train(cfg, false);
-  fs::remove_all(out);
-  const double entropy = r.val_unigram_entropy;
-  EXPECT_EQ(r.steps, cfg.train.max_steps);
-  ASSERT_GT(r.last_val_loss, 0.0);
+  ASSERT_EQ(test::demo_run_missing(), "");
+  const RunConfig cfg = load_run_config(test::demo_config(), test::demo_data_sets());
+  const test::RunLosses run = test::read_losses(test::demo_run_dir());
+  // Every step ran (the fixture logs each) and the run evaluated after its last step.
+  ASSERT_EQ(static_cast<int64_t>(run.train.size()), cfg.train.max_steps);
+  EXPECT_EQ(run.train.rbegin()->first, cfg.train.max_steps);
+  ASSERT_TRUE(run.val.count(cfg.train.max_steps)) << "no evaluation at the last step";
+  const double last_val_loss = run.val.at(cfg.train.max_steps);
+  // The trainer's own number (TrainResult::val_unigram_entropy): the validation split's.
+  const double entropy = open_train_data(cfg, false).validation->unigram_entropy();
+  ASSERT_GT(last_val_loss, 0.0);
   std::printf("demo: unigram entropy %.4f nats/token, final val loss %.4f\n", entropy,
-              r.last_val_loss);
+              last_val_loss);
   // A model that only learned token frequencies sits at the unigram entropy (about 6 nats for
   // this 2048-token vocabulary). Demand a loss at most three quarters of it.
   EXPECT_GT(entropy, 4.0);
-  EXPECT_LT(r.last_val_loss, 0.75 * entropy);
+  EXPECT_LT(last_val_loss, 0.75 * entropy);
 }
 
 // Runs argv (no shell: the prompt holds newlines) and returns its standard output.
@@ -105,32 +99,26 @@ double exact_match(const std::string& model, const fs::path& heldout, int n) {
   return static_cast<double>(hits) / asked;
 }
 
-// LoRA SFT as configs/sft-lora.yaml runs it, on a short demo run as the base: reversing three
-// words is beyond the base (about 0% of held-out questions answered exactly) and within reach of
-// its adapters (most answered exactly), on word triples never seen in training.
+// LoRA SFT as configs/sft-lora.yaml runs it, on the demo's last checkpoint as the base (the
+// config's init_from): reversing three words is beyond the base (about 0% of held-out questions
+// answered exactly) and within reach of its adapters (most answered exactly), on word triples
+// never seen in training.
 TEST(Learning, LoraSftLearnsAHeldOutTask) {
+  ASSERT_EQ(test::demo_run_missing(), "");
   const fs::path out = fs::temp_directory_path() / ("lmtrain_sft_" + std::to_string(::getpid()));
   fs::remove_all(out);
   const std::string bin = LMT_BINARY, src = LMT_SOURCE_DIR;
   auto run = [](const std::string& cmd) { return std::system(cmd.c_str()); };
-  std::string base_sets;
-  for (const std::string& s : std::vector<std::string>{
-           "train.out_dir=" + (out / "demo").string(), "train.sample_tokens=0",
-        "train.max_steps=200", "train.eval_every=0", "train.save_every=0",
-        "data.tokenizer=" + (out / "tokenizer.json").string(),
-        "data.store=" + (out / "store").string()})
-    base_sets += " --set " + s;
-  const std::string demo = src + "/configs/demo.yaml";
-  ASSERT_EQ(run(bin + " tokenizer train --config " + demo + base_sets + " --vocab-size 2048 --out " +
-                (out / "tokenizer.json").string() + " > /dev/null"),
-            0);
-  ASSERT_EQ(run(bin + " prepare --quiet --config " + demo + base_sets), 0);
-  ASSERT_EQ(run(bin + " train --config " + demo + base_sets + " > /dev/null"), 0);
-
   ASSERT_EQ(run("python3 " + src + "/scripts/make_sft_task.py --out " + (out / "data").string()),
             0);
-  const std::string base = (out / "demo" / "checkpoints" / "step_0000200").string();
   const std::string sft = src + "/configs/sft-lora.yaml";
+  // The config's base, runs/demo/checkpoints/step_N, in the fixture's run (read from the YAML:
+  // loading the config checks that its own path exists).
+  const std::string base =
+      (test::demo_run_dir() / "checkpoints" /
+       fs::path(YAML::LoadFile(sft)["train"]["init_from"].as<std::string>()).filename())
+          .string();
+  ASSERT_TRUE(fs::is_directory(base)) << base;
   const std::string sets = " --set data.sources.0.path=" + (out / "data" / "train.jsonl").string() +
                            " --set data.store=" + (out / "sft_store").string() +
                            " --set train.init_from=" + base +
