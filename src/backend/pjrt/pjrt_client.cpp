@@ -15,26 +15,26 @@ namespace lmt {
 
 namespace {
 
-std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
+PJRT_DeviceDescription* description_of(const PjrtPlugin& plugin, PJRT_Device* device) {
   PJRT_Device_GetDescription_Args get{};
   get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
   get.device = device;
   plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  return get.device_description;
+}
+
+std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
   PJRT_DeviceDescription_Kind_Args kind{};
   kind.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
-  kind.device_description = get.device_description;
+  kind.device_description = description_of(plugin, device);
   plugin.check(plugin.api()->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
   return std::string(kind.device_kind, kind.device_kind_size);
 }
 
 int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
-  PJRT_Device_GetDescription_Args get{};
-  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
-  get.device = device;
-  plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
   PJRT_DeviceDescription_Id_Args id{};
   id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
-  id.device_description = get.device_description;
+  id.device_description = description_of(plugin, device);
   plugin.check(plugin.api()->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
   return id.id;
 }
