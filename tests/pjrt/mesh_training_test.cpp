@@ -171,10 +171,10 @@ TEST_F(MeshTraining, LoraAndMuonTrainAsOneDevice) {
   }
 }
 
-// Saved at fsdp 2 x tensor 2 after 10 steps; resumed at data 4, on one device and on the CPU
+// Saved at fsdp 2 x tensor 2 after 6 steps; resumed at data 4, on one device and on the CPU
 // backend: each continues the uninterrupted one-device curve within 1e-5.
 TEST_F(MeshTraining, ACheckpointResumesOnAnyMesh) {
-  const std::vector<std::string> base = {"train.max_steps=20", "train.save_every=10"};
+  const std::vector<std::string> base = {"train.max_steps=12", "train.save_every=6"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), base.begin(), base.end());
     return extra;
@@ -184,12 +184,12 @@ TEST_F(MeshTraining, ACheckpointResumesOnAnyMesh) {
   for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"to_data4", {"parallel.data=4"}}, {"to_one", {}}, {"to_cpu", {"train.backend=cpu"}}}) {
     SCOPED_TRACE(name);
-    // The first half stops after step 10 of the 20-step schedule, as a run killed there would.
-    train(demo(name, with({"parallel.fsdp=2", "parallel.tensor=2"})), false, 10);
+    // The first half stops after step 6 of the 12-step schedule, as a run killed there would.
+    train(demo(name, with({"parallel.fsdp=2", "parallel.tensor=2"})), false, 6);
     const TrainResult r = train(demo(name, with(sets)), true);
-    EXPECT_EQ(r.first_step, 10);
+    EXPECT_EQ(r.first_step, 6);
     const auto got = losses(name);
-    for (int64_t step = 1; step <= 20; ++step) {
+    for (int64_t step = 1; step <= 12; ++step) {
       ASSERT_TRUE(got.count(step)) << "step " << step;
       EXPECT_NEAR(got.at(step), want.at(step), 1e-5 * want.at(step)) << "step " << step;
     }
