@@ -44,9 +44,7 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
       args.push_back(&uploads.back());
     }
   }
-  std::vector<TensorSharding> shardings;
-  for (const PjrtAssembled::Out& o : p.outs) shardings.push_back(o.sharding);
-  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, shardings);
+  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, p.out_shardings);
   ++stats_.programs_run;
   return results;
 }

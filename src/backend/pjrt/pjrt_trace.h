@@ -44,9 +44,9 @@ struct PjrtAssembled {
   struct Out {
     uintptr_t alloc = 0;
     size_t part = 0;
-    TensorSharding sharding;
   };
   std::vector<Out> outs;
+  std::vector<TensorSharding> out_shardings;  // outs[i]'s, as the module's results carry them
   std::vector<PjrtArgument> described_args;  // the arguments' names and types
 };
 

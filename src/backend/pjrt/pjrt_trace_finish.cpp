@@ -52,13 +52,12 @@ PjrtAssembled PjrtTrace::assemble() {
         out.donate.push_back(p.input);
       }
       values.push_back(v);
-      out.outs.push_back({at, i, p.described() ? sharding_of(p.name, p.dims) : TensorSharding{}});
+      out.outs.push_back({at, i});
+      out.out_shardings.push_back(sharding_of(p.name, p.dims));  // undescribed: whole
     }
   }
   if (values.empty()) return out;  // nothing written: nothing to run
-  std::vector<TensorSharding> shardings;
-  for (const PjrtAssembled::Out& o : out.outs) shardings.push_back(o.sharding);
-  b().shard_results(std::move(shardings));
+  b().shard_results(out.out_shardings);
   b().ret(values);
   out.text = b().text();
   for (Arg& arg : args_) {
