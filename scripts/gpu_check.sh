@@ -15,6 +15,12 @@
 # the peers (default python3); GPU_CHECK_STEPS the timed steps (10).
 # GPU_CHECK_DRY=1 tries the peers' part on the CPU with tiny shapes, without building or testing
 # (LMTRAIN=path/to/lmtrain; lmtrain runs on its default PJRT plugin, torch on the CPU).
+# To fit a short lease: GPU_CHECK_PEERS_ONLY=1 skips the build, tests and lmtrain's own benchmarks
+# (LMTRAIN names a binary built elsewhere); GPU_CHECK_SHAPES picks shapes by index and order
+# ("0 2 1": GPT-2, then the 1B at T32768, then at T2048); GPU_CHECK_RUNNERS picks runners;
+# GPU_CHECK_DEADLINE_S starts no run after that many seconds of the peers' part and cuts the last
+# run to fit; GPU_CHECK_DUMP=1 has XLA dump lmtrain's first-round programs (optimized HLO, buffer
+# assignment) under $OUT/xla_<shape>.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-gpu}
@@ -23,7 +29,7 @@ mkdir -p "$out"
 dry=${GPU_CHECK_DRY:-0}
 [ "$dry" = 0 ] || dry=1
 
-if [ "$dry" = 0 ]; then  # the build, the GPU tests and lmtrain's own benchmarks (not indented)
+if [ "$dry" = 0 ] && [ "${GPU_CHECK_PEERS_ONLY:-0}" = 0 ]; then  # the build, the GPU tests and lmtrain's own benchmarks (not indented)
 if [ ! -x "$build/lmtrain" ]; then
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLMTRAIN_CUDA=ON \
     -DLMTRAIN_BUILD_BENCH=OFF > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
@@ -76,6 +82,10 @@ echo "GPU tests: exit code $tests_rc"
 printf '%-40s %-9s %12s %10s %6s %8s\n' config backend tokens/s step_ms mfu rss_GiB
 printf '%s\n' "${rows[@]}"
 fi  # dry
+if [ "$dry" = 0 ] && [ "${GPU_CHECK_PEERS_ONLY:-0}" != 0 ]; then
+  cuda_plugin=$(python3 -c 'import glob, os, jax_plugins; print(next(iter(sorted(l for d in jax_plugins.__path__ for l in glob.glob(os.path.join(d, "*cuda*", "*.so")))), ""))' 2>/dev/null)
+  echo "CUDA PJRT plugin: ${cuda_plugin:-none found}"
+fi
 
 # ---- lmtrain beside its JAX and PyTorch peers ----
 py=${PYTHON:-python3}
@@ -101,7 +111,9 @@ if [ "$dry" = 1 ]; then
               "$tiny_llama data.seq_len=256 train.micro_batch_size=1
                train.activation_checkpointing=true")
 fi
-runners=(lmtrain jax-xla jax-cudnn torch-compile)
+runners=(${GPU_CHECK_RUNNERS:-lmtrain jax-xla jax-cudnn torch-compile})
+order=(${GPU_CHECK_SHAPES:-${!shapes[@]}})
+deadline=${GPU_CHECK_DEADLINE_S:-0}
 
 declare -A skip last_s failed
 if [ ! -x "$lmtrain_bin" ]; then
@@ -140,8 +152,18 @@ run_peer() {  # $1: shape index, $2: runner, $3: round; one line into $results
       cmd=("$py" bench/torch_train_bench.py --config "${configs[$i]}" --steps "$steps" "${sets[@]}"
            --precision bf16 --compile --device "$torch_device") ;;
   esac
-  local t0=$SECONDS
-  timeout "$run_timeout" "${cmd[@]}" > "$log" 2>&1
+  local t0=$SECONDS limit=$run_timeout
+  if ((deadline > 0)); then
+    local left=$((deadline - (SECONDS - start)))
+    ((left < limit)) && limit=$left
+    ((limit >= 20)) || { echo "${shapes[$i]} / $runner: no time left"; return; }
+  fi
+  if [ "$runner" = lmtrain ] && [ "$3" = 1 ] && [ "${GPU_CHECK_DUMP:-0}" != 0 ]; then
+    XLA_FLAGS="${XLA_FLAGS:-} --xla_dump_to=$out/xla_$i --xla_dump_hlo_as_text" \
+      timeout "$limit" "${cmd[@]}" > "$log" 2>&1
+  else
+    timeout "$limit" "${cmd[@]}" > "$log" 2>&1
+  fi
   local rc=$?
   last_s[$i,$runner]=$((SECONDS - t0))
   [ "$rc" = 0 ] || failed[$i,$runner]=1
@@ -155,17 +177,18 @@ echo "Peers: $py (JAX backend ${jax_backend:-none}, torch CUDA ${torch_cuda:-non
   "$steps steps a run"
 start=$SECONDS
 for ((round = 1; round <= rounds; round++)); do
-  for i in "${!shapes[@]}"; do
+  for i in "${order[@]}"; do
     for runner in "${runners[@]}"; do
       [ -z "${skip[$runner]:-}" ] && [ -z "${failed[$i,$runner]:-}" ] || continue
       # After the first round, a run starts only if its last duration still fits the budget.
       if ((round > 1 && SECONDS - start + ${last_s[$i,$runner]:-0} > budget)); then continue; fi
+      if ((deadline > 0 && SECONDS - start + 20 > deadline)); then continue; fi
       run_peer "$i" "$runner" "$round"
     done
   done
 done
 for runner in "${runners[@]}"; do
-  [ -z "${skip[$runner]:-}" ] || for i in "${!shapes[@]}"; do
+  [ -z "${skip[$runner]:-}" ] || for i in "${order[@]}"; do
     printf '%s\t%s\tskip\t%s\n' "$i" "$runner" "${skip[$runner]}" >> "$results"
   done
 done
@@ -212,7 +235,7 @@ for i, shape in enumerate(shapes):
             continue
         ok = [g for g in got if isinstance(g, tuple)]
         if ok:
-            peaks = [g[2] for g in ok if g[2] is not None]
+            peaks = [g[2] for g in ok if isinstance(g[2], (int, float))]
             rows.append((runner, statistics.median(g[0] for g in ok),
                          statistics.median(g[1] for g in ok),
                          f"{max(peaks) / 2**30:.1f}" if peaks else "n/a", len(ok)))
