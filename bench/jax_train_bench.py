@@ -426,6 +426,27 @@ def zero_state(params):
     return zeros, jax.tree_util.tree_map(jnp.zeros_like, params), jnp.zeros((), jnp.int32)
 
 
+# lmtrain's table of nominal dense peaks (docs/mfu.md, src/train/flops.cpp): device kind contains,
+# bf16 TFLOP/s, f32 products TFLOP/s; the first match takes it.
+NOMINAL_PEAKS = [("H100 PCIe", 756.0, 378.0), ("H100", 989.4, 494.7), ("H200", 989.4, 494.7),
+                 ("A100", 312.0, 156.0), ("TPU v4", 275.0, 275.0), ("TPU v5 lite", 197.0, 197.0),
+                 ("TPU v5e", 197.0, 197.0), ("TPU v5p", 459.0, 459.0), ("TPU v5", 459.0, 459.0),
+                 ("TPU v6 lite", 918.0, 918.0), ("TPU v6e", 918.0, 918.0)]
+
+
+def mfu_peak(dtype, precision):
+    """(FLOP/s, source) as lmtrain bench divides by: the nominal figure of a device in the table,
+    else the best of 9 GEMMs, 2048^3 (4096^3 on an accelerator the table does not know)."""
+    import jax
+    kind = jax.devices()[0].device_kind
+    for name, bf16, f32 in NOMINAL_PEAKS:
+        if name in kind:
+            tflops = bf16 if precision == "bf16" else f32
+            return tflops * 1e12, f"the nominal dense {precision} peak of {kind}, {tflops} TFLOP/s"
+    n = 2048 if jax.default_backend() == "cpu" else 4096
+    return gemm_peak(dtype, n), f"measured: best {precision} GEMM {n}x{n}x{n} on this device"
+
+
 def gemm_peak(dtype, n=2048, reps=9):
     """lmtrain's peak: the best of `reps` n x n x n GEMMs in the compute dtype after a warm-up."""
     import jax
@@ -529,7 +550,7 @@ def run_bench(a):
         return 1
     fpt = flops_per_token(m, T, n_params)
     tps = n_tokens / mean
-    peak = gemm_peak(cd)
+    peak, peak_source = mfu_peak(cd, precision)
     stats = None
     try:
         stats = jax.devices()[0].memory_stats()
@@ -540,7 +561,7 @@ def run_bench(a):
         "step_ms_median": sorted(times)[len(times) // 2] * 1e3,
         "step_ms_waited_mean": sum(times) / len(times) * 1e3,
         "flops_per_token": fpt, "achieved_flops": fpt * tps, "peak_flops": peak,
-        "peak_flops_source": f"measured: best {precision} GEMM 2048x2048x2048 on this device",
+        "peak_flops_source": peak_source,
         "mfu": fpt * tps / peak,
         "loss_first_step": float(first_loss), "loss_last_timed_step": last_loss,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,

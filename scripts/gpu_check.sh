@@ -214,8 +214,10 @@ for line in open(results):
             except ValueError:
                 pass
     if rc == "0" and "tokens_per_s" in obj:
-        runs.setdefault(key, []).append((obj["tokens_per_s"], obj["step_ms"],
-                                         obj.get("device_peak_bytes")))
+        peak = obj.get("device_peak_bytes")  # lmtrain's is under "pjrt"
+        if not isinstance(peak, (int, float)):
+            peak = (obj.get("pjrt") or {}).get("device_peak_bytes")
+        runs.setdefault(key, []).append((obj["tokens_per_s"], obj["step_ms"], peak))
     elif re.search(r"out of memory|RESOURCE_EXHAUSTED|OutOfMemory", text, re.I):
         runs.setdefault(key, []).append("out of memory")
     elif rc == "124":

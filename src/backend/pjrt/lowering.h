@@ -132,9 +132,14 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
 // dout [B,T,Hq,D] and the forward's out and lse and gives dq, dk, dv shaped and typed as q, k, v.
 // Only XLA's CUDA plugin compiles these. cudnn_attention_fallback gives, in one line, why the
 // backend keeps the lowering above for an attention on `platform` computing in dt (nullptr: it
-// calls cuDNN); use_cudnn_attention is its nullptr test.
-const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a);
-bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a);
+// calls cuDNN); use_cudnn_attention is its nullptr test. `deterministic` (train.deterministic)
+// keeps the lowering: XLA's CUDA plugin (jax-cuda13-pjrt 0.11.2, H200) stops with an internal
+// error ("raw_hash_map<>::at") when it compiles cuDNN's backward under
+// xla_gpu_exclude_nondeterministic_ops or xla_gpu_deterministic_ops.
+const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a,
+                                     bool deterministic);
+bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a,
+                         bool deterministic);
 AttentionOut cudnn_attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& q,
                                      const Value& k, const Value& v);
 AttentionGrads cudnn_attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a,

@@ -111,9 +111,12 @@ int64_t window_of(const AttentionArgsHlo& a, int64_t T) {
 // Why XLA's lowering, not cuDNN's kernel, computes this attention; nullptr: cuDNN's kernel does.
 // Not checked: the GPU's generation and cuDNN's version, which cuDNN's flash attention has
 // minimums for (lmtrain asks the plugin for neither).
-const char* cudnn_attention_fallback(const std::string& platform, DType dt,
-                                     const AttentionArgs& a) {
+const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a,
+                                     bool deterministic) {
   if (platform != "cuda") return "not XLA's CUDA plugin: only its XLA has the cuDNN calls";
+  if (deterministic)
+    return "train.deterministic: XLA's CUDA plugin cannot compile cuDNN's backward "
+           "deterministically";
   if (dt != DType::bf16 && dt != DType::f16)
     return "f32 / f64: cuDNN's flash attention takes bf16 or f16 inputs only";
   if (a.softcap != 0) return "logit soft-capping: the cuDNN call has no tanh on the scores";
@@ -128,8 +131,9 @@ const char* cudnn_attention_fallback(const std::string& platform, DType dt,
   return nullptr;
 }
 
-bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a) {
-  return cudnn_attention_fallback(platform, dt, a) == nullptr;
+bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a,
+                         bool deterministic) {
+  return cudnn_attention_fallback(platform, dt, a, deterministic) == nullptr;
 }
 
 std::string cudnn_fmha_config(int64_t B, int64_t Hq, int64_t T, DType dt, double scale,

@@ -42,7 +42,8 @@ PjrtClientOptions client_options(const PjrtOptions& options) {
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
     : client_(resolve_pjrt_plugin_path(plugin_path), client_options(options)),
       trace_(tensors_, client_, options.compile_only, options.sharding),
-      programs_(client_, settings_for(client_, options), options.compile_only) {}
+      programs_(client_, settings_for(client_, options), options.compile_only),
+      deterministic_(options.deterministic) {}
 
 PjrtBackendStats PjrtBackend::stats() const {
   PjrtBackendStats s = programs_.stats();

@@ -180,6 +180,7 @@ class PjrtBackend final : public Backend {
   PjrtPrograms programs_;
   Value doc_;
   std::string attention_;  // PjrtBackendStats::attention
+  bool deterministic_;     // PjrtOptions::deterministic: no cuDNN attention (its backward is not)
 };
 
 }  // namespace lmt
