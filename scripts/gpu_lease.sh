@@ -13,12 +13,7 @@ cd "$(dirname "$0")/.."
 pack=$1 deadline=$2
 out=${OUT:-/tmp/gpu_lease_out}
 w=/tmp/gpu_lease
-rm -rf "$w" && mkdir -p "$w/logs" "$out"
-tar xzf "$pack" -C "$w" || exit 1
-[ -d /usr/share/games/fortunes ] || { mkdir -p /usr/share/games && cp -r "$w/fortunes" /usr/share/games/; }
-export LD_LIBRARY_PATH="$w/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-bin=$w/lmtrain
-left() { echo $((deadline - SECONDS)); }
+. scripts/gpu_common.sh
 save() {  # the logs and the largest program's XLA dumps of each shape, gzipped, in one file
   local d f
   mkdir -p "$w/logs/xla"
@@ -37,13 +32,10 @@ save() {  # the logs and the largest program's XLA dumps of each shape, gzipped,
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 "$bin" --version || { ldd "$bin" | grep "not found"; exit 1; }
-plugin=${GPU_LEASE_PLUGIN:-}  # else the CUDA plugin of the jax-cuda13-pjrt wheel
-[ -n "$plugin" ] || plugin=$(python3 -c 'import glob, os, jax_plugins; print(next(iter(sorted(l for d in jax_plugins.__path__ for l in glob.glob(os.path.join(d, "*cuda*", "*.so")))), ""))' 2>/dev/null)
 echo "CUDA PJRT plugin: ${plugin:-none}; jax $(python3 -c 'import jax; print(jax.__version__)')"
-[ -n "$plugin" ] || exit 1
 
 echo "== demo check ($(left) s left)"
-timeout $(($(left) < 170 ? $(left) : 170)) scripts/gpu_demo_check.sh "$bin" "$plugin" "$w/logs/demo" \
+timeout "$(cap 170)" scripts/gpu_demo_check.sh "$bin" "$plugin" "$w/logs/demo" \
   2>&1 | tee "$w/logs/demo.txt"
 save
 

@@ -11,17 +11,8 @@ cd "$(dirname "$0")/.."
 pack=$1 deadline=$2
 out=${OUT:-/tmp/gpu_profile_out}
 w=/tmp/gpu_profile
-rm -rf "$w" && mkdir -p "$w/logs" "$out"
-tar xzf "$pack" -C "$w" || exit 1
-[ -d /usr/share/games/fortunes ] || { mkdir -p /usr/share/games && cp -r "$w/fortunes" /usr/share/games/; }
-export LD_LIBRARY_PATH="$w/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-bin=$w/lmtrain
-left() { echo $((deadline - SECONDS)); }
-cap() { local l=$(($(left) - 5)); ((l > 1)) || l=1; echo $((l < $1 ? l : $1)); }
+. scripts/gpu_common.sh
 save() { tar czf "$out/profile.tgz" -C "$w" --exclude='*.safetensors' --exclude='*/store' logs; }
-plugin=${GPU_LEASE_PLUGIN:-}
-[ -n "$plugin" ] || plugin=$(python3 -c 'import glob, os, jax_plugins; print(next(iter(sorted(l for d in jax_plugins.__path__ for l in glob.glob(os.path.join(d, "*cuda*", "*.so")))), ""))' 2>/dev/null)
-[ -n "$plugin" ] || { echo "no CUDA PJRT plugin"; exit 1; }
 command -v ncu nsys | tr '\n' ' '; echo
 
 echo "== demo check ($(left) s left)"

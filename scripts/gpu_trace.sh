@@ -10,18 +10,10 @@ cd "$(dirname "$0")/.."
 pack=$1 deadline=$2
 out=${OUT:-/tmp/gpu_trace_out}
 w=/tmp/gpu_trace
-rm -rf "$w" && mkdir -p "$w/logs" "$out"
-tar xzf "$pack" -C "$w" || exit 1
-export LD_LIBRARY_PATH="$w/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-bin=$w/lmtrain
+. scripts/gpu_common.sh
 tracer=$w/lib/liblmtrain_kernel_trace.so
 [ -f "$tracer" ] || { echo "no tracer in $pack"; exit 1; }
-left() { echo $((deadline - SECONDS)); }
-cap() { local l=$(($(left) - 5)); ((l > 1)) || l=1; echo $((l < $1 ? l : $1)); }
 save() { tar czf "$out/trace.tgz" -C "$w" logs; }
-plugin=${GPU_LEASE_PLUGIN:-}
-[ -n "$plugin" ] || plugin=$(python3 -c 'import glob, os, jax_plugins; print(next(iter(sorted(l for d in jax_plugins.__path__ for l in glob.glob(os.path.join(d, "*cuda*", "*.so")))), ""))' 2>/dev/null)
-[ -n "$plugin" ] || { echo "no CUDA PJRT plugin"; exit 1; }
 
 traced() {  # $1: name, $2: seconds at most; the rest: the command
   local name=$1 limit

@@ -115,6 +115,10 @@ class Backend {
   // CPU backend's arrays are memory already.
   virtual void keep(const MemoryRange& value) {}
   virtual void synchronize() {}
+  // Whether work handed to the backend runs after the call returns (pjrt: a queued program), so
+  // that a caller gains by queuing the next training step before reading this one's results
+  // (TrainStep::launch). The CPU backend computes in the call: false.
+  virtual bool asynchronous() const { return false; }
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.
   virtual const void* host_address(const void* p) const { return nullptr; }
@@ -303,8 +307,7 @@ struct BackendOptions {
   std::string coordination_dir;
   int64_t coordination_timeout = 60;  // seconds
   // On a mesh: how each named tensor is split (model/sharding_plan.h); none: all whole.
-  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>
-      sharding;
+  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)> sharding;
 };
 
 // Makes a backend by name: "cpu", "pjrt", "cuda" or "auto" (cuda when built with it and a GPU is

@@ -150,6 +150,9 @@ class Transformer {
                            bool read_loss = true);
   // The loss sum of the forward_backward calls (read_loss false) since zero_grads(), read back.
   double take_loss_sum();
+  // The same sum copied on the device to dst (one f64), for a caller that reads it after the
+  // next step is queued (TrainStep::launch).
+  void copy_loss_sum(double* dst);
   // Loss only (evaluation).
   LossSum forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                        const Packing* packing = nullptr);

@@ -67,7 +67,7 @@ void adamw_spans(Backend* be, const std::vector<Span>& spans, float* params, con
 
 void AdamW::update(float* params, const float* grads, double lr, const double* grad_scale) {
   adamw_spans(be_, spans_, params, grads, m_data(), v_data(), lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-              cfg_.weight_decay, step_ + 1, grad_scale);
+              cfg_.weight_decay, update_count(), grad_scale);
 }
 
 std::vector<StateBuffer> AdamW::state() const {

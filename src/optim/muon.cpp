@@ -166,7 +166,7 @@ void Muon::update(float* params, const float* grads, double lr, const double* gr
                     b.decay ? spec_.weight_decay / scale : 0.0, grad_scale);
   }
   adamw_spans(be_, adamw_spans_, params, grads, m_.as<float>(), v_.as<float>(), lr, spec_.beta1,
-              spec_.beta2, spec_.eps, spec_.weight_decay, step_ + 1, grad_scale);
+              spec_.beta2, spec_.eps, spec_.weight_decay, update_count(), grad_scale);
   for (const Buffer* s : {&u_, &x_, &work_}) be_->discard(s->data());
 }
 

@@ -25,8 +25,8 @@ bool decays(ParamKind kind, bool decay_embeddings, bool decay_norms_and_biases) 
 }
 
 std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total, bool compact,
-                             const OptimizerSpec& spec,
-                             std::vector<ParamInfo>* state_params, int64_t* state_size) {
+                             const OptimizerSpec& spec, std::vector<ParamInfo>* state_params,
+                             int64_t* state_size) {
   std::vector<const ParamInfo*> sorted;
   for (const ParamInfo& p : params) sorted.push_back(&p);
   std::sort(sorted.begin(), sorted.end(),
@@ -76,14 +76,25 @@ void Optimizer::step(float* params, const float* grads, double lr, double grad_c
   for (const Span& s : norm_spans_) be_->sum_squares(DType::f32, sum_squares, grads + s.param, s.n);
   be_->clip_scale(scale, sum_squares, grad_clip);
   update(params, grads, lr, scale);
+  ++queued_;
 }
 
 double Optimizer::finish_step() {
   double host = 0;
   be_->to_host(&host, stats_.data(), sizeof(double));
   const double norm = std::sqrt(host);
-  if (std::isfinite(norm)) ++step_;
+  confirm_step(std::isfinite(norm));
   return norm;
+}
+
+void Optimizer::copy_sum_squares(double* dst) const {
+  be_->copy(dst, stats_.data(), sizeof(double));
+}
+
+void Optimizer::confirm_step(bool finite) {
+  LMT_CHECK(queued_ > 0, "Optimizer::confirm_step without a queued step");
+  --queued_;
+  if (finite) ++step_;
 }
 
 // ---- Lion ----

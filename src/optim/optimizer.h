@@ -75,6 +75,13 @@ class Optimizer {
   // norm, counts the step when it is finite, and returns it.
   void step(float* params, const float* grads, double lr, double grad_clip);
   double finish_step();
+  // For a caller that queues the next step before reading this one's norm (TrainStep::launch):
+  // copies the step's sum of squared gradients (f64, on the device) to dst, so that the next
+  // step may overwrite the optimizer's own; confirm_step(finite) then counts the oldest queued
+  // step as finish_step() would. A step queued after a non-finite one has counted it as done
+  // (its bias correction is one ahead): the caller stops the run there.
+  void copy_sum_squares(double* dst) const;
+  void confirm_step(bool finite);
 
   // Completed steps (AdamW's bias correction uses step_count() + 1).
   int64_t step_count() const { return step_; }
@@ -95,6 +102,10 @@ class Optimizer {
   std::vector<ParamInfo> params_;
   int64_t total_;
   int64_t step_ = 0;
+  int64_t queued_ = 0;  // steps queued whose norm is not read yet
+
+  // The step count the update being queued uses (AdamW's t): the queued steps before it counted.
+  int64_t update_count() const { return step_ + queued_ + 1; }
 
  private:
   Buffer stats_;                  // device f64 [sum of squared gradients, clipping scale]

@@ -88,26 +88,26 @@ std::vector<Batch> random_micro_batches(const RunConfig& cfg) {
   return batches;
 }
 
-// One warm-up step, then `steps` timed ones, each the trainer's step (TrainStep).
+// One warm-up step, then `steps` timed ones, each the trainer's step (TrainStep), queued one
+// ahead as training queues them (the host builds step s + 1 while the device runs step s); a
+// step's time is from the previous step's report to its own.
 Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int64_t steps) {
   const std::vector<Batch> batches = random_micro_batches(cfg);
-  size_t next = 0;
-  auto step = [&](int64_t s) {
-    train_step.run(s, [&]() -> const Batch& { return batches[next++ % batches.size()]; });
-    be.synchronize();
-  };
+  size_t next_batch = 0;
+  auto next = [&]() -> const Batch& { return batches[next_batch++ % batches.size()]; };
   Timing t;
   Timer first;
-  step(0);  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
+  train_step.run(0, next);  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
   t.first_s = first.seconds();
   be.reset_gemm_seconds();
   std::vector<double> times;
+  Timer all, one;
   for (int64_t s = 1; s <= steps; ++s) {
-    Timer one;
-    step(s);
+    train_step.advance(s, next, [&](int64_t n) { return n <= steps; });
     times.push_back(one.seconds());
+    one.reset();
   }
-  for (double x : times) t.total_s += x;
+  t.total_s = all.seconds();
   t.mean_s = times.empty() ? 0 : t.total_s / static_cast<double>(times.size());
   std::sort(times.begin(), times.end());
   t.median_s = times.empty() ? 0 : times[times.size() / 2];

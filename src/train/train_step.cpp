@@ -20,13 +20,26 @@ TrainStep::TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg)
       ids_(static_cast<size_t>(B_ * T_ * tc_.grad_accum_steps)),
       labels_(ids_.size()),
       doc_start_(ids_.size()),
-      positions_(ids_.size()) {}
+      positions_(ids_.size()) {
+  Backend* be = model_.backend();
+  for (int i = 0; i < kMaxQueued; ++i) {
+    slots_[i] = Buffer(be, 2 * sizeof(double));
+    be->describe(slots_[i].data(), TensorDesc{"step_report." + std::to_string(i), DType::f64, {2}});
+  }
+}
 
 StepReport TrainStep::run(int64_t step, const std::function<const Batch&()>& next_micro_batch) {
+  launch(step, next_micro_batch);
+  return report();
+}
+
+void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_micro_batch) {
+  LMT_CHECK(queued() < kMaxQueued, "TrainStep::launch: too many steps queued");
   const int64_t accum = tc_.grad_accum_steps, N = B_ * T_;
-  StepReport r;
-  r.lr = lr_at(tc_, step);
-  r.tokens = N * accum;
+  Queued q{step, {}, 0, next_slot_};
+  next_slot_ = (next_slot_ + 1) % kMaxQueued;
+  q.report.lr = lr_at(tc_, step);
+  q.report.tokens = N * accum;
   for (int64_t a = 0; a < accum; ++a) {
     const Batch& b = next_micro_batch();
     std::copy(b.ids.begin(), b.ids.end(), ids_.begin() + a * N);
@@ -36,32 +49,56 @@ StepReport TrainStep::run(int64_t step, const std::function<const Batch&()>& nex
   int64_t labelled = 0;
   for (int32_t l : labels_) labelled += l != Transformer::kIgnoreIndex;
   if (labelled == 0) throw UserError("data: a training step has no labelled tokens");
-  // The step reads nothing back until the norm after the update (one program on pjrt). A
-  // non-finite loss makes a non-finite gradient, so the update was skipped on the device.
+  // The step reads nothing back (one program on pjrt). A non-finite loss makes a non-finite
+  // gradient, so the update is skipped on the device.
   model_.zero_grads();
-  int64_t loss_tokens = 0;
   for (int64_t a = 0; a < accum; ++a) {
     const Transformer::Packing packing{&positions_[a * N], &doc_start_[a * N]};
     model_.set_dropout(static_cast<uint64_t>(tc_.seed), static_cast<uint64_t>(step * accum + a));
-    loss_tokens += model_
-                       .forward_backward(&ids_[a * N], &labels_[a * N], B_, T_,
-                                         1.0 / static_cast<double>(labelled),
-                                         tc_.document_masking ? &packing : nullptr, false)
-                       .tokens;
+    q.loss_tokens += model_
+                         .forward_backward(&ids_[a * N], &labels_[a * N], B_, T_,
+                                           1.0 / static_cast<double>(labelled),
+                                           tc_.document_masking ? &packing : nullptr, false)
+                         .tokens;
   }
   opt_.step(static_cast<float*>(model_.trainable_data()),
-            static_cast<float*>(model_.trainable_grads_data()), r.lr, tc_.grad_clip);
+            static_cast<float*>(model_.trainable_grads_data()), q.report.lr, tc_.grad_clip);
   model_.discard_grads();  // dead from here: on pjrt they stay inside the step's program
-  r.grad_norm = opt_.finish_step();
-  r.loss = model_.take_loss_sum() / static_cast<double>(loss_tokens);
+  auto* slot = slots_[q.slot].as<double>();
+  opt_.copy_sum_squares(slot);
+  model_.copy_loss_sum(slot + 1);
+  model_.backend()->synchronize();  // pjrt: the step's program starts; nothing waits for it
+  queued_.push_back(q);
+}
+
+StepReport TrainStep::advance(int64_t step, const std::function<const Batch&()>& next_micro_batch,
+                              const std::function<bool(int64_t)>& may_queue) {
+  if (queued_.empty()) launch(step, next_micro_batch);
+  LMT_CHECK(queued_.front().step == step,
+            "TrainStep::advance: step " + std::to_string(step) + " is not the oldest queued");
+  for (int64_t s = queued_.back().step + 1; queued() < worth_queuing() && may_queue(s); ++s)
+    launch(s, next_micro_batch);
+  return report();
+}
+
+StepReport TrainStep::report() {
+  LMT_CHECK(!queued_.empty(), "TrainStep::report: no step queued");
+  Queued q = queued_.front();
+  queued_.pop_front();
+  double read[2] = {0, 0};
+  model_.backend()->to_host(read, slots_[q.slot].data(), sizeof(read));
+  StepReport& r = q.report;
+  r.grad_norm = std::sqrt(read[0]);
+  opt_.confirm_step(std::isfinite(r.grad_norm));
+  r.loss = read[1] / static_cast<double>(q.loss_tokens);
   if (!std::isfinite(r.loss))
     throw NonFiniteError(
         fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was written from this step",
-                    step + 1, r.loss, r.lr));
+                    q.step + 1, r.loss, r.lr));
   if (!std::isfinite(r.grad_norm))
     throw NonFiniteError(fmt::format(
         "step {}: the gradient norm is {} (loss {:.4f}); no checkpoint was written from this step",
-        step + 1, r.grad_norm, r.loss));
+        q.step + 1, r.grad_norm, r.loss));
   return r;
 }
 

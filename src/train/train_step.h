@@ -4,13 +4,20 @@
 // accumulated, clipping and the update, and one read at the end (the gradient norm, then the loss
 // sum): on pjrt the whole step is one program. A loss or gradient norm that is not finite is a
 // NonFiniteError; the update was then skipped on the device.
+//
+// A step can also be launched and reported later (launch, report): its norm and loss sum are
+// copied on the device into a slot of their own, so the next step can be queued before they are
+// read. On pjrt the host then builds step s + 1 while the device runs step s, as JAX's
+// asynchronous dispatch does; on the CPU backend launch runs the step and report only reads.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <stdexcept>
 #include <vector>
 
+#include "backend/backend.h"
 #include "data/loader.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -42,7 +49,32 @@ class TrainStep {
   // times (Loader::next in training); each batch is copied before the next call.
   StepReport run(int64_t step, const std::function<const Batch&()>& next_micro_batch);
 
+  // run() in two halves. launch queues the step (at most kMaxQueued unreported: the oldest must
+  // be reported first); report gives the oldest queued step's report, waiting for its program,
+  // or throws its NonFiniteError. Between them the model's weights are those of the newest
+  // queued step: evaluate or save only with nothing queued.
+  static constexpr int kMaxQueued = 2;
+  // Steps worth queuing at once: kMaxQueued on a backend that runs them while the host builds
+  // the next (pjrt), 1 on one that computes inside launch (the CPU backend: a step queued ahead
+  // there only moves its time into the previous step's).
+  int worth_queuing() const { return model_.backend()->asynchronous() ? kMaxQueued : 1; }
+  void launch(int64_t step, const std::function<const Batch&()>& next_micro_batch);
+  StepReport report();
+  int queued() const { return static_cast<int>(queued_.size()); }
+  // A run's steps in order: step `step`'s report, launching it first if it is not queued, and
+  // queuing the steps after it while worth_queuing() allows and may_queue(s) says step s may start
+  // before this report is read (not past an evaluation, a checkpoint or the end).
+  StepReport advance(int64_t step, const std::function<const Batch&()>& next_micro_batch,
+                     const std::function<bool(int64_t)>& may_queue);
+
  private:
+  struct Queued {
+    int64_t step;
+    StepReport report;    // lr and tokens; loss and norm once read
+    int64_t loss_tokens;  // the labelled tokens the loss sum is over
+    int slot;             // slots_[slot] holds [sum of squared gradients, loss sum]
+  };
+
   Transformer& model_;
   Optimizer& opt_;
   const TrainConfig tc_;
@@ -50,6 +82,9 @@ class TrainStep {
   // The step's micro-batches, [grad_accum_steps, B, T] each; doc_start_ and positions_ are the
   // packed layout (data/packing.h), read with train.document_masking.
   std::vector<int32_t> ids_, labels_, doc_start_, positions_;
+  Buffer slots_[kMaxQueued];  // device f64[2] each, one per queued step
+  std::deque<Queued> queued_;
+  int next_slot_ = 0;
 };
 
 }  // namespace lmt

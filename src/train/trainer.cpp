@@ -346,22 +346,34 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   StepLog step_log(step, tc.max_steps, flops_per_token, peak.flops);
   auto save_now = [&]() { result.last_checkpoint = save(dir, cfg, built, loader, step, tokens); };
   StopSignals signals;
+  auto stop_requested = [&](int64_t s) { return stop_after > 0 && s >= stop_after; };
+  // Step s may be queued before the previous step's report is read (on pjrt the host builds it
+  // while the device runs that one) unless the host needs the model of the s steps before it.
+  auto may_queue = [&](int64_t s) {
+    const bool eval = tc.eval_every > 0 && s % tc.eval_every == 0;
+    const bool save = tc.save_every > 0 && s % tc.save_every == 0;
+    return s < tc.max_steps && !eval && !save && !stop_requested(s) && !signals.received();
+  };
+  auto next = [&]() -> const Batch& { return loader.next(); };
+  Timer t;
   while (step < tc.max_steps) {
-    if (signals.received() || (stop_after > 0 && step >= stop_after)) {
+    if (train_step.queued() == 0 && (signals.received() || stop_requested(step))) {
       result.interrupted = true;
       break;
     }
-    Timer t;
-    const StepReport r = train_step.run(step, [&]() -> const Batch& { return loader.next(); });
+    const StepReport r = train_step.advance(step, next, may_queue);
     ++step;
     tokens += r.tokens;
     result.last_loss = r.loss;
     step_log.add(t.seconds(), r.tokens);
     if (step % tc.log_every == 0 || step == tc.max_steps)
       metrics.log_step(step_log.take(step, tokens, r));
-    if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
-      evaluation.run(model, metrics, step, result);
-    if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
+    if (train_step.queued() == 0) {  // the model is this step's
+      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
+        evaluation.run(model, metrics, step, result);
+      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
+    }
+    t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
   }
   result.steps = step;
   if (result.interrupted) {

@@ -2,7 +2,8 @@
 // as both build it: its loss is the mean over every labelled token of the step however the step
 // is split into micro-batches (labels ignored unevenly across them), a step without a labelled
 // token is a UserError, and a step whose loss or gradient norm is not finite is a NonFiniteError
-// naming the step.
+// naming the step. Steps queued one ahead (launch, then report) report exactly what steps run one
+// by one report, on the CPU backend and on pjrt, whose queued programs run while the next is built.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,8 +50,10 @@ Tokens random_tokens(uint64_t seed, int64_t vocab) {
   return t;
 }
 
-// `steps` steps of `cfg` on the same tokens, each split into its micro-batches in row order.
-std::vector<StepReport> run_steps(const RunConfig& cfg, const Tokens& t, int steps) {
+// `steps` steps of `cfg` on the same tokens, each split into its micro-batches in row order;
+// `queued`: as the trainer queues them, one launched ahead of the report read.
+std::vector<StepReport> run_steps(const RunConfig& cfg, const Tokens& t, int steps,
+                                  bool queued = false) {
   const BuiltModel built = build_model(cfg, {StartFrom::seed, false, ""});
   TrainStep step(*built.model, *built.optimizer, cfg);
   const int64_t B = cfg.train.micro_batch_size;
@@ -65,7 +68,16 @@ std::vector<StepReport> run_steps(const RunConfig& cfg, const Tokens& t, int ste
     return batch;
   };
   std::vector<StepReport> out;
-  for (int s = 0; s < steps; ++s) out.push_back(step.run(s, next));
+  int launched = 0;
+  for (int s = 0; s < steps; ++s) {
+    if (!queued) {
+      out.push_back(step.run(s, next));
+      continue;
+    }
+    while (launched < steps && step.queued() < TrainStep::kMaxQueued) step.launch(launched++, next);
+    out.push_back(step.report());
+  }
+  EXPECT_EQ(step.queued(), 0);
   return out;
 }
 
@@ -89,6 +101,24 @@ TEST(TrainStep, LossIsTheMeanOverTheStepWhateverItsSplit) {
   EXPECT_GT(whole[0].grad_norm, 0.0);
 }
 
+TEST(TrainStep, QueuedStepsReportWhatStepsRunOneByOneReport) {
+  const uint64_t seed = test::fresh_seed("TrainStep.QueuedStepsReportWhatStepsRunOneByOneReport");
+  for (const char* backend : {"cpu", "pjrt"}) {
+    SCOPED_TRACE(backend);
+    RunConfig cfg = tiny_run(3, 2);
+    cfg.train.backend = backend;
+    const Tokens t = random_tokens(seed, cfg.model.vocab_size);
+    const std::vector<StepReport> one = run_steps(cfg, t, 5), queued = run_steps(cfg, t, 5, true);
+    ASSERT_EQ(queued.size(), one.size());
+    for (size_t s = 0; s < one.size(); ++s) {  // the same programs on the same data: the same bits
+      EXPECT_EQ(queued[s].loss, one[s].loss) << "step " << s;
+      EXPECT_EQ(queued[s].grad_norm, one[s].grad_norm) << "step " << s;
+      EXPECT_EQ(queued[s].lr, one[s].lr) << "step " << s;
+    }
+    EXPECT_NE(one[4].loss, one[0].loss);  // the steps trained
+  }
+}
+
 TEST(TrainStep, NoLabelledTokenIsAUserError) {
   Tokens t = random_tokens(3, test::tiny_config("llama").vocab_size);
   for (int32_t& l : t.labels) l = Transformer::kIgnoreIndex;
@@ -103,7 +133,7 @@ TEST(TrainStep, ANonFiniteStepIsANonFiniteErrorNamingIt) {
   cfg.train.grad_clip = 0;
   const Tokens t = random_tokens(4, cfg.model.vocab_size);
   try {
-    run_steps(cfg, t, 5);
+    run_steps(cfg, t, 5, true);
     FAIL() << "five steps at lr 1e30 stayed finite";
   } catch (const NonFiniteError& e) {
     const std::string what = e.what();

@@ -43,6 +43,7 @@ class PjrtBackend final : public Backend {
     trace_.recompute_barrier(sources, after);
   }
   void synchronize() override { flush(); }
+  bool asynchronous() const override { return !programs_.compile_only(); }
 
   // ---- dense algebra ----
   void gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,

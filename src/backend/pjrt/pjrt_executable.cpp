@@ -5,6 +5,7 @@
 #include "backend/pjrt/pjrt_executable.h"
 
 #include <algorithm>
+#include <exception>
 
 #include "backend/pjrt/pjrt_internal.h"
 #include "core/error.h"
@@ -81,7 +82,8 @@ void describe_output(const PjrtPlugin& plugin, PJRT_Buffer* out, DType* dtype,
 
 std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> args,
                                                 std::span<const int> donate,
-                                                std::span<const TensorSharding> out_shardings) {
+                                                std::span<const TensorSharding> out_shardings,
+                                                PjrtPendingRun* pending) {
   LMT_CHECK(executable_, "execute on an empty PJRT executable");
   const PjrtPlugin& plugin = session_->plugin;
   const size_t devices = session_->mesh_devices.size();
@@ -133,8 +135,14 @@ std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> arg
     result.push_back(PjrtBuffer(session_, std::move(shards), DType::f32, {}, std::move(s)));
   }
   for (int d : donate) args[d]->reset();
-  for (PJRT_Event* event : done)
-    await_event(plugin, event, "PJRT_LoadedExecutable_Execute (running the program)");
+  if (pending) {
+    pending->wait();  // a run it held before: its errors are not lost
+    pending->session_ = session_;
+    pending->events_ = std::move(done);
+  } else {
+    for (PJRT_Event* event : done)
+      await_event(plugin, event, "PJRT_LoadedExecutable_Execute (running the program)");
+  }
   for (PjrtBuffer& out : result) {
     describe_output(plugin, out.shards_[0], &out.dtype_, &out.dims_);
     // The whole array's dims: a split dimension's piece times its pieces.
@@ -142,6 +150,40 @@ std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const> arg
       out.dims_[d] *= shard_count(session_->mesh, out.sharding_, d);
   }
   return result;
+}
+
+PjrtPendingRun& PjrtPendingRun::operator=(PjrtPendingRun&& o) noexcept {
+  if (this != &o) {
+    try {
+      wait();
+    } catch (const std::exception&) {  // dropped, as in the destructor
+    }
+    session_ = std::move(o.session_);
+    events_ = std::exchange(o.events_, {});
+  }
+  return *this;
+}
+
+PjrtPendingRun::~PjrtPendingRun() {
+  try {
+    wait();
+  } catch (const std::exception&) {  // an output read since has reported it, or none will
+  }
+}
+
+void PjrtPendingRun::wait() {
+  std::vector<PJRT_Event*> events = std::exchange(events_, {});
+  if (events.empty()) return;
+  // Every event is awaited and destroyed; the first error is thrown after.
+  std::exception_ptr first;
+  for (PJRT_Event* event : events) {
+    try {
+      await_event(session_->plugin, event, "PJRT_LoadedExecutable_Execute (running the program)");
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace lmt

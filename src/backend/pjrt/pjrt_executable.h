@@ -10,6 +10,7 @@
 
 #include "backend/pjrt/pjrt_buffer.h"
 
+struct PJRT_Event;
 struct PJRT_LoadedExecutable;
 
 namespace lmt {
@@ -27,6 +28,27 @@ struct CompiledMemory {
   int64_t peak = 0;            // the most live at once, arguments included; 0 when not computed
   int64_t host_argument = 0, host_output = 0, host_alias = 0, host_temp = 0;
   int64_t host_generated_code = 0;
+};
+
+struct PjrtSession;
+
+// A program run that has been queued on the devices and not waited for: its completion events.
+// wait() awaits them (an error of the run is a UserError there); the destructor awaits them too,
+// and drops an error (an output read since has reported it).
+class PjrtPendingRun {
+ public:
+  PjrtPendingRun() = default;
+  PjrtPendingRun(const PjrtPendingRun&) = delete;
+  PjrtPendingRun& operator=(const PjrtPendingRun&) = delete;
+  PjrtPendingRun(PjrtPendingRun&& o) noexcept { *this = std::move(o); }
+  PjrtPendingRun& operator=(PjrtPendingRun&& o) noexcept;
+  ~PjrtPendingRun();
+  void wait();
+
+ private:
+  friend class PjrtExecutable;
+  std::shared_ptr<PjrtSession> session_;
+  std::vector<PJRT_Event*> events_;
 };
 
 class PjrtExecutable {
@@ -54,9 +76,13 @@ class PjrtExecutable {
   // outputs in the order @main returns them, output i split as out_shardings[i] says (the shardings
   // the module gives its results; none: whole on each device). The plugin refuses a wrong number of
   // arguments or one of the wrong byte size (XLA's CPU plugin compares sizes, not dims).
+  // With `pending`, returns as soon as the run is queued, its completion events in *pending: the
+  // outputs are then arrays the devices are still computing, which later runs may take as
+  // arguments and reads wait for (PJRT orders them).
   std::vector<PjrtBuffer> execute(std::span<PjrtBuffer* const> args,
                                   std::span<const int> donate = {},
-                                  std::span<const TensorSharding> out_shardings = {});
+                                  std::span<const TensorSharding> out_shardings = {},
+                                  PjrtPendingRun* pending = nullptr);
 
  private:
   friend class PjrtClient;

@@ -44,7 +44,7 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
       args.push_back(&uploads.back());
     }
   }
-  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, p.out_shardings);
+  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, p.out_shardings, &last_);
   ++stats_.programs_run;
   return results;
 }

@@ -20,11 +20,14 @@ class PjrtPrograms {
   PjrtPrograms(const PjrtClient& client, const CompileSettings& settings, bool compile_only)
       : client_(client), settings_(settings), compile_only_(compile_only) {}
 
-  // Compiles p (or finds it compiled) and runs it; returns its outputs in order, or nothing when
-  // the backend only compiles.
+  // Compiles p (or finds it compiled) and queues its run; returns its outputs in order (arrays
+  // the device may still be computing), or nothing when the backend only compiles. The previous
+  // run is waited for once this one is queued, so the host builds the next program while the
+  // device runs this one, and an error of a run surfaces at the latest with the next.
   std::vector<PjrtBuffer> run(PjrtAssembled& p);
 
   const PjrtBackendStats& stats() const { return stats_; }
+  bool compile_only() const { return compile_only_; }
 
  private:
   struct Compiled {
@@ -39,6 +42,7 @@ class PjrtPrograms {
   bool compile_only_;
   std::unordered_map<std::string, Compiled> programs_;
   PjrtBackendStats stats_;
+  PjrtPendingRun last_;  // the newest run, not waited for (destroyed first: waited for)
 };
 
 }  // namespace lmt
