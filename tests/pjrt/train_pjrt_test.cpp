@@ -119,6 +119,43 @@ TEST_F(PjrtTraining, ResumesAcrossBackends) {
   }
 }
 
+// Steps queued one ahead, as on a GPU (the test plugin naming platform "cuda" and an H100, running
+// XLA:CPU's programs), train exactly the run whose steps are taken one at a time (an evaluation
+// after every step leaves nothing to queue): the same losses, the same evaluations after the
+// steps they fall on, and checkpoints of those steps. (A run resumed from its step-3 checkpoint
+// on this platform, queued, left the uninterrupted one at step 5: not yet understood; see
+// docs/status.md.)
+TEST_F(PjrtTraining, QueuedStepsTrainTheRunOfStepsOneAtATime) {
+  const std::vector<std::string> small = {
+      "model.hidden_size=32",        "model.intermediate_size=64",
+      "model.num_hidden_layers=2",   "model.num_attention_heads=2",
+      "model.num_key_value_heads=1", "train.micro_batch_size=4",
+      "train.warmup_steps=2",        "train.backend=pjrt",
+      "train.max_steps=7",           "train.eval_steps=2",
+      "train.keep_last=5",           "train.pjrt_plugin=" + std::string(LMT_TEST_PJRT_PLUGIN)};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), small.begin(), small.end());  // extra's sets win
+    return extra;
+  };
+  test::ScopedEnv platform("LMT_TEST_PLUGIN_PLATFORM", "cuda");
+  test::ScopedEnv kind("LMT_TEST_PLUGIN_DEVICE_KIND", "NVIDIA H100 80GB HBM3");
+  train(demo("one_at_a_time", with({"train.eval_every=1", "train.save_every=0"})), false);
+  const std::vector<std::string> queued = {"train.eval_every=2", "train.save_every=3"};
+  train(demo("queued", with(queued)), false);
+  const test::RunLosses want = test::read_losses(dir_ / "one_at_a_time");
+  ASSERT_EQ(want.train.size(), 7u);
+  for (const std::string run : {"queued"}) {
+    SCOPED_TRACE(run);
+    const test::RunLosses got = test::read_losses(dir_ / run);
+    EXPECT_EQ(got.train, want.train);  // the same programs on the same data: the same bits
+    const std::vector<int64_t> evaluated = {2, 4, 6, 7};  // every second step, and the end
+    ASSERT_EQ(got.val.size(), evaluated.size());
+    for (int64_t step : evaluated) EXPECT_EQ(got.val.at(step), want.val.at(step)) << step;
+    for (const char* ckpt : {"step_0000003", "step_0000006", "step_0000007"})
+      EXPECT_TRUE(fs::exists(dir_ / run / "checkpoints" / ckpt / "model.safetensors")) << ckpt;
+  }
+}
+
 // bf16 (train.precision): a run resumed on pjrt from its checkpoint repeats the uninterrupted
 // run's losses exactly (the checkpoint holds the f32 master weights and moments; the bf16 copy
 // is remade from them), and the same checkpoint continues in f32 on the CPU backend.
