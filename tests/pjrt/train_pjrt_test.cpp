@@ -122,8 +122,8 @@ TEST_F(PjrtTraining, ResumesAcrossBackends) {
 // Steps queued one ahead, as on a GPU (the test plugin naming platform "cuda" and an H100, running
 // XLA:CPU's programs), train exactly the run whose steps are taken one at a time (an evaluation
 // after every step leaves nothing to queue): the same losses, the same evaluations after the
-// steps they fall on, and checkpoints of those steps. (A run resumed from its step-3 checkpoint
-// on this platform, queued, left the uninterrupted one at step 5: not yet understood; see
+// steps they fall on, and checkpoints of those steps. (A resume on this platform is left out: the
+// first run resumed in a process left the uninterrupted one at step 5, queued or not; see
 // docs/status.md.)
 TEST_F(PjrtTraining, QueuedStepsTrainTheRunOfStepsOneAtATime) {
   const std::vector<std::string> small = {
