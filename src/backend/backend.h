@@ -307,7 +307,8 @@ struct BackendOptions {
   std::string coordination_dir;
   int64_t coordination_timeout = 60;  // seconds
   // On a mesh: how each named tensor is split (model/sharding_plan.h); none: all whole.
-  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)> sharding;
+  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>
+      sharding;
 };
 
 // Makes a backend by name: "cpu", "pjrt", "cuda" or "auto" (cuda when built with it and a GPU is

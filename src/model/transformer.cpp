@@ -112,8 +112,7 @@ void Transformer::set_rope(int64_t seq_len) {
     if (!r.inv_freq.data()) {
       r.inv_freq = Buffer(be_, inv.size() * sizeof(float));
       be_->describe(r.inv_freq.data(), TensorDesc{local ? "rope.local_inv_freq" : "rope.inv_freq",
-                                                  DType::f32,
-                                                  {static_cast<int64_t>(inv.size())}});
+                                                  DType::f32, {static_cast<int64_t>(inv.size())}});
     }
     be_->from_host(r.inv_freq.data(), inv.data(), inv.size() * sizeof(float));
     r.attention_factor = f.attention_factor;
@@ -823,8 +822,8 @@ void Transformer::staged_head_loss(const HeadLossArgs& a) {
   for (int64_t s = 0; s < a.N; s += a.chunk) {
     const int64_t n = std::min(a.chunk, a.N - s);
     head_forward(at(p.hf, s * a.C), p.logits, n);
-    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, a.V, a.ignore_index, a.grad_scale,
-                       a.softcap);
+    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, a.V, a.ignore_index,
+                       a.grad_scale, a.softcap);
     be_->sum(dt_ == DType::f64 ? DType::f64 : DType::f32, loss_acc(), p.losses, n);
     if (a.grad_scale != 0) head_backward_input(p.logits, at(p.dh, s * a.C), n);
   }

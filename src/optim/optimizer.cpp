@@ -25,8 +25,8 @@ bool decays(ParamKind kind, bool decay_embeddings, bool decay_norms_and_biases) 
 }
 
 std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total, bool compact,
-                             const OptimizerSpec& spec, std::vector<ParamInfo>* state_params,
-                             int64_t* state_size) {
+                             const OptimizerSpec& spec,
+                             std::vector<ParamInfo>* state_params, int64_t* state_size) {
   std::vector<const ParamInfo*> sorted;
   for (const ParamInfo& p : params) sorted.push_back(&p);
   std::sort(sorted.begin(), sorted.end(),
