@@ -320,7 +320,9 @@ PlotRect draw_legend(Canvas& c, std::vector<LegendEntry>& entries, const Fonts& 
   cairo_set_source_rgb(cr, 0.8, 0.8, 0.8);
   cairo_stroke(cr);
   for (size_t i = 0; i < entries.size(); ++i) {
-    const double cy = box.y + pad + 0.5 * font + row * i;
+    // On a pixel's centre, so that a line about 1.5 pixels wide covers one row fully: off it, a
+    // thin sample is blended over two rows and shows no pixel of its run's colour at all.
+    const double cy = std::floor(box.y + pad + 0.5 * font + row * i) + 0.5;
     const Rgb col = run_color(entries[i].run);
     cairo_set_source_rgb(cr, col.r, col.g, col.b);
     set_line_style(c, entries[i].style);
