@@ -305,6 +305,25 @@ void log_sample(Metrics& metrics, const RunConfig& cfg, Transformer& model) {
   metrics.log_line("sample:\n" + prompt + tok->decode(out));
 }
 
+// Where the run starts: step 0, or the checkpoint's step, tokens and loader position.
+struct Position {
+  int64_t step = 0, tokens = 0;
+  bool config_changed = false;  // since the checkpoint resumed from was written
+};
+
+Position resume_position(const BuiltModel& built, Loader& loader, const RunDir& dir,
+                         const std::optional<std::string>& ckpt) {
+  Position at;
+  if (!built.resumed) return at;
+  at.step = built.resumed->step;
+  at.tokens = built.resumed->tokens;
+  loader.set_state(built.resumed->loader.get<LoaderState>());
+  at.config_changed = built.resumed->config_hash != dir.config_hash;
+  if (at.config_changed)
+    fmt::print("note: the config differs from the one checkpoint {} was written with\n", *ckpt);
+  return at;
+}
+
 }  // namespace
 
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from) {
@@ -321,19 +340,11 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   Evaluation evaluation(cfg, data);
   const BuiltModel built = build_model(cfg, {StartFrom::run, false, ckpt.value_or("")});
   Transformer& model = *built.model;
-  int64_t step = 0, tokens = 0;
-  bool config_changed = false;  // since the checkpoint resumed from was written
-  if (built.resumed) {
-    step = built.resumed->step;
-    tokens = built.resumed->tokens;
-    loader.set_state(built.resumed->loader.get<LoaderState>());
-    config_changed = built.resumed->config_hash != dir.config_hash;
-    if (config_changed)
-      fmt::print("note: the config differs from the one checkpoint {} was written with\n", *ckpt);
-  }
+  const Position at = resume_position(built, loader, dir, ckpt);
+  int64_t step = at.step, tokens = at.tokens;
   write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
   Metrics metrics(dir.path.string(), cfg.logging, ckpt ? step : -1);
-  if (!ckpt || config_changed) metrics.log_config(step, dir.config_yaml);
+  if (!ckpt || at.config_changed) metrics.log_config(step, dir.config_yaml);
   const PeakFlops peak = mfu_peak(built.backend.get(), model.compute_dtype());
   const double flops_per_token = train_flops_per_token(model, cfg.data.seq_len);
   log_run_start(metrics, cfg, data, built, peak, flops_per_token);
