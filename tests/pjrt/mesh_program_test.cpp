@@ -134,9 +134,15 @@ TEST_F(MeshProgram, XlaPlacesTheCollectivesThePlanImplies) {
       list(fsdp).c_str());
   EXPECT_GT(fsdp.count("all-gather"), 0u);
   EXPECT_GT(fsdp.count("reduce-scatter") + fsdp.count("all-reduce"), 0u);
+  // Activations stay split by sequence: no device hands rows to another (each strided view of
+  // the fused q|k|v rows, read or written, is a column slice of the rows the program wrote; read
+  // as a flat span, it had XLA gather and shift the rows: 60 all-gathers and 60 permutes here).
+  EXPECT_EQ(fsdp.count("collective-permute"), 0u);
   const auto data = collectives(" --set parallel.data=4");
   std::printf("data 4: plan: all-reduce of every gradient; XLA chose: %s\n", list(data).c_str());
   EXPECT_GT(data.count("all-reduce"), 0u);
+  for (const char* op : {"all-gather", "collective-permute", "all-to-all"})
+    EXPECT_EQ(data.count(op), 0u) << op << " in a data-parallel step";
   const auto tensor = collectives(" --set parallel.tensor=2");
   std::printf(
       "tensor 2: plan: all-reduce of the attention and MLP outputs (forward) and of their "

@@ -413,6 +413,11 @@ HloValue PjrtTrace::view(const void* p, DType t, Dims dims, Dims strides) {
   int64_t off = 0;
   const int64_t span = extent(dims, strides, 0);
   PjrtAlloc& a = tensors_.find(p, span * size_of(t), &off);
+  if (!is_dense(dims, strides))
+    if (const std::optional<Rows> r = rows_of(a, off, t, dims, strides)) {
+      const Value block = b().reshape(read_bytes(a, r->base, r->end, t), {r->R, r->S});
+      return b().reshape(b().slice(block, {0, r->c}, {r->R, r->c + r->w}), dims);
+    }
   const Value flat = read_bytes(a, off, off + span * size_of(t), t);
   if (is_dense(dims, strides)) return b().reshape(flat, dims);
   Value r = b().reshape(flat, {1, span});
@@ -426,6 +431,39 @@ HloValue PjrtTrace::view(const void* p, DType t, Dims dims, Dims strides) {
   return b().reshape(r, dims);
 }
 
+// A strided region that is R rows of w contiguous elements, S apart (its dimensions merged where
+// they are dense), inside the [R, S] block of whole rows from byte `base` on, at column c, where
+// that block lies in one value this program wrote: q, k and v in the fused q|k|v rows, say. Reading and
+// writing such a region as that block and its columns, XLA sees the rows the program wrote, so a
+// value split by rows over a mesh stays split; the flat span padded to whole rows (the general
+// way) has the partitioner gather it first, and a strided write that way leaves the block in
+// pieces that every later read concatenates.
+std::optional<PjrtTrace::Rows> PjrtTrace::rows_of(PjrtAlloc& a, int64_t off, DType t,
+                                                  const Dims& dims, const Dims& strides) {
+  size_t i = dims.size();
+  Rows r;
+  while (i > 0 && strides[i - 1] == r.w) r.w *= dims[--i];
+  if (i == 0) return std::nullopt;
+  r.S = strides[i - 1];
+  r.R = dims[i - 1];
+  for (size_t j = i - 1; j-- > 0;) {
+    if (strides[j] != dims[j + 1] * strides[j + 1]) return std::nullopt;
+    r.R *= dims[j];
+  }
+  // The value this program last wrote there, its rows taken to start where it starts.
+  const auto seg = first_overlap(a, off);
+  if (r.S <= r.w || seg == a.segments.end() || seg->second.zeros || seg->second.begin > off ||
+      seg->second.v.dtype != t)
+    return std::nullopt;
+  const int64_t es = size_of(t), from = seg->second.begin;
+  if ((off - from) % es != 0) return std::nullopt;
+  r.c = (off - from) / es % r.S;
+  r.base = off - r.c * es;
+  r.end = r.base + r.R * r.S * es;
+  if (r.c + r.w > r.S || r.end > seg->second.end) return std::nullopt;
+  return r;
+}
+
 void PjrtTrace::set(void* p, const Value& v, Dims strides) {
   const Dims& dims = v.dims;
   if (strides.empty()) strides = dense_strides(dims);
@@ -435,6 +473,15 @@ void PjrtTrace::set(void* p, const Value& v, Dims strides) {
   PjrtAlloc& a = tensors_.find(p, span * es, &off);
   if (is_dense(dims, strides)) {
     write_bytes(a, off, off + span * es, b().reshape(v, {numel(dims)}));
+    return;
+  }
+  if (const std::optional<Rows> r = rows_of(a, off, v.dtype, dims, strides)) {
+    const Value block = b().reshape(read_bytes(a, r->base, r->end, v.dtype), {r->R, r->S});
+    std::vector<Value> cols;
+    if (r->c > 0) cols.push_back(b().slice(block, {0, 0}, {r->R, r->c}));
+    cols.push_back(b().reshape(v, {r->R, r->w}));
+    if (r->c + r->w < r->S) cols.push_back(b().slice(block, {0, r->c + r->w}, {r->R, r->S}));
+    write_bytes(a, r->base, r->end, b().reshape(b().concatenate(cols, 1), {r->R * r->S}));
     return;
   }
   const Value old = b().reshape(read_bytes(a, off, off + span * es, v.dtype), {1, span});

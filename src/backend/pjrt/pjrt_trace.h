@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -158,6 +159,12 @@ class PjrtTrace {
   // Strided views and writes.
   Value write_rows(const Value& r, const Dims& dims, const Dims& strides, size_t i, const Value& x);
   Value fit_last(const Value& r, int64_t n);
+  struct Rows {
+    int64_t R = 0, S = 0, w = 1, c = 0;  // rows, their stride, the region's width and column
+    int64_t base = 0, end = 0;           // the bytes of the block of whole rows
+  };
+  std::optional<Rows> rows_of(PjrtAlloc& a, int64_t off, DType t, const Dims& dims,
+                              const Dims& strides);
 
   PjrtTensors& tensors_;
   const PjrtClient& client_;
