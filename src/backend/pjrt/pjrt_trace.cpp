@@ -433,11 +433,11 @@ HloValue PjrtTrace::view(const void* p, DType t, Dims dims, Dims strides) {
 
 // A strided region that is R rows of w contiguous elements, S apart (its dimensions merged where
 // they are dense), inside the [R, S] block of whole rows from byte `base` on, at column c, where
-// that block lies in one value this program wrote: q, k and v in the fused q|k|v rows, say. Reading and
-// writing such a region as that block and its columns, XLA sees the rows the program wrote, so a
-// value split by rows over a mesh stays split; the flat span padded to whole rows (the general
-// way) has the partitioner gather it first, and a strided write that way leaves the block in
-// pieces that every later read concatenates.
+// that block lies in one value this program wrote: q, k and v in the fused q|k|v rows, say.
+// Reading and writing such a region as that block and its columns, XLA sees the rows the program
+// wrote, so a value split by rows over a mesh stays split; the flat span padded to whole rows
+// (the general way) has the partitioner gather it first, and a strided write that way leaves the
+// block in pieces that every later read concatenates.
 std::optional<PjrtTrace::Rows> PjrtTrace::rows_of(PjrtAlloc& a, int64_t off, DType t,
                                                   const Dims& dims, const Dims& strides) {
   size_t i = dims.size();
