@@ -35,6 +35,13 @@ class MeshTraining : public testing::Test {
   static void SetUpTestSuite() {
     dir_ = fs::temp_directory_path() / ("lmtrain_mesh_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  // The tokenizer and store, made on first use: a test of config errors alone needs neither (each
+  // test runs in a process of its own under ctest, so this is about 20 s it does not spend).
+  static void make_data() {
+    if (made_) return;
+    made_ = true;
     const std::string bin = LMT_BINARY;
     const std::string sets = " --set data.tokenizer=" + (dir_ / "tokenizer.json").string() +
                              " --set data.store=" + (dir_ / "store").string() +
@@ -45,8 +52,10 @@ class MeshTraining : public testing::Test {
                           .c_str()) == 0 &&
           std::system((bin + " prepare --quiet --config " + config() + sets).c_str()) == 0;
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
-  void SetUp() override { ASSERT_TRUE(ok_) << "making the demo's tokenizer and store failed"; }
+  void needs_data() {
+    make_data();
+    ASSERT_TRUE(ok_) << "making the demo's tokenizer and store failed";
+  }
 
   static std::string config() { return std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml"; }
   static RunConfig demo(const std::string& run, const std::vector<std::string>& sets) {
@@ -130,14 +139,16 @@ class MeshTraining : public testing::Test {
   }
 
   static fs::path dir_;
-  static bool ok_;
+  static bool made_, ok_;
 };
 fs::path MeshTraining::dir_;
+bool MeshTraining::made_ = false;
 bool MeshTraining::ok_ = false;
 
 constexpr int64_t kSteps = 12;
 
 TEST_F(MeshTraining, EveryMeshTrainsAsOneDevice) {
+  ASSERT_NO_FATAL_FAILURE(needs_data());
   const std::string steps = "train.max_steps=" + std::to_string(kSteps);
   // The one-device run, as a mesh of 1 x 1 x 1 (the same path as no parallel section at all).
   train(demo("one", {steps, "parallel.data=1", "parallel.fsdp=1", "parallel.tensor=1"}), false);
@@ -158,6 +169,7 @@ TEST_F(MeshTraining, EveryMeshTrainsAsOneDevice) {
 // LoRA (adapters split as their base) and Muon (Newton-Schulz on split matrices) on the mesh with
 // both axes that split parameters.
 TEST_F(MeshTraining, LoraAndMuonTrainAsOneDevice) {
+  ASSERT_NO_FATAL_FAILURE(needs_data());
   const std::string steps = "train.max_steps=" + std::to_string(kSteps);
   const std::vector<std::string> mesh = {"parallel.fsdp=2", "parallel.tensor=2"};
   for (const auto& [name, sets] : std::vector<std::pair<std::string, std::vector<std::string>>>{
@@ -176,6 +188,7 @@ TEST_F(MeshTraining, LoraAndMuonTrainAsOneDevice) {
 // Saved at fsdp 2 x tensor 2 after 6 steps; resumed at data 4, on one device and on the CPU
 // backend: each continues the uninterrupted one-device curve within 1e-5.
 TEST_F(MeshTraining, ACheckpointResumesOnAnyMesh) {
+  ASSERT_NO_FATAL_FAILURE(needs_data());
   const std::vector<std::string> base = {"train.max_steps=12", "train.save_every=6"};
   auto with = [&](std::vector<std::string> extra) {
     extra.insert(extra.begin(), base.begin(), base.end());
@@ -232,6 +245,7 @@ TEST_F(MeshTraining, AMeshThatDoesNotFitIsOneMessage) {
 // A mesh larger than the plugin's devices, and a plugin with one device: one message each, from
 // the test plugin standing in for a machine with that many devices.
 TEST_F(MeshTraining, AMeshLargerThanTheDevicesIsOneMessage) {
+  ASSERT_NO_FATAL_FAILURE(needs_data());
   const std::string plugin = "train.pjrt_plugin=" + std::string(LMT_TEST_PJRT_PLUGIN);
   for (const char* devices : {"2", "1"}) {
     test::ScopedEnv limit("LMT_TEST_PLUGIN_DEVICES", devices);
