@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "backend/pjrt/pjrt_backend_impl.h"
 #include "core/error.h"
@@ -187,7 +188,7 @@ void PjrtBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
 void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
   if (n == 0) return;
   const Value v = view(x, dt, shape_of(x, dt, n));
-  Value s;
+  Value sq;  // f64; its sum over every axis is the sum of squares
   if (client_.platform_name() == "cpu") {
     // The last axis split into runs (the others kept whole, so that a sharded tensor stays so).
     Dims dims = v.dims.empty() ? Dims{1} : v.dims;
@@ -198,17 +199,14 @@ void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
     dims.push_back(run);
     Value r = b().reshape(v, dims);
     if (r.dtype != DType::f32 && r.dtype != DType::f64) r = b().convert(r, DType::f32);
-    const Value runs = b().reduce_sum(b().multiply(r, r), {r.rank() - 1});
-    Dims all(runs.dims.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    s = b().reduce_sum(b().convert(runs, DType::f64), all);
+    sq = b().convert(b().reduce_sum(b().multiply(r, r), {r.rank() - 1}), DType::f64);
   } else {
     const Value w = b().convert(v, DType::f64);
-    Dims all(w.dims.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-    s = b().reduce_sum(b().multiply(w, w), all);
+    sq = b().multiply(w, w);
   }
-  accumulate_into(acc, DType::f64, s);
+  Dims all(sq.dims.size());
+  std::iota(all.begin(), all.end(), int64_t{0});
+  accumulate_into(acc, DType::f64, b().reduce_sum(sq, all));
 }
 
 // Seed and stream are runtime arguments: the stream names the micro-batch, new every step.

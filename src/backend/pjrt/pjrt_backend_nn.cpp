@@ -173,9 +173,9 @@ void PjrtBackend::relu_backward_masked(DType dt, void* dx, const void* dout, con
 void PjrtBackend::relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
                                              int64_t n) {
   if (n == 0) return;
-  set(dx, down(hlo::relu2_backward_from_output(b(), up(view(dout, dt, {n})), up(view(y, dt, {n})),
-                                               dt),
-               dt));
+  set(dx,
+      down(hlo::relu2_backward_from_output(b(), up(view(dout, dt, {n})), up(view(y, dt, {n})), dt),
+           dt));
 }
 
 // ---- cross-entropy ----
@@ -204,10 +204,9 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
   const bool grads = a.grad_scale != 0;
   Value scale;
   if (grads) scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
-  const hlo::HeadLossOut o =
-      hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
-                     view(labels, DType::i32, {a.N}), a.chunk, a.ignore_index, a.softcap,
-                     grads ? &scale : nullptr, dw != nullptr);
+  const hlo::HeadLossOut o = hlo::head_loss(
+      b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}), view(labels, DType::i32, {a.N}),
+      a.chunk, a.ignore_index, a.softcap, grads ? &scale : nullptr, dw != nullptr);
   accumulate_into(loss_sum, DType::f64, o.loss_sum);
   if (!grads) return;
   set(dh, o.dh);

@@ -413,14 +413,13 @@ HloValue PjrtTrace::view(const void* p, DType t, Dims dims, Dims strides) {
   int64_t off = 0;
   const int64_t span = extent(dims, strides, 0);
   PjrtAlloc& a = tensors_.find(p, span * size_of(t), &off);
-  if (!is_dense(dims, strides))
-    if (const std::optional<Rows> r = rows_of(a, off, t, dims, strides)) {
-      const Value block = b().reshape(read_bytes(a, r->base, r->end, t), {r->R, r->S});
-      return b().reshape(b().slice(block, {0, r->c}, {r->R, r->c + r->w}), dims);
-    }
-  const Value flat = read_bytes(a, off, off + span * size_of(t), t);
-  if (is_dense(dims, strides)) return b().reshape(flat, dims);
-  Value r = b().reshape(flat, {1, span});
+  if (is_dense(dims, strides))
+    return b().reshape(read_bytes(a, off, off + span * size_of(t), t), dims);
+  if (const std::optional<Rows> rows = rows_of(a, off, t, dims, strides)) {
+    const Value block = b().reshape(read_bytes(a, rows->base, rows->end, t), {rows->R, rows->S});
+    return b().reshape(b().slice(block, {0, rows->c}, {rows->R, rows->c + rows->w}), dims);
+  }
+  Value r = b().reshape(read_bytes(a, off, off + span * size_of(t), t), {1, span});
   int64_t P = 1;
   for (size_t i = 0; i + 1 < dims.size(); ++i) {
     r = fit_last(r, dims[i] * strides[i]);
