@@ -108,12 +108,13 @@ class Backend {
   // values alive at once). Values stay what they are; the CPU backend, which computes as it is
   // called, has nothing to do.
   virtual void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) {}
-  // The contents of `value` (the residual stream between two layers, or its gradient) are one
-  // array the program keeps, not a sum its compiler may recompute in every reader. XLA's CPU
-  // compiler fuses a chain of residual additions into each consumer instead, keeping every layer's
-  // products alive until the last reader (19 GiB at 1B, T = 32768). Values stay what they are; the
-  // CPU backend's arrays are memory already.
-  virtual void keep(const MemoryRange& value) {}
+  // The contents of `value` (the residual stream between two layers, or its gradient: `rows`
+  // tokens' rows) are one array the program keeps, not a sum its compiler may recompute in every
+  // reader. XLA's CPU compiler fuses a chain of residual additions into each consumer instead,
+  // keeping every layer's products alive until the last reader (19 GiB at 1B, T = 32768). On a
+  // mesh the rows stay split over the batch axes there, as the batch is. Values stay what they
+  // are; the CPU backend's arrays are memory already.
+  virtual void keep(const MemoryRange& value, int64_t rows) {}
   virtual void synchronize() {}
   // Whether work handed to the backend runs after the call returns (pjrt: a queued program), so
   // that a caller gains by queuing the next training step before reading this one's results

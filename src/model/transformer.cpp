@@ -759,7 +759,7 @@ void Transformer::forward_trunk() {
   embed(p.res[0], p.ids, p.pos, p.dh, p.N);
   const size_t nc_bytes = static_cast<size_t>(p.N * dims_.C) * es_;
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
-    be_->keep({p.res[l], nc_bytes});
+    be_->keep({p.res[l], nc_bytes}, p.N);
     layer_forward(l);
   }
   final_norm(p.hf, p.meanf, p.rstdf, p.res[cfg_.num_hidden_layers], p.N);
@@ -884,7 +884,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
       layer_forward(l);
     }
     layer_backward(l);
-    be_->keep({p.dx, nc_bytes});
+    be_->keep({p.dx, nc_bytes}, p.N);
   }
   embed_backward(p.dx, p.ids, p.pos, p.N);
   fold_compute_grads();

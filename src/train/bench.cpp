@@ -126,7 +126,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
       build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, ""});
   Backend* be = built.backend.get();
   Transformer& model = *built.model;
-  const PeakFlops peak = compile_only ? PeakFlops{} : mfu_peak(be, model.compute_dtype());
+  const PeakFlops peak =
+      compile_only ? PeakFlops{} : mfu_peak(be, model.compute_dtype(), cfg.train.peak_tflops);
   TrainStep train_step(model, *built.optimizer, cfg);
   const Timing t = time_steps(*be, train_step, cfg, compile_only ? 0 : steps);
 

@@ -106,7 +106,7 @@ std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt) 
 
 // On a mesh the peak is the devices' together: the nominal peak times their number, or the GEMM,
 // which runs whole on every device at once, timed as one and counted on each.
-PeakFlops mfu_peak(Backend* be, DType dt) {
+PeakFlops mfu_peak(Backend* be, DType dt, double given_tflops) {
   const PjrtBackendStats st = pjrt_backend_stats(*be);
   int64_t n = kPeakGemmSize;
   const double devices = static_cast<double>(std::max<int64_t>(st.devices, 1));
@@ -114,6 +114,10 @@ PeakFlops mfu_peak(Backend* be, DType dt) {
     if (devices == 1) return p;
     return PeakFlops{p.flops * devices, fmt::format("{} devices x {}", st.devices, p.source)};
   };
+  if (given_tflops > 0)
+    return times_devices(
+        PeakFlops{given_tflops * 1e12,
+                  fmt::format("a peak of {} TFLOP/s (train.peak_tflops)", given_tflops)});
   if (be->name() == "pjrt") {
     if (std::optional<PeakFlops> p = nominal_peak(st.device_kind, dt)) return times_devices(*p);
     if (st.platform != "cpu") n = std::max<int64_t>(n, 4096);

@@ -36,9 +36,10 @@ struct PeakFlops {
 // sources), or nullopt for a device not in the table. f32 on NVIDIA GPUs is TF32 (XLA's default
 // precision for f32 products there); on TPUs f32 products run as bf16 passes: their bf16 peak.
 std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt);
-// MFU's ceiling on this backend, the one train and bench divide by: the device's nominal peak
-// where the table knows it (backend pjrt), else the best of 9 GEMMs of 2048^3 measured here
-// (4096^3 on an accelerator PJRT does not name, large enough to fill it).
-PeakFlops mfu_peak(Backend* be, DType dt);
+// MFU's ceiling on this backend, the one train and bench divide by: `given_tflops` a device where
+// the user set it (train.peak_tflops, > 0), else the device's nominal peak where the table knows
+// it (backend pjrt), else the best of 9 GEMMs of 2048^3 measured here (4096^3 on an accelerator
+// PJRT does not name, large enough to fill it).
+PeakFlops mfu_peak(Backend* be, DType dt, double given_tflops);
 
 }  // namespace lmt

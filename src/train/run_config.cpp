@@ -126,6 +126,7 @@ void validate_train(const TrainConfig& t) {
           t.decay_fraction);
   require(t.weight_decay >= 0, "train.weight_decay", ">= 0", t.weight_decay);
   require(t.grad_clip >= 0, "train.grad_clip", ">= 0 (0 = off)", t.grad_clip);
+  require(t.peak_tflops >= 0, "train.peak_tflops", ">= 0 (0 = known or measured)", t.peak_tflops);
   require(t.eval_every >= 0, "train.eval_every", ">= 0 (0 = never)", t.eval_every);
   require(t.eval_steps >= 1 || t.eval_every == 0, "train.eval_steps", ">= 1 when eval_every > 0",
           t.eval_steps);

@@ -119,6 +119,7 @@ struct TrainConfig {
   bool document_masking = false;
   int64_t loss_chunk_tokens = 1024;
   int64_t threads = 0;
+  double peak_tflops = 0;
   std::string sample_prompt;
   int64_t sample_tokens = 0;
   std::string init_from;
@@ -163,6 +164,9 @@ struct TrainConfig {
       "(recommended with bin packing / SFT)");
     v("loss_chunk_tokens", loss_chunk_tokens, "tokens per cross-entropy chunk");
     v("threads", threads, "CPU threads; 0 = all cores");
+    v("peak_tflops", peak_tflops,
+      "the peak of one device that MFU divides by, in TFLOP/s; 0 = the device's nominal peak "
+      "where lmtrain knows it (docs/mfu.md), else a GEMM measured at the start (a few seconds)");
     v("sample_prompt", sample_prompt, "text to continue at the end of the run");
     v("sample_tokens", sample_tokens, "tokens to generate at the end of the run; 0 = none");
     v("init_from", init_from,

@@ -345,7 +345,8 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
   Metrics metrics(dir.path.string(), cfg.logging, ckpt ? step : -1);
   if (!ckpt || at.config_changed) metrics.log_config(step, dir.config_yaml);
-  const PeakFlops peak = mfu_peak(built.backend.get(), model.compute_dtype());
+  const PeakFlops peak =
+      mfu_peak(built.backend.get(), model.compute_dtype(), cfg.train.peak_tflops);
   const double flops_per_token = train_flops_per_token(model, cfg.data.seq_len);
   log_run_start(metrics, cfg, data, built, peak, flops_per_token);
   if (ckpt) log_resume(metrics, dir.path, *ckpt, step, !resume_from.empty());

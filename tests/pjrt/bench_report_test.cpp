@@ -111,5 +111,17 @@ TEST_F(BenchReport, MeasuredPeakWhereTheDeviceIsNotInTheTable) {
   expect_compile_options(record_dir_, false, 2);  // the peak's GEMM, the step
 }
 
+// train.peak_tflops: MFU against the peak the user gives, a device, and no GEMM run to measure one
+// (one program compiled: the step).
+TEST_F(BenchReport, AGivenPeakIsTakenAsItIs) {
+  ScopedEnv kind("LMT_TEST_PLUGIN_DEVICE_KIND", "NVIDIA H100 80GB HBM3");
+  ScopedEnv record("LMT_TEST_PLUGIN_RECORD", record_dir_.c_str());
+  const nlohmann::json j = run_bench(tiny({"train.peak_tflops=2.5"}), 1);
+  EXPECT_DOUBLE_EQ(j["peak_flops"].get<double>(), 2.5e12);
+  EXPECT_EQ(j["peak_flops_source"], "a peak of 2.5 TFLOP/s (train.peak_tflops)");
+  EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), j["achieved_flops"].get<double>() / 2.5e12);
+  expect_compile_options(record_dir_, false, 1);
+}
+
 }  // namespace
 }  // namespace lmt

@@ -218,8 +218,9 @@ std::vector<std::string> expect_backward_reads_a_forward(const std::string& prog
 }
 
 // Every backward call's dQ, dK and dV (its results 0, 1, 2), each transposed back to [B,T,H,D]
-// and flattened by reshapes, are, in that order, the one concatenation that writes the model's
-// fused dq|dk|dv rows: the gradients come from the call, nothing else writes them.
+// and flattened by reshapes, are, in that order, a concatenation that writes the model's fused
+// dq|dk|dv rows: the gradients come from the call. (The builder's folding may make the same
+// concatenation again in another shape, [N, QKV] beside [B, T, QKV], for the rows' readers.)
 void expect_backward_gives_gradients(const std::string& program,
                                      const std::vector<CudnnCall>& calls) {
   const auto made = reshapes_and_transposes(program);
@@ -244,8 +245,8 @@ void expect_backward_gives_gradients(const std::string& program,
     ++backward;
     const std::string call = c.result.substr(0, c.result.find(':'));
     const std::vector<std::string> want = {call + "#0", call + "#1", call + "#2"};
-    EXPECT_EQ(std::count(concatenated.begin(), concatenated.end(), want), 1)
-        << "no single concatenation of " << call << "'s dQ, dK, dV";
+    EXPECT_GE(std::count(concatenated.begin(), concatenated.end(), want), 1)
+        << "no concatenation of " << call << "'s dQ, dK, dV";
   }
   EXPECT_GT(backward, 0);
 }

@@ -137,18 +137,45 @@ TEST_F(MeshProgram, XlaPlacesTheCollectivesThePlanImplies) {
   // Activations stay split by sequence: no device hands rows to another (each strided view of
   // the fused q|k|v rows, read or written, is a column slice of the rows the program wrote; read
   // as a flat span, it had XLA gather and shift the rows: 60 all-gathers and 60 permutes here).
+  // The residual stream is constrained to rows split over the batch axes; without that the
+  // partitioner split some of a layer's values by hidden, as the weights they meet are (11
+  // all-to-alls). What is left is the embedding's (forward and backward), as below.
   EXPECT_EQ(fsdp.count("collective-permute"), 0u);
+  EXPECT_LE(fsdp.count("all-to-all"), 2u);
   const auto data = collectives(" --set parallel.data=4");
   std::printf("data 4: plan: all-reduce of every gradient; XLA chose: %s\n", list(data).c_str());
   EXPECT_GT(data.count("all-reduce"), 0u);
   for (const char* op : {"all-gather", "collective-permute", "all-to-all"})
     EXPECT_EQ(data.count(op), 0u) << op << " in a data-parallel step";
+  // Tensor parallel the Megatron way: each of q, k, v, gate and up is its own product, split by
+  // its own heads or features (a product with their fused rows, split in halves, had XLA gather
+  // the weights and move activations between devices: 10 all-gathers, 22 all-to-alls and 30
+  // permutes here), so the only collectives are all-reduces: 2 a layer forward, 2 backward, the
+  // vocabulary-split embedding and head, the gradient norm.
   const auto tensor = collectives(" --set parallel.tensor=2");
   std::printf(
       "tensor 2: plan: all-reduce of the attention and MLP outputs (forward) and of their "
       "inputs' gradients (backward); XLA chose: %s\n",
       list(tensor).c_str());
   EXPECT_GT(tensor.count("all-reduce"), 0u);
+  for (const char* op : {"all-gather", "collective-permute", "all-to-all"})
+    EXPECT_EQ(tensor.count(op), 0u) << op << " in a tensor-parallel step";
+  // The same with q/k/v biases (qwen2; their gradients are sums over rows, one per projection)
+  // and with per-head q/k norms and sandwich norms (gemma3; a head norm keeps the heads an axis).
+  for (const char* family : {"qwen2", "gemma3"}) {
+    const auto f =
+        collectives(std::string(" --set parallel.tensor=2 --set model.family=") + family);
+    std::printf("tensor 2, %s: XLA chose: %s\n", family, list(f).c_str());
+    for (const char* op : {"all-gather", "collective-permute", "all-to-all"})
+      EXPECT_EQ(f.count(op), 0u) << op << " in a tensor-parallel " << family << " step";
+  }
+  // Both: the weights' gathers over fsdp, the all-reduces of both, and nothing else but the
+  // embedding's: its rows are gathered from a table split by hidden over fsdp, and XLA moves the
+  // gathered rows (an all-to-all, and a permute to place them) rather than the table.
+  const auto both = collectives(" --set parallel.fsdp=2 --set parallel.tensor=2");
+  std::printf("fsdp 2 x tensor 2: XLA chose: %s\n", list(both).c_str());
+  EXPECT_GT(both.count("all-gather"), 0u);
+  EXPECT_LE(both.count("all-to-all") + both.count("collective-permute"), 3u);
 }
 
 }  // namespace

@@ -310,5 +310,105 @@ TEST_F(StablehloTest, DonatedParameterFedBack) {
   }
 }
 
+size_t ops_in(const std::string& text, const std::string& op) {
+  size_t n = 0;
+  for (size_t at = text.find(" = stablehlo." + op + " "); at != std::string::npos;
+       at = text.find(" = stablehlo." + op + " ", at + 1))
+    ++n;
+  return n;
+}
+
+// Folding: a value read back in the shape it was written is the value itself; a slice of a
+// concatenation is the pieces it covers; adjacent slices concatenated are one. The program keeps
+// its meaning (run against the inputs) and loses the ops (counted in its text).
+TEST_F(StablehloTest, FoldingLooksThroughReshapesSlicesAndConcatenations) {
+  SCOPED_TRACE(seed_note());
+  StablehloBuilder b;
+  auto x = b.param(DType::f32, {4, 6});
+  auto y = b.param(DType::f32, {2, 6});
+  // The PJRT backend's way: each parameter flat, concatenated, reshaped to the rows it holds.
+  auto flat = b.concatenate({b.reshape(x, {24}), b.reshape(y, {12})}, 0);
+  auto rows = b.reshape(flat, {6, 6});
+  auto again = b.reshape(b.reshape(rows, {36}), {6, 6});
+  auto just_y = b.slice(again, {4, 0}, {6, 6});
+  auto across = b.slice(b.reshape(rows, {36}), {18}, {30});  // rows 3..4: x's last, y's first
+  auto cols = b.concatenate({b.slice(x, {0, 0}, {4, 2}), b.slice(x, {0, 2}, {4, 6})}, 1);
+  auto inner = b.slice(b.slice(rows, {1, 1}, {6, 5}), {2, 1}, {4, 3});  // rows 3..4, cols 2..3
+  b.ret({rows, again, just_y, across, cols, inner});
+  // rows and again: the parameters' rows concatenated (%3), once; just_y: y; across: x's last row
+  // and y's first (%8); cols: x; inner: slices of x and y concatenated (%16), no slice of a slice.
+  const std::string text = b.text();
+  EXPECT_NE(text.find("return %3, %3, %arg1, %8, %arg0, %16 :"), std::string::npos) << text;
+  EXPECT_NE(text.find("%16 = stablehlo.concatenate %14, %15, dim = 0"), std::string::npos) << text;
+  EXPECT_EQ(ops_in(text, "reshape"), 4u) << text;  // the two made here, %4 and %8
+  std::vector<float> xs = normal(24), ys = normal(12);
+  PjrtBuffer dx = dev(xs, {4, 6}), dy = dev(ys, {2, 6});
+  std::vector<PjrtBuffer> out = run(b, {&dx, &dy});
+  std::vector<float> all = xs;
+  all.insert(all.end(), ys.begin(), ys.end());
+  EXPECT_EQ(out[0].to_host<float>(), all);
+  EXPECT_EQ(out[1].to_host<float>(), all);
+  EXPECT_EQ(out[2].to_host<float>(), ys);
+  EXPECT_EQ(out[3].to_host<float>(), std::vector<float>(all.begin() + 18, all.begin() + 30));
+  EXPECT_EQ(out[4].to_host<float>(), xs);
+  std::vector<float> want;
+  for (int r = 3; r < 5; ++r)
+    for (int c = 2; c < 4; ++c) want.push_back(all[r * 6 + c]);
+  EXPECT_EQ(out[5].to_host<float>(), want);
+}
+
+// split_concatenations: products, elementwise ops and broadcasts of concatenations become one per
+// piece, with the meaning of the unsplit program (q|k|v: a weight of two parameters' rows, a
+// gradient of two column blocks).
+TEST_F(StablehloTest, SplitConcatenationsKeepTheProductsMeaning) {
+  SCOPED_TRACE(seed_note());
+  const int64_t N = 7, C = 5, Q = 3, K = 2;
+  std::vector<float> xs = normal(N * C), wq = normal(Q * C), wk = normal(K * C),
+                     dys = normal(N * (Q + K)), bias = normal(Q + K);
+  std::vector<std::vector<float>> results[2];
+  for (bool split : {false, true}) {
+    StablehloBuilder b;
+    b.split_concatenations(split);
+    auto x = b.param(DType::f32, {N, C});
+    auto q = b.param(DType::f32, {Q, C});
+    auto k = b.param(DType::f32, {K, C});
+    auto dy = b.param(DType::f32, {N, Q + K});
+    auto bq = b.param(DType::f32, {Q + K});
+    auto w =
+        b.reshape(b.concatenate({b.reshape(q, {Q * C}), b.reshape(k, {K * C})}, 0), {Q + K, C});
+    auto yv = b.dot_general(x, w, {}, {}, {1}, {1});  // [N, Q+K]
+    auto bias_v = b.concatenate({b.slice(bq, {0}, {Q}), b.slice(bq, {Q}, {Q + K})}, 0);
+    auto y = b.add(yv, b.broadcast_in_dim(bias_v, {N, Q + K}, {1}));
+    // dy as two column blocks (what the backward writes into the q|k rows).
+    auto g = b.concatenate(
+        {b.slice(dy, {0, 0}, {N, Q}),
+         b.multiply(b.slice(dy, {0, Q}, {N, Q + K}), b.constant(2.0, DType::f32, {N, K}))},
+        1);
+    auto dx = b.dot_general(g, w, {}, {}, {1}, {0});  // [N, C]: a sum of two products when split
+    auto dw = b.dot_general(g, x, {}, {}, {0}, {0});  // [Q+K, C]
+    auto yq = b.slice(y, {0, 0}, {N, Q});
+    b.ret({y, dx, dw, yq});
+    const std::string text = b.text();
+    EXPECT_EQ(ops_in(text, "dot_general"), split ? 6u : 3u) << text;
+    PjrtBuffer d0 = dev(xs, {N, C}), d1 = dev(wq, {Q, C}), d2 = dev(wk, {K, C}),
+               d3 = dev(dys, {N, Q + K}), d4 = dev(bias, {Q + K});
+    for (PjrtBuffer& o : run(b, {&d0, &d1, &d2, &d3, &d4}))
+      results[split].push_back(o.to_host<float>());
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (size_t i = 0; i < results[0].size(); ++i) {
+    std::vector<double> want(results[0][i].begin(), results[0][i].end()), scale(want.size(), 1.0);
+    expect_near_all(results[1][i], want, scale, 1e-5, "result " + std::to_string(i));
+  }
+  // y against the host: x w^T + bias.
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < Q + K; ++o) {
+      double s = bias[o];
+      for (int64_t c = 0; c < C; ++c)
+        s += double(xs[n * C + c]) * (o < Q ? wq[o * C + c] : wk[(o - Q) * C + c]);
+      EXPECT_NEAR(results[1][0][n * (Q + K) + o], s, 1e-5 * (1 + std::fabs(s)));
+    }
+}
+
 }  // namespace
 }  // namespace lmt

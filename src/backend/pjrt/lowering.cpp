@@ -60,28 +60,54 @@ Act activation(StablehloBuilder& b, Activation act, const Value& g) {
 
 }  // namespace
 
+namespace {
+
+// The normalised axis of x: its last; the others are rows. A row statistic [rows...] spread over
+// the last axis, and a weight [C] over the rows.
+struct LastAxis {
+  Dims all, rows_dims, row_axes;
+  int64_t C = 0;
+  explicit LastAxis(const Value& x) : all(x.dims), rows_dims(x.dims), C(x.dims.back()) {
+    rows_dims.pop_back();
+    for (int64_t d = 0; d + 1 < x.rank(); ++d) row_axes.push_back(d);
+  }
+  Value per_row(StablehloBuilder& b, const Value& s) const {
+    return b.broadcast_in_dim(s, all, row_axes);
+  }
+  Value per_col(StablehloBuilder& b, const Value& w) const {
+    return b.broadcast_in_dim(w, all, {static_cast<int64_t>(all.size()) - 1});
+  }
+};
+
+}  // namespace
+
 NormOut rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
                         double w_offset) {
-  LMT_CHECK(x.rank() == 2 && w.rank() == 1 && w.dims[0] == x.dims[1], "rmsnorm: x [N,C], w [C]");
-  const int64_t N = x.dims[0], C = x.dims[1];
-  const Value ms = b.divide(b.reduce_sum(b.multiply(x, x), {1}), b.constant(C, x.dtype, {N}));
-  const Value rstd = b.rsqrt(b.add(ms, b.constant(eps, x.dtype, {N})));
-  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {C}));
-  return {b.multiply(b.multiply(x, rows(b, rstd, C)), cols(b, scale, N)), rstd};
+  LMT_CHECK(x.rank() >= 2 && w.rank() == 1 && w.dims[0] == x.dims.back(),
+            "rmsnorm: x [rows..., C], w [C]");
+  const LastAxis a(x);
+  const int64_t last = x.rank() - 1;
+  const Value ms =
+      b.divide(b.reduce_sum(b.multiply(x, x), {last}), b.constant(a.C, x.dtype, a.rows_dims));
+  const Value rstd = b.rsqrt(b.add(ms, b.constant(eps, x.dtype, a.rows_dims)));
+  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {a.C}));
+  return {b.multiply(b.multiply(x, a.per_row(b, rstd)), a.per_col(b, scale)), rstd};
 }
 
 // With g = dout * (offset + w): dx = rstd (g - x rstd^2 mean(g x)), dw = sum over rows of
 // dout x rstd.
 NormGrads rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x, const Value& w,
                            const Value& rstd, double w_offset) {
-  const int64_t N = x.dims[0], C = x.dims[1];
-  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {C}));
-  const Value g = b.multiply(dout, cols(b, scale, N));
-  const Value r = rows(b, rstd, C);
-  const Value mean_gx = b.divide(b.reduce_sum(b.multiply(g, x), {1}), b.constant(C, x.dtype, {N}));
+  const LastAxis a(x);
+  const int64_t last = x.rank() - 1;
+  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {a.C}));
+  const Value g = b.multiply(dout, a.per_col(b, scale));
+  const Value r = a.per_row(b, rstd);
+  const Value mean_gx =
+      b.divide(b.reduce_sum(b.multiply(g, x), {last}), b.constant(a.C, x.dtype, a.rows_dims));
   const Value r3_mean = b.multiply(b.multiply(b.multiply(rstd, rstd), rstd), mean_gx);
-  const Value dx = b.subtract(b.multiply(g, r), b.multiply(x, rows(b, r3_mean, C)));
-  const Value dw = b.reduce_sum(b.multiply(b.multiply(dout, x), r), {0});
+  const Value dx = b.subtract(b.multiply(g, r), b.multiply(x, a.per_row(b, r3_mean)));
+  const Value dw = b.reduce_sum(b.multiply(b.multiply(dout, x), r), a.row_axes);
   return {dx, dw};
 }
 

@@ -20,7 +20,7 @@ struct NormOut {
 };
 NormOut rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
                         double w_offset);
-// d/dx[N,C] and d/dw[C] of rmsnorm_forward for dout[N,C].
+// d/dx[N,C] and d/dw[C] of rmsnorm_forward for dout[N,C] (both: any rows [rows..., C]).
 struct NormGrads {
   Value dx, dw;
 };

@@ -100,23 +100,19 @@ Value dropout(StablehloBuilder& b, const Value& x, double p, const Value& key) {
   return b.select(kept, scaled, b.constant(0.0, x.dtype, x.dims));
 }
 
-// The plain RMSNorm over N * H rows of D.
+// The plain RMSNorm over each head's D, the heads kept an axis of their own ([N, H, D], not
+// N * H rows): on a tensor-parallel mesh the heads are split, and rows merged across them are not.
 NormOut head_rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
                              double w_offset) {
   LMT_CHECK(x.rank() == 3 && w.dims == Dims{x.dims[2]}, "head_rmsnorm: x [N,H,D], w [D]");
-  const int64_t N = x.dims[0], H = x.dims[1], D = x.dims[2];
-  const NormOut f = rmsnorm_forward(b, b.reshape(x, {N * H, D}), w, eps, w_offset);
-  return {b.reshape(f.out, x.dims), b.reshape(f.rstd, {N, H})};
+  return rmsnorm_forward(b, x, w, eps, w_offset);
 }
 
 NormGrads head_rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x,
                                 const Value& w, const Value& rstd, double w_offset) {
   LMT_CHECK(x.rank() == 3 && dout.dims == x.dims && rstd.dims == (Dims{x.dims[0], x.dims[1]}),
             "head_rmsnorm_backward: dout, x [N,H,D], rstd [N,H]");
-  const int64_t N = x.dims[0], H = x.dims[1], D = x.dims[2];
-  const NormGrads g = rmsnorm_backward(b, b.reshape(dout, {N * H, D}), b.reshape(x, {N * H, D}), w,
-                                       b.reshape(rstd, {N * H}), w_offset);
-  return {b.reshape(g.dx, x.dims), g.dw};
+  return rmsnorm_backward(b, dout, x, w, rstd, w_offset);
 }
 
 Value embedding_forward(StablehloBuilder& b, const Value& ids, const Value& table) {

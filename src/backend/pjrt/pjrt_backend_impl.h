@@ -38,7 +38,7 @@ class PjrtBackend final : public Backend {
   void zero(void* p, size_t bytes) override { trace_.zero(p, bytes); }
   void discard(void* p) override { trace_.discard(p); }
   void describe(const void* p, const TensorDesc& t) override;
-  void keep(const MemoryRange& value) override { trace_.keep(value); }
+  void keep(const MemoryRange& value, int64_t rows) override { trace_.keep(value, rows); }
   void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) override {
     trace_.recompute_barrier(sources, after);
   }

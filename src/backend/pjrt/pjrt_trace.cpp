@@ -50,6 +50,9 @@ StablehloBuilder& PjrtTrace::b() {
   if (!builder_) {
     builder_ = std::make_unique<StablehloBuilder>();
     builder_->set_mesh(client_.mesh());
+    // Tensor parallel: a product with the fused q|k|v (gate|up) weight is one product per
+    // projection, each split by its own heads (features), not the concatenation split in halves.
+    builder_->split_concatenations(client_.mesh().axis_size("tensor") > 1);
   }
   return *builder_;
 }
@@ -129,7 +132,10 @@ void PjrtTrace::recompute_barrier(const std::vector<MemoryRange>& sources,
     PjrtAlloc& a = tensors_.find(r.p, n, &lo);
     values.push_back(read_bytes(a, lo, lo + n, natural_type(a, lo, lo + n)));
   }
-  const std::vector<Value> out = b().optimization_barrier(values);
+  std::vector<Value> shaped;  // each in the shape it was made in, so that its split shows
+  for (const Value& v : values) shaped.push_back(b().unflattened(v));
+  std::vector<Value> out = b().optimization_barrier(shaped);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = b().reshape(out[i], values[i].dims);
   const Value& last = out.back();
   const Value first = b().reshape(b().slice(last, {0}, {1}), {});
   const bool numeric = last.dtype != DType::u8 && last.dtype != DType::i32;
@@ -146,13 +152,23 @@ void PjrtTrace::recompute_barrier(const std::vector<MemoryRange>& sources,
   }
 }
 
-void PjrtTrace::keep(const MemoryRange& value) {
+void PjrtTrace::keep(const MemoryRange& value, int64_t rows) {
   const auto n = static_cast<int64_t>(value.bytes);
   int64_t lo = 0;
   PjrtAlloc& a = tensors_.find(value.p, n, &lo);
   const DType t = natural_type(a, lo, lo + n);
   if (t != DType::f32 && t != DType::bf16 && t != DType::f64) return;  // not a residual stream
-  Value v = read_bytes(a, lo, lo + n, t);
+  const Value flat = read_bytes(a, lo, lo + n, t);
+  Value v = b().unflattened(flat);  // in the shape it was made in, so that its split shows
+  // Rows split over the batch axes, as the batch is: without it the partitioner may split a
+  // layer's activations by features instead, as the FSDP-split weights they meet are, and move
+  // them between devices to change it.
+  const Mesh& mesh = client_.mesh();
+  const int64_t batch = mesh.axis_size("data") * mesh.axis_size("fsdp");
+  if (batch > 1 && rows > 0 && rows % batch == 0 && flat.dims[0] % rows == 0) {
+    v = b().reshape(flat, {rows, flat.dims[0] / rows});
+    v = b().sharding_constraint(v, {{"data", "fsdp"}, {}});
+  }
   if (client_.platform_name() != "cpu") {
     v = b().optimization_barrier({v})[0];
   } else {
@@ -169,7 +185,7 @@ void PjrtTrace::keep(const MemoryRange& value) {
         });
     v = out[1];
   }
-  write_bytes(a, lo, lo + n, v);
+  write_bytes(a, lo, lo + n, b().reshape(v, flat.dims));
 }
 
 // Dead scratch is not an output of the program (an input it was stays one, unchanged).

@@ -87,7 +87,8 @@ class PjrtTrace {
   // expands optimization barriers before it fuses, so there it is the result of a loop the
   // compiler cannot see the trip count of (one, a runtime scalar), whose body multiplies by that
   // scalar's 1; elsewhere an optimization barrier, which XLA's GPU compiler keeps through fusion.
-  void keep(const MemoryRange& value);
+  // On a mesh with batch axes the value, as `rows` rows, is constrained to rows split over them.
+  void keep(const MemoryRange& value, int64_t rows);
   // The allocation p is freed: a pending program that reads it keeps its arrays until it runs.
   void release(void* p);
   // Whether bytes [p, p + bytes) hold zeros that this program wrote (zero()), so that a reader can

@@ -189,6 +189,19 @@ void StablehloBuilder::shard_results(std::vector<TensorSharding> shardings) {
   result_shardings_ = std::move(shardings);
 }
 
+HloValue StablehloBuilder::sharding_constraint(const HloValue& x, TensorSharding s) {
+  check_mine(x);
+  if (mesh_.single()) return x;
+  for (std::vector<std::string>& axes : s)
+    std::erase_if(axes, [&](const std::string& a) { return mesh_.axis_size(a) == 1; });
+  std::string attr = sharding_attr(s, x.dims.size());  // #sdy.sharding<@mesh, [...]>
+  attr = attr.substr(std::string("#sdy.sharding").size());
+  Value r = next(x.dtype, x.dims, x.pred);
+  lines_.push_back(name(r) + " = sdy.sharding_constraint " + name(x) + " " + attr + " : " +
+                   mlir_tensor_type(r));
+  return r;
+}
+
 // `#sdy.sharding<@mesh, [{"fsdp"}, {}]>`: per dimension the axes that split it, closed (no
 // dimension left for the partitioner to choose).
 std::string StablehloBuilder::sharding_attr(const TensorSharding& s, size_t rank) const {
@@ -258,6 +271,24 @@ StablehloBuilder::Value StablehloBuilder::elementwise(const char* op, const Valu
   LMT_CHECK(
       a.dtype == b.dtype && a.dims == b.dims,
       std::string("StableHLO ") + op + ": " + mlir_tensor_type(a) + " vs " + mlir_tensor_type(b));
+  // op(reshape(a'), reshape(b')) with a' and b' of one shape: the op in that shape (the flat
+  // memory the PJRT backend passes values through otherwise hides how a value is split).
+  const Def &ra = def_of(a), &rb = def_of(b);
+  if (ra.kind == Def::reshape && rb.kind == Def::reshape && ra.in[0].dims == rb.in[0].dims &&
+      ra.in[0].dtype == rb.in[0].dtype && !ra.in[0].pred && !rb.in[0].pred) {
+    const Value a0 = ra.in[0], b0 = rb.in[0];  // copies: the ops below may move defs_
+    return reshape(elementwise(op, a0, b0), a.dims);
+  }
+  if (split_ && pieces_of(a)) {  // op(concat(a_i), concat(b_i)) = concat(op(a_i, b_i))
+    const Def da = def_of(a), db = def_of(b);  // copies: the ops below may move defs_
+    bool alike = db.kind == Def::concatenate && db.dim == da.dim && da.in.size() == db.in.size();
+    for (size_t i = 0; alike && i < da.in.size(); ++i) alike = da.in[i].dims == db.in[i].dims;
+    if (alike) {
+      std::vector<Value> out;
+      for (size_t i = 0; i < da.in.size(); ++i) out.push_back(elementwise(op, da.in[i], db.in[i]));
+      return concatenate(out, da.dim);
+    }
+  }
   Value r = next(a.dtype, a.dims);
   lines_.push_back(name(r) + " = stablehlo." + op + " " + name(a) + ", " + name(b) + " : " +
                    mlir_tensor_type(r));
@@ -319,6 +350,12 @@ Value StablehloBuilder::logistic(const Value& x) {
 
 Value StablehloBuilder::convert(const Value& x, DType to) {
   check_mine(x);
+  if (split_ && pieces_of(x)) {
+    const Def d = def_of(x);  // a copy: the ops below may move defs_
+    std::vector<Value> out;
+    for (const Value& p : d.in) out.push_back(convert(p, to));
+    return concatenate(out, d.dim);
+  }
   Value r = next(to, x.dims);
   lines_.push_back(name(r) + " = stablehlo.convert " + name(x) + " : " + signature({x}, r));
   return r;
@@ -403,20 +440,37 @@ Value StablehloBuilder::broadcast_in_dim(const Value& x, Dims dims, Dims broadca
     LMT_CHECK(x.dims[i] == 1 || x.dims[i] == dims[broadcast_dims[i]],
               "StableHLO broadcast_in_dim: dimension " + std::to_string(i) + " does not fit");
   }
+  if (split_ && pieces_of(x)) {
+    const Def def = def_of(x);  // a copy: the ops below may move defs_
+    const int64_t d = def.dim, to = broadcast_dims[static_cast<size_t>(d)];
+    if (x.dims[d] == dims[to]) {  // the concatenated dimension is not broadcast: one per piece
+      std::vector<Value> out;
+      for (const Value& p : def.in) {
+        Dims pd = dims;
+        pd[to] = p.dims[d];
+        out.push_back(broadcast_in_dim(p, pd, broadcast_dims));
+      }
+      return concatenate(out, to);
+    }
+  }
   Value r = next(x.dtype, std::move(dims), x.pred);
   lines_.push_back(name(r) + " = stablehlo.broadcast_in_dim " + name(x) + ", dims = [" +
                    join(broadcast_dims) + "] : " + signature({x}, r));
   return r;
 }
 
-Value StablehloBuilder::reshape(const Value& x, Dims dims) {
+Value StablehloBuilder::emit_reshape(const Value& x, Dims dims) {
   check_mine(x);
   int64_t n = 1, m = 1;
   for (int64_t d : x.dims) n *= d;
   for (int64_t d : dims) m *= d;
   LMT_CHECK(n == m, "StableHLO reshape: element counts differ");
+  Value t = type_of(x.dtype, dims);
+  t.pred = x.pred;
+  const std::string op = "stablehlo.reshape " + name(x) + " : " + signature({x}, t);
+  if (const Value* seen = reuse(op)) return *seen;
   Value r = next(x.dtype, std::move(dims), x.pred);
-  lines_.push_back(name(r) + " = stablehlo.reshape " + name(x) + " : " + signature({x}, r));
+  emit(r, op, Def{Def::reshape, {x}, {}, {}, 0});
   return r;
 }
 
@@ -449,9 +503,9 @@ Value StablehloBuilder::transpose(const Value& x, Dims permutation) {
   return r;
 }
 
-Value StablehloBuilder::slice(const Value& x, Dims start, Dims limit, Dims stride) {
+Value StablehloBuilder::emit_slice(const Value& x, const Dims& start, const Dims& limit,
+                                   const Dims& stride) {
   check_mine(x);
-  if (stride.empty()) stride.assign(x.dims.size(), 1);
   LMT_CHECK(int64_t(start.size()) == x.rank() && int64_t(limit.size()) == x.rank() &&
                 int64_t(stride.size()) == x.rank(),
             "StableHLO slice: one start, limit and stride per dimension");
@@ -465,13 +519,17 @@ Value StablehloBuilder::slice(const Value& x, Dims start, Dims limit, Dims strid
     ranges += std::to_string(start[d]) + ":" + std::to_string(limit[d]);
     if (stride[d] != 1) ranges.append(":").append(std::to_string(stride[d]));
   }
+  Value t = type_of(x.dtype, dims);
+  t.pred = x.pred;
+  const std::string op = "stablehlo.slice " + name(x) + " [" + ranges + "] : " + signature({x}, t);
+  if (const Value* seen = reuse(op)) return *seen;
   Value r = next(x.dtype, std::move(dims), x.pred);
-  lines_.push_back(name(r) + " = stablehlo.slice " + name(x) + " [" + ranges +
-                   "] : " + signature({x}, r));
+  const bool unit = std::all_of(stride.begin(), stride.end(), [](int64_t k) { return k == 1; });
+  emit(r, op, unit ? Def{Def::slice, {x}, start, limit, 0} : Def{});
   return r;
 }
 
-Value StablehloBuilder::concatenate(const std::vector<Value>& xs, int64_t dim) {
+Value StablehloBuilder::emit_concatenate(const std::vector<Value>& xs, int64_t dim) {
   LMT_CHECK(!xs.empty(), "StableHLO concatenate: no operands");
   const Value& x0 = xs[0];
   LMT_CHECK(dim >= 0 && dim < x0.rank(), "StableHLO concatenate: bad dimension");
@@ -486,9 +544,13 @@ Value StablehloBuilder::concatenate(const std::vector<Value>& xs, int64_t dim) {
                         mlir_tensor_type(x0));
     dims[dim] += x.dims[dim];
   }
+  Value t = type_of(x0.dtype, dims);
+  t.pred = x0.pred;
+  const std::string op = "stablehlo.concatenate " + operands + ", dim = " + std::to_string(dim) +
+                         " : " + signature(xs, t);
+  if (const Value* seen = reuse(op)) return *seen;
   Value r = next(x0.dtype, std::move(dims), x0.pred);
-  lines_.push_back(name(r) + " = stablehlo.concatenate " + operands +
-                   ", dim = " + std::to_string(dim) + " : " + signature(xs, r));
+  emit(r, op, Def{Def::concatenate, xs, {}, {}, dim});
   return r;
 }
 
@@ -498,9 +560,9 @@ Value StablehloBuilder::dot_general(const Value& lhs, const Value& rhs, Dims lhs
                      std::move(rhs_contract), lhs.dtype);
 }
 
-Value StablehloBuilder::dot_general(const Value& lhs, const Value& rhs, Dims lhs_batch,
-                                    Dims rhs_batch, Dims lhs_contract, Dims rhs_contract,
-                                    DType result) {
+Value StablehloBuilder::emit_dot(const Value& lhs, const Value& rhs, const Dims& lhs_batch,
+                                 const Dims& rhs_batch, const Dims& lhs_contract,
+                                 const Dims& rhs_contract, DType result) {
   check_mine(lhs), check_mine(rhs);
   const char* what = "StableHLO dot_general";
   LMT_CHECK(!lhs.pred && !rhs.pred && lhs.dtype == rhs.dtype,
@@ -543,6 +605,16 @@ Value StablehloBuilder::reduce(const char* op, double init, const Value& x, cons
   check_mine(x);
   LMT_CHECK(!x.pred, std::string("StableHLO reduce ") + op + ": pred operand");
   check_dims(dims, x.rank(), "StableHLO reduce");
+  if (split_ && pieces_of(x)) {  // along a kept dimension: one reduction per piece
+    const Def def = def_of(x);   // a copy: the ops below may move defs_
+    if (std::find(dims.begin(), dims.end(), def.dim) == dims.end()) {
+      const int64_t at =
+          def.dim - std::count_if(dims.begin(), dims.end(), [&](int64_t d) { return d < def.dim; });
+      std::vector<Value> out;
+      for (const Value& p : def.in) out.push_back(reduce(op, init, p, dims));
+      return concatenate(out, at);
+    }
+  }
   Value zero = constant(init, x.dtype);
   Dims kept;
   for (int64_t d = 0; d < x.rank(); ++d) {

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/mesh.h"
@@ -57,6 +59,25 @@ class StablehloBuilder {
   void set_mesh(const Mesh& mesh) { mesh_ = mesh; }
   void shard_param(const Value& param, const TensorSharding& sharding);
   void shard_results(std::vector<TensorSharding> shardings);
+  // Folding. reshape, slice and concatenate look through the reshapes, slices and concatenations
+  // that made their operand: a reshape of a reshape is one reshape (none where the shape comes
+  // back), a slice of a concatenation is the pieces it covers, adjacent slices of one value
+  // concatenated are one slice. All exact (data movement only). The PJRT backend passes every
+  // value through flat memory, so a value read back in the shape it was written is then the value
+  // itself, and a weight read across several parameters (the fused q|k|v rows) is the
+  // concatenation of those parameters.
+  // With split_concatenations (a tensor-parallel mesh) concatenations also move outwards through
+  // the ops that take them: a product with a concatenated operand is the concatenation of the
+  // products with its pieces (or, concatenated alike on both sides along a contracted dimension,
+  // their sum), and so for elementwise ops and broadcasts. Then each of q, k and v keeps the
+  // split of its own parameter (by heads), where their concatenation, split in halves, would not.
+  void split_concatenations(bool on) { split_ = on; }
+  // x constrained to the sharding s over the mesh (Shardy's sharding_constraint; axes the mesh
+  // lacks or has of size 1 are left out); x itself on a single device.
+  Value sharding_constraint(const Value& x, TensorSharding s);
+  // The value x is a reshape of (x where it is none): the shape a flat value had before the PJRT
+  // backend flattened it, for ops that should see it in that shape (a barrier, a loop).
+  Value unflattened(const Value& x) const;
 
   // `value` in every element of a tensor of this type, rounded to dtype (bf16 and f16 through f32,
   // as f32_to_bf16 does); an i32 constant must be an integer in range.
@@ -173,6 +194,34 @@ class StablehloBuilder {
   std::vector<Value> open_region(const std::vector<Value>& block_args);
   std::vector<std::string> close_region();
   std::vector<Value> op_results(int op, const std::vector<Value>& like);
+  // The ops emitted as written (the public reshape, slice, concatenate and dot_general fold first:
+  // stablehlo_fold.cpp).
+  Value emit_reshape(const Value& x, Dims dims);
+  Value emit_slice(const Value& x, const Dims& start, const Dims& limit, const Dims& stride);
+  Value emit_concatenate(const std::vector<Value>& xs, int64_t dim);
+  Value emit_dot(const Value& lhs, const Value& rhs, const Dims& lhs_batch, const Dims& rhs_batch,
+                 const Dims& lhs_contract, const Dims& rhs_contract, DType result);
+  // What made a value, for the ops folding looks through (the others: kind other).
+  struct Def {
+    enum Kind { other, reshape, slice, concatenate } kind = other;
+    std::vector<Value> in;
+    Dims start, limit;  // slice (stride 1)
+    int64_t dim = 0;    // concatenate
+  };
+  const Def& def_of(const Value& v) const;
+  // The data-movement ops (reshape, slice, concatenate) are emitted once per operand and form:
+  // folding rebuilds the same piece from several reads. `op` is the op's text after "r = ".
+  const Value* reuse(const std::string& op) const;
+  void emit(const Value& r, const std::string& op, Def d);
+  // The operands of v if it is a concatenation along `dim` (any dim: -1), else {}.
+  const std::vector<Value>* pieces_of(const Value& v, int64_t dim = -1) const;
+  Value fold_slice(const Value& x, const Dims& start, const Dims& limit);
+  std::optional<Value> split_dot(const Value& lhs, const Value& rhs, const Dims& lhs_batch,
+                                 const Dims& rhs_batch, const Dims& lhs_contract,
+                                 const Dims& rhs_contract, DType result);
+  std::vector<Def> defs_;                           // by op number
+  std::unordered_map<std::string, Value> emitted_;  // data-movement op text -> its result
+  bool split_ = false;
 
   std::string sharding_attr(const TensorSharding& s, size_t rank) const;
 
