@@ -82,6 +82,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // What computes the products, as a person reads it (the CPU backend: its BLAS, the core kernels
+  // it chose and what chose them); empty where the backend's report says it elsewhere.
+  virtual std::string kernels() const { return ""; }
 
   // ---- memory ----
   virtual void* alloc(size_t bytes) = 0;  // zero-filled

@@ -133,6 +133,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
 
   nlohmann::json j;
   j["backend"] = be->name();
+  if (const std::string k = be->kernels(); !k.empty()) j["kernels"] = k;
   j["shape"] = shape_of(cfg);
   j["params"] = model.num_params();
   j["optimizer"] = built.optimizer->name();

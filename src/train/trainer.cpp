@@ -198,6 +198,7 @@ void log_run_start(Metrics& metrics, const RunConfig& cfg, const TrainData& data
       cfg.train.precision == "bf16"
           ? "bf16 (bf16 compute; f32 master weights, gradients, moments, loss)"
           : "f32"));
+  if (const std::string k = built.backend->kernels(); !k.empty()) metrics.log_line("kernels: " + k);
   if (!built.init_line.empty()) metrics.log_line(built.init_line);
   if (const std::string a = built.optimizer->assignment(); !a.empty()) metrics.log_line(a);
   metrics.log_line(

@@ -405,8 +405,31 @@ TEST_F(Cli, BenchPrintsOneJsonObject) {
   Result g = run("bench --config " + config() + " --steps 1 --set train.threads=1");
   ASSERT_EQ(g.code, 0) << g.out;
   for (const char* key : {"\"tokens_per_s\"", "\"step_ms\"", "\"mfu\"", "\"peak_rss_bytes\"",
-                          "\"backend\"", "\"shape\"", "\"gemm_share\""})
+                          "\"backend\"", "\"shape\"", "\"gemm_share\"", "\"kernels\""})
     EXPECT_NE(g.out.find(key), std::string::npos) << key << g.out;
+}
+
+// The kernels bench reports: OpenBLAS's core, and OPENBLAS_CORETYPE named where it chose them.
+TEST_F(Cli, BenchReportsTheBlasKernels) {
+  const std::string bench = "bench --config " + config() + " --steps 1 --set train.threads=1";
+  auto json = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.find('{'), out.rfind('}') - out.find('{') + 1));
+  };
+  Result own = capture("env -u OPENBLAS_CORETYPE " + std::string(LMT_BINARY) + " " + bench);
+  ASSERT_EQ(own.code, 0) << own.out;
+  const nlohmann::json a = json(own.out);
+  const std::string k = a.at("kernels").get<std::string>();
+  EXPECT_EQ(k.rfind("OpenBLAS ", 0), 0u) << k;
+  EXPECT_NE(k.find("; core "), std::string::npos) << k;
+  EXPECT_NE(k.find("OPENBLAS_CORETYPE unset"), std::string::npos) << k;
+  Result held =
+      capture("env OPENBLAS_CORETYPE=Sandybridge " + std::string(LMT_BINARY) + " " + bench);
+  ASSERT_EQ(held.code, 0) << held.out;
+  const nlohmann::json b = json(held.out);
+  EXPECT_NE(b.at("kernels").get<std::string>().find(
+                "core Sandybridge (set by OPENBLAS_CORETYPE=Sandybridge)"),
+            std::string::npos)
+      << b.at("kernels");
 }
 
 }  // namespace

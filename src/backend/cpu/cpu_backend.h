@@ -12,6 +12,7 @@ namespace lmt {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  std::string kernels() const override;
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;

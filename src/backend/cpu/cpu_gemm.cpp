@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "backend/cpu/cpu_backend.h"
@@ -21,6 +23,16 @@ bool fits_int(int64_t v) {
 }
 
 }  // namespace
+
+// OpenBLAS picks its core kernels when it loads: the CPU's own, unless OPENBLAS_CORETYPE names
+// others (some machines set it, holding OpenBLAS to AVX2 kernels on an AVX-512 CPU).
+std::string CpuBackend::kernels() const {
+  std::string s = std::string(openblas_get_config()) + "; core " + openblas_get_corename();
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  s += forced && *forced ? std::string(" (set by OPENBLAS_CORETYPE=") + forced + ")"
+                         : " (this CPU's; OPENBLAS_CORETYPE unset)";
+  return s;
+}
 
 void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                       double alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
