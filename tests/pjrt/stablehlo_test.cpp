@@ -410,5 +410,135 @@ TEST_F(StablehloTest, SplitConcatenationsKeepTheProductsMeaning) {
     }
 }
 
+// A host array and the data-movement ops on it, as StableHLO defines them: the reference for the
+// folding test below.
+struct HostArray {
+  Dims dims;
+  std::vector<float> v;
+};
+Dims strides_of(const Dims& d) {
+  Dims s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+HostArray host_slice(const HostArray& x, const Dims& start, const Dims& limit) {
+  HostArray r;
+  for (size_t d = 0; d < x.dims.size(); ++d) r.dims.push_back(limit[d] - start[d]);
+  const Dims xs = strides_of(x.dims), rs = strides_of(r.dims);
+  int64_t n = 1;
+  for (int64_t d : r.dims) n *= d;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t at = 0;
+    for (size_t d = 0; d < r.dims.size(); ++d) at += (i / rs[d] % r.dims[d] + start[d]) * xs[d];
+    r.v.push_back(x.v[static_cast<size_t>(at)]);
+  }
+  return r;
+}
+HostArray host_concat(const std::vector<HostArray>& xs, size_t dim) {
+  HostArray r{xs[0].dims, {}};
+  r.dims[dim] = 0;
+  for (const HostArray& x : xs) r.dims[dim] += x.dims[dim];
+  const Dims rs = strides_of(r.dims);
+  int64_t n = 1;
+  for (int64_t d : r.dims) n *= d;
+  for (int64_t i = 0; i < n; ++i) {
+    Dims idx(r.dims.size());
+    for (size_t d = 0; d < r.dims.size(); ++d) idx[d] = i / rs[d] % r.dims[d];
+    size_t k = 0;
+    while (idx[dim] >= xs[k].dims[dim]) idx[dim] -= xs[k++].dims[dim];
+    const Dims s = strides_of(xs[k].dims);
+    int64_t at = 0;
+    for (size_t d = 0; d < idx.size(); ++d) at += idx[d] * s[d];
+    r.v.push_back(xs[k].v[static_cast<size_t>(at)]);
+  }
+  return r;
+}
+
+// Random chains of reshapes, slices, concatenations (of neighbouring slices too, which fold back)
+// and adds, built with folding (and, in the second round, split_concatenations), equal the host's
+// reference bit for bit: folding only moves data.
+TEST_F(StablehloTest, FoldingIsExactOnRandomChains) {
+  SCOPED_TRACE(seed_note());
+  for (bool split : {false, true}) {
+    StablehloBuilder b;
+    b.split_concatenations(split);
+    std::vector<HostArray> host;
+    std::vector<HloValue> vals;
+    std::vector<PjrtBuffer> inputs;
+    for (Dims d : {Dims{6, 4}, Dims{2, 3, 4}, Dims{24}}) {
+      HostArray h{d, uniform(24)};
+      inputs.push_back(dev(h.v, d));
+      vals.push_back(b.param(DType::f32, d));
+      host.push_back(h);
+    }
+    auto pick = [&](size_t n) { return static_cast<size_t>(rng_() % n); };
+    for (int op = 0; op < 60; ++op) {
+      const size_t i = pick(vals.size());
+      const HostArray x = host[i];
+      const HloValue v = vals[i];
+      HostArray r;
+      HloValue rv;
+      switch (pick(4)) {
+        case 0: {  // reshape to one of the shapes of 24 elements (or of its own count)
+          int64_t n = 1;
+          for (int64_t d : x.dims) n *= d;
+          std::vector<Dims> shapes = {{n}};
+          for (int64_t a = 1; a <= n; ++a)
+            if (n % a == 0) shapes.push_back({a, n / a});
+          if (n % 2 == 0) shapes.push_back({2, n / 2 / (n % 4 == 0 ? 2 : 1), n % 4 == 0 ? 2 : 1});
+          r = {shapes[pick(shapes.size())], x.v};
+          rv = b.reshape(v, r.dims);
+          break;
+        }
+        case 1: {  // a non-empty slice
+          Dims s, l;
+          for (int64_t d : x.dims) {
+            const int64_t a = static_cast<int64_t>(pick(static_cast<size_t>(d)));
+            s.push_back(a);
+            l.push_back(a + 1 + static_cast<int64_t>(pick(static_cast<size_t>(d - a))));
+          }
+          r = host_slice(x, s, l);
+          rv = b.slice(v, s, l);
+          break;
+        }
+        case 2: {  // cut along a dimension and put back together, maybe with a piece repeated
+          const size_t d = pick(x.dims.size());
+          if (x.dims[d] < 2) continue;
+          const int64_t cut = 1 + static_cast<int64_t>(pick(static_cast<size_t>(x.dims[d] - 1)));
+          Dims s0(x.dims.size(), 0), l0 = x.dims, s1(x.dims.size(), 0), l1 = x.dims;
+          l0[d] = cut, s1[d] = cut;
+          const HostArray a = host_slice(x, s0, l0), c = host_slice(x, s1, l1);
+          const HloValue av = b.slice(v, s0, l0), cv = b.slice(v, s1, l1);
+          if (pick(2)) {
+            r = host_concat({a, c}, d);
+            rv = b.concatenate({av, cv}, static_cast<int64_t>(d));
+          } else {
+            r = host_concat({c, a, c}, d);
+            rv = b.concatenate({cv, av, cv}, static_cast<int64_t>(d));
+          }
+          break;
+        }
+        default: {  // x + x
+          r = x;
+          for (float& e : r.v) e += e;
+          rv = b.add(v, v);
+          break;
+        }
+      }
+      host.push_back(r);
+      vals.push_back(rv);
+    }
+    b.ret(vals);
+    std::vector<PjrtBuffer*> args;
+    for (PjrtBuffer& in : inputs) args.push_back(&in);
+    const std::vector<PjrtBuffer> out = run(b, args);
+    ASSERT_EQ(out.size(), host.size());
+    for (size_t k = 0; k < host.size(); ++k) {
+      EXPECT_EQ(out[k].dims(), host[k].dims) << "value " << k;
+      EXPECT_EQ(out[k].to_host<float>(), host[k].v) << "value " << k << (split ? ", split" : "");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace lmt
