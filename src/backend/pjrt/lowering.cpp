@@ -4,6 +4,7 @@
 #include "backend/pjrt/lowering.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "core/error.h"
 
@@ -13,13 +14,18 @@ namespace {
 
 using Dims = std::vector<int64_t>;
 
-// x[N] repeated along C: [N, C].
+// x[N] (any rows [rows...]) repeated along C: [N, C] ([rows..., C]).
 Value rows(StablehloBuilder& b, const Value& x, int64_t C) {
-  return b.broadcast_in_dim(x, {x.dims[0], C}, {0});
+  Dims dims = x.dims, axes(x.dims.size());
+  dims.push_back(C);
+  std::iota(axes.begin(), axes.end(), int64_t{0});
+  return b.broadcast_in_dim(x, dims, axes);
 }
-// w[C] repeated for N rows: [N, C].
-Value cols(StablehloBuilder& b, const Value& w, int64_t N) {
-  return b.broadcast_in_dim(w, {N, w.dims[0]}, {1});
+// w[C] repeated for rows [N] (any [rows...]): [N, C] ([rows..., C]).
+Value cols(StablehloBuilder& b, const Value& w, Dims lead) {
+  const auto at = static_cast<int64_t>(lead.size());
+  lead.push_back(w.dims[0]);
+  return b.broadcast_in_dim(w, lead, {at});
 }
 Value scalar(StablehloBuilder& b, double v, const Value& like) {
   return b.constant(v, like.dtype, like.dims);
@@ -60,54 +66,34 @@ Act activation(StablehloBuilder& b, Activation act, const Value& g) {
 
 }  // namespace
 
-namespace {
-
-// The normalised axis of x: its last; the others are rows. A row statistic [rows...] spread over
-// the last axis, and a weight [C] over the rows.
-struct LastAxis {
-  Dims all, rows_dims, row_axes;
-  int64_t C = 0;
-  explicit LastAxis(const Value& x) : all(x.dims), rows_dims(x.dims), C(x.dims.back()) {
-    rows_dims.pop_back();
-    for (int64_t d = 0; d + 1 < x.rank(); ++d) row_axes.push_back(d);
-  }
-  Value per_row(StablehloBuilder& b, const Value& s) const {
-    return b.broadcast_in_dim(s, all, row_axes);
-  }
-  Value per_col(StablehloBuilder& b, const Value& w) const {
-    return b.broadcast_in_dim(w, all, {static_cast<int64_t>(all.size()) - 1});
-  }
-};
-
-}  // namespace
-
 NormOut rmsnorm_forward(StablehloBuilder& b, const Value& x, const Value& w, double eps,
                         double w_offset) {
   LMT_CHECK(x.rank() >= 2 && w.rank() == 1 && w.dims[0] == x.dims.back(),
             "rmsnorm: x [rows..., C], w [C]");
-  const LastAxis a(x);
-  const int64_t last = x.rank() - 1;
-  const Value ms =
-      b.divide(b.reduce_sum(b.multiply(x, x), {last}), b.constant(a.C, x.dtype, a.rows_dims));
-  const Value rstd = b.rsqrt(b.add(ms, b.constant(eps, x.dtype, a.rows_dims)));
-  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {a.C}));
-  return {b.multiply(b.multiply(x, a.per_row(b, rstd)), a.per_col(b, scale)), rstd};
+  const int64_t last = x.rank() - 1, C = x.dims.back();
+  const Dims lead(x.dims.begin(), x.dims.end() - 1);
+  const Value ms = b.divide(b.reduce_sum(b.multiply(x, x), {last}), b.constant(C, x.dtype, lead));
+  const Value rstd = b.rsqrt(b.add(ms, b.constant(eps, x.dtype, lead)));
+  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {C}));
+  return {b.multiply(b.multiply(x, rows(b, rstd, C)), cols(b, scale, lead)), rstd};
 }
 
 // With g = dout * (offset + w): dx = rstd (g - x rstd^2 mean(g x)), dw = sum over rows of
 // dout x rstd.
 NormGrads rmsnorm_backward(StablehloBuilder& b, const Value& dout, const Value& x, const Value& w,
                            const Value& rstd, double w_offset) {
-  const LastAxis a(x);
-  const int64_t last = x.rank() - 1;
-  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {a.C}));
-  const Value g = b.multiply(dout, a.per_col(b, scale));
-  const Value r = a.per_row(b, rstd);
+  const int64_t last = x.rank() - 1, C = x.dims.back();
+  const Dims lead(x.dims.begin(), x.dims.end() - 1);
+  Dims lead_axes(lead.size());
+  std::iota(lead_axes.begin(), lead_axes.end(), int64_t{0});
+  const Value scale = b.add(w, b.constant(w_offset, w.dtype, {C}));
+  const Value g = b.multiply(dout, cols(b, scale, lead));
+  const Value r = rows(b, rstd, C);
   const Value mean_gx =
-      b.divide(b.reduce_sum(b.multiply(g, x), {last}), b.constant(a.C, x.dtype, a.rows_dims));
+      b.divide(b.reduce_sum(b.multiply(g, x), {last}), b.constant(C, x.dtype, lead));
   const Value r3_mean = b.multiply(b.multiply(b.multiply(rstd, rstd), rstd), mean_gx);
-  const Value dx = b.subtract(b.multiply(g, r), b.multiply(x, a.per_row(b, r3_mean)));
-  const Value dw = b.reduce_sum(b.multiply(b.multiply(dout, x), r), a.row_axes);
+  const Value dx = b.subtract(b.multiply(g, r), b.multiply(x, rows(b, r3_mean, C)));
+  const Value dw = b.reduce_sum(b.multiply(b.multiply(dout, x), r), lead_axes);
   return {dx, dw};
 }
 
@@ -121,7 +107,7 @@ LayerNormOut layernorm_forward(StablehloBuilder& b, const Value& x, const Value&
   const Value var = b.divide(b.reduce_sum(b.multiply(xc, xc), {1}), count);
   const Value rstd = b.rsqrt(b.add(var, b.constant(eps, x.dtype, {N})));
   const Value out =
-      b.add(b.multiply(b.multiply(xc, rows(b, rstd, C)), cols(b, w, N)), cols(b, bias, N));
+      b.add(b.multiply(b.multiply(xc, rows(b, rstd, C)), cols(b, w, {N})), cols(b, bias, {N}));
   return {out, mean, rstd};
 }
 
@@ -132,7 +118,7 @@ LayerNormGrads layernorm_backward(StablehloBuilder& b, const Value& dout, const 
   const int64_t N = x.dims[0], C = x.dims[1];
   const Value count = b.constant(C, x.dtype, {N});
   const Value xhat = b.multiply(b.subtract(x, rows(b, mean, C)), rows(b, rstd, C));
-  const Value g = b.multiply(dout, cols(b, w, N));
+  const Value g = b.multiply(dout, cols(b, w, {N}));
   const Value mean_g = b.divide(b.reduce_sum(g, {1}), count);
   const Value mean_gx = b.divide(b.reduce_sum(b.multiply(g, xhat), {1}), count);
   const Value inner =
