@@ -1,7 +1,8 @@
 // The kernel interface every backend implements. Model, loss and optimizer code call only these
 // functions, so they never branch on the backend. Pointers are device pointers of the backend;
-// every floating buffer has the dtype passed as `dt` (the CPU backend runs f32 and f64; f64 exists
-// for gradient checks). Shapes are given in the comment beside each argument, row-major.
+// every floating buffer has the dtype passed as `dt` (f64 exists for gradient checks; bf16 is the
+// compute dtype of mixed precision, whose saved statistics stay f32). Shapes are given in the
+// comment beside each argument, row-major.
 //
 // Conventions: "+=" in a comment means the kernel accumulates into that buffer (gradients
 // accumulate over micro-batches and residual branches); otherwise the output is overwritten.
@@ -85,6 +86,9 @@ class Backend {
   // What computes the products, as a person reads it (the CPU backend: its BLAS, the core kernels
   // it chose and what chose them); empty where the backend's report says it elsewhere.
   virtual std::string kernels() const { return ""; }
+  // Empty where the backend computes in dt on this machine; else why it cannot, as a person reads
+  // it (the CPU backend's bf16 needs bf16 matrix instructions).
+  virtual std::string unsupported(DType dt) const { return ""; }
 
   // ---- memory ----
   virtual void* alloc(size_t bytes) = 0;  // zero-filled

@@ -95,6 +95,9 @@ BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
   BackendOptions backend = backend_options(cfg);
   backend.compile_only = options.compile_only;
   b.backend = make_backend(tc.backend, backend);
+  if (tc.precision == "bf16")
+    if (const std::string why = b.backend->unsupported(DType::bf16); !why.empty())
+      throw UserError("train.precision: " + why);
   b.model = std::make_unique<Transformer>(b.backend.get(), cfg.model);
   Transformer& model = *b.model;
   model.set_activation_checkpointing(tc.activation_checkpointing);

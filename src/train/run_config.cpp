@@ -108,9 +108,6 @@ void validate_train(const TrainConfig& t) {
   if (t.deterministic && t.backend != "pjrt")
     throw UserError("train.deterministic is set, but train.backend is '" + t.backend +
                     "' (it asks XLA for deterministic ops; the CPU backend always is)");
-  if (t.precision == "bf16" && t.backend != "pjrt")
-    throw UserError("train.precision is 'bf16', but train.backend is '" + t.backend +
-                    "' (bf16 compute needs backend pjrt; the CPU backend's kernels are f32)");
   require(t.activation_bits == 0 || t.activation_bits == 1, "train.activation_bits",
           "0 or 1 (0 = the pre-activation kept whole)", t.activation_bits);
   require(t.micro_batch_size >= 1, "train.micro_batch_size", ">= 1", t.micro_batch_size);

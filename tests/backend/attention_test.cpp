@@ -384,7 +384,7 @@ TEST(AttentionErrors, RejectsBadArguments) {
   float buf[64] = {};
   EXPECT_THROW(be.attention_forward(DType::f32, a, buf, buf, buf, buf, buf), InternalError);
   a.num_heads = 2;
-  EXPECT_THROW(be.attention_forward(DType::bf16, a, buf, buf, buf, buf, buf), InternalError);
+  EXPECT_THROW(be.attention_forward(DType::f16, a, buf, buf, buf, buf, buf), InternalError);
 }
 
 }  // namespace

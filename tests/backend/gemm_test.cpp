@@ -12,7 +12,10 @@
 #include <vector>
 
 #include "backend_test_util.h"
+#include "core/dtype.h"
+#include "core/rng.h"
 #include "core/threads.h"
+#include "test_util.h"
 
 namespace lmt {
 namespace {
@@ -86,11 +89,58 @@ TEST(Gemm, CountsSecondsAndRejectsOtherDtypes) {
   be.reset_gemm_seconds();
   EXPECT_EQ(be.gemm_seconds(), 0.0);
   try {
-    be.gemm(DType::bf16, false, false, 4, 4, 4, 1.0, a.data(), 4, a.data(), 4, 0.0, c.data(), 4);
-    FAIL() << "bf16 gemm should fail";
+    be.gemm(DType::f16, false, false, 4, 4, 4, 1.0, a.data(), 4, a.data(), 4, 0.0, c.data(), 4);
+    FAIL() << "f16 gemm should fail";
   } catch (const InternalError& e) {
     EXPECT_NE(std::string(e.what()).find("gemm"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f16"), std::string::npos) << e.what();
+  }
+}
+
+// bf16 products (mixed precision): bf16 operands, f32 accumulation, the result rounded once.
+// Sums of 300 products of values on a 1/16 grid are exact in f32, so C must be exactly the f64
+// product rounded to bf16, with alpha, beta and either transpose. Natively (oneDNN) where the CPU
+// has bf16 matrix instructions, else refused by name; emulated (f32 products) on any CPU.
+TEST(Gemm, Bf16ProductsAccumulateInF32AndRoundOnce) {
+  CpuBackend be;
+  const std::string why = be.unsupported(DType::bf16);
+  for (const bool emulated : {false, true}) {
+    SCOPED_TRACE(emulated ? "emulated" : "native");
+    test::ScopedEnv env("LMTRAIN_CPU_BF16", emulated ? "emulate" : nullptr);
+    const int64_t M = 7, N = 33, K = 300;
+    std::vector<uint16_t> c(M * N, f32_to_bf16(1.0f));
+    if (!emulated && !why.empty()) {
+      EXPECT_NE(why.find("AVX512-BF16"), std::string::npos) << why;
+      EXPECT_THROW(be.gemm(DType::bf16, false, false, 1, 1, 1, 1.0, c.data(), 1, c.data(), 1, 0.0,
+                           c.data(), 1),
+                   InternalError);
+      continue;
+    }
+    for (const bool ta : {false, true})
+      for (const bool tb : {false, true}) {
+        Rng r(7, ta * 2 + tb);
+        std::vector<double> a(M * K), b(K * N);
+        for (double& x : a) x = (static_cast<double>(r.below(33)) - 16) / 16;
+        for (double& x : b) x = (static_cast<double>(r.below(33)) - 16) / 16;
+        std::vector<uint16_t> ah(M * K), bh(K * N);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t k = 0; k < K; ++k)
+            ah[ta ? k * M + m : m * K + k] = f32_to_bf16(static_cast<float>(a[m * K + k]));
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t n = 0; n < N; ++n)
+            bh[tb ? n * K + k : k * N + n] = f32_to_bf16(static_cast<float>(b[k * N + n]));
+        std::fill(c.begin(), c.end(), f32_to_bf16(1.0f));
+        be.gemm(DType::bf16, ta, tb, M, N, K, 0.5, ah.data(), ta ? M : K, bh.data(), tb ? K : N,
+                2.0, c.data(), N);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t n = 0; n < N; ++n) {
+            double want = 2.0;
+            for (int64_t k = 0; k < K; ++k) want += 0.5 * a[m * K + k] * b[k * N + n];
+            ASSERT_EQ(c[m * N + n], f32_to_bf16(static_cast<float>(want)))
+                << ta << tb << " at " << m << "," << n << ": want " << want << ", got "
+                << bf16_to_f32(c[m * N + n]);
+          }
+      }
   }
 }
 

@@ -18,6 +18,7 @@
 #include "backend_test_util.h"
 #include "core/rng.h"
 #include "optim/muon.h"
+#include "test_util.h"
 
 namespace lmt {
 namespace {
@@ -33,6 +34,7 @@ struct Spec {
   int64_t range = 0;
   int ignore = 0;
   bool aux = false;  // outputs: saved for backward (rstd, lse), not part of L; inputs: no gradient
+  bool stat = false;  // an output in the statistics' dtype (as aux outputs are): the losses
 };
 
 // Device buffers of one run: floats in the run's dtype, ids as i32.
@@ -69,9 +71,17 @@ std::vector<std::unique_ptr<Backend>> parity_backends() {
   return b;
 }
 
+// The dtype a tensor of a case has in a run of dtype dt: ids i32, RoPE's table f32, statistics
+// f32 (f64 in an f64 run), the rest dt.
+DType elem(const Spec& s, DType dt) {
+  if (s.kind == Spec::ids) return DType::i32;
+  if (s.kind == Spec::freqs) return DType::f32;
+  if (s.aux || s.stat) return dt == DType::f64 ? DType::f64 : DType::f32;
+  return dt;
+}
+
 size_t esize(const Spec& s, DType dt) {
-  return static_cast<size_t>(s.n) *
-         (s.kind == Spec::ids || s.kind == Spec::freqs ? 4 : dtype_size(dt));
+  return static_cast<size_t>(s.n) * dtype_size(elem(s, dt));
 }
 
 std::vector<double> draw(const Spec& s, uint64_t seed) {
@@ -89,26 +99,18 @@ std::vector<double> draw(const Spec& s, uint64_t seed) {
 }
 
 void upload(Backend& be, DType dt, const Spec& s, void* dst, const std::vector<double>& v) {
-  if (s.kind == Spec::ids) {
-    std::vector<int32_t> i(v.begin(), v.end());
-    be.from_host(dst, i.data(), i.size() * 4);
-  } else if (dt == DType::f64 && s.kind != Spec::freqs) {
-    be.from_host(dst, v.data(), v.size() * 8);
-  } else {
-    std::vector<float> f(v.begin(), v.end());
-    be.from_host(dst, f.data(), f.size() * 4);
-  }
+  std::vector<char> h(esize(s, dt));
+  for (size_t i = 0; i < v.size(); ++i)
+    store_element(elem(s, dt), h.data(), static_cast<int64_t>(i), v[i]);
+  be.from_host(dst, h.data(), h.size());
 }
 
-std::vector<double> download(Backend& be, DType dt, int64_t n, const void* src) {
-  std::vector<double> v(static_cast<size_t>(n));
-  if (dt == DType::f64) {
-    be.to_host(v.data(), src, v.size() * 8);
-  } else {
-    std::vector<float> f(v.size());
-    be.to_host(f.data(), src, f.size() * 4);
-    std::copy(f.begin(), f.end(), v.begin());
-  }
+std::vector<double> download(Backend& be, DType dt, const Spec& s, const void* src) {
+  std::vector<char> h(esize(s, dt));
+  be.to_host(h.data(), src, h.size());
+  std::vector<double> v(static_cast<size_t>(s.n));
+  for (int64_t i = 0; i < s.n; ++i)
+    v[static_cast<size_t>(i)] = load_element(elem(s, dt), h.data(), i);
   return v;
 }
 
@@ -132,8 +134,7 @@ Result run(const Case& c, Backend& be, DType dt, const std::vector<std::vector<d
   for (const Spec& s : c.out) r.out.push_back(alloc(s));
   c.forward(r);
   Result res;
-  for (size_t i = 0; i < c.out.size(); ++i)
-    res.out.push_back(download(be, dt, c.out[i].n, r.out[i]));
+  for (size_t i = 0; i < c.out.size(); ++i) res.out.push_back(download(be, dt, c.out[i], r.out[i]));
   if (!dout) return res;
   for (size_t i = 0; i < c.out.size(); ++i) {
     r.dout.push_back(alloc(c.out[i]));
@@ -144,7 +145,7 @@ Result run(const Case& c, Backend& be, DType dt, const std::vector<std::vector<d
   for (size_t i = 0; i < c.in.size(); ++i)
     res.din.push_back(c.in[i].aux || c.in[i].kind != Spec::normal && c.in[i].kind != Spec::positive
                           ? std::vector<double>{}
-                          : download(be, dt, c.in[i].n, r.din[i]));
+                          : download(be, dt, c.in[i], r.din[i]));
   return res;
 }
 
@@ -492,7 +493,7 @@ std::vector<Case> cases() {
     const int64_t N = 7, V = 13;
     c.name = "cross-entropy" + std::string(cap > 0 ? " softcap 3" : "");
     c.in = {{N * V}, {N, Spec::ids, V, 4}};
-    c.out = {{N}};
+    c.out = {{N, Spec::normal, 0, 0, false, true}};
     c.uniform_dout = true;
     auto ce = [=](Run& r, void* logits, double scale) {
       r.be->cross_entropy(r.dt, logits, r.out.empty() ? nullptr : r.out[0], ids_of(r, 1), N, V,
@@ -512,7 +513,7 @@ std::vector<Case> cases() {
         r.be->to_host(&f, r.dout[0], 4);
         s = f;
       }
-      Buffer losses(r.be, static_cast<size_t>(N) * dtype_size(r.dt));
+      Buffer losses(r.be, static_cast<size_t>(N) * (r.dt == DType::f64 ? 8 : 4));  // statistics
       Run scratch = r;
       scratch.out = {losses.data()};
       r.be->copy(r.din[0], r.in[0], static_cast<size_t>(N * V) * dtype_size(r.dt));
@@ -565,6 +566,44 @@ TEST_P(Parity, BackendsMatchTheCpuInDoubleAndGradientsMatchFiniteDifferences) {
         expect_close(got.din[i], want.din[i], 10 * c.tol,
                      c.name + ": gradient " + std::to_string(i));
   }
+}
+
+// The CPU backend in bf16 (mixed precision's kernels: bf16 tensors, f32 statistics, computed in
+// f32) against itself in f64 on the same bf16-rounded inputs. Each output rounds once to bf16
+// (up to 2^-9 of itself); a few kernels round an intermediate too (the gemm case's gradient of C,
+// accumulated then scaled). kBf16Tol relative to the case's largest element allows four such
+// roundings; statistics in f32 meet the f32 tolerance's tenfold. Where the CPU lacks bf16 matrix
+// instructions the products are emulated (LMTRAIN_CPU_BF16=emulate): the same contract.
+TEST_P(Parity, CpuBf16MatchesDoubleToBf16Rounding) {
+  const Case& c = GetParam();
+  if (c.f32_only) GTEST_SKIP() << "an f32-only kernel (an optimizer step)";
+  constexpr double kBf16Tol = 4.0 / 512;
+  test::ScopedThreads threads(1);
+  CpuBackend cpu;
+  test::ScopedEnv emulate("LMTRAIN_CPU_BF16",
+                          cpu.unsupported(DType::bf16).empty() ? nullptr : "emulate");
+  auto rounded = [](const Spec& s, std::vector<double> v) {
+    if (elem(s, DType::bf16) == DType::bf16)
+      for (double& x : v) x = bf16_to_f32(f32_to_bf16(static_cast<float>(x)));
+    return v;
+  };
+  std::vector<std::vector<double>> in, dout;
+  for (size_t i = 0; i < c.in.size(); ++i) in.push_back(rounded(c.in[i], draw(c.in[i], 100 + i)));
+  for (size_t i = 0; i < c.out.size(); ++i) {
+    std::vector<double> d = test::randn(c.out[i].n, 200 + i);
+    if (c.uniform_dout) std::fill(d.begin(), d.end(), 0.7);
+    if (c.out[i].aux) std::fill(d.begin(), d.end(), 0.0);
+    dout.push_back(rounded(c.out[i], d));
+  }
+  const Result want = run(c, cpu, DType::f64, in, c.backward ? &dout : nullptr);
+  const Result got = run(c, cpu, DType::bf16, in, c.backward ? &dout : nullptr);
+  for (size_t k = 0; k < c.out.size(); ++k)
+    expect_close(got.out[k], want.out[k],
+                 elem(c.out[k], DType::bf16) == DType::bf16 ? kBf16Tol : 10 * c.tol,
+                 c.name + ": output " + std::to_string(k));
+  for (size_t i = 0; i < got.din.size(); ++i)
+    if (!want.din[i].empty())
+      expect_close(got.din[i], want.din[i], kBf16Tol, c.name + ": gradient " + std::to_string(i));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ops, Parity, ::testing::ValuesIn(cases()),

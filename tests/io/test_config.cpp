@@ -242,8 +242,6 @@ TEST(RunConfig, ValidationNamesKeys) {
                     {"train.schedule must be one of constant, cosine, linear, wsd (got 'cosin')"});
   expect_user_error([&] { load_run_config(f, {"train.precision=fp8"}); },
                     {"train.precision must be one of f32, bf16 (got 'fp8')"});
-  expect_user_error([&] { load_run_config(f, {"train.precision=bf16"}); },
-                    {"train.precision is 'bf16', but train.backend is 'cpu'", "backend pjrt"});
   expect_user_error(
       [&] {
         load_run_config(f, {"train.precision=bf16", "train.backend=pjrt", "lora.rank=4",

@@ -48,15 +48,19 @@ int64_t round_up(int64_t x, int64_t m) {
 using cpu::tile_gemm;
 
 // ---- problem description ----
-template <class T>
+// T: the compute type of the tiles, softmax statistics and lse (float for bf16); S: the element
+// type of q, k, v, out and their gradients (T, or bf16), converted as tiles are packed and stored.
+template <class T, class S = T>
 struct Attn {
   int64_t B, Tq, Tk, off, window, nqb, nkb;
   int Hq, Hkv, D, group;
   int64_t Dp;  // D rounded up to kGrain: row stride of packed tiles
   int64_t qrs, qbs, kvrs, kvbs, ors, obs;
   T scale, softcap;
-  const T *q, *k, *v, *o, *dout, *lse_in;
-  T *out, *lse, *dq, *dk, *dv;
+  const S *q, *k, *v, *o, *dout;
+  const T* lse_in;
+  S *out, *dq, *dk, *dv;
+  T* lse;
   // Keys and values packed once per call (pack_kv): per (b, kv head) pair, kt/vt are transposed
   // [D][ldt] and ks/vs row-major [ldt][Dp], zero-padded to ldt = Tk rounded up to a tile.
   int64_t ldt;
@@ -90,7 +94,8 @@ struct Attn {
 template <class T>
 struct Scratch {
   std::vector<T> qs, dos, acc, s, p, pt, tt, m, l, di, lse, dk, dv;
-  Scratch(const Attn<T>& a, int64_t kv_rows, bool backward) {
+  template <class S>
+  Scratch(const Attn<T, S>& a, int64_t kv_rows, bool backward) {
     const auto z = [](int64_t n) { return std::vector<T>(static_cast<size_t>(n)); };
     qs = z(kBq * a.Dp), acc = z(kBq * a.Dp), s = z(kBq * kBk), m = z(kBq), l = z(kBq);
     if (backward) {
@@ -105,9 +110,9 @@ struct Scratch {
 // Packs the keys and values of every (b, kv head) pair, once per call and in parallel over key
 // tiles, into the layouts of Attn::kt/ks/vt/vs (kt and vs for the forward; kt, ks and vt for the
 // backward). Padding keys and dims are zero. Same size as k and v: O(T) memory.
-template <class T>
-void pack_kv(Attn<T>& a, bool backward, std::vector<T>& kt, std::vector<T>& ks, std::vector<T>& vt,
-             std::vector<T>& vs) {
+template <class T, class S>
+void pack_kv(Attn<T, S>& a, bool backward, std::vector<T>& kt, std::vector<T>& ks,
+             std::vector<T>& vt, std::vector<T>& vs) {
   a.ldt = round_up(a.Tk, kBk);
   const int64_t pairs = a.B * a.Hkv, tiles = a.ldt / kBk, D = a.D, Dp = a.Dp, ldt = a.ldt;
   kt.resize(static_cast<size_t>(pairs * D * ldt));
@@ -120,14 +125,14 @@ void pack_kv(Attn<T>& a, bool backward, std::vector<T>& kt, std::vector<T>& ks, 
     const int g = static_cast<int>(bg % a.Hkv);
     for (int64_t j = j0; j < j0 + kBk; ++j) {
       const bool real = j < a.Tk;
-      const T* kr = real ? a.k + a.kvoff(b, j, g) : nullptr;
-      const T* vr = real ? a.v + a.kvoff(b, j, g) : nullptr;
-      for (int64_t d = 0; d < D; ++d) kt[(bg * D + d) * ldt + j] = real ? kr[d] : T(0);
+      const S* kr = real ? a.k + a.kvoff(b, j, g) : nullptr;
+      const S* vr = real ? a.v + a.kvoff(b, j, g) : nullptr;
+      for (int64_t d = 0; d < D; ++d) kt[(bg * D + d) * ldt + j] = real ? T(kr[d]) : T(0);
       T* rs = backward ? &ks[(bg * ldt + j) * Dp] : &vs[(bg * ldt + j) * Dp];
-      const T* src = backward ? kr : vr;
-      for (int64_t d = 0; d < Dp; ++d) rs[d] = real && d < D ? src[d] : T(0);
+      const S* src = backward ? kr : vr;
+      for (int64_t d = 0; d < Dp; ++d) rs[d] = real && d < D ? T(src[d]) : T(0);
       if (backward)
-        for (int64_t d = 0; d < D; ++d) vt[(bg * D + d) * ldt + j] = real ? vr[d] : T(0);
+        for (int64_t d = 0; d < D; ++d) vt[(bg * D + d) * ldt + j] = real ? T(vr[d]) : T(0);
     }
   }
   a.kt = kt.data(), a.ks = ks.data(), a.vt = vt.data(), a.vs = vs.data();
@@ -135,15 +140,15 @@ void pack_kv(Attn<T>& a, bool backward, std::vector<T>& kt, std::vector<T>& ks, 
 
 // Query rows [i0, i0 + nq) of head h into qs [nq][Dp]; for the backward also dout into dos,
 // Di = rowsum(dout * out) and the saved lse.
-template <class T>
-LMT_INLINE void pack_q(const Attn<T>& a, Scratch<T>& s, int64_t b, int h, int64_t i0, int nq,
+template <class T, class S>
+LMT_INLINE void pack_q(const Attn<T, S>& a, Scratch<T>& s, int64_t b, int h, int64_t i0, int nq,
                        bool backward) {
   for (int ii = 0; ii < nq; ++ii) {
-    const T* qr = a.q + a.qoff(b, i0 + ii, h);
+    const S* qr = a.q + a.qoff(b, i0 + ii, h);
     for (int d = 0; d < a.D; ++d) s.qs[ii * a.Dp + d] = qr[d];
     if (!backward) continue;
-    const T* dr = a.dout + a.ooff(b, i0 + ii, h);
-    const T* orow = a.o + a.ooff(b, i0 + ii, h);
+    const S* dr = a.dout + a.ooff(b, i0 + ii, h);
+    const S* orow = a.o + a.ooff(b, i0 + ii, h);
     double di = 0;
     for (int d = 0; d < a.D; ++d) {
       s.dos[ii * a.Dp + d] = dr[d];
@@ -158,16 +163,16 @@ LMT_INLINE void pack_q(const Attn<T>& a, Scratch<T>& s, int64_t b, int h, int64_
 struct Span {
   int first, last;
 };
-template <class T>
-LMT_INLINE Span visible(const Attn<T>& a, int64_t b, int64_t i, int64_t j, int nk) {
+template <class T, class S>
+LMT_INLINE Span visible(const Attn<T, S>& a, int64_t b, int64_t i, int64_t j, int nk) {
   const int64_t f = std::clamp<int64_t>(a.lo(b, i) - j, 0, nk);
   const int64_t e = std::clamp<int64_t>(a.hi(i) - j + 1, 0, nk);
   return {static_cast<int>(f), static_cast<int>(std::max(f, e))};
 }
 
 // Scores of one row in place: scale, softcap, mask (-inf outside the span). tanh values to `t`.
-template <class T>
-LMT_INLINE void score_row(const Attn<T>& a, T* row, T* t, Span sp) {
+template <class T, class S>
+LMT_INLINE void score_row(const Attn<T, S>& a, T* row, T* t, Span sp) {
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
   const T scale = a.scale, cap = a.softcap;  // locals: row may alias a's members for the compiler
   const int first = sp.first, last = sp.last;
@@ -185,8 +190,8 @@ LMT_INLINE void score_row(const Attn<T>& a, T* row, T* t, Span sp) {
 }
 
 // ---- forward: one (sequence, query head, query tile) item ----
-template <class T>
-LMT_INLINE void forward_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
+template <class T, class S>
+LMT_INLINE void forward_item(const Attn<T, S>& a, Scratch<T>& s, int64_t item) {
   const int64_t bh = item / a.nqb, ib = a.nqb - 1 - item % a.nqb;  // costly tiles first
   const int64_t b = bh / a.Hq, i0 = ib * kBq;
   const int h = static_cast<int>(bh % a.Hq), g = h / a.group;
@@ -238,7 +243,7 @@ LMT_INLINE void forward_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
                        nk);
   }
   for (int ii = 0; ii < nq; ++ii) {
-    T* orow = a.out + a.ooff(b, i0 + ii, h);
+    S* orow = a.out + a.ooff(b, i0 + ii, h);
     const T l = s.l[ii];
     const T inv = l > T(0) ? T(1) / l : T(0);  // a row with no visible key gives 0
     for (int d = 0; d < a.D; ++d) orow[d] = s.acc[ii * Dp + d] * inv;
@@ -253,13 +258,16 @@ LMT_CLONES void forward_item_mv(const Attn<float>& a, Scratch<float>& s, int64_t
 LMT_CLONES void forward_item_mv(const Attn<double>& a, Scratch<double>& s, int64_t item) {
   forward_item(a, s, item);
 }
+LMT_CLONES void forward_item_mv(const Attn<float, cpu::bf16>& a, Scratch<float>& s, int64_t item) {
+  forward_item(a, s, item);
+}
 
 // ---- backward: one (query tile, key tile) pair ----
 // The packed query tile is in s (pack_q); the key tile starts at key j of kv head g. Adds
 // dS K to dq_acc [nq][Dp], dS^T Q to dk_acc and P^T dO to dv_acc [nk][Dp] (each when non-null).
-template <class T>
-LMT_INLINE void backward_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int g, int64_t i0, int nq,
-                              int64_t j, int nk, T* dq_acc, T* dk_acc, T* dv_acc) {
+template <class T, class E>
+LMT_INLINE void backward_tile(const Attn<T, E>& a, Scratch<T>& s, int64_t b, int g, int64_t i0,
+                              int nq, int64_t j, int nk, T* dq_acc, T* dk_acc, T* dv_acc) {
   const int64_t Dp = a.Dp, ldt = a.ldt;
   T* S = s.s.data();
   T* P = s.p.data();
@@ -302,15 +310,15 @@ LMT_INLINE void backward_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int g,
   }
 }
 
-template <class T>
-void store_rows(const T* acc, int64_t Dp, int n, int D, T* dst, int64_t dst_row_stride) {
+template <class T, class S>
+void store_rows(const T* acc, int64_t Dp, int n, int D, S* dst, int64_t dst_row_stride) {
   for (int r = 0; r < n; ++r) std::copy(acc + r * Dp, acc + r * Dp + D, dst + r * dst_row_stride);
 }
 
 // dq rows of query tile ib of head h, summing over its live key tiles in order; with dk_all and
 // dv_all ([ldt][Dp] of the kv head), also accumulates into those.
-template <class T>
-LMT_INLINE void dq_for_query_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, int h, int64_t ib,
+template <class T, class S>
+LMT_INLINE void dq_for_query_tile(const Attn<T, S>& a, Scratch<T>& s, int64_t b, int h, int64_t ib,
                                   T* dk_all, T* dv_all) {
   const int64_t i0 = ib * kBq;
   const int nq = static_cast<int>(std::min<int64_t>(kBq, a.Tq - i0));
@@ -326,8 +334,8 @@ LMT_INLINE void dq_for_query_tile(const Attn<T>& a, Scratch<T>& s, int64_t b, in
 }
 
 // Fused item: (sequence, kv head) -> dq of its query heads, dk and dv, in one sweep.
-template <class T>
-LMT_INLINE void backward_fused_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
+template <class T, class S>
+LMT_INLINE void backward_fused_item(const Attn<T, S>& a, Scratch<T>& s, int64_t item) {
   const int64_t b = item / a.Hkv;
   const int g = static_cast<int>(item % a.Hkv);
   std::fill(s.dk.begin(), s.dk.end(), T(0));
@@ -341,8 +349,8 @@ LMT_INLINE void backward_fused_item(const Attn<T>& a, Scratch<T>& s, int64_t ite
 }
 
 // Split pass 1 item: (sequence, kv head, key tile) -> dk, dv rows of that tile.
-template <class T>
-LMT_INLINE void backward_kv_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
+template <class T, class S>
+LMT_INLINE void backward_kv_item(const Attn<T, S>& a, Scratch<T>& s, int64_t item) {
   const int64_t bg = item / a.nkb, j = (item % a.nkb) * kBk;
   const int64_t b = bg / a.Hkv;
   const int g = static_cast<int>(bg % a.Hkv);
@@ -362,16 +370,16 @@ LMT_INLINE void backward_kv_item(const Attn<T>& a, Scratch<T>& s, int64_t item) 
 }
 
 // Split pass 2 item: (sequence, query head, query tile) -> dq rows of that tile.
-template <class T>
-LMT_INLINE void backward_q_item(const Attn<T>& a, Scratch<T>& s, int64_t item) {
+template <class T, class S>
+LMT_INLINE void backward_q_item(const Attn<T, S>& a, Scratch<T>& s, int64_t item) {
   const int64_t bh = item / a.nqb, ib = a.nqb - 1 - item % a.nqb;
   dq_for_query_tile(a, s, bh / a.Hq, static_cast<int>(bh % a.Hq), ib, static_cast<T*>(nullptr),
                     static_cast<T*>(nullptr));
 }
 
 // pass: 0 fused, 1 split dk/dv, 2 split dq.
-template <class T>
-LMT_INLINE void backward_item(const Attn<T>& a, Scratch<T>& s, int pass, int64_t item) {
+template <class T, class S>
+LMT_INLINE void backward_item(const Attn<T, S>& a, Scratch<T>& s, int pass, int64_t item) {
   if (pass == 0)
     backward_fused_item(a, s, item);
   else if (pass == 1)
@@ -386,16 +394,20 @@ LMT_CLONES void backward_item_mv(const Attn<double>& a, Scratch<double>& s, int 
                                  int64_t item) {
   backward_item(a, s, pass, item);
 }
+LMT_CLONES void backward_item_mv(const Attn<float, cpu::bf16>& a, Scratch<float>& s, int pass,
+                                 int64_t item) {
+  backward_item(a, s, pass, item);
+}
 
-template <class T>
-Attn<T> make_attn(const AttentionArgs& x, const char* kernel) {
+template <class T, class S>
+Attn<T, S> make_attn(const AttentionArgs& x, const char* kernel) {
   const std::string k = std::string("CpuBackend::") + kernel + ": ";
   LMT_CHECK(x.batch >= 0 && x.q_len >= 0 && x.kv_len >= 0, k + "negative size");
   LMT_CHECK(x.num_heads > 0 && x.num_kv_heads > 0 && x.num_heads % x.num_kv_heads == 0,
             k + "num_heads must be a positive multiple of num_kv_heads");
   LMT_CHECK(x.head_dim > 0, k + "head_dim must be positive");
   LMT_CHECK(x.window >= 0, k + "window must be >= 0");
-  Attn<T> a{};
+  Attn<T, S> a{};
   a.B = x.batch, a.Tq = x.q_len, a.Tk = x.kv_len, a.off = x.q_offset, a.window = x.window;
   a.Hq = x.num_heads, a.Hkv = x.num_kv_heads, a.D = x.head_dim, a.group = a.Hq / a.Hkv;
   a.Dp = round_up(a.D, kGrain<T>);
@@ -416,8 +428,8 @@ Attn<T> make_attn(const AttentionArgs& x, const char* kernel) {
 }
 
 // Tiny problems (decoding a few tokens, tests) run on the calling thread.
-template <class T>
-bool worth_threads(const Attn<T>& a) {
+template <class T, class S>
+bool worth_threads(const Attn<T, S>& a) {
   return a.B * a.Hq * a.Tq * a.Tk * a.D >= 64 * cpu::kParallelMin;
 }
 
@@ -426,11 +438,12 @@ bool worth_threads(const Attn<T>& a) {
 // out[B,Tq,Hq,D] (out strides), lse[B,Hq,Tq]; q[B,Tq,Hq,D] (q strides), k, v[B,Tk,Hkv,D].
 void CpuBackend::attention_forward(DType dt, const AttentionArgs& args, void* out, void* lse,
                                    const void* q, const void* k, const void* v) {
-  cpu::dispatch_float(dt, "attention_forward", [&](auto tag) {
-    using T = decltype(tag);
-    Attn<T> a = make_attn<T>(args, "attention_forward");
-    a.q = static_cast<const T*>(q), a.k = static_cast<const T*>(k), a.v = static_cast<const T*>(v);
-    a.out = static_cast<T*>(out), a.lse = static_cast<T*>(lse);
+  cpu::dispatch_compute(dt, "attention_forward", [&](auto tag) {
+    using S = decltype(tag);
+    using T = cpu::compute_t<S>;
+    Attn<T, S> a = make_attn<T, S>(args, "attention_forward");
+    a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+    a.out = static_cast<S*>(out), a.lse = static_cast<T*>(lse);
     const int64_t items = a.B * a.Hq * a.nqb;
     if (items == 0) return;
     std::vector<T> kt, ks, vt, vs;
@@ -448,13 +461,14 @@ void CpuBackend::attention_forward(DType dt, const AttentionArgs& args, void* ou
 void CpuBackend::attention_backward(DType dt, const AttentionArgs& args, void* dq, void* dk,
                                     void* dv, const void* dout, const void* q, const void* k,
                                     const void* v, const void* out, const void* lse) {
-  cpu::dispatch_float(dt, "attention_backward", [&](auto tag) {
-    using T = decltype(tag);
-    Attn<T> a = make_attn<T>(args, "attention_backward");
-    a.q = static_cast<const T*>(q), a.k = static_cast<const T*>(k), a.v = static_cast<const T*>(v);
-    a.o = static_cast<const T*>(out), a.dout = static_cast<const T*>(dout);
+  cpu::dispatch_compute(dt, "attention_backward", [&](auto tag) {
+    using S = decltype(tag);
+    using T = cpu::compute_t<S>;
+    Attn<T, S> a = make_attn<T, S>(args, "attention_backward");
+    a.q = static_cast<const S*>(q), a.k = static_cast<const S*>(k), a.v = static_cast<const S*>(v);
+    a.o = static_cast<const S*>(out), a.dout = static_cast<const S*>(dout);
     a.lse_in = static_cast<const T*>(lse);
-    a.dq = static_cast<T*>(dq), a.dk = static_cast<T*>(dk), a.dv = static_cast<T*>(dv);
+    a.dq = static_cast<S*>(dq), a.dk = static_cast<S*>(dk), a.dv = static_cast<S*>(dv);
     const int64_t pairs = a.B * a.Hkv;
     auto mode = cpu::g_backward_mode.load();
     if (mode == cpu::AttentionBackwardMode::automatic)

@@ -1,9 +1,12 @@
-// The CPU backend: the reference implementation and the default. GEMMs go to OpenBLAS; everything
-// else is plain loops parallelised with OpenMP. Each kernel is a template over the element type
-// (float for training, double for gradient checks) and dispatches on the runtime dtype.
+// The CPU backend: the reference implementation and the default. GEMMs go to OpenBLAS (bf16 ones
+// to oneDNN); everything else is plain loops parallelised with OpenMP. Each kernel is a template
+// over the element type (float for training, double for gradient checks, bf16 for mixed
+// precision, computed in float) and dispatches on the runtime dtype.
 // Reductions use a fixed partition of the work, so results are bit-identical run to run for a
 // given thread count.
 #pragma once
+
+#include <memory>
 
 #include "backend/backend.h"
 
@@ -11,8 +14,11 @@ namespace lmt {
 
 class CpuBackend final : public Backend {
  public:
+  CpuBackend();
+  ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   std::string kernels() const override;
+  std::string unsupported(DType dt) const override;
 
   void* alloc(size_t bytes) override;
   void free(void* p) override;
@@ -104,8 +110,14 @@ class CpuBackend final : public Backend {
                int64_t cols) override;
 
  private:
+  struct Bf16Gemm;
+  void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+                 const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C,
+                 int64_t ldc);
+
   int blas_threads_ = 0;  // what OpenBLAS was last told: follows thread_count()
   double gemm_seconds_ = 0;
+  std::unique_ptr<Bf16Gemm> bf16_;  // made by the first bf16 product
 };
 
 }  // namespace lmt

@@ -14,16 +14,17 @@ namespace lmt {
 
 namespace {
 
-// One row: z = softcap(logits) into `z`, exp(z - max) into `e`; returns (log-sum-exp, sum).
-template <class T>
-double row_logsumexp(const T* logits, T* z, T* e, int64_t V, double softcap, double* sum_out) {
+// One row: z = softcap(logits) into `z`, exp(z - max) into `e` (both in the compute type C);
+// returns (log-sum-exp, sum).
+template <class T, class C>
+double row_logsumexp(const T* logits, C* z, C* e, int64_t V, double softcap, double* sum_out) {
   if (softcap > 0) {
-    const T cap = static_cast<T>(softcap), inv = static_cast<T>(1.0 / softcap);
-    for (int64_t j = 0; j < V; ++j) z[j] = cap * cpu::tanh_t(logits[j] * inv);
+    const C cap = static_cast<C>(softcap), inv = static_cast<C>(1.0 / softcap);
+    for (int64_t j = 0; j < V; ++j) z[j] = cap * cpu::tanh_t(C(logits[j]) * inv);
   } else {
     std::copy(logits, logits + V, z);
   }
-  T mx = -std::numeric_limits<T>::infinity();
+  C mx = -std::numeric_limits<C>::infinity();
   for (int64_t j = 0; j < V; ++j) mx = std::max(mx, z[j]);
   constexpr int kLanes = 8;
   double lane[kLanes] = {};
@@ -54,40 +55,43 @@ void CpuBackend::cross_entropy(DType dt, void* logits, void* losses, const int32
               "CpuBackend::cross_entropy: label " + std::to_string(labels[n]) + " at row " +
                   std::to_string(n) + " is outside [0, " + std::to_string(V) +
                   ") and is not ignore_index " + std::to_string(ignore_index));
-  cpu::dispatch_float(dt, "cross_entropy", [&](auto tag) {
+  cpu::dispatch_compute(dt, "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;  // also the losses' type
     T* lg = static_cast<T*>(logits);
-    T* loss = static_cast<T*>(losses);
+    C* loss = static_cast<C*>(losses);
 #pragma omp parallel if (N * V >= cpu::kParallelMin)
     {
-      std::vector<T> z(static_cast<size_t>(V)), e(static_cast<size_t>(V));
+      std::vector<C> z(static_cast<size_t>(V)), e(static_cast<size_t>(V));
 #pragma omp for schedule(static)
       for (int64_t n = 0; n < N; ++n) {
         T* row = lg + n * V;
         const int32_t label = labels[n];
         if (label == ignore_index) {
-          loss[n] = T(0);
+          loss[n] = C(0);
           if (grad_scale != 0) std::fill(row, row + V, T(0));
           continue;
         }
         double sum = 0;
         const double lse = row_logsumexp(row, z.data(), e.data(), V, softcap, &sum);
-        loss[n] = static_cast<T>(lse - static_cast<double>(z[label]));
+        loss[n] = static_cast<C>(lse - static_cast<double>(z[label]));
         if (grad_scale == 0) continue;
         // d loss / d z_j = softmax_j - [j == label]; the softcap adds a factor 1 - (z_j / cap)^2.
-        const T p_scale = static_cast<T>(grad_scale / sum);
-        const T gs = static_cast<T>(grad_scale);
+        // The label's element is computed whole before it is stored: bf16 holds p - 1 only to
+        // 2^-9 of p, not of the difference, if p is rounded first.
+        const C p_scale = static_cast<C>(grad_scale / sum);
+        const C gs = static_cast<C>(grad_scale);
         if (softcap > 0) {
-          const T inv = static_cast<T>(1.0 / softcap);
+          const C inv = static_cast<C>(1.0 / softcap);
           for (int64_t j = 0; j < V; ++j) {
-            const T t = z[j] * inv;
-            row[j] = e[j] * p_scale * (T(1) - t * t);
+            const C t = z[j] * inv;
+            row[j] = e[j] * p_scale * (C(1) - t * t);
           }
-          const T t = z[label] * inv;
-          row[label] -= gs * (T(1) - t * t);
+          const C t = z[label] * inv;
+          row[label] = C(e[label] * p_scale * (C(1) - t * t)) - gs * (C(1) - t * t);
         } else {
           for (int64_t j = 0; j < V; ++j) row[j] = e[j] * p_scale;
-          row[label] -= gs;
+          row[label] = C(e[label] * p_scale) - gs;
         }
       }
     }

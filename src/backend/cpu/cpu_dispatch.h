@@ -1,4 +1,5 @@
-// Private helpers of the CPU backend's kernels: the f32/f64 dispatch each kernel starts with, the
+// Private helpers of the CPU backend's kernels: the bf16 element type, the dtype dispatch each
+// kernel starts with, the
 // size below which kernels stay single-threaded, branch-free float exp/tanh that loops can
 // vectorise (glibc's expf/tanhf are scalar calls), a register-blocked tile GEMM, and target
 // clones for the compute-bound loops.
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -25,6 +27,36 @@
 
 namespace lmt::cpu {
 
+// bf16 as the kernels hold it: storage only. It widens to float exactly (its bits are the top
+// half of a float's) and rounds from float to nearest even (NaN kept quiet), as f32_to_bf16 does,
+// branch-free so that loops over it vectorise. Kernels compute in compute_t<T> (float for bf16)
+// and round once per stored element.
+struct bf16 {
+  uint16_t bits;
+  bf16() = default;
+  LMT_INLINE bf16(float f) {  // NOLINT(google-explicit-constructor): a store rounds implicitly
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    const uint32_t quiet = (u >> 16) | 0x40u;
+    bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+  }
+  LMT_INLINE bf16(double d) : bf16(static_cast<float>(d)) {}  // NOLINT: as from float
+  LMT_INLINE explicit bf16(int i) : bf16(static_cast<float>(i)) {}
+  LMT_INLINE operator float() const {  // NOLINT(google-explicit-constructor): exact
+    const uint32_t u = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+// The type a kernel computes in for element type T, and its saved statistics' type (rstd, mean,
+// lse, losses): float for bf16 (mixed precision keeps statistics in f32), else T itself.
+template <class T>
+using compute_t = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
+
 // Calls f(T{}) with T = float for f32 and double for f64; any other dtype is a bug in the caller.
 template <class F>
 decltype(auto) dispatch_float(DType dt, const char* kernel, F&& f) {
@@ -33,6 +65,17 @@ decltype(auto) dispatch_float(DType dt, const char* kernel, F&& f) {
   check_failed("dt == f32 || dt == f64", __FILE__, __LINE__,
                std::string("CpuBackend::") + kernel + ": dtype " + std::string(dtype_name(dt)) +
                    " is not supported (f32 or f64)");
+}
+
+// As dispatch_float, and T = bf16 for bf16: the kernels of a mixed-precision step.
+template <class F>
+decltype(auto) dispatch_compute(DType dt, const char* kernel, F&& f) {
+  if (dt == DType::bf16) return f(bf16{});
+  if (dt == DType::f32) return f(float{});
+  if (dt == DType::f64) return f(double{});
+  check_failed("dt == bf16 || dt == f32 || dt == f64", __FILE__, __LINE__,
+               std::string("CpuBackend::") + kernel + ": dtype " + std::string(dtype_name(dt)) +
+                   " is not supported (bf16, f32 or f64)");
 }
 
 // Below this many elements a kernel runs on the calling thread: waking the team costs more than

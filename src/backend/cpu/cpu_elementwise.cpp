@@ -15,7 +15,7 @@ namespace lmt {
 
 // out[n] = a[n] + b[n]
 void CpuBackend::add(DType dt, void* out, const void* a, const void* b, int64_t n) {
-  cpu::dispatch_float(dt, "add", [&](auto tag) {
+  cpu::dispatch_compute(dt, "add", [&](auto tag) {
     using T = decltype(tag);
     T* y = static_cast<T*>(out);
     const T* x0 = static_cast<const T*>(a);
@@ -27,42 +27,43 @@ void CpuBackend::add(DType dt, void* out, const void* a, const void* b, int64_t 
 
 // y[n] += x[n]
 void CpuBackend::accumulate(DType dt, void* y, const void* x, int64_t n) {
-  cpu::dispatch_float(dt, "accumulate", [&](auto tag) {
+  cpu::dispatch_compute(dt, "accumulate", [&](auto tag) {
     using T = decltype(tag);
     T* yy = static_cast<T*>(y);
     const T* xx = static_cast<const T*>(x);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) yy[i] += xx[i];
+    for (int64_t i = 0; i < n; ++i) yy[i] = yy[i] + xx[i];
   });
 }
 
 // x[n] *= s
 void CpuBackend::scale(DType dt, void* x, double s, int64_t n) {
-  cpu::dispatch_float(dt, "scale", [&](auto tag) {
+  cpu::dispatch_compute(dt, "scale", [&](auto tag) {
     using T = decltype(tag);
     T* xx = static_cast<T*>(x);
-    const T f = static_cast<T>(s);
+    const cpu::compute_t<T> f = static_cast<cpu::compute_t<T>>(s);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) xx[i] *= f;
+    for (int64_t i = 0; i < n; ++i) xx[i] = xx[i] * f;
   });
 }
 
 // out[n] = x[n] / (1 - p) or 0, by mask (seed, stream): one Philox call per 4 elements.
 void CpuBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
                          uint64_t stream) {
-  cpu::dispatch_float(dt, "dropout", [&](auto tag) {
+  cpu::dispatch_compute(dt, "dropout", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     T* y = static_cast<T*>(out);
     const T* xx = static_cast<const T*>(x);
     const uint32_t threshold = dropout_threshold(p);
-    const T keep_scale = static_cast<T>(1.0 / (1.0 - p));
+    const C keep_scale = static_cast<C>(1.0 / (1.0 - p));
     const int64_t groups = (n + 3) / 4;
 #pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
     for (int64_t g = 0; g < groups; ++g) {
       const std::array<uint32_t, 4> r = philox4x32(seed, stream, static_cast<uint64_t>(g));
       for (int64_t j = 0; j < 4 && 4 * g + j < n; ++j) {
         const int64_t i = 4 * g + j;
-        y[i] = r[static_cast<size_t>(j)] >= threshold ? xx[i] * keep_scale : T(0);
+        y[i] = r[static_cast<size_t>(j)] >= threshold ? xx[i] * keep_scale : C(0);
       }
     }
   });
@@ -99,14 +100,14 @@ double chunked_sum(const T* x, int64_t n, F f) {
 }  // namespace
 
 void CpuBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
-  *acc += cpu::dispatch_float(dt, "sum", [&](auto tag) {
+  *acc += cpu::dispatch_compute(dt, "sum", [&](auto tag) {
     using T = decltype(tag);
     return chunked_sum(static_cast<const T*>(x), n, [](double v) { return v; });
   });
 }
 
 void CpuBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
-  *acc += cpu::dispatch_float(dt, "sum_squares", [&](auto tag) {
+  *acc += cpu::dispatch_compute(dt, "sum_squares", [&](auto tag) {
     using T = decltype(tag);
     return chunked_sum(static_cast<const T*>(x), n, [](double v) { return v * v; });
   });

@@ -27,7 +27,7 @@ void CpuBackend::embedding_forward(DType dt, void* out, const int32_t* ids, cons
 // dtable[V,C] += dout[N,C] scattered by ids[N].
 void CpuBackend::embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids,
                                     int64_t N, int64_t C, int64_t V) {
-  cpu::dispatch_float(dt, "embedding_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
     for (int64_t n = 0; n < N; ++n)
       LMT_CHECK(ids[n] >= 0 && ids[n] < V,
@@ -43,7 +43,7 @@ void CpuBackend::embedding_backward(DType dt, void* dtable, const void* dout, co
       for (int64_t n = 0; n < N; ++n) {
         T* dst = dw + static_cast<int64_t>(ids[n]) * C + c0;
         const T* src = dy + n * C + c0;
-        for (int64_t c = 0; c < nc; ++c) dst[c] += src[c];
+        for (int64_t c = 0; c < nc; ++c) dst[c] = dst[c] + src[c];
       }
     }
   });

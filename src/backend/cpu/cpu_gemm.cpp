@@ -1,14 +1,26 @@
-// Dense algebra of the CPU backend: GEMM through OpenBLAS (row-major cblas), and the bias add and
-// its backward. bias_backward reduces over rows by columns: each thread owns a slice of columns and
-// walks the rows in order, so the result does not depend on the thread count.
+// Dense algebra of the CPU backend: GEMM through OpenBLAS (row-major cblas) in f32 and f64, and
+// in bf16 (mixed precision) through oneDNN's matmul on CPUs with bf16 matrix instructions
+// (AVX512-BF16, AMX): bf16 operands, f32 accumulation, one rounding of the result. With
+// LMTRAIN_CPU_BF16=emulate the same products run anywhere, widened to f32 through OpenBLAS: the
+// same contract (a product of two bf16 values is exact in f32) at f32 speed, for tests of bf16
+// runs on CPUs without those instructions. The bias add and its backward: bias_backward reduces
+// over rows by columns (each thread owns a slice of columns and walks the rows in order), so the
+// result does not depend on the thread count.
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <tuple>
 #include <type_traits>
+#include <vector>
+
+#if LMTRAIN_HAVE_DNNL
+#include <dnnl.hpp>
+#endif
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_dispatch.h"
@@ -24,14 +36,168 @@ bool fits_int(int64_t v) {
 
 }  // namespace
 
+namespace {
+
+bool bf16_emulated() {
+  const char* v = std::getenv("LMTRAIN_CPU_BF16");
+  return v && std::string(v) == "emulate";
+}
+
+#if LMTRAIN_HAVE_DNNL
+// oneDNN's name of the instruction set it dispatches to (ONEDNN_MAX_CPU_ISA may cap it).
+std::string dnnl_isa_name(dnnl::cpu_isa isa) {
+  using I = dnnl::cpu_isa;
+  switch (isa) {
+    case I::sse41:
+      return "sse41";
+    case I::avx:
+      return "avx";
+    case I::avx2:
+      return "avx2";
+    case I::avx2_vnni:
+      return "avx2_vnni";
+    case I::avx512_core:
+      return "avx512_core";
+    case I::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case I::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case I::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "isa " + std::to_string(static_cast<int>(isa));
+  }
+}
+
+// Whether the ISA has bf16 dot products (AVX512-BF16; AMX's ISA includes it): oneDNN's ISA
+// values are bit sets, each containing the ones below it.
+bool dnnl_isa_has_bf16(dnnl::cpu_isa isa) {
+  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (static_cast<unsigned>(isa) & want) == want;
+}
+#endif
+
+}  // namespace
+
 // OpenBLAS picks its core kernels when it loads: the CPU's own, unless OPENBLAS_CORETYPE names
-// others (some machines set it, holding OpenBLAS to AVX2 kernels on an AVX-512 CPU).
+// others (some machines set it, holding OpenBLAS to AVX2 kernels on an AVX-512 CPU). oneDNN
+// (bf16 products) picks its ISA when first used, capped by ONEDNN_MAX_CPU_ISA.
 std::string CpuBackend::kernels() const {
   std::string s = std::string(openblas_get_config()) + "; core " + openblas_get_corename();
   const char* forced = std::getenv("OPENBLAS_CORETYPE");
   s += forced && *forced ? std::string(" (set by OPENBLAS_CORETYPE=") + forced + ")"
                          : " (this CPU's; OPENBLAS_CORETYPE unset)";
+#if LMTRAIN_HAVE_DNNL
+  const dnnl_version_t* v = dnnl_version();
+  s += "; bf16: oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+       std::to_string(v->patch) + " on " + dnnl_isa_name(dnnl::get_effective_cpu_isa());
+#endif
+  if (bf16_emulated()) s += "; bf16 emulated (LMTRAIN_CPU_BF16=emulate: f32 products)";
   return s;
+}
+
+std::string CpuBackend::unsupported(DType dt) const {
+  if (dt != DType::bf16 || bf16_emulated()) return "";
+  const std::string how =
+      " (use train.precision: f32, or train.backend: pjrt; LMTRAIN_CPU_BF16=emulate computes the "
+      "same numbers with f32 products, slower than f32, for testing)";
+#if LMTRAIN_HAVE_DNNL
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (dnnl_isa_has_bf16(isa)) return "";
+  const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+  return "bf16 on the CPU backend needs bf16 matrix instructions (AVX512-BF16 or AMX); this CPU "
+         "offers oneDNN " +
+         dnnl_isa_name(isa) +
+         (cap && *cap ? std::string(" (capped by ONEDNN_MAX_CPU_ISA=") + cap + ")" : "") + how;
+#else
+  return "bf16 on the CPU backend needs oneDNN (Debian's libdnnl-dev), and this lmtrain was built "
+         "without it" +
+         how;
+#endif
+}
+
+// The bf16 products: oneDNN's matmul primitives, one per shape (made once: creating one costs
+// more than running a small one), or the widened f32 product.
+struct CpuBackend::Bf16Gemm {
+  using Key =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>;
+#if LMTRAIN_HAVE_DNNL
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  std::map<Key, dnnl::matmul> primitives;
+#endif
+  std::vector<float> a, b, c;  // widened operands (emulation)
+};
+
+CpuBackend::CpuBackend() = default;
+CpuBackend::~CpuBackend() = default;
+
+namespace {
+
+// rows x cols of bf16 at src (leading dimension ld) into dst, packed (leading dimension cols).
+void widen(std::vector<float>& dst, const cpu::bf16* src, int64_t rows, int64_t cols, int64_t ld) {
+  dst.resize(static_cast<size_t>(rows * cols));
+  float* d = dst.data();
+#pragma omp parallel for schedule(static) if (rows * cols >= cpu::kParallelMin)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) d[r * cols + c] = src[r * ld + c];
+}
+
+}  // namespace
+
+void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                           double alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                           double beta, void* C, int64_t ldc) {
+  const std::string why = unsupported(DType::bf16);
+  LMT_CHECK(why.empty(), "CpuBackend::gemm: " + why);
+  if (!bf16_) bf16_ = std::make_unique<Bf16Gemm>();
+  Bf16Gemm& g = *bf16_;
+  auto* c = static_cast<cpu::bf16*>(C);
+  if (bf16_emulated()) {
+    const auto* a = static_cast<const cpu::bf16*>(A);
+    const auto* b = static_cast<const cpu::bf16*>(B);
+    widen(g.a, a, trans_a ? K : M, trans_a ? M : K, lda);
+    widen(g.b, b, trans_b ? N : K, trans_b ? K : N, ldb);
+    if (beta != 0)
+      widen(g.c, c, M, N, ldc);
+    else
+      g.c.assign(static_cast<size_t>(M * N), 0.0f);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+                static_cast<int>(K), static_cast<float>(alpha), g.a.data(),
+                static_cast<int>(trans_a ? M : K), g.b.data(), static_cast<int>(trans_b ? K : N),
+                static_cast<float>(beta), g.c.data(), static_cast<int>(N));
+    const float* w = g.c.data();
+#pragma omp parallel for schedule(static) if (M * N >= cpu::kParallelMin)
+    for (int64_t r = 0; r < M; ++r)
+      for (int64_t j = 0; j < N; ++j) c[r * ldc + j] = w[r * N + j];
+    return;
+  }
+#if LMTRAIN_HAVE_DNNL
+  using dnnl::memory;
+  const memory::desc a_md({M, K}, memory::data_type::bf16,
+                          trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+  const memory::desc b_md({K, N}, memory::data_type::bf16,
+                          trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc c_md({M, N}, memory::data_type::bf16, memory::dims{ldc, 1});
+  const Bf16Gemm::Key key{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
+  auto it = g.primitives.find(key);
+  if (it == g.primitives.end()) {
+    dnnl::primitive_attr attr;
+    if (alpha != 1) attr.set_output_scales(0, {static_cast<float>(alpha)});
+    if (beta != 0) {
+      dnnl::post_ops ops;
+      ops.append_sum(static_cast<float>(beta));
+      attr.set_post_ops(ops);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, g.engine);
+    it = g.primitives.emplace(key, dnnl::matmul(pd)).first;
+  }
+  it->second.execute(g.stream, {{DNNL_ARG_SRC, memory(a_md, g.engine, const_cast<void*>(A))},
+                                {DNNL_ARG_WEIGHTS, memory(b_md, g.engine, const_cast<void*>(B))},
+                                {DNNL_ARG_DST, memory(c_md, g.engine, C)}});
+  g.stream.wait();
+#endif
 }
 
 void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -48,6 +214,11 @@ void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N
   if (const int n = thread_count(); n != blas_threads_) {  // train.threads, as set_threads set it
     openblas_set_num_threads(n);
     blas_threads_ = n;
+  }
+  if (dt == DType::bf16) {
+    gemm_bf16(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
   }
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
@@ -70,21 +241,21 @@ void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N
 
 // out[N,O] += bias[O]
 void CpuBackend::add_bias(DType dt, void* out, const void* bias, int64_t N, int64_t O) {
-  cpu::dispatch_float(dt, "add_bias", [&](auto tag) {
+  cpu::dispatch_compute(dt, "add_bias", [&](auto tag) {
     using T = decltype(tag);
     T* y = static_cast<T*>(out);
     const T* b = static_cast<const T*>(bias);
 #pragma omp parallel for schedule(static) if (N * O >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       T* row = y + n * O;
-      for (int64_t o = 0; o < O; ++o) row[o] += b[o];
+      for (int64_t o = 0; o < O; ++o) row[o] = row[o] + b[o];
     }
   });
 }
 
 // dbias[O] += sum over n of dout[N,O], accumulated in double per column in row order.
 void CpuBackend::bias_backward(DType dt, void* dbias, const void* dout, int64_t N, int64_t O) {
-  cpu::dispatch_float(dt, "bias_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "bias_backward", [&](auto tag) {
     using T = decltype(tag);
     T* db = static_cast<T*>(dbias);
     const T* dy = static_cast<const T*>(dout);

@@ -67,8 +67,9 @@ LMT_INLINE T act_grad(T g) {
 // gate_up[N,2F] = [gate | up] per row -> out[N,F] = act(gate) * up.
 void CpuBackend::glu_forward(DType dt, Activation act, void* out, const void* gate_up, int64_t N,
                              int64_t F) {
-  cpu::dispatch_float(dt, "glu_forward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "glu_forward", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     with_activation(act, [&](auto a) {
       constexpr Activation A = decltype(a)::value;
       T* y = static_cast<T*>(out);
@@ -79,7 +80,7 @@ void CpuBackend::glu_forward(DType dt, Activation act, void* out, const void* ga
         const T* __restrict u = g + F;
         T* __restrict yr = y + n * F;
 #pragma omp simd
-        for (int64_t f = 0; f < F; ++f) yr[f] = act_value<A>(g[f]) * u[f];
+        for (int64_t f = 0; f < F; ++f) yr[f] = act_value<A>(C(g[f])) * u[f];
       }
     });
   });
@@ -88,8 +89,9 @@ void CpuBackend::glu_forward(DType dt, Activation act, void* out, const void* ga
 // dgate_up[N,2F] = [dout * up * act'(gate) | dout * act(gate)], overwritten.
 void CpuBackend::glu_backward(DType dt, Activation act, void* dgate_up, const void* dout,
                               const void* gate_up, int64_t N, int64_t F) {
-  cpu::dispatch_float(dt, "glu_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "glu_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     with_activation(act, [&](auto a) {
       constexpr Activation A = decltype(a)::value;
       T* dgu = static_cast<T*>(dgate_up);
@@ -104,8 +106,8 @@ void CpuBackend::glu_backward(DType dt, Activation act, void* dgate_up, const vo
         T* __restrict du = dg + F;
 #pragma omp simd
         for (int64_t f = 0; f < F; ++f) {
-          dg[f] = d[f] * u[f] * act_grad<A>(g[f]);
-          du[f] = d[f] * act_value<A>(g[f]);
+          dg[f] = d[f] * u[f] * act_grad<A>(C(g[f]));
+          du[f] = d[f] * act_value<A>(C(g[f]));
         }
       }
     });
@@ -114,14 +116,15 @@ void CpuBackend::glu_backward(DType dt, Activation act, void* dgate_up, const vo
 
 // out[n] = act(x[n])
 void CpuBackend::act_forward(DType dt, Activation act, void* out, const void* x, int64_t n) {
-  cpu::dispatch_float(dt, "act_forward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "act_forward", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     with_activation(act, [&](auto a) {
       constexpr Activation A = decltype(a)::value;
       T* y = static_cast<T*>(out);
       const T* xx = static_cast<const T*>(x);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
-      for (int64_t i = 0; i < n; ++i) y[i] = act_value<A>(xx[i]);
+      for (int64_t i = 0; i < n; ++i) y[i] = act_value<A>(C(xx[i]));
     });
   });
 }
@@ -129,23 +132,25 @@ void CpuBackend::act_forward(DType dt, Activation act, void* out, const void* x,
 // dx[n] = dout[n] * act'(x[n]), overwritten.
 void CpuBackend::act_backward(DType dt, Activation act, void* dx, const void* dout, const void* x,
                               int64_t n) {
-  cpu::dispatch_float(dt, "act_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "act_backward", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     with_activation(act, [&](auto a) {
       constexpr Activation A = decltype(a)::value;
       T* gx = static_cast<T*>(dx);
       const T* dy = static_cast<const T*>(dout);
       const T* xx = static_cast<const T*>(x);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
-      for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * act_grad<A>(xx[i]);
+      for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * act_grad<A>(C(xx[i]));
     });
   });
 }
 
 // Bit i % 32 of word i / 32 = x[i] > 0.
 void CpuBackend::relu_mask(DType dt, void* mask, const void* x, int64_t n) {
-  cpu::dispatch_float(dt, "relu_mask", [&](auto tag) {
+  cpu::dispatch_compute(dt, "relu_mask", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     const T* xx = static_cast<const T*>(x);
     auto* m = static_cast<uint32_t*>(mask);
     const int64_t words = (n + 31) / 32;
@@ -154,7 +159,7 @@ void CpuBackend::relu_mask(DType dt, void* mask, const void* x, int64_t n) {
       const T* __restrict xw = xx + w * 32;
       const int bits = static_cast<int>(std::min<int64_t>(32, n - w * 32));
       uint32_t word = 0;
-      for (int j = 0; j < bits; ++j) word |= static_cast<uint32_t>(xw[j] > T(0)) << j;
+      for (int j = 0; j < bits; ++j) word |= static_cast<uint32_t>(C(xw[j]) > C(0)) << j;
       m[w] = word;
     }
   });
@@ -163,26 +168,28 @@ void CpuBackend::relu_mask(DType dt, void* mask, const void* x, int64_t n) {
 // dx = dout * (bit ? 1 : 0): act_backward(relu)'s product, so the same bits (-0 and NaN included).
 void CpuBackend::relu_backward_masked(DType dt, void* dx, const void* dout, const void* mask,
                                       int64_t n) {
-  cpu::dispatch_float(dt, "relu_backward_masked", [&](auto tag) {
+  cpu::dispatch_compute(dt, "relu_backward_masked", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     T* gx = static_cast<T*>(dx);
     const T* dy = static_cast<const T*>(dout);
     const auto* m = static_cast<const uint32_t*>(mask);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * (((m[i >> 5] >> (i & 31)) & 1u) ? T(1) : T(0));
+    for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * (((m[i >> 5] >> (i & 31)) & 1u) ? C(1) : C(0));
   });
 }
 
 // dx = dout * (2 sqrt(y)): sqrt is correctly rounded, and sqrt(round(r * r)) == r (see backend.h).
 void CpuBackend::relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
                                             int64_t n) {
-  cpu::dispatch_float(dt, "relu2_backward_from_output", [&](auto tag) {
+  cpu::dispatch_compute(dt, "relu2_backward_from_output", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     T* gx = static_cast<T*>(dx);
     const T* dy = static_cast<const T*>(dout);
     const T* yy = static_cast<const T*>(y);
 #pragma omp parallel for simd schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * (T(2) * std::sqrt(yy[i]));
+    for (int64_t i = 0; i < n; ++i) gx[i] = dy[i] * (C(2) * std::sqrt(C(yy[i])));
   });
 }
 

@@ -1,5 +1,6 @@
 // RMSNorm and LayerNorm, forward and backward, for the CPU backend. Row statistics accumulate in
-// double and are rounded to T once, so forward and backward use the same saved value. The weight
+// double and are rounded once to their saved type S (T's, or float for bf16), so forward and
+// backward use the same saved value. The weight
 // gradients reduce over rows by column slices (each thread owns columns and walks rows in order):
 // deterministic for any thread count, at the price of a second read of x and dout.
 #include <algorithm>
@@ -30,8 +31,8 @@ void column_reduce(int64_t N, int64_t C, F f, E emit) {
 
 // RMSNorm over `rows` rows of D values, row i starting at offset(i) in x and out:
 // out = x * rstd * (w_offset + w); rstd[i] = 1 / sqrt(mean(x^2) + eps).
-template <class T, class Offset>
-void rms_forward_rows(T* y, T* rs, const T* x, const T* w, int64_t rows, int64_t D, Offset offset,
+template <class T, class S, class Offset>
+void rms_forward_rows(T* y, S* rs, const T* x, const T* w, int64_t rows, int64_t D, Offset offset,
                       double eps, double w_offset) {
 #pragma omp parallel for schedule(static) if (rows * D >= cpu::kParallelMin)
   for (int64_t i = 0; i < rows; ++i) {
@@ -39,7 +40,7 @@ void rms_forward_rows(T* y, T* rs, const T* x, const T* w, int64_t rows, int64_t
     const T* xr = x + off;
     double ss = 0;
     for (int64_t c = 0; c < D; ++c) ss += static_cast<double>(xr[c]) * xr[c];
-    const T r = static_cast<T>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
+    const S r = static_cast<S>(1.0 / std::sqrt(ss / static_cast<double>(D) + eps));
     rs[i] = r;
     const double rd = r;
     T* yr = y + off;
@@ -50,9 +51,9 @@ void rms_forward_rows(T* y, T* rs, const T* x, const T* w, int64_t rows, int64_t
 // Its backward: dx = r g dy - r^3 / D * x * sum(dy g x) with g = w_offset + w, added to dx or
 // replacing it (then dx may be dout itself: the weight gradient dw += sum_i dy x r is reduced
 // first, and each row's dx is written after its dout is read).
-template <class T, class Offset>
-void rms_backward_rows(T* gx, T* gw, const T* dy, const T* x, const T* w, const T* rs,
-                       int64_t rows, int64_t D, Offset offset, double w_offset, bool accumulate) {
+template <class T, class S, class Offset>
+void rms_backward_rows(T* gx, T* gw, const T* dy, const T* x, const T* w, const S* rs, int64_t rows,
+                       int64_t D, Offset offset, double w_offset, bool accumulate) {
   column_reduce(
       rows, D,
       [&](int64_t i, int64_t c) {
@@ -81,23 +82,25 @@ void rms_backward_rows(T* gx, T* gw, const T* dy, const T* x, const T* w, const 
 
 void CpuBackend::rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
                                  int64_t N, int64_t C, double eps, double w_offset) {
-  cpu::dispatch_float(dt, "rmsnorm_forward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
-    rms_forward_rows(static_cast<T*>(out), static_cast<T*>(rstd), static_cast<const T*>(x),
-                     static_cast<const T*>(w), N, C, [C](int64_t n) { return n * C; }, eps,
-                     w_offset);
+    using S = cpu::compute_t<T>;
+    rms_forward_rows(
+        static_cast<T*>(out), static_cast<S*>(rstd), static_cast<const T*>(x),
+        static_cast<const T*>(w), N, C, [C](int64_t n) { return n * C; }, eps, w_offset);
   });
 }
 
 void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
                                   const void* w, const void* rstd, int64_t N, int64_t C,
                                   double w_offset) {
-  cpu::dispatch_float(dt, "rmsnorm_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
-    rms_backward_rows(static_cast<T*>(dx), static_cast<T*>(dw), static_cast<const T*>(dout),
-                      static_cast<const T*>(x), static_cast<const T*>(w),
-                      static_cast<const T*>(rstd), N, C, [C](int64_t n) { return n * C; },
-                      w_offset, /*accumulate=*/true);
+    using S = cpu::compute_t<T>;
+    rms_backward_rows(
+        static_cast<T*>(dx), static_cast<T*>(dw), static_cast<const T*>(dout),
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const S*>(rstd), N, C,
+        [C](int64_t n) { return n * C; }, w_offset, /*accumulate=*/true);
   });
 }
 
@@ -105,11 +108,12 @@ void CpuBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout
 void CpuBackend::head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x,
                                       const void* w, int64_t N, int64_t row_stride, int heads,
                                       int head_dim, double eps, double w_offset) {
-  cpu::dispatch_float(dt, "head_rmsnorm_forward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "head_rmsnorm_forward", [&](auto tag) {
     using T = decltype(tag);
+    using S = cpu::compute_t<T>;
     const int64_t D = head_dim;
     rms_forward_rows(
-        static_cast<T*>(out), static_cast<T*>(rstd), static_cast<const T*>(x),
+        static_cast<T*>(out), static_cast<S*>(rstd), static_cast<const T*>(x),
         static_cast<const T*>(w), N * heads, D,
         [=](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; }, eps, w_offset);
   });
@@ -119,25 +123,27 @@ void CpuBackend::head_rmsnorm_backward(DType dt, void* dx, void* dw, const void*
                                        const void* x, const void* w, const void* rstd, int64_t N,
                                        int64_t row_stride, int heads, int head_dim,
                                        double w_offset) {
-  cpu::dispatch_float(dt, "head_rmsnorm_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "head_rmsnorm_backward", [&](auto tag) {
     using T = decltype(tag);
+    using S = cpu::compute_t<T>;
     const int64_t D = head_dim;
     rms_backward_rows(
         static_cast<T*>(dx), static_cast<T*>(dw), static_cast<const T*>(dout),
-        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(rstd),
-        N * heads, D, [=](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; },
-        w_offset, /*accumulate=*/false);
+        static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const S*>(rstd), N * heads,
+        D, [=](int64_t i) { return (i / heads) * row_stride + (i % heads) * D; }, w_offset,
+        /*accumulate=*/false);
   });
 }
 
 // out[N,C] = (x - mean) * rstd * w + b; mean[N], rstd[N] = 1 / sqrt(biased var + eps).
 void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x,
                                    const void* w, const void* b, int64_t N, int64_t C, double eps) {
-  cpu::dispatch_float(dt, "layernorm_forward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "layernorm_forward", [&](auto tag) {
     using T = decltype(tag);
+    using S = cpu::compute_t<T>;
     T* y = static_cast<T*>(out);
-    T* mu = static_cast<T*>(mean);
-    T* rs = static_cast<T*>(rstd);
+    S* mu = static_cast<S*>(mean);
+    S* rs = static_cast<S*>(rstd);
     const T* xx = static_cast<const T*>(x);
     const T* ww = static_cast<const T*>(w);
     const T* bb = static_cast<const T*>(b);
@@ -149,8 +155,8 @@ void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, 
       const double m = s / static_cast<double>(C);
       double v = 0;
       for (int64_t c = 0; c < C; ++c) v += (xr[c] - m) * (xr[c] - m);
-      const T mt = static_cast<T>(m);
-      const T rt = static_cast<T>(1.0 / std::sqrt(v / static_cast<double>(C) + eps));
+      const S mt = static_cast<S>(m);
+      const S rt = static_cast<S>(1.0 / std::sqrt(v / static_cast<double>(C) + eps));
       mu[n] = mt;
       rs[n] = rt;
       const double md = mt, rd = rt;
@@ -166,16 +172,17 @@ void CpuBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, 
 void CpuBackend::layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout,
                                     const void* x, const void* w, const void* mean,
                                     const void* rstd, int64_t N, int64_t C) {
-  cpu::dispatch_float(dt, "layernorm_backward", [&](auto tag) {
+  cpu::dispatch_compute(dt, "layernorm_backward", [&](auto tag) {
     using T = decltype(tag);
+    using S = cpu::compute_t<T>;
     T* gx = static_cast<T*>(dx);
     T* gw = static_cast<T*>(dw);
     T* gb = static_cast<T*>(db);
     const T* dy = static_cast<const T*>(dout);
     const T* xx = static_cast<const T*>(x);
     const T* ww = static_cast<const T*>(w);
-    const T* mu = static_cast<const T*>(mean);
-    const T* rs = static_cast<const T*>(rstd);
+    const S* mu = static_cast<const S*>(mean);
+    const S* rs = static_cast<const S*>(rstd);
 #pragma omp parallel for schedule(static) if (N * C >= cpu::kParallelMin)
     for (int64_t n = 0; n < N; ++n) {
       const T* xr = xx + n * C;

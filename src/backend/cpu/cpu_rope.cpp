@@ -18,33 +18,34 @@ void CpuBackend::rope(DType dt, void* x, const int32_t* pos, const float* inv_fr
   LMT_CHECK(rotary_dim % 2 == 0 && rotary_dim > 0 && rotary_dim <= head_dim,
             "CpuBackend::rope: rotary_dim " + std::to_string(rotary_dim) +
                 " must be even and in (0, head_dim]");
-  cpu::dispatch_float(dt, "rope", [&](auto tag) {
+  cpu::dispatch_compute(dt, "rope", [&](auto tag) {
     using T = decltype(tag);
+    using C = cpu::compute_t<T>;
     T* xx = static_cast<T*>(x);
     const int half = rotary_dim / 2;
 #pragma omp parallel if (N * heads * rotary_dim >= cpu::kParallelMin)
     {
-      std::vector<T> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
+      std::vector<C> cs(static_cast<size_t>(half)), sn(static_cast<size_t>(half));
 #pragma omp for schedule(static)
       for (int64_t n = 0; n < N; ++n) {
         const float p = static_cast<float>(pos[n]);
         for (int i = 0; i < half; ++i) {
           const float angle = p * inv_freq[i];
-          cs[i] = static_cast<T>(std::cos(static_cast<double>(angle)) * attn_factor);
-          sn[i] = static_cast<T>(std::sin(static_cast<double>(angle)) * attn_factor);
+          cs[i] = static_cast<C>(std::cos(static_cast<double>(angle)) * attn_factor);
+          sn[i] = static_cast<C>(std::sin(static_cast<double>(angle)) * attn_factor);
         }
         for (int h = 0; h < heads; ++h) {
           T* v = xx + n * row_stride + static_cast<int64_t>(h) * head_dim;
           T* v2 = v + half;
           if (!inverse) {
             for (int i = 0; i < half; ++i) {
-              const T a = v[i], b = v2[i];
+              const C a = v[i], b = v2[i];
               v[i] = a * cs[i] - b * sn[i];
               v2[i] = b * cs[i] + a * sn[i];
             }
           } else {
             for (int i = 0; i < half; ++i) {
-              const T a = v[i], b = v2[i];
+              const C a = v[i], b = v2[i];
               v[i] = a * cs[i] + b * sn[i];
               v2[i] = b * cs[i] - a * sn[i];
             }
