@@ -432,6 +432,31 @@ TEST_F(Cli, BenchReportsTheBlasKernels) {
       << b.at("kernels");
 }
 
+// train.precision: bf16 on the CPU backend needs bf16 matrix instructions: with oneDNN capped
+// below them (ONEDNN_MAX_CPU_ISA, as on a CPU without them) training refuses in one message
+// naming the key, the missing instructions and the cap, before it loads anything; emulated, a
+// bf16 step runs and bench names the products.
+TEST_F(Cli, Bf16OnTheCpuBackendNeedsBf16MatrixInstructions) {
+  const std::string sets = " --set train.precision=bf16 --set train.threads=1";
+  Result refused = capture("env -u LMTRAIN_CPU_BF16 ONEDNN_MAX_CPU_ISA=AVX2 " +
+                           std::string(LMT_BINARY) + " train --config " + config() + sets);
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.out.find("train.precision: bf16 on the CPU backend needs bf16 matrix "
+                             "instructions (AVX512-BF16 or AMX)"),
+            std::string::npos)
+      << refused.out;
+  EXPECT_NE(refused.out.find("ONEDNN_MAX_CPU_ISA=AVX2"), std::string::npos) << refused.out;
+  Result emulated = capture("env LMTRAIN_CPU_BF16=emulate " + std::string(LMT_BINARY) +
+                            " bench --config " + config() + " --steps 1" + sets);
+  ASSERT_EQ(emulated.code, 0) << emulated.out;
+  const std::string& out = emulated.out;
+  const nlohmann::json j =
+      nlohmann::json::parse(out.substr(out.find('{'), out.rfind('}') - out.find('{') + 1));
+  EXPECT_EQ(j.at("precision"), "bf16");
+  EXPECT_NE(j.at("kernels").get<std::string>().find("bf16 emulated"), std::string::npos)
+      << j.at("kernels");
+}
+
 }  // namespace
 
 namespace {
