@@ -114,6 +114,31 @@ Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int6
   return t;
 }
 
+// The GEMM peak of each precision the backend computes in here, and the fraction of it the
+// step's achieved FLOP/s reached: the compute dtype's is MFU's; the other's is measured too on
+// the CPU backend (nominal where PJRT names the device) unless train.peak_tflops gave the peak.
+// A precision the backend cannot compute in says why.
+nlohmann::json gemm_peaks(Backend* be, DType compute, const PeakFlops& peak, double given_tflops,
+                          double achieved) {
+  nlohmann::json out;
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    const std::string name(dtype_name(dt));
+    if (const std::string why = be->unsupported(dt); !why.empty()) {
+      out[name] = {{"unsupported", why}};
+      continue;
+    }
+    PeakFlops p = peak;
+    if (dt != compute) {
+      const PjrtBackendStats st = pjrt_backend_stats(*be);
+      const bool cheap = be->name() == "cpu" || nominal_peak(st.device_kind, dt).has_value();
+      if (given_tflops > 0 || !cheap) continue;
+      p = mfu_peak(be, dt, 0);
+    }
+    out[name] = {{"flops", p.flops}, {"source", p.source}, {"fraction", achieved / p.flops}};
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
@@ -161,6 +186,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
   j["peak_flops_source"] = peak.source;
   j["mfu"] = fpt * tps / peak.flops;
   j["gemm_share"] = be->gemm_seconds() / t.total_s;
+  j["gemm_peaks"] = gemm_peaks(be, model.compute_dtype(), peak, cfg.train.peak_tflops, fpt * tps);
   return j;
 }
 

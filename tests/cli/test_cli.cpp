@@ -430,6 +430,15 @@ TEST_F(Cli, BenchReportsTheBlasKernels) {
                 "core Sandybridge (set by OPENBLAS_CORETYPE=Sandybridge)"),
             std::string::npos)
       << b.at("kernels");
+  // Both precisions' GEMM peaks: f32's (MFU's here) and bf16's, or why bf16 cannot run.
+  const nlohmann::json& peaks = a.at("gemm_peaks");
+  EXPECT_EQ(peaks.at("f32").at("flops"), a.at("peak_flops")) << peaks;
+  EXPECT_GT(peaks.at("f32").at("fraction").get<double>(), 0) << peaks;
+  const nlohmann::json& bf16 = peaks.at("bf16");
+  if (bf16.contains("unsupported"))
+    EXPECT_NE(bf16.at("unsupported").get<std::string>().find("AVX512-BF16"), std::string::npos);
+  else
+    EXPECT_GT(bf16.at("flops").get<double>(), 0) << peaks;
 }
 
 // train.precision: bf16 on the CPU backend needs bf16 matrix instructions: with oneDNN capped
@@ -455,6 +464,11 @@ TEST_F(Cli, Bf16OnTheCpuBackendNeedsBf16MatrixInstructions) {
   EXPECT_EQ(j.at("precision"), "bf16");
   EXPECT_NE(j.at("kernels").get<std::string>().find("bf16 emulated"), std::string::npos)
       << j.at("kernels");
+  const nlohmann::json& peaks = j.at("gemm_peaks");
+  EXPECT_EQ(peaks.at("bf16").at("flops"), j.at("peak_flops")) << peaks;  // MFU's, in bf16
+  EXPECT_NE(peaks.at("bf16").at("source").get<std::string>().find("bf16 GEMM"), std::string::npos);
+  EXPECT_GT(peaks.at("f32").at("flops").get<double>(), 0) << peaks;
+  EXPECT_GT(peaks.at("f32").at("fraction").get<double>(), 0) << peaks;
 }
 
 }  // namespace
