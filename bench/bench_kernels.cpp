@@ -1,8 +1,11 @@
 // Micro-benchmarks of the CPU backend's compute-bound kernels at GPT-2-small shapes with 1024-token
 // micro-batches: the GEMMs of a layer (OpenBLAS sgemm) and causal flash attention forward and
-// backward (B=1, T=1024, 12 heads of 64). Each benchmark checks its result before timing and
-// reports FLOP/s; attention counts only the visible (causal) half of the score matrix, 2 matmuls
-// forward and 5 backward, as FlashAttention's papers do.
+// backward (B=1, T=1024, 12 heads of 64). The products of a GPT-2 124M training step (B4 T64 and
+// B1 T1024, in the three layouts a Linear layer's step uses) in f32 through OpenBLAS and through
+// oneDNN's f32 matmul (the measurement behind keeping OpenBLAS for f32), and in bf16 through the
+// backend (oneDNN; skipped where the CPU lacks bf16 matrix instructions). Each benchmark checks its
+// result before timing and reports FLOP/s; attention counts only the visible (causal) half of the
+// score matrix, 2 matmuls forward and 5 backward, as FlashAttention's papers do.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -10,7 +13,12 @@
 #include <cstdio>
 #include <vector>
 
+#if LMTRAIN_HAVE_DNNL
+#include <dnnl.hpp>
+#endif
+
 #include "backend/cpu/cpu_backend.h"
+#include "core/dtype.h"
 #include "core/rng.h"
 
 namespace lmt {
@@ -56,6 +64,101 @@ BENCHMARK(BM_Sgemm)
     ->Args({2048, 768, 3072})  // MLP down
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+// A training step's products, M x N x K and layout: 0 = x W^T (forward), 1 = dY W (the input's
+// gradient), 2 = dY^T X (the weight's gradient).
+void step_products(benchmark::internal::Benchmark* b) {
+  for (const int layout : {0, 1, 2}) {
+    b->Args({256, 3072, 768, layout});    // B4 T64: MLP up
+    b->Args({256, 768, 3072, layout});    // MLP down
+    b->Args({1024, 2304, 768, layout});   // B1 T1024: fused qkv
+    b->Args({1024, 50304, 768, layout});  // the head
+  }
+  b->Args({2048, 2048, 2048, 0});
+}
+
+struct Product {
+  bool ta, tb;
+  int64_t M, N, K, lda, ldb;
+};
+Product product(const benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+  const int64_t layout = state.range(3);
+  if (layout == 0) return {false, true, M, N, K, K, K};
+  if (layout == 1) return {false, false, M, N, K, K, N};
+  return {true, false, M, N, K, M, N};
+}
+void count(benchmark::State& state, const Product& p) {
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * p.M * p.N * p.K, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_StepGemmOpenblasF32(benchmark::State& state) {
+  const Product p = product(state);
+  CpuBackend be;
+  const std::vector<float> A = randn(p.M * p.K, 1), B = randn(p.N * p.K, 2);
+  std::vector<float> C(static_cast<size_t>(p.M * p.N));
+  for (auto _ : state) {
+    be.gemm(DType::f32, p.ta, p.tb, p.M, p.N, p.K, 1.0, A.data(), p.lda, B.data(), p.ldb, 0.0,
+            C.data(), p.N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  count(state, p);
+}
+BENCHMARK(BM_StepGemmOpenblasF32)
+    ->Apply(step_products)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+#if LMTRAIN_HAVE_DNNL
+void BM_StepGemmOnednnF32(benchmark::State& state) {
+  const Product p = product(state);
+  using dnnl::memory;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  const memory::desc a({p.M, p.K}, memory::data_type::f32,
+                       p.ta ? memory::dims{1, p.lda} : memory::dims{p.lda, 1});
+  const memory::desc b({p.K, p.N}, memory::data_type::f32,
+                       p.tb ? memory::dims{1, p.ldb} : memory::dims{p.ldb, 1});
+  const memory::desc c({p.M, p.N}, memory::data_type::f32, memory::dims{p.N, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), eng);
+  const dnnl::matmul mm(pd);
+  std::vector<float> A = randn(p.M * p.K, 1), B = randn(p.N * p.K, 2);
+  std::vector<float> C(static_cast<size_t>(p.M * p.N));
+  const memory am(a, eng, A.data()), bm(b, eng, B.data()), cm(c, eng, C.data());
+  for (auto _ : state) {
+    mm.execute(strm, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    strm.wait();
+    benchmark::DoNotOptimize(C.data());
+  }
+  state.SetLabel(pd.impl_info_str());
+  count(state, p);
+}
+BENCHMARK(BM_StepGemmOnednnF32)->Apply(step_products)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
+
+void BM_StepGemmBf16(benchmark::State& state) {
+  const Product p = product(state);
+  CpuBackend be;
+  if (const std::string why = be.unsupported(DType::bf16); !why.empty()) {
+    state.SkipWithError(why.c_str());
+    return;
+  }
+  auto bf16 = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+    return h;
+  };
+  const std::vector<uint16_t> A = bf16(randn(p.M * p.K, 1)), B = bf16(randn(p.N * p.K, 2));
+  std::vector<uint16_t> C(static_cast<size_t>(p.M * p.N));
+  for (auto _ : state) {
+    be.gemm(DType::bf16, p.ta, p.tb, p.M, p.N, p.K, 1.0, A.data(), p.lda, B.data(), p.ldb, 0.0,
+            C.data(), p.N);
+    benchmark::DoNotOptimize(C.data());
+  }
+  count(state, p);
+}
+BENCHMARK(BM_StepGemmBf16)->Apply(step_products)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The model's layout: q, k, v interleaved per token row [B*T, 3*H*D]; out [B*T, H*D].
 struct AttnSetup {
