@@ -160,6 +160,24 @@ void BM_StepGemmBf16(benchmark::State& state) {
 }
 BENCHMARK(BM_StepGemmBf16)->Apply(step_products)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// One AdamW step over n parameters (GPT-2 124M has 124M): p, g, m, v read, p, m, v written.
+void BM_AdamW(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  CpuBackend be;
+  std::vector<float> p = randn(n, 1), g = randn(n, 2), m(static_cast<size_t>(n)),
+                     v(static_cast<size_t>(n), 1.0f);
+  const double scale = 1.0;
+  int64_t step = 0;
+  for (auto _ : state) {
+    be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-4, 0.9, 0.95, 1e-8, 0.1, ++step,
+                  &scale);
+    benchmark::DoNotOptimize(p.data());
+  }
+  state.counters["elements/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_AdamW)->Arg(int64_t{1} << 24)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The model's layout: q, k, v interleaved per token row [B*T, 3*H*D]; out [B*T, H*D].
 struct AttnSetup {
   int64_t B = 1, T = 1024;

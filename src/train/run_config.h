@@ -131,8 +131,8 @@ struct TrainConfig {
       "PJRT plugin for backend pjrt (libtpu.so, the CUDA plugin, ...); default "
       "LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin from scripts/setup.sh");
     v("precision", precision,
-      "f32, or bf16 (backend pjrt: bf16 compute, f32 master weights, gradients, moments and "
-      "loss)");
+      "f32, or bf16 (bf16 compute, f32 master weights, gradients, moments and loss; the cpu "
+      "backend needs AVX512-BF16 or AMX)");
     v("deterministic", deterministic,
       "backend pjrt: ask XLA for deterministic ops (GPUs: no atomic scatter-adds or reductions, "
       "so a run and its resume repeat exactly; slower). The CPU backend always is");
