@@ -9,7 +9,8 @@ GPU). Run each mode in its own process (peak RSS is per process), in the referen
       --precision bf16 --compile [--set train.activation_checkpointing=true]
 
 --precision bf16 runs the forward under torch.autocast(bfloat16) with f32 weights and AdamW; AdamW
-is torch's fused one on every device (torch's fastest); --compile wraps the model in torch.compile; --set takes model keys and
+is torch's fused one (--adamw foreach: its multi-tensor one, faster on some CPUs); --compile wraps
+the model in torch.compile; --set takes model keys and
 data.seq_len, train.micro_batch_size, train.precision and train.activation_checkpointing (the
 model's gradient checkpointing).
 """
@@ -107,6 +108,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--adamw", choices=["fused", "foreach"], default="fused",
+                    help="torch's AdamW implementation (default fused)")
     ap.add_argument("--lora", type=int, default=0, help="LoRA rank (0: full fine-tuning)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -145,7 +148,8 @@ def main():
                             "down_proj"]))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.0, fused=True)
+    opt = torch.optim.AdamW(params, lr=3e-4, betas=(0.9, 0.95), weight_decay=0.0,
+                            fused=a.adamw == "fused", foreach=a.adamw == "foreach")
     ids = torch.randint(0, hc.vocab_size, (B, T)).to(device)
     forward = torch.compile(model) if a.compile else model
 
@@ -169,6 +173,7 @@ def main():
     mean = sum(times) / len(times)
     print(json.dumps({
         "peer": f"torch {torch.__version__}, transformers, {'PEFT LoRA r=%d' % a.lora if a.lora else 'full'}",
+        "adamw": a.adamw,
         "runner": "torch", "device": str(device), "precision": precision, "compile": a.compile,
         "tokens_per_s": B * T / mean, "step_ms": mean * 1e3,
         "step_ms_median": sorted(times)[len(times) // 2] * 1e3,
