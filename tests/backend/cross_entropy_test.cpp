@@ -20,7 +20,7 @@ struct CeCase {
   int64_t N, V;
   double softcap;
 };
-const CeCase kCases[] = {{7, 37, 0.0}, {7, 37, 5.0}, {4, 1003, 0.0}, {3, 1, 0.0}, {5, 300, 30.0}};
+const CeCase kCeCases[] = {{7, 37, 0.0}, {7, 37, 5.0}, {4, 1003, 0.0}, {3, 1, 0.0}, {5, 300, 30.0}};
 
 std::vector<int32_t> make_labels(const CeCase& c) {
   std::vector<int32_t> l(static_cast<size_t>(c.N));
@@ -84,7 +84,7 @@ void run_case(const CeCase& c) {
 }
 
 TEST(CrossEntropy, MatchesReference) {
-  for (const CeCase& c : kCases) {
+  for (const CeCase& c : kCeCases) {
     run_case<float>(c);
     run_case<double>(c);
   }

@@ -18,17 +18,17 @@ namespace {
 
 using Docs = std::vector<std::string>;
 
-Docs parse(const std::string& text, SkippedRecords* skipped = nullptr,
-           const std::string& field = "text") {
+Docs parse_jsonl(const std::string& text, SkippedRecords* skipped = nullptr,
+                 const std::string& field = "text") {
   Docs out;
   jsonl_documents(text, "f.jsonl", field, skipped,
                   [&](std::string_view d) { out.emplace_back(d); });
   return out;
 }
 
-std::string error_of(const std::string& text) {
+std::string jsonl_error_of(const std::string& text) {
   try {
-    parse(text);
+    parse_jsonl(text);
   } catch (const UserError& e) {
     return e.what();
   }
@@ -37,36 +37,38 @@ std::string error_of(const std::string& text) {
 
 TEST(Jsonl, ReadsTheFieldOfEveryLine) {
   EXPECT_EQ(
-      parse("{\"text\": \"a\"}\n{\"id\": 3, \"text\": \"b\\nc \\u00e9\"}\n\n  \n{\"text\":\"d\"}"),
+      parse_jsonl(
+          "{\"text\": \"a\"}\n{\"id\": 3, \"text\": \"b\\nc \\u00e9\"}\n\n  \n{\"text\":\"d\"}"),
       (Docs{"a", "b\nc \xc3\xa9", "d"}));
-  EXPECT_EQ(parse("{\"body\": \"x\", \"text\": \"y\"}\r\n", nullptr, "body"), (Docs{"x"}));
-  EXPECT_EQ(parse(""), Docs{});
+  EXPECT_EQ(parse_jsonl("{\"body\": \"x\", \"text\": \"y\"}\r\n", nullptr, "body"), (Docs{"x"}));
+  EXPECT_EQ(parse_jsonl(""), Docs{});
 }
 
 TEST(Jsonl, BadRecordsNameFileLineAndReason) {
   const std::string good = "{\"text\": \"ok\"}\n";
-  EXPECT_NE(error_of(good + "{\"text\": \"unterminated}\n").find("f.jsonl:2: malformed JSON"),
+  EXPECT_NE(jsonl_error_of(good + "{\"text\": \"unterminated}\n").find("f.jsonl:2: malformed JSON"),
             std::string::npos);
-  EXPECT_NE(
-      error_of(good + good + "{\"text\": \"a\"} trailing\n").find("f.jsonl:3: malformed JSON"),
-      std::string::npos);
-  EXPECT_NE(error_of("[1, 2]\n").find("f.jsonl:1: not a JSON object"), std::string::npos);
-  EXPECT_NE(error_of(good + "{\"txt\": \"a\"}\n").find("f.jsonl:2: missing field 'text'"),
+  EXPECT_NE(jsonl_error_of(good + good + "{\"text\": \"a\"} trailing\n")
+                .find("f.jsonl:3: malformed JSON"),
             std::string::npos);
-  EXPECT_NE(error_of("{\"text\": 5}\n").find("f.jsonl:1: field 'text' is not a string"),
+  EXPECT_NE(jsonl_error_of("[1, 2]\n").find("f.jsonl:1: not a JSON object"), std::string::npos);
+  EXPECT_NE(jsonl_error_of(good + "{\"txt\": \"a\"}\n").find("f.jsonl:2: missing field 'text'"),
             std::string::npos);
-  EXPECT_NE(error_of("{\"text\": \"\"}\n").find("f.jsonl:1: empty document"), std::string::npos);
-  EXPECT_NE(error_of("{\"text\": \"caf\xc3\"}\n").find("f.jsonl:1: invalid UTF-8"),
+  EXPECT_NE(jsonl_error_of("{\"text\": 5}\n").find("f.jsonl:1: field 'text' is not a string"),
             std::string::npos);
-  EXPECT_EQ(error_of("{\"text\": \"a\"}\n"), "");  // a good file raises nothing
-  EXPECT_NE(error_of("{oops\n").find("on_error: skip"), std::string::npos);  // the way out
+  EXPECT_NE(jsonl_error_of("{\"text\": \"\"}\n").find("f.jsonl:1: empty document"),
+            std::string::npos);
+  EXPECT_NE(jsonl_error_of("{\"text\": \"caf\xc3\"}\n").find("f.jsonl:1: invalid UTF-8"),
+            std::string::npos);
+  EXPECT_EQ(jsonl_error_of("{\"text\": \"a\"}\n"), "");  // a good file raises nothing
+  EXPECT_NE(jsonl_error_of("{oops\n").find("on_error: skip"), std::string::npos);  // the way out
 }
 
 TEST(Jsonl, SkipCountsBadRecordsByReason) {
   SkippedRecords skipped;
-  Docs docs =
-      parse("{\"text\": \"a\"}\n{oops\n{\"text\": 1}\n{\"text\": \"\"}\n{\"text\": \"b\"}\n{}\n",
-            &skipped);
+  Docs docs = parse_jsonl(
+      "{\"text\": \"a\"}\n{oops\n{\"text\": 1}\n{\"text\": \"\"}\n{\"text\": \"b\"}\n{}\n",
+      &skipped);
   EXPECT_EQ(docs, (Docs{"a", "b"}));
   EXPECT_EQ(skipped.total, 4);
   EXPECT_EQ(skipped.by_reason["malformed JSON"], 1);

@@ -23,7 +23,7 @@
 namespace lmt {
 namespace {
 
-std::vector<float> randn(int64_t n, uint64_t stream, double std = 1.0) {
+std::vector<float> normal_floats(int64_t n, uint64_t stream, double std = 1.0) {
   std::vector<float> x(static_cast<size_t>(n));
   fill_normal(x.data(), n, 0.0, std, 17, stream);
   return x;
@@ -34,11 +34,11 @@ using test::expect_close_rms;
 TEST(LionKernel, MatchesTheDoubleReference) {
   CpuBackend be;
   for (int64_t n : {1, 9, 40001}) {  // 40001 takes the OpenMP path
-    std::vector<float> p = randn(n, 1), m(static_cast<size_t>(n), 0.f);
+    std::vector<float> p = normal_floats(n, 1), m(static_cast<size_t>(n), 0.f);
     std::vector<double> rp(p.begin(), p.end()), rm(static_cast<size_t>(n), 0.0);
     const double lr = 3e-3, b1 = 0.9, b2 = 0.99, wd = 0.5;
     for (int t = 1; t <= 5; ++t) {
-      const std::vector<float> g = randn(n, 10 + t, 0.1 * t);
+      const std::vector<float> g = normal_floats(n, 10 + t, 0.1 * t);
       const double gs = t % 2 ? 1.0 : 0.4;
       be.lion_step(p.data(), g.data(), m.data(), n, lr, b1, b2, wd, &gs);
       for (int64_t i = 0; i < n; ++i) {
@@ -56,11 +56,11 @@ TEST(SgdKernel, MatchesTorchSgdInDouble) {
   CpuBackend be;
   for (const bool nesterov : {false, true}) {
     const int64_t n = 1001;
-    std::vector<float> p = randn(n, 2), buf(static_cast<size_t>(n), 0.f);
+    std::vector<float> p = normal_floats(n, 2), buf(static_cast<size_t>(n), 0.f);
     std::vector<double> rp(p.begin(), p.end()), rb(static_cast<size_t>(n), 0.0);
     const double lr = 0.05, mu = 0.9, wd = 0.01;
     for (int t = 1; t <= 5; ++t) {
-      const std::vector<float> g = randn(n, 20 + t);
+      const std::vector<float> g = normal_floats(n, 20 + t);
       const double gs = t == 3 ? 0.25 : 1.0;
       be.sgd_step(p.data(), g.data(), buf.data(), n, lr, mu, nesterov, wd, &gs);
       for (int64_t i = 0; i < n; ++i) {  // torch: d = g + wd p; buf = d (t = 1) or mu buf + d
@@ -155,7 +155,7 @@ TEST(Muon, NewtonSchulzMatchesTheReferenceAndOrthogonalises) {
   CpuBackend be;
   for (auto [r, c] : {std::pair<int64_t, int64_t>{12, 20}, {20, 12}, {16, 16}}) {
     SCOPED_TRACE(std::to_string(r) + "x" + std::to_string(c));
-    std::vector<float> u = randn(r * c, 30 + r), x(static_cast<size_t>(r * c));
+    std::vector<float> u = normal_floats(r * c, 30 + r), x(static_cast<size_t>(r * c));
     const Mat want = newton_schulz_ref(Mat(u.begin(), u.end()), r, c, 5);
     const int64_t k = std::min(r, c);
     std::vector<float> a(static_cast<size_t>(k * k)), b(a.size());
@@ -201,7 +201,7 @@ TEST(Muon, StepsMatchTheDoubleReferenceWithAdamWForTheRest) {
   spec.weight_decay = 0.1;
   auto opt = make_optimizer(&be, params, total, spec);
   EXPECT_STREQ(opt->name(), "muon");
-  std::vector<float> p = randn(total, 40, 0.5);
+  std::vector<float> p = normal_floats(total, 40, 0.5);
   const std::vector<float> p0 = p;
   std::vector<double> rp(p.begin(), p.end()), mom(static_cast<size_t>(total), 0.0);
   // The AdamW part through the AdamW class itself (tested against torch's transcription).
@@ -213,7 +213,7 @@ TEST(Muon, StepsMatchTheDoubleReferenceWithAdamWForTheRest) {
   std::vector<float> pa = p;
   const double lr = 0.02;
   for (int t = 1; t <= 3; ++t) {
-    const std::vector<float> g = randn(total, 50 + t);
+    const std::vector<float> g = normal_floats(total, 50 + t);
     opt->clip_and_step(p.data(), g.data(), lr, 0.0);
     adamw.clip_and_step(pa.data(), g.data(), lr, 0.0);
     for (const ParamInfo& q : params) {
@@ -285,7 +285,7 @@ TEST(Optimizers, DecayOnlyWhereAdamWDecays) {
     spec.name = name;
     spec.weight_decay = 0.5;
     auto opt = make_optimizer(&be, params, total, spec);
-    std::vector<float> p = randn(total, 60);
+    std::vector<float> p = normal_floats(total, 60);
     const std::vector<float> before = p, zero(static_cast<size_t>(total), 0.f);
     opt->clip_and_step(p.data(), zero.data(), 0.1, 1.0);
     for (const ParamInfo& q : params)
@@ -308,7 +308,7 @@ TEST(Optimizers, NonFiniteGradientChangesNothingAndStateIsNamed) {
     OptimizerSpec spec;
     spec.name = name;
     auto opt = make_optimizer(&be, params, total, spec);
-    std::vector<float> p = randn(total, 70), g = randn(total, 71);
+    std::vector<float> p = normal_floats(total, 70), g = normal_floats(total, 71);
     opt->clip_and_step(p.data(), g.data(), 0.01, 1.0);
     const std::vector<float> p1 = p;
     std::vector<std::vector<float>> s1;

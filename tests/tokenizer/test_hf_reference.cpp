@@ -23,7 +23,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string data_path(const std::string& name) {
+std::string hf_data_path(const std::string& name) {
   return std::string(LMT_TEST_DATA) + "/tokenizers/" + name;
 }
 
@@ -34,14 +34,14 @@ json read_json(const std::string& path) {
   return json::parse(ss.str());
 }
 
-std::string ids_str(const std::vector<int32_t>& ids) {
+std::string hf_ids_str(const std::vector<int32_t>& ids) {
   std::string s = "[";
   for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
   return s + "]";
 }
 
 const json& reference() {
-  static const json ref = read_json(data_path("hf_ref.json"));
+  static const json ref = read_json(hf_data_path("hf_ref.json"));
   return ref;
 }
 
@@ -57,13 +57,14 @@ TEST_P(HfReference, IdsSpecialIdsAndDecodeMatch) {
   const auto decoded = r["decoded"].get<std::vector<std::string>>();
   ASSERT_EQ(ids.size(), texts.size());
   ASSERT_GE(texts.size(), 40u);
-  const auto tok = load_tokenizer(data_path(name + ".json"));
+  const auto tok = load_tokenizer(hf_data_path(name + ".json"));
   for (size_t i = 0; i < texts.size(); ++i) {
     const auto got = tok->encode(texts[i]);
     EXPECT_EQ(got, ids[i]) << name << " text " << i << " '" << texts[i] << "'\n expected "
-                           << ids_str(ids[i]) << "\n got      " << ids_str(got);
+                           << hf_ids_str(ids[i]) << "\n got      " << hf_ids_str(got);
     EXPECT_EQ(tok->encode_with_special(texts[i]), ids_special[i]) << name << " text " << i;
-    EXPECT_EQ(tok->decode(ids[i]), decoded[i]) << name << " text " << i << " " << ids_str(ids[i]);
+    EXPECT_EQ(tok->decode(ids[i]), decoded[i])
+        << name << " text " << i << " " << hf_ids_str(ids[i]);
   }
 }
 
@@ -76,8 +77,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HfReference,
 TEST(HfReference, SentencePieceStyleAgreesWithLibSentencePiece) {
   // llama2_style_bpe.json is sp_bpe.model converted as transformers does; on plain text (no
   // normalization differences) both give the same ids.
-  const auto hf = load_tokenizer(data_path("llama2_style_bpe.json"));
-  const auto sp = load_tokenizer(data_path("sp_bpe.model"));
+  const auto hf = load_tokenizer(hf_data_path("llama2_style_bpe.json"));
+  const auto sp = load_tokenizer(hf_data_path("sp_bpe.model"));
   for (const char* t :
        {"Hello world!", "The quick brown fox jumps over the lazy dog.", "it's fine"})
     EXPECT_EQ(hf->encode(t), sp->encode(t)) << t;
@@ -87,7 +88,7 @@ TEST(HfReference, RandomTextsRoundTripThroughByteFallback) {
   // Byte fallback covers every character, so decode(encode(t)) == t for any valid UTF-8 text
   // without "▁" (which decodes to a space) or a special token (the Llama 2 decoder strips the one
   // space the normalizer prepends).
-  const auto tok = load_tokenizer(data_path("llama2_style_bpe.json"));
+  const auto tok = load_tokenizer(hf_data_path("llama2_style_bpe.json"));
   std::mt19937 rng(std::random_device{}());
   const char32_t pool[] = {U'a',    U'Z',      U' ', U' ', U'\n', U'\t', U'é', U'中',
                            U'🙂', U'\u0301', U'<', U'>', U's',  U'/',  U'0', U'\u00a0'};
@@ -113,9 +114,9 @@ TEST(HfReference, RandomTextsRoundTripThroughByteFallback) {
       }
     }
     const auto ids = tok->encode(t);
-    for (int32_t id : ids) ASSERT_NE(id, 0) << "unk in " << ids_str(ids);
+    for (int32_t id : ids) ASSERT_NE(id, 0) << "unk in " << hf_ids_str(ids);
     if (t.find("<s>") != std::string::npos || t.find("</s>") != std::string::npos) continue;
-    EXPECT_EQ(tok->decode(ids), t) << ids_str(ids);
+    EXPECT_EQ(tok->decode(ids), t) << hf_ids_str(ids);
   }
 }
 
@@ -123,12 +124,12 @@ TEST(HfReference, CuttingWordsAtMetaspaceKeepsTheIds) {
   // The loader cuts SentencePiece-style words before each "▁" that follows another character
   // when no vocab token could merge across the cut. A vocab token with an inner "▁" (reachable by
   // no merge, so the ids cannot change) turns the cut off: both must agree on random texts.
-  json j = read_json(data_path("llama2_style_bpe.json"));
+  json j = read_json(hf_data_path("llama2_style_bpe.json"));
   j["model"]["vocab"]["q\u2581z"] = 700;
   const std::string path =
       ::testing::TempDir() + "/lmt_no_cut_" + std::to_string(::getpid()) + ".json";
   std::ofstream(path) << j.dump();
-  const auto cut = load_tokenizer(data_path("llama2_style_bpe.json"));
+  const auto cut = load_tokenizer(hf_data_path("llama2_style_bpe.json"));
   const auto whole = load_tokenizer(path);
   std::mt19937 rng(std::random_device{}());
   const char* pool[] = {"a", "e",  "t",      "h",  "th", "in", " ",
@@ -141,13 +142,13 @@ TEST(HfReference, CuttingWordsAtMetaspaceKeepsTheIds) {
   std::remove(path.c_str());
 
   // A merge that does cross ("e" + "▁", rank 0) must be applied: the cut is off for this vocab.
-  json m = read_json(data_path("llama2_style_bpe.json"));
+  json m = read_json(hf_data_path("llama2_style_bpe.json"));
   m["model"]["vocab"]["e\u2581"] = 700;
   m["model"]["merges"].insert(m["model"]["merges"].begin(), json::array({"e", "\u2581"}));
   std::ofstream(path) << m.dump();
   const auto crossing = load_tokenizer(path);
   const auto ids = crossing->encode("the cat");
-  EXPECT_NE(std::find(ids.begin(), ids.end(), 700), ids.end()) << ids_str(ids);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), 700), ids.end()) << hf_ids_str(ids);
   std::remove(path.c_str());
 }
 
@@ -167,12 +168,12 @@ TEST(Tokenizer, BosAndEosIds) {
       {"lmtrain_trained_bpe.json", -1, 999},
   };
   for (const Case& c : cases) {
-    const std::string spec = std::string(c.spec) == "bytes" ? "bytes" : data_path(c.spec);
+    const std::string spec = std::string(c.spec) == "bytes" ? "bytes" : hf_data_path(c.spec);
     const auto tok = load_tokenizer(spec);
     EXPECT_EQ(tok->bos_id(), c.bos) << c.spec;
     EXPECT_EQ(tok->eos_id(), c.eos) << c.spec;
   }
-  const auto uni = load_tokenizer(data_path("sp_unigram.model"));
+  const auto uni = load_tokenizer(hf_data_path("sp_unigram.model"));
   EXPECT_LT(uni->eos_id(), uni->vocab_size());
 }
 
@@ -180,7 +181,7 @@ TEST(Tokenizer, EncodesTheSameFromManyThreads) {
   // Each thread has its own word cache: many threads encoding at once give the ids one thread does.
   const auto texts = reference()["texts"].get<std::vector<std::string>>();
   for (const char* name : {"bytelevel_bpe.json", "llama2_style_bpe.json"}) {
-    const auto tok = load_tokenizer(data_path(name));
+    const auto tok = load_tokenizer(hf_data_path(name));
     std::vector<std::vector<int32_t>> expected;
     for (const auto& t : texts) expected.push_back(tok->encode(t));
     std::vector<std::thread> threads;
