@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "train/run_config.h"
+
 namespace lmt::test {
 
 inline std::filesystem::path demo_dir() {
@@ -29,6 +31,17 @@ inline std::string demo_config() {
 inline std::vector<std::string> demo_data_sets() {
   return {"data.tokenizer=" + (demo_dir() / "tokenizer.json").string(),
           "data.store=" + (demo_dir() / "store").string()};
+}
+
+// configs/demo.yaml on the fixture's data for a run of a test's own (out_dir `dir`/`run`), logging
+// every step, with no evaluation or sample; then `sets` (later sets win).
+inline RunConfig demo_run_config(const std::filesystem::path& dir, const std::string& run,
+                                 const std::vector<std::string>& sets) {
+  std::vector<std::string> all = demo_data_sets();
+  all.insert(all.end(), {"train.out_dir=" + (dir / run).string(), "train.log_every=1",
+                         "train.eval_every=0", "train.sample_tokens=0"});
+  all.insert(all.end(), sets.begin(), sets.end());
+  return load_run_config(demo_config(), all);
 }
 
 // Empty when the fixture's run is complete; else what is missing and how to make it.

@@ -43,11 +43,7 @@ class PjrtTraining : public testing::Test {
 
   // The demo's config with the fixture's data, logging every step, no evaluation or sample.
   static RunConfig demo(const std::string& run, const std::vector<std::string>& sets) {
-    std::vector<std::string> all = test::demo_data_sets();
-    all.insert(all.end(), {"train.out_dir=" + (dir_ / run).string(), "train.log_every=1",
-                           "train.eval_every=0", "train.sample_tokens=0"});
-    all.insert(all.end(), sets.begin(), sets.end());  // later sets win
-    return load_run_config(test::demo_config(), all);
+    return test::demo_run_config(dir_, run, sets);
   }
   // step -> training loss, from a run's metrics.jsonl.
   static std::map<int64_t, double> losses(const std::string& run) {
