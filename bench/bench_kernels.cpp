@@ -93,17 +93,22 @@ void count(benchmark::State& state, const Product& p) {
       benchmark::Counter(2.0 * p.M * p.N * p.K, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Times the backend's product of p in dt: A, B and C hold dt's elements.
+void time_backend_gemm(benchmark::State& state, CpuBackend& be, DType dt, const Product& p,
+                       const void* A, const void* B, void* C) {
+  for (auto _ : state) {
+    be.gemm(dt, p.ta, p.tb, p.M, p.N, p.K, 1.0, A, p.lda, B, p.ldb, 0.0, C, p.N);
+    benchmark::DoNotOptimize(C);
+  }
+  count(state, p);
+}
+
 void BM_StepGemmOpenblasF32(benchmark::State& state) {
   const Product p = product(state);
   CpuBackend be;
   const std::vector<float> A = randn(p.M * p.K, 1), B = randn(p.N * p.K, 2);
   std::vector<float> C(static_cast<size_t>(p.M * p.N));
-  for (auto _ : state) {
-    be.gemm(DType::f32, p.ta, p.tb, p.M, p.N, p.K, 1.0, A.data(), p.lda, B.data(), p.ldb, 0.0,
-            C.data(), p.N);
-    benchmark::DoNotOptimize(C.data());
-  }
-  count(state, p);
+  time_backend_gemm(state, be, DType::f32, p, A.data(), B.data(), C.data());
 }
 BENCHMARK(BM_StepGemmOpenblasF32)
     ->Apply(step_products)
@@ -151,12 +156,7 @@ void BM_StepGemmBf16(benchmark::State& state) {
   };
   const std::vector<uint16_t> A = bf16(randn(p.M * p.K, 1)), B = bf16(randn(p.N * p.K, 2));
   std::vector<uint16_t> C(static_cast<size_t>(p.M * p.N));
-  for (auto _ : state) {
-    be.gemm(DType::bf16, p.ta, p.tb, p.M, p.N, p.K, 1.0, A.data(), p.lda, B.data(), p.ldb, 0.0,
-            C.data(), p.N);
-    benchmark::DoNotOptimize(C.data());
-  }
-  count(state, p);
+  time_backend_gemm(state, be, DType::bf16, p, A.data(), B.data(), C.data());
 }
 BENCHMARK(BM_StepGemmBf16)->Apply(step_products)->Unit(benchmark::kMillisecond)->UseRealTime();
 

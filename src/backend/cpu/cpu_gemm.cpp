@@ -96,14 +96,18 @@ std::string CpuBackend::kernels() const {
   return s;
 }
 
+// Asked before every bf16 product (the environment may change between them): the answer "yes"
+// builds no message.
 std::string CpuBackend::unsupported(DType dt) const {
   if (dt != DType::bf16 || bf16_emulated()) return "";
+#if LMTRAIN_HAVE_DNNL
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (dnnl_isa_has_bf16(isa)) return "";
+#endif
   const std::string how =
       " (use train.precision: f32, or train.backend: pjrt; LMTRAIN_CPU_BF16=emulate computes the "
       "same numbers with f32 products, slower than f32, for testing)";
 #if LMTRAIN_HAVE_DNNL
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  if (dnnl_isa_has_bf16(isa)) return "";
   const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
   return "bf16 on the CPU backend needs bf16 matrix instructions (AVX512-BF16 or AMX); this CPU "
          "offers oneDNN " +
