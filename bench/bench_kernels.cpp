@@ -74,6 +74,16 @@ void step_products(benchmark::internal::Benchmark* b) {
     b->Args({1024, 2304, 768, layout});   // B1 T1024: fused qkv
     b->Args({1024, 50304, 768, layout});  // the head
   }
+  // The demo Llama's Linear layers, B16 T128 (2048 tokens), as the step calls them: in x out.
+  for (const auto [in, out] : {std::pair{192, 320},      // fused q, k, v (two KV heads)
+                               std::pair{192, 192},      // o
+                               std::pair{192, 1024},     // fused gate and up
+                               std::pair{512, 192},      // down
+                               std::pair{192, 2048}}) {  // the head (vocab 2048)
+    b->Args({2048, out, in, 0});
+    b->Args({2048, in, out, 1});
+    b->Args({out, in, 2048, 2});
+  }
   b->Args({2048, 2048, 2048, 0});
 }
 

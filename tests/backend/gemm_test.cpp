@@ -1,5 +1,5 @@
-// GEMM (OpenBLAS) and the bias kernels of the CPU backend against plain double loops: every
-// transpose combination, padded leading dimensions whose padding must survive, alpha/beta,
+// GEMM (OpenBLAS and oneDNN) and the bias kernels of the CPU backend against plain double loops:
+// every transpose combination, padded leading dimensions whose padding must survive, alpha/beta,
 // beta == 0 with a C full of NaN (C must not be read), K == 0, and += semantics of the bias
 // kernels.
 #include <cblas.h>
@@ -71,8 +71,27 @@ void run_gemm_cases() {
   }
 }
 
+// Each library the f32 products may go to (LMTRAIN_CPU_GEMM), and the machine's own choice.
 TEST(Gemm, MatchesReferenceF32) {
-  run_gemm_cases<float>();
+  for (const char* engine : {static_cast<const char*>(nullptr), "openblas", "onednn"}) {
+    if (engine && std::string(engine) == "onednn" && !LMTRAIN_TEST_HAVE_DNNL) continue;
+    SCOPED_TRACE(engine ? engine : "the machine's choice");
+    test::ScopedEnv env("LMTRAIN_CPU_GEMM", engine);
+    run_gemm_cases<float>();
+  }
+}
+
+TEST(Gemm, AnUnknownF32LibraryIsRefusedByName) {
+  test::ScopedEnv env("LMTRAIN_CPU_GEMM", "mkl");
+  CpuBackend be;
+  std::vector<float> a(16, 1.0f), c(16);
+  try {
+    be.gemm(DType::f32, false, false, 4, 4, 4, 1.0, a.data(), 4, a.data(), 4, 0.0, c.data(), 4);
+    FAIL() << "LMTRAIN_CPU_GEMM=mkl should be refused";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("LMTRAIN_CPU_GEMM=mkl"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(be.kernels().find("f32: mkl (LMTRAIN_CPU_GEMM)"), std::string::npos) << be.kernels();
 }
 TEST(Gemm, MatchesReferenceF64) {
   run_gemm_cases<double>();

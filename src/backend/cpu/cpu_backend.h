@@ -110,14 +110,18 @@ class CpuBackend final : public Backend {
                int64_t cols) override;
 
  private:
-  struct Bf16Gemm;
+  struct DnnlGemm;
   void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
                  const void* A, int64_t lda, const void* B, int64_t ldb, double beta, void* C,
                  int64_t ldc);
+  // oneDNN's matmul in f32 (is_bf16 false) or bf16: one cached primitive per shape.
+  void gemm_dnnl(bool is_bf16, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 double alpha, const void* A, int64_t lda, const void* B, int64_t ldb, double beta,
+                 void* C, int64_t ldc);
 
   int blas_threads_ = 0;  // what OpenBLAS was last told: follows thread_count()
   double gemm_seconds_ = 0;
-  std::unique_ptr<Bf16Gemm> bf16_;  // made by the first bf16 product
+  std::unique_ptr<DnnlGemm> dnnl_;  // made by the first product oneDNN computes
 };
 
 }  // namespace lmt

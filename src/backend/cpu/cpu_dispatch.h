@@ -34,15 +34,24 @@ namespace lmt::cpu {
 struct bf16 {
   uint16_t bits;
   bf16() = default;
-  LMT_INLINE bf16(float f) {  // NOLINT(google-explicit-constructor): a store rounds implicitly
+  LMT_INLINE bf16(float f)
+      : bits(round(f)) {}  // NOLINT(google-explicit-constructor): a store rounds
+  LMT_INLINE bf16(double d) : bf16(static_cast<float>(d)) {}  // NOLINT: as from float
+  LMT_INLINE explicit bf16(int i) : bf16(static_cast<float>(i)) {}
+  // A store of a float writes the rounded bits in place: no bf16 temporary, which `omp simd` loops
+  // would copy as an aggregate (GCC then does not vectorise them).
+  LMT_INLINE bf16& operator=(float f) {
+    bits = round(f);
+    return *this;
+  }
+  LMT_INLINE bf16& operator=(double d) { return *this = static_cast<float>(d); }
+  LMT_INLINE static uint16_t round(float f) {
     uint32_t u;
     std::memcpy(&u, &f, sizeof u);
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     const uint32_t quiet = (u >> 16) | 0x40u;
-    bits = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+    return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
   }
-  LMT_INLINE bf16(double d) : bf16(static_cast<float>(d)) {}  // NOLINT: as from float
-  LMT_INLINE explicit bf16(int i) : bf16(static_cast<float>(i)) {}
   LMT_INLINE operator float() const {  // NOLINT(google-explicit-constructor): exact
     const uint32_t u = static_cast<uint32_t>(bits) << 16;
     float f;

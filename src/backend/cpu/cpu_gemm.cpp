@@ -1,14 +1,17 @@
-// Dense algebra of the CPU backend: GEMM through OpenBLAS (row-major cblas) in f32 and f64, and
-// in bf16 (mixed precision) through oneDNN's matmul on CPUs with bf16 matrix instructions
-// (AVX512-BF16, AMX): bf16 operands, f32 accumulation, one rounding of the result. With
-// LMTRAIN_CPU_BF16=emulate the same products run anywhere, widened to f32 through OpenBLAS: the
-// same contract (a product of two bf16 values is exact in f32) at f32 speed, for tests of bf16
-// runs on CPUs without those instructions. The bias add and its backward: bias_backward reduces
+// Dense algebra of the CPU backend: GEMM through OpenBLAS (row-major cblas) and oneDNN's matmul in
+// f32, OpenBLAS in f64, and in bf16 (mixed precision) oneDNN's matmul on CPUs with bf16 matrix
+// instructions (AVX512-BF16, AMX): bf16 operands, f32 accumulation, one rounding of the result.
+// With LMTRAIN_CPU_BF16=emulate the same products run anywhere, widened to f32 through OpenBLAS:
+// the same contract (a product of two bf16 values is exact in f32) at f32 speed, for tests of bf16
+// runs on CPUs without those instructions. Which library computes an f32 product follows the
+// machine and the product's shape class as measured (f32_engine, below): never the timings of the
+// run, so a run's bits do not depend on them. The bias add and its backward: bias_backward reduces
 // over rows by columns (each thread owns a slice of columns and walks the rows in order), so the
 // result does not depend on the thread count.
 #include <cblas.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <climits>
 #include <cstdlib>
@@ -24,6 +27,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_dispatch.h"
+#include "core/error.h"
 #include "core/threads.h"
 
 namespace lmt {
@@ -71,11 +75,73 @@ std::string dnnl_isa_name(dnnl::cpu_isa isa) {
 
 // Whether the ISA has bf16 dot products (AVX512-BF16; AMX's ISA includes it): oneDNN's ISA
 // values are bit sets, each containing the ones below it.
+bool dnnl_isa_has(dnnl::cpu_isa isa, dnnl::cpu_isa want) {
+  return (static_cast<unsigned>(isa) & static_cast<unsigned>(want)) == static_cast<unsigned>(want);
+}
 bool dnnl_isa_has_bf16(dnnl::cpu_isa isa) {
-  const auto want = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-  return (static_cast<unsigned>(isa) & want) == want;
+  return dnnl_isa_has(isa, dnnl::cpu_isa::avx512_core_bf16);
 }
 #endif
+
+// Whether OpenBLAS runs kernels of AVX2 or wider. Where it does not know the CPU (OpenBLAS 0.3.21
+// on a Sapphire Rapids VM: "Prescott", SSE3) its f32 products run at a fifth of oneDNN's.
+bool openblas_core_has_avx2() {
+  std::string core = openblas_get_corename();
+  for (char& c : core) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* wide :
+       {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids", "excavator"})
+    if (core == wide) return true;
+  return false;
+}
+
+// Which library computes the f32 products. LMTRAIN_CPU_GEMM=openblas|onednn chooses; otherwise the
+// machine and the shape class do, as measured (docs/performance.md, 2026-11-26, 2-core Xeon with
+// AVX-512 and AMX, lmtrain_bench's StepGemm products of GPT-2 124M and the demo Llama):
+// - OpenBLAS without AVX2 kernels beside oneDNN with AVX2 or wider: oneDNN, 3-6x faster on each.
+// - oneDNN on AVX-512 beside OpenBLAS's SkylakeX kernels: oneDNN for the forward product x Wᵀ
+//   (1.03-1.31x) and for products with at most 512 columns (the demo's gradients: 1.07-1.37x);
+//   OpenBLAS for the wide gradient products (GPT-2's: oneDNN 0.44-0.80x).
+// - AVX2 (AMD Zen, 2026-11-26): OpenBLAS, faster on GPT-2's products taken together.
+enum class F32Engine { openblas, onednn };
+
+F32Engine f32_engine(bool trans_a, bool trans_b, int64_t N) {
+  if (const char* v = std::getenv("LMTRAIN_CPU_GEMM"); v && *v) {
+    const std::string e = v;
+    if (e == "openblas") return F32Engine::openblas;
+#if LMTRAIN_HAVE_DNNL
+    if (e == "onednn") return F32Engine::onednn;
+    throw UserError("LMTRAIN_CPU_GEMM=" + e + ": expected openblas or onednn");
+#else
+    throw UserError("LMTRAIN_CPU_GEMM=" + e +
+                    ": this lmtrain was built without oneDNN; expected openblas");
+#endif
+  }
+#if LMTRAIN_HAVE_DNNL
+  static const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  static const bool weak_blas = !openblas_core_has_avx2() && dnnl_isa_has(isa, dnnl::cpu_isa::avx2);
+  if (weak_blas) return F32Engine::onednn;
+  if (dnnl_isa_has(isa, dnnl::cpu_isa::avx512_core) && ((!trans_a && trans_b) || N <= 512))
+    return F32Engine::onednn;
+#else
+  (void)trans_a, (void)trans_b, (void)N;
+#endif
+  return F32Engine::openblas;
+}
+
+// The rule above as a person reads it, for `kernels`.
+std::string f32_engine_rule() {
+  if (const char* v = std::getenv("LMTRAIN_CPU_GEMM"); v && *v)
+    return std::string("f32: ") + v + " (LMTRAIN_CPU_GEMM)";
+#if LMTRAIN_HAVE_DNNL
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (!openblas_core_has_avx2() && dnnl_isa_has(isa, dnnl::cpu_isa::avx2))
+    return "f32: oneDNN on " + dnnl_isa_name(isa) + " (OpenBLAS's core has no AVX2 kernels)";
+  if (dnnl_isa_has(isa, dnnl::cpu_isa::avx512_core))
+    return "f32: oneDNN on " + dnnl_isa_name(isa) +
+           " for x Wt and products of at most 512 columns, OpenBLAS for the others";
+#endif
+  return "f32: OpenBLAS";
+}
 
 }  // namespace
 
@@ -93,7 +159,7 @@ std::string CpuBackend::kernels() const {
        std::to_string(v->patch) + " on " + dnnl_isa_name(dnnl::get_effective_cpu_isa());
 #endif
   if (bf16_emulated()) s += "; bf16 emulated (LMTRAIN_CPU_BF16=emulate: f32 products)";
-  return s;
+  return s + "; " + f32_engine_rule();
 }
 
 // Asked before every bf16 product (the environment may change between them): the answer "yes"
@@ -120,11 +186,11 @@ std::string CpuBackend::unsupported(DType dt) const {
 #endif
 }
 
-// The bf16 products: oneDNN's matmul primitives, one per shape (made once: creating one costs
-// more than running a small one), or the widened f32 product.
-struct CpuBackend::Bf16Gemm {
-  using Key =
-      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, double, double>;
+// oneDNN's products: its matmul primitives, one per shape and type (made once: creating one
+// costs more than running a small one); and the widened operands of emulated bf16 products.
+struct CpuBackend::DnnlGemm {
+  using Key = std::tuple<bool, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         double, double>;
 #if LMTRAIN_HAVE_DNNL
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -154,37 +220,44 @@ void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int
                            double beta, void* C, int64_t ldc) {
   const std::string why = unsupported(DType::bf16);
   LMT_CHECK(why.empty(), "CpuBackend::gemm: " + why);
-  if (!bf16_) bf16_ = std::make_unique<Bf16Gemm>();
-  Bf16Gemm& g = *bf16_;
-  auto* c = static_cast<cpu::bf16*>(C);
-  if (bf16_emulated()) {
-    const auto* a = static_cast<const cpu::bf16*>(A);
-    const auto* b = static_cast<const cpu::bf16*>(B);
-    widen(g.a, a, trans_a ? K : M, trans_a ? M : K, lda);
-    widen(g.b, b, trans_b ? N : K, trans_b ? K : N, ldb);
-    if (beta != 0)
-      widen(g.c, c, M, N, ldc);
-    else
-      g.c.assign(static_cast<size_t>(M * N), 0.0f);
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-                static_cast<int>(K), static_cast<float>(alpha), g.a.data(),
-                static_cast<int>(trans_a ? M : K), g.b.data(), static_cast<int>(trans_b ? K : N),
-                static_cast<float>(beta), g.c.data(), static_cast<int>(N));
-    const float* w = g.c.data();
-#pragma omp parallel for schedule(static) if (M * N >= cpu::kParallelMin)
-    for (int64_t r = 0; r < M; ++r)
-      for (int64_t j = 0; j < N; ++j) c[r * ldc + j] = w[r * N + j];
+  if (!bf16_emulated()) {
+    gemm_dnnl(true, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
+  if (!dnnl_) dnnl_ = std::make_unique<DnnlGemm>();
+  DnnlGemm& g = *dnnl_;
+  auto* c = static_cast<cpu::bf16*>(C);
+  const auto* a = static_cast<const cpu::bf16*>(A);
+  const auto* b = static_cast<const cpu::bf16*>(B);
+  widen(g.a, a, trans_a ? K : M, trans_a ? M : K, lda);
+  widen(g.b, b, trans_b ? N : K, trans_b ? K : N, ldb);
+  if (beta != 0)
+    widen(g.c, c, M, N, ldc);
+  else
+    g.c.assign(static_cast<size_t>(M * N), 0.0f);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
+              static_cast<int>(K), static_cast<float>(alpha), g.a.data(),
+              static_cast<int>(trans_a ? M : K), g.b.data(), static_cast<int>(trans_b ? K : N),
+              static_cast<float>(beta), g.c.data(), static_cast<int>(N));
+  const float* w = g.c.data();
+#pragma omp parallel for schedule(static) if (M * N >= cpu::kParallelMin)
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t j = 0; j < N; ++j) c[r * ldc + j] = w[r * N + j];
+}
+
+void CpuBackend::gemm_dnnl(bool is_bf16, bool trans_a, bool trans_b, int64_t M, int64_t N,
+                           int64_t K, double alpha, const void* A, int64_t lda, const void* B,
+                           int64_t ldb, double beta, void* C, int64_t ldc) {
 #if LMTRAIN_HAVE_DNNL
+  if (!dnnl_) dnnl_ = std::make_unique<DnnlGemm>();
+  DnnlGemm& g = *dnnl_;
   using dnnl::memory;
-  const memory::desc a_md({M, K}, memory::data_type::bf16,
-                          trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
-  const memory::desc b_md({K, N}, memory::data_type::bf16,
-                          trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
-  const memory::desc c_md({M, N}, memory::data_type::bf16, memory::dims{ldc, 1});
-  const Bf16Gemm::Key key{trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
+  const memory::data_type dt = is_bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc a_md({M, K}, dt, trans_a ? memory::dims{1, lda} : memory::dims{lda, 1});
+  const memory::desc b_md({K, N}, dt, trans_b ? memory::dims{1, ldb} : memory::dims{ldb, 1});
+  const memory::desc c_md({M, N}, dt, memory::dims{ldc, 1});
+  const DnnlGemm::Key key{is_bf16, trans_a, trans_b, M, N, K, lda, ldb, ldc, alpha, beta};
   auto it = g.primitives.find(key);
   if (it == g.primitives.end()) {
     dnnl::primitive_attr attr;
@@ -201,6 +274,10 @@ void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int
                                 {DNNL_ARG_WEIGHTS, memory(b_md, g.engine, const_cast<void*>(B))},
                                 {DNNL_ARG_DST, memory(c_md, g.engine, C)}});
   g.stream.wait();
+#else
+  (void)is_bf16, (void)trans_a, (void)trans_b, (void)M, (void)N, (void)K, (void)alpha, (void)A,
+      (void)lda, (void)B, (void)ldb, (void)beta, (void)C, (void)ldc;
+  LMT_CHECK(false, "CpuBackend::gemm_dnnl: built without oneDNN");
 #endif
 }
 
@@ -227,6 +304,11 @@ void CpuBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N
   const CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans;
   const CBLAS_TRANSPOSE tb = trans_b ? CblasTrans : CblasNoTrans;
   const int m = static_cast<int>(M), n = static_cast<int>(N), k = static_cast<int>(K);
+  if (dt == DType::f32 && K > 0 && f32_engine(trans_a, trans_b, N) == F32Engine::onednn) {
+    gemm_dnnl(false, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    gemm_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
   cpu::dispatch_float(dt, "gemm", [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, float>) {
