@@ -160,7 +160,7 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
 
 Run add_export(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, adapter, out, dtype = "bf16", max_shard = "5GB";
+    std::string checkpoint, adapter, out, dtype, max_shard = "5GB";
     bool merge = false;
   };
   auto o = std::make_shared<Opts>();
@@ -169,7 +169,9 @@ Run add_export(CLI::App& app) {
                  "or a Hugging Face model directory")
       ->required();
   app.add_option("--out", o->out, "the Hugging Face model directory to write")->required();
-  app.add_option("--dtype", o->dtype, "weights as bf16, f16 or f32")->capture_default_str();
+  app.add_option("--dtype", o->dtype,
+                 "weights as bf16, f16 or f32 (default: bf16 for a model; f32, the dtype they "
+                 "train in, for a PEFT adapter, as PEFT saves one)");
   app.add_option("--max-shard-size", o->max_shard,
                  "split the weights into shards of at most this size (500MB, 5GB, bytes)")
       ->capture_default_str();
@@ -180,10 +182,12 @@ Run add_export(CLI::App& app) {
                  "with --merge: a PEFT adapter directory to fold into the --checkpoint model");
   return [o]() {
     HfExportOptions opt;
-    opt.dtype = parse_export_dtype(o->dtype, "--dtype");
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
     const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
     const bool lora_checkpoint = is_lora_checkpoint(dir.string());
+    const bool adapter_only = lora_checkpoint && !o->merge;
+    opt.dtype = o->dtype.empty() ? (adapter_only ? DType::f32 : DType::bf16)
+                                 : parse_export_dtype(o->dtype, "--dtype");
     if (!o->adapter.empty() && !o->merge)
       throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
     if (lora_checkpoint || o->merge) return export_lora(*o, dir, opt, lora_checkpoint);

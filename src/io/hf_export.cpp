@@ -167,6 +167,31 @@ nlohmann::json read_json_file(const std::string& path) {
   return j;
 }
 
+// Whether a tokenizer.json is Qwen2's pipeline: NFC, Qwen2's split (digits one by one), byte-level.
+// transformers 5 builds a qwen2 model's tokenizer as its own Qwen2Tokenizer whatever
+// tokenizer_config.json names (qwen2 is in its MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS): the
+// vocabulary and merges of tokenizer.json under that pipeline. An `auto_map` entry is the one thing
+// that sends AutoTokenizer to tokenizer_class instead (PreTrainedTokenizerFast, transformers 5's
+// TokenizersBackend: tokenizer.json as it is), so a qwen2 export of another pipeline carries one.
+bool is_qwen2_pipeline(const nlohmann::json& j) {
+  static const std::string kQwen2Split =
+      R"re((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)re";
+  const nlohmann::json& n = j.value("normalizer", nlohmann::json());
+  const nlohmann::json& p = j.value("pre_tokenizer", nlohmann::json());
+  if (!n.is_object() || n.value("type", "") != "NFC") return false;
+  if (!p.is_object() || p.value("type", "") != "Sequence") return false;
+  const nlohmann::json& seq = p.value("pretokenizers", nlohmann::json());
+  if (!seq.is_array() || seq.size() != 2 || !seq[0].is_object() || !seq[1].is_object())
+    return false;
+  const nlohmann::json& split = seq[0];
+  const nlohmann::json& bl = seq[1];
+  const nlohmann::json pattern = split.value("pattern", nlohmann::json());
+  return split.value("type", "") == "Split" && pattern.is_object() &&
+         pattern.value("Regex", "") == kQwen2Split && split.value("behavior", "") == "Isolated" &&
+         !split.value("invert", true) && bl.value("type", "") == "ByteLevel" &&
+         !bl.value("add_prefix_space", true) && !bl.value("use_regex", true);
+}
+
 // tokenizer_config.json: enough for AutoTokenizer, and apply_chat_template when a chat template
 // is given. A tokenizer.json loads as it is through
 // PreTrainedTokenizerFast (transformers 5: TokenizersBackend), its post-processor adding the
@@ -195,6 +220,8 @@ nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
   }
   tc["tokenizer_class"] = "PreTrainedTokenizerFast";
   const nlohmann::json j = read_json_file(path);
+  if (cfg.family == "qwen2" && !is_qwen2_pipeline(j))
+    tc["auto_map"] = {{"AutoTokenizer", {nullptr, "PreTrainedTokenizerFast"}}};
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const auto& a : j["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a.contains("content")) continue;

@@ -390,12 +390,37 @@ void RunConfig::validate() const {
   }
 }
 
+namespace {
+
+// PEFT's spelling `target_modules: all-linear` (a string, as PEFT and LoRA recipes write it) is
+// read as the list [all-linear]. Another string is PEFT's regular expression, which lmtrain does
+// not take: one message saying so.
+void accept_peft_target_modules(YAML::Node& root, const ConfigSource& src) {
+  const YAML::Node& tree = root;
+  const YAML::Node lora = tree["lora"];
+  if (!lora || !lora.IsMap()) return;
+  const YAML::Node t = lora["target_modules"];
+  if (!t || !t.IsScalar()) return;
+  if (t.Scalar() != "all-linear")
+    config_detail::fail(src, t, "lora.target_modules",
+                        "key 'lora.target_modules': expected a list of module names or all-linear, "
+                        "got '" +
+                            t.Scalar() +
+                            "' (PEFT reads a string as a regular expression; lmtrain takes names)");
+  YAML::Node list(YAML::NodeType::Sequence);
+  list.push_back("all-linear");
+  root["lora"]["target_modules"] = list;
+}
+
+}  // namespace
+
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   YAML::Node root = load_yaml_file(path);
   check_config_root(root, ConfigSource{path, {}});
   ConfigSource src{path, apply_overrides(root, overrides)};
   RunConfig cfg;
   const YAML::Node& tree = root;  // const: looking a key up must not add it
+  accept_peft_target_modules(root, src);
   const YAML::Node model = tree["model"] && tree["model"].IsMap() ? tree["model"] : YAML::Node();
   // model.family picks the defaults of the keys the file leaves out (gemma2's soft-caps and window
   // pattern, gpt2's activation, ...); an unknown family is reported by validate() below.

@@ -272,7 +272,8 @@ struct LoraConfig {
     v("alpha", alpha, "adapter scale numerator: the update is (alpha / rank) B A x");
     v("target_modules", target_modules,
       "projections to adapt: Hugging Face module names (q_proj, k_proj, v_proj, o_proj, "
-      "gate_proj, up_proj, down_proj; gpt2: c_attn, c_proj, c_fc), or all-linear");
+      "gate_proj, up_proj, down_proj; gpt2: c_attn, c_proj, c_fc), or all-linear (a list, or "
+      "the string all-linear as PEFT writes it)");
     v("use_rslora", use_rslora, "scale by alpha / sqrt(rank) (rank-stabilised LoRA)");
     v("dropout", dropout,
       "dropout probability on each adapter's input in training (PEFT's lora_dropout), in [0, 1)");

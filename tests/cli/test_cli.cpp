@@ -339,8 +339,16 @@ TEST_F(Cli, LoraTrainExportAndUse) {
   };
   const std::string from_checkpoint = loss_of("--model " + lora_run + "/checkpoints/step_0000002");
   const std::string adapter = (dir_ / "adapter").string();
-  Result e = run("export --checkpoint " + lora_run + " --out " + adapter + " --dtype f32");
+  // A PEFT adapter exports in f32, the dtype its adapters train in (as PEFT saves one), unless
+  // --dtype says otherwise: the same losses as the checkpoint's.
+  Result e = run("export --checkpoint " + lora_run + " --out " + adapter);
   ASSERT_EQ(e.code, 0) << e.out;
+  EXPECT_NE(e.out.find("as a PEFT adapter directory (14 tensors, f32;"), std::string::npos)
+      << e.out;
+  Result e16 = run("export --checkpoint " + lora_run + " --out " + (dir_ / "adapter16").string() +
+                   " --dtype bf16");
+  ASSERT_EQ(e16.code, 0) << e16.out;
+  EXPECT_NE(e16.out.find("(14 tensors, bf16;"), std::string::npos) << e16.out;
   EXPECT_TRUE(fs::exists(fs::path(adapter) / "adapter_config.json"));
   EXPECT_EQ(loss_of("--model " + base + " --adapter " + adapter), from_checkpoint);
   EXPECT_NE(loss_of("--model " + base), from_checkpoint);  // the adapters changed something

@@ -191,6 +191,33 @@ TEST(RunConfig, WrongTypes) {
                     {top, "must be a map of sections, got a list"});
 }
 
+// PEFT's spelling: target_modules as the string all-linear, from the file or --set; another
+// string (PEFT's regular expression) is refused by name.
+TEST(RunConfig, LoraTargetModulesTakesPeftsAllLinearString) {
+  const std::string f = valid_file();
+  RunConfig c = load_run_config(f, {"lora.rank=4", "lora.target_modules=all-linear"});
+  EXPECT_EQ(c.lora.target_modules, std::vector<std::string>{"all-linear"});
+  c = load_run_config(
+      edited("lora1.yaml", "train:\n", "lora:\n  rank: 4\n  target_modules: all-linear\ntrain:\n"),
+      {});
+  EXPECT_EQ(c.lora.target_modules, std::vector<std::string>{"all-linear"});
+  c = load_run_config(f, {"lora.rank=4", "lora.target_modules=[q_proj, v_proj]"});
+  EXPECT_EQ(c.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  expect_user_error(
+      [&] {
+        load_run_config(edited("lora2.yaml", "train:\n",
+                               "lora:\n  rank: 4\n  target_modules: .*proj\ntrain:\n"),
+                        {});
+      },
+      {":18:", "key 'lora.target_modules': expected a list of module names or all-linear",
+       "got '.*proj'", "regular expression"});
+  expect_user_error(
+      [&] {
+        load_run_config(f, {"lora.rank=4", "lora.target_modules=q_proj"});
+      },
+      {"got 'q_proj'", "from --set 'lora.target_modules=q_proj'"});
+}
+
 TEST(RunConfig, SourceNamesAreTheGivenOrThePathsStemAndUnique) {
   DataConfig d;
   for (const char* path : {"/data/web.jsonl", "/data/code/", "/other/web.txt", "/x/books.parquet"})

@@ -58,6 +58,14 @@ def random_text(rng, n_words, odd_spaces=False):
         elif odd_spaces and r < 0.24:
             w = rng.choice(["café", "naïve", "straße", "東京", "🙂", "—"])
         words.append(w)
+    # Always a number of several digits (pre-tokenizers split digits differently: transformers 5
+    # once gave a qwen2 export other ids for "42"); with odd_spaces also code, other scripts and
+    # an emoji.
+    words.insert(rng.randrange(len(words) + 1), str(rng.randrange(10, 100000)))
+    if odd_spaces:
+        for extra in (rng.choice(["f(x)=x**2;", "a[i]+=b[j]->c", "if(x){return;}"]),
+                      rng.choice(["東京", "Привет", "مرحبا", "ελληνικά"]), "🙂"):
+            words.insert(rng.randrange(len(words) + 1), extra)
     if not odd_spaces:
         return " ".join(words) + "."
     seps = [rng.choice([" ", " ", " ", "  ", "\t", "\n", " \n "]) for _ in words]
