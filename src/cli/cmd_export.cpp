@@ -11,11 +11,12 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <tuple>
 
-#include "cli/commands.h"
 #include "backend/backend.h"
+#include "cli/commands.h"
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "io/hf_export.h"
@@ -182,12 +183,14 @@ Run add_export(CLI::App& app) {
                  "with --merge: a PEFT adapter directory to fold into the --checkpoint model");
   return [o]() {
     HfExportOptions opt;
+    const std::optional<DType> dtype =
+        o->dtype.empty() ? std::nullopt
+                         : std::optional<DType>(parse_export_dtype(o->dtype, "--dtype"));
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
     const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
     const bool lora_checkpoint = is_lora_checkpoint(dir.string());
     const bool adapter_only = lora_checkpoint && !o->merge;
-    opt.dtype = o->dtype.empty() ? (adapter_only ? DType::f32 : DType::bf16)
-                                 : parse_export_dtype(o->dtype, "--dtype");
+    opt.dtype = dtype.value_or(adapter_only ? DType::f32 : DType::bf16);
     if (!o->adapter.empty() && !o->merge)
       throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
     if (lora_checkpoint || o->merge) return export_lora(*o, dir, opt, lora_checkpoint);
