@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Extracts from StableHLO programs that JAX made with cuDNN attention (the gzip'd
-`*_cudnn*.stablehlo.mlir.gz` of an H100 sitting) what tests/pjrt/cudnn_attention_test.cpp
+`*_cudnn*.stablehlo.mlir.gz` of an H100 sitting) what tests/pjrt/test_cudnn_attention.cpp
 compares lmtrain's training-step programs with, into small text fixtures under tests/data/cudnn:
 
   tokens TYPE               @main's token-id argument (the only rank-2 i32 argument): B and T

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes Hugging Face references for lmtrain's parity tests: the committed fixtures under
 tests/data/hf (tests/hf/test_hf_parity.cpp) and the ones the reference tier computes at test time
-(tests/reference/models_reference_test.cpp), one directory per family or variant:
+(tests/reference/test_models_reference.cpp), one directory per family or variant:
 
   <out>/<name>/config.json, model*.safetensors   tiny model, save_pretrained after random init with
                                                   noise on every tensor (float32 values)

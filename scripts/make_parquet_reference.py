@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes Parquet files with pyarrow for lmtrain's reference test of its Parquet reader
-(tests/reference/parquet_reference_test.cpp), from random values drawn from --seed.
+(tests/reference/test_parquet_reference.cpp), from random values drawn from --seed.
 
 One file per codec (none, snappy, zstd) x data page version (1.0, 2.0) x encoding of the string
 columns (dictionary, PLAIN, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY): 24 files of a few hundred

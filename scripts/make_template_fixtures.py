@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Renders a fixed set of conversations through the real Hugging Face chat templates with
 transformers' own Jinja renderer (render_jinja_template: Jinja2's sandbox, trim_blocks,
-lstrip_blocks, raise_exception) and writes tests/data/templates/*.json; tests/template checks that
+lstrip_blocks, raise_exception) and writes tests/data/templates/*.json; tests/data/test_template_parity.cpp checks that
 lmtrain's own rendering (src/data/chat_template.cpp) equals these texts byte for byte. Python is
 needed only to regenerate the fixtures, never to build or test. Run it with the reference tier's
 environment (scripts/setup.sh):

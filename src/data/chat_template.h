@@ -2,8 +2,8 @@
 // model was trained on, cut into Segments (data/document.h) that say which bytes count in the loss.
 // No Jinja: a template is a small table (BOS prefix; per role a header, an end-of-turn marker and
 // the text after it; trimming; Gemma's system folding and alternation) that reproduces the Hugging
-// Face templates byte for byte (tests/template checks the real ones, rendered by
-// scripts/make_template_fixtures.py).
+// Face templates byte for byte (tests/data/test_template_parity.cpp checks the real ones, rendered
+// by scripts/make_template_fixtures.py).
 //
 // Built in:
 //   chatml   <|im_start|>ROLE\nCONTENT<|im_end|>\n  (ChatML as Qwen 2 / 2.5 write it; no default

@@ -1,5 +1,5 @@
 // The comparison with transformers that tests/hf/test_hf_parity.cpp (committed fixtures) and
-// tests/reference/models_reference_test.cpp (references made at test time) share: for one
+// tests/reference/test_models_reference.cpp (references made at test time) share: for one
 // reference of a directory that scripts/make_hf_fixtures.py wrote, our forward gives its logits
 // and loss, and our backward its gradient of every parameter. The references may be F32 or F64;
 // a reference with "positions" is a packed row (positions restart at each document).

@@ -230,9 +230,10 @@ TEST(Families, Gemma3LocalRopeBaseAndPatternMatter) {
   }
 }
 
-// The model uses what RoPE scaling computes (tests/rope checks the numbers): yarn's cos/sin
-// factor, and dynamic NTK's base, which grows with the batch's length — so the first tokens of a
-// long row differ from the same tokens alone, which causal attention otherwise guarantees equal.
+// The model uses what RoPE scaling computes (tests/model/test_rope.cpp checks the numbers): yarn's
+// cos/sin factor, and dynamic NTK's base, which grows with the batch's length — so the first tokens
+// of a long row differ from the same tokens alone, which causal attention otherwise guarantees
+// equal.
 TEST(Families, RopeScalingReachesTheModel) {
   CpuBackend be;
   ModelConfig yarn, dynamic;

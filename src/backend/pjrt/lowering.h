@@ -1,7 +1,7 @@
 // The backend's kernels as StableHLO: each function appends to a StablehloBuilder the ops that
 // compute what the CPU backend's kernel of the same name computes (backend/backend.h), on whole
 // tensors instead of pointers. The PJRT training step will be assembled from these; their tests
-// (tests/pjrt/lowering_test.cpp) run each on XLA's CPU plugin against the CPU backend.
+// (tests/pjrt/test_lowering.cpp) run each on XLA's CPU plugin against the CPU backend.
 // Shapes are given beside each argument; f32 (or f64) tensors unless said.
 #pragma once
 

@@ -39,7 +39,7 @@ struct Layout {
   AttentionArgs a;
   int64_t q0 = 0, k0 = 0, v0 = 0, in_size = 0, out_size = 0;
   std::vector<int64_t> q_idx, k_idx, v_idx, o_idx;  // [b, t, h, d] order
-  std::vector<int32_t> doc_start;                    // [B, Tq] when the case has documents
+  std::vector<int32_t> doc_start;                   // [B, Tq] when the case has documents
 };
 
 Layout make_layout(const AttnCase& c) {

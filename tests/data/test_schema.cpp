@@ -1,8 +1,6 @@
 // Sources through schemas: JSONL and CSV/TSV instruction and chat records become Documents with
 // the right text and loss mask; every kind of bad record stops with FILE:LINE and the reason, or
 // is skipped and counted; bad settings name data.sources[i].<key>; custom templates.
-#include "data/schema.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "data/schema.h"
 
 namespace lmt {
 namespace {
@@ -370,7 +369,8 @@ TEST_F(Schema, ParquetInstructionAndChatRecords) {
   TextSourceSpec json = spec(
       "i.jsonl",
       "{\"instruction\": \"Name a colour.\", \"output\": \"Blue.\"}\n"
-      "{\"instruction\": \"Translate to French.\", \"input\": \"cheese\", \"output\": \"fromage\"}\n"
+      "{\"instruction\": \"Translate to French.\", \"input\": \"cheese\", \"output\": "
+      "\"fromage\"}\n"
       "{\"instruction\": \"Add the numbers.\", \"input\": \"2 and 3\", \"output\": \"5\"}\n"
       "{\"instruction\": \"Say hello in Greek.\", \"input\": \"\", \"output\": \"γειά σου\"}\n",
       "instruction");

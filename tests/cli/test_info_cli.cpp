@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "cli/cli_util.h"
-#include "export_test_util.h"
+#include "export/export_test_util.h"
 #include "io/hf_export.h"
 #include "optim/optimizer.h"
 

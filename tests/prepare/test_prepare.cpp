@@ -1,7 +1,5 @@
 // lmtrain prepare: the store holds exactly the tokenized documents, split by content hash, per
 // source; it is the same for any thread count and batch size; errors leave nothing behind.
-#include "data/prepare.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <sys/wait.h>
@@ -11,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "data/prepare.h"
 #include "data/token_store.h"
 #include "data/tokenizer/tokenizer.h"
 #include "prepare_util.h"

@@ -1,14 +1,14 @@
 // Weighted mixing: counts follow the weights exactly (largest remainder), every draw is a sample
 // of its own source, upsampled sources repeat every sample equally often, and the order is a pure
 // function of (seed, epoch, sizes, weights).
-#include "data/mixture.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <numeric>
 #include <random>
+
+#include "data/mixture.h"
 
 namespace lmt {
 namespace {

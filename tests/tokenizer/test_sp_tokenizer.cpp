@@ -23,7 +23,7 @@ std::string fixture(const std::string& name) {
   return std::string(LMT_TEST_DATA) + "/tokenizers/" + name;
 }
 
-std::string read_file(const std::string& path) {
+std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   EXPECT_TRUE(f) << "cannot open " << path;
   std::stringstream ss;
@@ -32,7 +32,7 @@ std::string read_file(const std::string& path) {
 }
 
 const nlohmann::json& ref_ids() {
-  static const nlohmann::json j = nlohmann::json::parse(read_file(fixture("ref_ids.json")));
+  static const nlohmann::json j = nlohmann::json::parse(read_text(fixture("ref_ids.json")));
   return j;
 }
 
@@ -151,7 +151,7 @@ TEST_P(SpModel, MovesAndSharesAcrossThreads) {
   EXPECT_EQ(c.model_path(), fixture(GetParam() + ".model"));
 
   std::vector<std::string> lines;
-  std::istringstream in(read_file(fixture("train.txt")));
+  std::istringstream in(read_text(fixture("train.txt")));
   for (std::string l; std::getline(in, l) && lines.size() < 2000;) lines.push_back(l);
   std::vector<std::vector<int32_t>> single;
   for (const auto& l : lines) single.push_back(c.encode(l));
@@ -266,7 +266,7 @@ TEST(SpTokenizer, LoadErrorsNameTheFile) {
 // Single-thread encode throughput on train.txt (436 KB of Python source and prose), once as one
 // string and once line by line, the way a dataset would feed documents. Checks the ids first.
 TEST(SpTokenizer, EncodeThroughput) {
-  const std::string text = read_file(fixture("train.txt"));
+  const std::string text = read_text(fixture("train.txt"));
   ASSERT_GT(text.size(), 100000u);
   std::vector<std::string> lines;
   std::istringstream in(text);

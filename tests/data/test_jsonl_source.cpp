@@ -1,7 +1,5 @@
 // JSONL sources: documents from one string field per line, every bad record reported as
 // FILE:LINE and a reason, or skipped and counted when asked.
-#include "data/jsonl_source.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,8 +8,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "data/text_source.h"
+#include "data/jsonl_source.h"
 #include "data/prepare.h"
+#include "data/text_source.h"
 
 namespace lmt {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "cli/cli_util.h"
 #include "data/tokenizer/tokenizer.h"
-#include "export_test_util.h"
+#include "export/export_test_util.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -77,14 +77,15 @@ TEST(InitCli, ShardsAndConvertsOnRequest) {
 // As in a training config, gpt2's MLP width follows hidden_size unless --set gives it.
 TEST(InitCli, Gpt2MlpWidthFollowsHiddenSize) {
   const std::string shape =
-      " --set model.hidden_size=64 --set model.num_attention_heads=4 --set model.num_hidden_layers=1"
+      " --set model.hidden_size=64 --set model.num_attention_heads=4 --set "
+      "model.num_hidden_layers=1"
       " --set model.vocab_size=100 --set model.max_position_embeddings=32";
   const fs::path a = test::fresh_dir("gpt2_ffn_a"), b = test::fresh_dir("gpt2_ffn_b");
   ASSERT_EQ(run("init --family gpt2" + shape + " --out " + a.string()).code, 0);
-  ASSERT_EQ(run("init --family gpt2" + shape + " --set model.intermediate_size=96 --out " +
-                b.string())
-                .code,
-            0);
+  ASSERT_EQ(
+      run("init --family gpt2" + shape + " --set model.intermediate_size=96 --out " + b.string())
+          .code,
+      0);
   EXPECT_EQ(read_hf_model_config(a.string()).intermediate_size, 256);
   EXPECT_EQ(read_hf_model_config(b.string()).intermediate_size, 96);
 }
@@ -197,7 +198,8 @@ TEST(ExportCli, ConvertsABareGpt2Directory) {
     w.add_copy(n.substr(std::string("transformer.").size()), f.read_as(n, DType::f32));
   w.add_copy("h.0.attn.bias", HostTensor(DType::f32, Shape{1, 1, 4, 4}));
   w.write((bare / "model.safetensors").string());
-  Result r = run("export --checkpoint " + bare.string() + " --out " + out.string() + " --dtype f32");
+  Result r =
+      run("export --checkpoint " + bare.string() + " --out " + out.string() + " --dtype f32");
   ASSERT_EQ(r.code, 0) << r.out;
   CpuBackend be;
   auto a = load_hf_model(src, &be), b = load_hf_model(out.string(), &be);

@@ -65,8 +65,8 @@ TEST_F(PjrtTest, InfoGivesTheCompiledMemoryOfTheTrainingStep) {
     ASSERT_TRUE(info.is_object() && info.contains("pjrt_step")) << out;
     const double predicted = info["pjrt_predicted"]["total_bytes"].get<double>(),
                  compiled = info["pjrt_step"]["total_bytes"].get<double>();
-    std::printf("%s: predicted %.0f, compiled %.0f (%+.1f%%)\n", name.c_str(), predicted,
-                compiled, 100 * (predicted - compiled) / compiled);
+    std::printf("%s: predicted %.0f, compiled %.0f (%+.1f%%)\n", name.c_str(), predicted, compiled,
+                100 * (predicted - compiled) / compiled);
     EXPECT_NEAR(predicted, compiled, 0.1 * compiled) << "the analytic model of info";
 
     // The same model as `lmtrain train` reads it: the directory's config, the run's settings.

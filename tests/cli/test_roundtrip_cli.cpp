@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
-#include "export_test_util.h"
+#include "export/export_test_util.h"
 #include "io/safetensors.h"
 
 namespace lmt {
@@ -61,7 +61,8 @@ TEST(HfRoundTrip, InitFineTuneExportReload) {
                        << "train:\n  init_from: " << init.string()
                        << "\n  max_steps: 3\n  micro_batch_size: 2\n  lr: 1.0e-2\n"
                           "  warmup_steps: 0\n  eval_every: 0\n  eval_steps: 0\n  log_every: 1\n"
-                          "  out_dir: " << run_dir.string() << "\n";
+                          "  out_dir: "
+                       << run_dir.string() << "\n";
     r = run("train --config " + cfg.string());
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("init: weights of Hugging Face model"), std::string::npos) << r.out;
@@ -71,8 +72,8 @@ TEST(HfRoundTrip, InitFineTuneExportReload) {
     EXPECT_TRUE(fs::exists(exported / "tokenizer.json"));
 
     const Logits before = logits_of(init, base / "ids.json", base / "l0.safetensors");
-    const Logits trained =
-        logits_of(run_dir / "checkpoints" / "step_0000003", base / "ids.json", base / "l1.safetensors");
+    const Logits trained = logits_of(run_dir / "checkpoints" / "step_0000003", base / "ids.json",
+                                     base / "l1.safetensors");
     const Logits reloaded = logits_of(exported, base / "ids.json", base / "l2.safetensors");
     ASSERT_FALSE(trained.values.empty());
     EXPECT_EQ(reloaded.values, trained.values);

@@ -1,11 +1,10 @@
 // Learning-rate schedules at their key points, monotonicity, floors, errors.
-#include "optim/schedule.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/error.h"
+#include "optim/schedule.h"
 #include "train/run_config.h"
 
 namespace lmt {

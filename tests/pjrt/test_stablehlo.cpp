@@ -2,14 +2,13 @@
 // C++ computation in double on fresh normal inputs with odd shapes. One golden test fixes the text
 // format; the others check that each op's text parses and that its computed type and meaning
 // match what the plugin does.
-#include "backend/pjrt/stablehlo.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "backend/pjrt/stablehlo.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "pjrt_test_util.h"

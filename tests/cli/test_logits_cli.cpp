@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_util.h"
-#include "hf_test_util.h"
+#include "hf/hf_test_util.h"
 #include "io/safetensors.h"
 
 namespace lmt {

@@ -191,7 +191,8 @@ TEST_F(StepProgram, LoraComputesNoFrozenWeightGradient) {
     // Every base matrix's shape, and those of the fused q|k|v and gate|up products.
     const int64_t C = s.cfg.hidden_size, F = s.cfg.intermediate_size;
     const int64_t QKV = (s.cfg.num_attention_heads + 2 * s.cfg.num_key_value_heads) * 6;
-    std::vector<std::pair<std::string, Dims>> shapes = {{"q|k|v", {QKV, C}}, {"gate|up", {2 * F, C}}};
+    std::vector<std::pair<std::string, Dims>> shapes = {{"q|k|v", {QKV, C}},
+                                                        {"gate|up", {2 * F, C}}};
     for (const ParamInfo& p : m.params())
       if (p.shape.rank() == 2) shapes.emplace_back(p.name, p.shape.dims());
     int weight_grads = 0;

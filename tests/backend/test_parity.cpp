@@ -33,7 +33,7 @@ struct Spec {
   enum Kind { normal, positive, ids, freqs } kind = normal;
   int64_t range = 0;
   int ignore = 0;
-  bool aux = false;  // outputs: saved for backward (rstd, lse), not part of L; inputs: no gradient
+  bool aux = false;   // outputs: saved for backward (rstd, lse), not part of L; inputs: no gradient
   bool stat = false;  // an output in the statistics' dtype (as aux outputs are): the losses
 };
 
@@ -242,8 +242,7 @@ Case attention_case(const std::string& name, int64_t B, int64_t T, int Hq, int H
   };
   c.forward = [=](Run& r) {
     std::shared_ptr<Buffer> dev;
-    r.be->attention_forward(r.dt, args(*r.be, dev), r.out[0], r.out[1], r.in[0], r.in[1],
-                            r.in[2]);
+    r.be->attention_forward(r.dt, args(*r.be, dev), r.out[0], r.out[1], r.in[0], r.in[1], r.in[2]);
   };
   c.backward = [=](Run& r) {
     std::shared_ptr<Buffer> dev;

@@ -3,13 +3,12 @@
 // bin: every document that fits in exactly one sample, unsplit, in the order a naive first-fit
 // decreasing gives. fill_sample: ids, mask-aware labels, positions and document starts against
 // values computed here from the documents themselves.
-#include "data/packing.h"
-
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "core/error.h"
+#include "data/packing.h"
 #include "store_test_util.h"
 
 namespace lmt {

@@ -2,14 +2,13 @@
 // DuckDB; scripts/make_parquet_fixtures.mjs): every value of every string column, in order,
 // equals the writer's input; documents, skipping, several columns per row; and one clear
 // UserError for each kind of bad input.
-#include "data/parquet_source.h"
-
 #include <gtest/gtest.h>
 
 #include <cstring>
 
 #include "core/error.h"
 #include "data/parquet/parquet_reader.h"
+#include "data/parquet_source.h"
 #include "data/text_source.h"
 #include "parquet/parquet_test_util.h"
 
@@ -305,9 +304,10 @@ TEST_F(DamagedParquet, UnsupportedEncodingNamesIt) {
   ASSERT_EQ(static_cast<uint8_t>(d[p++]), 0x15);
   ASSERT_EQ(d[p], 0);
   d[p] = 18;
-  EXPECT_EQ(read_error(d), path + ": column 'text', row group 0: encoding BYTE_STREAM_SPLIT is "
-                                  "not supported (supported: PLAIN, PLAIN_DICTIONARY, "
-                                  "RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY)");
+  EXPECT_EQ(read_error(d), path +
+                               ": column 'text', row group 0: encoding BYTE_STREAM_SPLIT is "
+                               "not supported (supported: PLAIN, PLAIN_DICTIONARY, "
+                               "RLE_DICTIONARY, DELTA_LENGTH_BYTE_ARRAY, DELTA_BYTE_ARRAY)");
 }
 
 bool valid_utf8(const std::string& s) {

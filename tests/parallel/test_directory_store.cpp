@@ -4,8 +4,6 @@
 // join that does, naming the key or the rank; a peer killed while a get waits for its key, named
 // with the key in about DirectoryStore::kLostAfter; a peer slower than that but alive, not taken
 // for lost; a peer that ended, named at once.
-#include "parallel/directory_store.h"
-
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -21,6 +19,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "parallel/directory_store.h"
 #include "parallel/process_group.h"
 #include "test_util.h"
 

@@ -2,8 +2,6 @@
 // built byte by byte from the spec (several sequences per document, every integer dtype), one
 // UserError naming the file for each kind of corruption, and the writer's file discipline (no
 // index before finish(), nothing left when abandoned).
-#include "data/token_store.h"
-
 #include <gtest/gtest.h>
 
 #include <climits>
@@ -11,6 +9,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "data/token_store.h"
 #include "store_test_util.h"
 
 namespace lmt {
@@ -19,13 +18,13 @@ namespace {
 using namespace store_test;
 namespace fs = std::filesystem;
 
-struct Docs {
+struct StoreDocs {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<uint8_t>> mask;
 };
 
-Docs random_docs(std::mt19937_64& rng, int n, int32_t vocab, int max_len) {
-  Docs d;
+StoreDocs random_docs(std::mt19937_64& rng, int n, int32_t vocab, int max_len) {
+  StoreDocs d;
   for (int i = 0; i < n; ++i) {
     int len = 1 + static_cast<int>(rng() % static_cast<uint64_t>(max_len));
     if (i % 7 == 0) len = 1;  // odd sizes, single-token documents
@@ -40,7 +39,7 @@ Docs random_docs(std::mt19937_64& rng, int n, int32_t vocab, int max_len) {
   return d;
 }
 
-void write_store(const std::string& prefix, const Docs& d, StoreDtype dtype, bool with_mask) {
+void write_store(const std::string& prefix, const StoreDocs& d, StoreDtype dtype, bool with_mask) {
   TokenStoreWriter w(prefix, dtype, with_mask);
   for (size_t i = 0; i < d.tokens.size(); ++i) w.add_document(d.tokens[i], d.mask[i]);
   EXPECT_EQ(w.num_documents(), static_cast<int64_t>(d.tokens.size()));
@@ -68,7 +67,7 @@ TEST(TokenStore, RoundTripBothDtypesWithAndWithoutMask) {
   for (StoreDtype dtype : {StoreDtype::kUInt16, StoreDtype::kInt32}) {
     for (bool with_mask : {false, true}) {
       const int32_t vocab = dtype == StoreDtype::kUInt16 ? 65536 : INT32_MAX;
-      Docs d = random_docs(rng, 200 + static_cast<int>(rng() % 50), vocab, 700);
+      StoreDocs d = random_docs(rng, 200 + static_cast<int>(rng() % 50), vocab, 700);
       const std::string prefix =
           dir / ("rt_" + std::to_string(static_cast<int>(dtype)) + (with_mask ? "_m" : ""));
       write_store(prefix, d, dtype, with_mask);
@@ -114,7 +113,7 @@ TEST(TokenStore, RoundTripBothDtypesWithAndWithoutMask) {
 TEST(TokenStore, WriterIndexMatchesTheSpecBytes) {
   std::mt19937_64 rng(fresh_seed());
   TempDir dir;
-  Docs d = random_docs(rng, 37, 1000, 50);
+  StoreDocs d = random_docs(rng, 37, 1000, 50);
   write_store(dir / "w", d, StoreDtype::kUInt16, false);
   IdxSpec spec;
   spec.dtype_code = 8;

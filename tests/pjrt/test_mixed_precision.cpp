@@ -4,8 +4,6 @@
 // relative step of 2^-8); and the two properties that make it mixed rather than merely bf16: an
 // update far below bf16's resolution still moves the f32 weights, and micro-batches accumulate
 // their gradients in f32.
-#include "model/mixed_precision.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +15,7 @@
 #include "backend/backend.h"
 #include "core/dtype.h"
 #include "core/rng.h"
+#include "model/mixed_precision.h"
 #include "model/model_test_util.h"
 #include "model/transformer.h"
 #include "optim/adamw.h"

@@ -1,6 +1,4 @@
 // Text sources: split modes, directory order, error messages naming the source.
-#include "data/text_source.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +7,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "data/text_source.h"
 
 namespace lmt {
 namespace {
@@ -16,14 +15,14 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh temporary directory, removed at the end of the test.
-struct TempDir {
+struct SourceDir {
   fs::path path;
-  TempDir() {
+  SourceDir() {
     path = fs::temp_directory_path() / ("lmt_text_" + std::to_string(::getpid()) + "_" +
                                         std::to_string(std::random_device{}()));
     fs::create_directories(path);
   }
-  ~TempDir() { fs::remove_all(path); }
+  ~SourceDir() { fs::remove_all(path); }
   std::string write(const std::string& name, const std::string& text) const {
     fs::path p = path / name;
     fs::create_directories(p.parent_path());
@@ -60,7 +59,7 @@ TEST(TextSource, LineAndFileModes) {
 }
 
 TEST(TextSource, DirectoryIsReadRecursivelyInPathOrder) {
-  TempDir dir;
+  SourceDir dir;
   dir.write("b.txt", "B1\n%\nB2\n");
   dir.write("a/z.txt", "AZ\n");
   dir.write("a.txt", "A\n");
@@ -76,7 +75,7 @@ TEST(TextSource, DirectoryIsReadRecursivelyInPathOrder) {
 }
 
 TEST(TextSource, ExcludePatternsAndSymlinkRepeatsAreLeftOut) {
-  TempDir dir;
+  SourceDir dir;
   dir.write("art", "A1\n%\nA2\n");
   dir.write("art.dat", std::string("\x00\x01binary", 8));
   fs::create_symlink(dir.path / "art", dir.path / "art.u8");  // the layout of fortune files
@@ -95,7 +94,7 @@ TEST(TextSource, ExcludePatternsAndSymlinkRepeatsAreLeftOut) {
 }
 
 TEST(TextSource, SingleFileKeepsItsBytes) {
-  TempDir dir;
+  SourceDir dir;
   const std::string bytes = "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x98\x80\r\n\tend";
   std::string path = dir.write("one.txt", bytes);
   Docs docs = read_documents({path, "text", "file", "%", 1.0}, 0);
@@ -109,15 +108,16 @@ std::string error_of(const std::function<void()>& fn);
 // document that is not valid UTF-8 are errors naming the file and line; under skip they are left
 // out and counted, and every good document still comes through.
 TEST(TextSource, BinaryFilesAndInvalidUtf8AreRefusedOrCounted) {
-  TempDir dir;
+  SourceDir dir;
   const std::string bin = dir.write("d/a.bin", std::string(100, 'x') + std::string("\x00\x01", 2));
   std::string msg = error_of([&] { read_documents({bin, "text", "line", "%", 1.0}, 1); });
   EXPECT_NE(msg.find(bin + ": a binary file (a NUL byte at offset 100); leave it out with "
                            "data.sources[1].exclude (set on_error: skip"),
             std::string::npos)
       << msg;
-  const std::string bad = dir.write("d/b.txt", "good one\n\nfine \xc3\xa9\ncaf\xc3\n"
-                                               "\xed\xa0\x80 surrogate\nlast\n");
+  const std::string bad = dir.write("d/b.txt",
+                                    "good one\n\nfine \xc3\xa9\ncaf\xc3\n"
+                                    "\xed\xa0\x80 surrogate\nlast\n");
   msg = error_of([&] { read_documents({bad, "text", "line", "%", 1.0}, 0); });
   EXPECT_NE(msg.find(bad + ":4: the document starting on this line is not valid UTF-8"),
             std::string::npos)
@@ -131,8 +131,8 @@ TEST(TextSource, BinaryFilesAndInvalidUtf8AreRefusedOrCounted) {
   skip.on_error = "skip";
   TextSourceStats stats;
   Docs docs = read_documents(skip, 0, &stats);
-  EXPECT_EQ(docs, (Docs{"good one", "fine \xc3\xa9", "last", "first", "fortune", "%", "second",
-                        "%", "fortune", "%", "ok"}));
+  EXPECT_EQ(docs, (Docs{"good one", "fine \xc3\xa9", "last", "first", "fortune", "%", "second", "%",
+                        "fortune", "%", "ok"}));
   EXPECT_EQ(stats.skipped.total, 4);
   EXPECT_EQ(stats.skipped.by_reason["binary file"], 1);
   EXPECT_EQ(stats.skipped.by_reason["invalid UTF-8"], 3);
@@ -155,7 +155,7 @@ std::string error_of(const std::function<void()>& fn) {
 }
 
 TEST(TextSource, ErrorsNameTheSource) {
-  TempDir dir;
+  SourceDir dir;
   std::string missing = (dir.path / "nope.txt").string();
   std::string msg = error_of([&] { read_documents({missing, "text", "line", "%", 1.0}, 3); });
   EXPECT_NE(msg.find("data.sources[3].path"), std::string::npos) << msg;

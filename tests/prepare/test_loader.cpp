@@ -1,14 +1,13 @@
 // The loader over a store: deterministic shuffles, every sample once per epoch, exact resume
 // (also across epoch boundaries), rank slices that add up to the single-rank batch, prefetching
 // that changes nothing, weighted mixing, and EvalLoader's fixed order.
-#include "data/loader.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 
 #include "core/error.h"
+#include "data/loader.h"
 #include "prepare_util.h"
 
 namespace lmt {

@@ -8,7 +8,7 @@
 
 #include "cli/cli_util.h"
 #include "data/tokenizer/tokenizer.h"
-#include "export_test_util.h"
+#include "export/export_test_util.h"
 #include "io/hf_export.h"
 #include "train/generation.h"
 

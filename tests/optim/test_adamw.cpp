@@ -1,7 +1,5 @@
 // AdamW: the CPU kernel against a double-precision transcription of torch.optim.AdamW, decay
 // choices per parameter kind, global-norm clipping, non-finite gradients, state views.
-#include "optim/adamw.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +10,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "optim/adamw.h"
 #include "optim_test_util.h"
 #include "train/run_config.h"
 

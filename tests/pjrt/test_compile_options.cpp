@@ -1,11 +1,11 @@
 // The hand-written protobuf bytes of the compile options, checked against the wire format by
 // hand (field key = number << 3 | wire type; varints little-endian, 7 bits a byte). The programs
 // tests check that XLA's CPU plugin accepts them.
-#include "backend/pjrt/compile_options.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "backend/pjrt/compile_options.h"
 
 namespace lmt {
 namespace {

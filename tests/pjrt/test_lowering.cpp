@@ -1,8 +1,6 @@
 // The StableHLO forms of the kernels (backend/pjrt/lowering.h), run on XLA's CPU plugin, against
 // the CPU backend's kernels on the same fresh random inputs, in float32: outputs and gradients
 // within 2e-5 of the largest element (float32 rounding of different but equivalent orders).
-#include "backend/pjrt/lowering.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/pjrt/lowering.h"
 #include "pjrt_test_util.h"
 
 namespace lmt {

@@ -1,12 +1,11 @@
 // CSV / TSV sources: RFC 4180 quoting, header columns, FILE:LINE errors, skip and count.
-#include "data/csv_source.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "data/csv_source.h"
 
 namespace lmt {
 namespace {
