@@ -300,6 +300,7 @@ std::optional<RecordProblem> ChatTemplate::render(const Style& style,
 
   doc.segments.clear();
   doc.has_special = has_special();
+  doc.ends_turn = !style.turns[static_cast<int>(messages.back().role)].end.empty();
   append(doc, style.prefix, loss_all);
   bool first_turn = true;
   auto turn = [&](ChatRole role, std::string_view fold, std::string_view content) {

@@ -34,9 +34,12 @@
 //
 // has_special: true when the template writes its own BOS (llama3, gemma, a custom template with a
 // {turn} prefix); prepare then adds no special tokens. chatml, qwen2.5, plain and custom templates
-// without a prefix set it false, so prepare adds the tokenizer's own special prefix / suffix (what
-// "add special tokens" adds: nothing for Qwen's tokenizer, as with Hugging Face; BOS/EOS for a
-// base model's tokenizer, which also teaches a plain-template model to stop).
+// without a prefix set it false, so prepare adds the tokenizer's own special prefix (what "add
+// special tokens" adds: nothing for Qwen's tokenizer, as with Hugging Face; a base model's BOS).
+// How a conversation ends: a template with an end-of-turn marker (chatml, qwen2.5, llama3, gemma,
+// a custom END) ends it with the marker in the loss and what it writes after it outside, as
+// apply_chat_template does, and prepare adds nothing (Document::ends_turn); plain ends on the
+// answer, and prepare adds the tokenizer's EOS in the loss, which teaches the model to stop.
 #pragma once
 
 #include <optional>

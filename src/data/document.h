@@ -21,6 +21,11 @@ struct Document {
   // True when the template already put the tokenizer's BOS/EOS in the text (chat templates do);
   // prepare then adds no special tokens of its own.
   bool has_special = false;
+  // True when the template ended the conversation with its own end-of-turn marker (chatml's
+  // <|im_end|>, in the loss): as apply_chat_template, prepare then writes no end-of-sequence token
+  // after it. A template without one (plain) ends on the answer, and the tokenizer's EOS follows,
+  // in the loss, so that the model learns to stop.
+  bool ends_turn = false;
 };
 
 }  // namespace lmt

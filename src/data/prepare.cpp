@@ -145,10 +145,11 @@ void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_sche
     append(tok.encode(doc.segments[0].text), doc.segments[0].loss ? 1 : 0);
   else if (doc.segments.size() > 1)
     encode_segments(tok, doc.segments, ids, mask);
-  if (!doc.has_special) {
+  if (!doc.has_special && !doc.ends_turn) {
     // The end-of-sequence token is learned where the document ends in text that is learned: all
     // text, and a chat or instruction whose template ends on the answer (plain), so that a model
-    // fine-tuned on it learns to stop. After a template's own closing text it stays outside.
+    // fine-tuned on it learns to stop. A template's own end-of-turn marker (chatml's <|im_end|>)
+    // is what its model stops on: nothing follows it, as in apply_chat_template.
     std::vector<int32_t> suffix = tok.special_suffix();
     if (suffix.empty() && tok.eos_id() >= 0) suffix.push_back(tok.eos_id());
     const bool ends_learned = !doc.segments.empty() && doc.segments.back().loss;

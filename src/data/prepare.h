@@ -58,9 +58,10 @@ double document_split_value(std::string_view doc);
 // Tokens of one document, with a mask byte per token (1 = a loss target). A document of several
 // segments is encoded whole (as Hugging Face encodes a rendered chat), each token in the loss when
 // its last byte is. Adds the tokenizer's special prefix (mask 0) and suffix, or its EOS when it
-// defines no suffix, unless the document carries its own special tokens (has_special).
-// `text_schema` decides the suffix's mask: 1 for pretraining text (the model learns to end a
-// document), 0 for rendered chats (their end-of-turn markers are already targets).
+// defines no suffix, unless the document carries its own special tokens (has_special); no suffix
+// after a template's end-of-turn marker (ends_turn). The suffix is a target (mask 1) for
+// pretraining text (`text_schema`: the model learns to end a document) and where the document
+// ends on learned text (a plain-template answer: the model learns to stop), else not.
 void tokenize_document(const Tokenizer& tok, const Document& doc, bool text_schema,
                        std::vector<int32_t>& ids, std::vector<uint8_t>& mask);
 

@@ -101,6 +101,7 @@ TEST_F(Schema, JsonlChatMaskCoversAssistantTurnsAndEndMarkers) {
   EXPECT_FALSE(d[0].segments.back().loss);  // the newline after the last end marker
   EXPECT_EQ(d[0].segments.back().text, "\n");
   EXPECT_FALSE(d[0].has_special);
+  EXPECT_TRUE(d[0].ends_turn);  // <|im_end|> ends it: prepare adds no EOS
 
   s.chat_template = "llama3";
   d = read_all(s);
@@ -354,6 +355,7 @@ TEST(PlainTemplate, ChatTurnsAreRolePrefixed) {
             "System: Be nice.\n\nUser: hi\n\nAssistant: hello\n\nUser: bye\n\nAssistant: ciao");
   EXPECT_EQ(loss_of(d), "hello|ciao");
   EXPECT_FALSE(d.has_special);
+  EXPECT_FALSE(d.ends_turn);  // ends on the answer: prepare adds the EOS, in the loss
 }
 
 // Parquet records (written by DuckDB: scripts/make_sft_parquet_fixtures.mjs) render exactly as

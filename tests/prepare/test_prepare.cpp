@@ -249,6 +249,13 @@ TEST(Prepare, TokenizeDocumentAddsSpecialTokensUnlessTheTemplateDid) {
   tokenize_document(*tok, d, /*text_schema=*/false, ids, mask);
   EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', 'c', '\n', 256}));
   EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 0, 0}));
+  // A template that closed the conversation with its end-of-turn marker (chatml): nothing after
+  // it, as apply_chat_template writes nothing after it.
+  d.ends_turn = true;
+  tokenize_document(*tok, d, /*text_schema=*/false, ids, mask);
+  EXPECT_EQ(ids, (std::vector<int32_t>{'a', 'b', 'c', '\n'}));
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 0, 1, 0}));
+  d.ends_turn = false;
   d.segments.pop_back();
   d.has_special = true;
   tokenize_document(*tok, d, false, ids, mask);

@@ -164,14 +164,11 @@ def test_prepare_renders_as_the_jinja_template(name, tokenizer, seed, tmp_path):
     hf.chat_template = fixture["chat_template"]
     if fixture["bos_token"]:
         hf.bos_token = fixture["bos_token"]
-    eos = hf.convert_tokens_to_ids("<|endoftext|>")
     bad = []
     for i, (chat, (ids, mask)) in enumerate(zip(chats, docs)):
+        # Exactly apply_chat_template's ids, how the conversation ends included: the end-of-turn
+        # marker and what the template writes after it, no end-of-sequence token of prepare's.
         want = hf.apply_chat_template(chat, tokenize=True, return_dict=False)
-        if name in ("chatml", "qwen2.5"):
-            # These templates write no BOS, so prepare adds what "add special tokens" adds to a
-            # document: the tokenizer's end-of-sequence token (outside the loss).
-            want = list(want) + [eos]
         if ids != list(want):
             bad.append((i, want, ids))
             continue
@@ -269,8 +266,10 @@ def test_export_carries_a_chat_template_that_renders_the_same(name, seed, tmp_pa
         if real is not None:
             assert text == real.apply_chat_template(chat, tokenize=False), f"chat {i}"
         want = exported.apply_chat_template(chat, tokenize=True, return_dict=False)
-        if ids[len(want):]:  # templates without their own BOS: prepare adds the EOS after
+        if ids[len(want):]:  # a template without an end-of-turn marker (plain): the EOS, learned
             assert ids[len(want):] == [exported.convert_tokens_to_ids("<|endoftext|>")]
+            assert name == "plain", f"{name}: prepare wrote an EOS after the conversation's end"
+
         assert ids[:len(want)] == list(want), f"chat {i}: {chat!r}"
         # The generation prompt: the chat up to its last assistant turn, then the header.
         last = max(k for k, m in enumerate(chat) if m["role"] == "assistant")
