@@ -99,6 +99,23 @@ double exact_match(const std::string& model, const fs::path& heldout, int n) {
   return static_cast<double>(hits) / asked;
 }
 
+// How many of the first n held-out questions `model` answers greedily and then stops by itself
+// within 128 new tokens: generate ends early only at the end-of-sequence token (a prompt and 128
+// tokens are within the demo model's 256 positions), which the plain template puts in the loss.
+int stops_by_itself(const std::string& model, const fs::path& heldout, int n) {
+  std::ifstream in(heldout);
+  std::string line;
+  int stops = 0;
+  for (int asked = 0; asked < n && std::getline(in, line); ++asked) {
+    const auto q = nlohmann::json::parse(line);
+    const std::string prompt = "User: " + q["prompt"].get<std::string>() + "\n\nAssistant:";
+    const std::string out = capture({LMT_BINARY, "generate", "--checkpoint", model, "--temperature",
+                                     "0", "--max-new-tokens", "128", "--json", "--prompt", prompt});
+    stops += nlohmann::json::parse(out)["ids"].size() < 128;
+  }
+  return stops;
+}
+
 // LoRA SFT as configs/sft-lora.yaml runs it, on the demo's last checkpoint as the base (the
 // config's init_from): reversing three words is beyond the base (about 0% of held-out questions
 // answered exactly) and within reach of its adapters (most answered exactly), on word triples
@@ -133,6 +150,12 @@ TEST(Learning, LoraSftLearnsAHeldOutTask) {
               100 * before, 100 * after, n);
   EXPECT_LE(before, 0.05);
   EXPECT_GE(after, 0.75);
+  const int stops = stops_by_itself((out / "sft").string(), out / "data" / "heldout.jsonl", 10);
+  std::printf(
+      "LoRA SFT: %d of 10 held-out answers end with the end-of-sequence token within 128 "
+      "new tokens\n",
+      stops);
+  EXPECT_GE(stops, 9);
   fs::remove_all(out);
 }
 
