@@ -1,5 +1,5 @@
 // Training on the PJRT backend (train.backend: pjrt, XLA's CPU plugin) against the CPU backend:
-// the demo (configs/demo.yaml on the fortune cookies, as the README runs it) for its first 200
+// the demo (configs/demo.yaml on the fortune cookies, as the README runs it) for its first 60
 // steps must track the CPU backend's loss at every step; a run resumes across backends in both
 // directions; one training step at T = 32768 of a tiny model runs (blocked attention) and
 // matches the CPU backend; a plugin that is missing or is not a plugin is one error naming it.
@@ -54,33 +54,35 @@ class PjrtTraining : public testing::Test {
 };
 fs::path PjrtTraining::dir_;
 
-// The fixture's CPU run of the demo against the same run on pjrt, stopped after its first 200
-// steps (the cosine schedule follows max_steps, so these are the 600-step run's first 200 steps):
-// f32 tracks the CPU backend's loss at every step; bf16 (train.precision) ends within 2% of its
-// loss at step 200.
-TEST_F(PjrtTraining, DemoTracksTheCpuBackendFor200Steps) {
-  const int64_t steps = 200;
+// The fixture's CPU run of the demo against the same run on pjrt, stopped after its first 60
+// steps (the cosine schedule follows max_steps, so these are the 600-step run's first 60 steps:
+// past the 50 of warm-up, the loss down from 7.66 to 5.73): f32 tracks the CPU backend's loss at
+// every step; bf16 (train.precision) ends within 2% of its loss at step 60. (It ran 200 steps
+// until 2026-11-26; the curve is decided well before, and the 200-step bf16 comparison of the CPU
+// backend, CpuBf16Training, stays.)
+TEST_F(PjrtTraining, DemoTracksTheCpuBackendFor60Steps) {
+  const int64_t steps = 60;
   train(demo("demo_pjrt", {"train.backend=pjrt", "train.save_every=0"}), false, steps);
   train(demo("demo_bf16", {"train.backend=pjrt", "train.precision=bf16", "train.save_every=0"}),
         false, steps);
   std::map<int64_t, double> cpu = test::read_losses(test::demo_run_dir()).train;
   cpu.erase(cpu.upper_bound(steps), cpu.end());
   const auto pjrt = losses("demo_pjrt"), bf16 = losses("demo_bf16");
-  ASSERT_EQ(bf16.size(), 200u);
+  ASSERT_EQ(bf16.size(), static_cast<size_t>(steps));
   const double final_cpu = cpu.rbegin()->second, final_bf16 = bf16.rbegin()->second;
-  std::printf("demo, 200 steps: loss cpu f32 %.4f, pjrt bf16 %.4f (%+.2f%%)\n", final_cpu,
-              final_bf16, 100 * (final_bf16 - final_cpu) / final_cpu);
+  std::printf("demo, %d steps: loss cpu f32 %.4f, pjrt bf16 %.4f (%+.2f%%)\n", int(steps),
+              final_cpu, final_bf16, 100 * (final_bf16 - final_cpu) / final_cpu);
   EXPECT_LT(std::fabs(final_bf16 - final_cpu), 0.02 * final_cpu);
-  ASSERT_EQ(cpu.size(), 200u);
-  ASSERT_EQ(pjrt.size(), 200u);
+  ASSERT_EQ(cpu.size(), static_cast<size_t>(steps));
+  ASSERT_EQ(pjrt.size(), static_cast<size_t>(steps));
   double worst = 0;
   for (const auto& [step, want] : cpu) {
     const double rel = std::fabs(pjrt.at(step) - want) / std::fabs(want);
     worst = std::max(worst, rel);
     EXPECT_LT(rel, 1e-3) << "step " << step << ": pjrt " << pjrt.at(step) << ", cpu " << want;
   }
-  std::printf("demo, 200 steps: largest relative loss difference pjrt - cpu %.2e; final %.4f\n",
-              worst, pjrt.rbegin()->second);
+  std::printf("demo, %d steps: largest relative loss difference pjrt - cpu %.2e; final %.4f\n",
+              int(steps), worst, pjrt.rbegin()->second);
   EXPECT_LT(pjrt.rbegin()->second, cpu.begin()->second - 1.0);  // and it learned
 }
 
