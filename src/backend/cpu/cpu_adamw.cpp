@@ -60,13 +60,9 @@ void CpuBackend::adamw_step(float* p, const float* g, float* m, float* v, int64_
   c.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
   c.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
   c.gs = static_cast<float>(grad_scale), c.eps = static_cast<float>(eps);
-  constexpr int64_t kChunk = int64_t{1} << 14;  // elements per work item: 64 KiB of each array
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (n >= 32768)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t i = ch * kChunk;
-    adamw_range(p + i, g + i, m + i, v + i, std::min(kChunk, n - i), c);
-  }
+  cpu::for_chunks(n, cpu::kChunk, n >= cpu::kParallelMin, [&](int64_t i0, int64_t i1) {
+    adamw_range(p + i0, g + i0, m + i0, v + i0, i1 - i0, c);
+  });
 }
 
 }  // namespace lmt

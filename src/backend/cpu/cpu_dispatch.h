@@ -91,6 +91,17 @@ decltype(auto) dispatch_compute(DType dt, const char* kernel, F&& f) {
 // the work (and a team on a busy machine can wait a whole time slice for a descheduled member).
 constexpr int64_t kParallelMin = int64_t{1} << 15;
 
+// Work items of the cloned elementwise loops (LMT_CLONES): 16K elements, 64 KiB of f32 each.
+constexpr int64_t kChunk = int64_t{1} << 14;
+
+// Calls f(i0, i1) for the chunks [i0, i1) of [0, n), `chunk` long (the last one shorter), in a
+// static schedule over the threads where `parallel`: each call runs a cloned loop over its chunk.
+template <class F>
+void for_chunks(int64_t n, int64_t chunk, bool parallel, F&& f) {
+#pragma omp parallel for schedule(static) if (parallel)
+  for (int64_t i = 0; i < n; i += chunk) f(i, std::min(n, i + chunk));
+}
+
 // exp(x) for float, ~1 ulp on [-87, 88]: exp(x) = 2^n * exp(r) with |r| <= ln2/2 and the Cephes
 // polynomial for exp(r). Saturates above 88, returns 0 below -87 (so exp(-inf) = 0).
 LMT_INLINE float fast_exp(float x) {

@@ -145,9 +145,8 @@ void CpuBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src,
   if (src_dt == DType::f32 && dst_dt == DType::bf16) {  // the hot pair (weights to bf16)
     const float* s = static_cast<const float*>(src);
     auto* d = static_cast<cpu::bf16*>(dst);
-    constexpr int64_t kChunk = int64_t{1} << 14;
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; i += kChunk) to_bf16_range(d + i, s + i, std::min(kChunk, n - i));
+    cpu::for_chunks(n, cpu::kChunk, n >= cpu::kParallelMin,
+                    [&](int64_t i0, int64_t i1) { to_bf16_range(d + i0, s + i0, i1 - i0); });
     return;
   }
   if (src_dt == DType::bf16 && dst_dt == DType::f32) {  // a bf16 frozen base, every layer

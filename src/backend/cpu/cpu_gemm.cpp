@@ -104,8 +104,26 @@ bool openblas_core_has_avx2() {
 // - AVX2 (AMD Zen, 2026-11-26): OpenBLAS, faster on GPT-2's products taken together.
 enum class F32Engine { openblas, onednn };
 
+// The machine's side of the rule (f32_engine takes it once): which products oneDNN takes unless
+// LMTRAIN_CPU_GEMM says otherwise.
+enum class F32Rule { openblas, onednn, onednn_forward_and_narrow };
+
+F32Rule machine_f32_rule() {
+#if LMTRAIN_HAVE_DNNL
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  if (!openblas_core_has_avx2() && dnnl_isa_has(isa, dnnl::cpu_isa::avx2)) return F32Rule::onednn;
+  if (dnnl_isa_has(isa, dnnl::cpu_isa::avx512_core)) return F32Rule::onednn_forward_and_narrow;
+#endif
+  return F32Rule::openblas;
+}
+
+const char* f32_engine_override() {
+  const char* v = std::getenv("LMTRAIN_CPU_GEMM");
+  return v && *v ? v : nullptr;
+}
+
 F32Engine f32_engine(bool trans_a, bool trans_b, int64_t N) {
-  if (const char* v = std::getenv("LMTRAIN_CPU_GEMM"); v && *v) {
+  if (const char* v = f32_engine_override()) {
     const std::string e = v;
     if (e == "openblas") return F32Engine::openblas;
 #if LMTRAIN_HAVE_DNNL
@@ -116,29 +134,32 @@ F32Engine f32_engine(bool trans_a, bool trans_b, int64_t N) {
                     ": this lmtrain was built without oneDNN; expected openblas");
 #endif
   }
-#if LMTRAIN_HAVE_DNNL
-  static const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  static const bool weak_blas = !openblas_core_has_avx2() && dnnl_isa_has(isa, dnnl::cpu_isa::avx2);
-  if (weak_blas) return F32Engine::onednn;
-  if (dnnl_isa_has(isa, dnnl::cpu_isa::avx512_core) && ((!trans_a && trans_b) || N <= 512))
-    return F32Engine::onednn;
-#else
-  (void)trans_a, (void)trans_b, (void)N;
-#endif
+  static const F32Rule rule = machine_f32_rule();
+  switch (rule) {
+    case F32Rule::onednn:
+      return F32Engine::onednn;
+    case F32Rule::onednn_forward_and_narrow:
+      return (!trans_a && trans_b) || N <= 512 ? F32Engine::onednn : F32Engine::openblas;
+    case F32Rule::openblas:
+      break;
+  }
   return F32Engine::openblas;
 }
 
-// The rule above as a person reads it, for `kernels`.
+// The rule in force as a person reads it, for `kernels`.
 std::string f32_engine_rule() {
-  if (const char* v = std::getenv("LMTRAIN_CPU_GEMM"); v && *v)
+  if (const char* v = f32_engine_override())
     return std::string("f32: ") + v + " (LMTRAIN_CPU_GEMM)";
 #if LMTRAIN_HAVE_DNNL
-  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
-  if (!openblas_core_has_avx2() && dnnl_isa_has(isa, dnnl::cpu_isa::avx2))
-    return "f32: oneDNN on " + dnnl_isa_name(isa) + " (OpenBLAS's core has no AVX2 kernels)";
-  if (dnnl_isa_has(isa, dnnl::cpu_isa::avx512_core))
-    return "f32: oneDNN on " + dnnl_isa_name(isa) +
-           " for x Wt and products of at most 512 columns, OpenBLAS for the others";
+  const std::string onednn = "f32: oneDNN on " + dnnl_isa_name(dnnl::get_effective_cpu_isa());
+  switch (machine_f32_rule()) {
+    case F32Rule::onednn:
+      return onednn + " (OpenBLAS's core has no AVX2 kernels)";
+    case F32Rule::onednn_forward_and_narrow:
+      return onednn + " for x Wt and products of at most 512 columns, OpenBLAS for the others";
+    case F32Rule::openblas:
+      break;
+  }
 #endif
   return "f32: OpenBLAS";
 }

@@ -100,38 +100,46 @@ LMT_INLINE void act_backward_loop(T* __restrict gx, const T* __restrict dy, cons
 
 // Calls LOOP<A>(args...) for the activation act, inlined (no lambdas: a clone's ISA reaches only
 // what inlines into it).
-#define LMT_ACT_SWITCH(LOOP, ...)                      \
-  switch (act) {                                       \
-    case Activation::silu:                             \
-      return LOOP<Activation::silu>(__VA_ARGS__);      \
-    case Activation::gelu_tanh:                        \
-      return LOOP<Activation::gelu_tanh>(__VA_ARGS__); \
-    case Activation::relu:                             \
-      return LOOP<Activation::relu>(__VA_ARGS__);      \
-    case Activation::relu2:                            \
-      return LOOP<Activation::relu2>(__VA_ARGS__);     \
+// clang-format off
+#define LMT_ACT_SWITCH(LOOP, ...)                        \
+  switch (act) {                                         \
+    case Activation::silu:                               \
+      return LOOP<Activation::silu>(__VA_ARGS__);        \
+    case Activation::gelu_tanh:                          \
+      return LOOP<Activation::gelu_tanh>(__VA_ARGS__);   \
+    case Activation::relu:                               \
+      return LOOP<Activation::relu>(__VA_ARGS__);        \
+    case Activation::relu2:                              \
+      return LOOP<Activation::relu2>(__VA_ARGS__);       \
   }
 
-#define LMT_MLP_CLONED_LOOPS(T)                                                                 \
-  LMT_CLONES void glu_forward_rows(                                                             \
-      Activation act, T* y, const T* gu, int64_t r0, int64_t r1,                                \
-      int64_t F){LMT_ACT_SWITCH(glu_forward_loop, y, gu, r0, r1, F)} LMT_CLONES void            \
-  glu_backward_rows(                                                                            \
-      Activation act, T* dgu, const T* dy, const T* gu, int64_t r0, int64_t r1,                 \
-      int64_t F){LMT_ACT_SWITCH(glu_backward_loop, dgu, dy, gu, r0, r1, F)} LMT_CLONES void     \
-  act_forward_range(Activation act, T* y, const T* x, int64_t i0,                               \
-                    int64_t i1){LMT_ACT_SWITCH(act_forward_loop, y, x, i0, i1)} LMT_CLONES void \
-  act_backward_range(Activation act, T* gx, const T* dy, const T* x, int64_t i0, int64_t i1) {  \
-    LMT_ACT_SWITCH(act_backward_loop, gx, dy, x, i0, i1)                                        \
+#define LMT_MLP_CLONED_LOOPS(T)                                                                  \
+  LMT_CLONES void glu_forward_rows(Activation act, T* y, const T* gu, int64_t r0, int64_t r1,    \
+                                   int64_t F) {                                                  \
+    LMT_ACT_SWITCH(glu_forward_loop, y, gu, r0, r1, F)                                           \
+  }                                                                                              \
+  LMT_CLONES void glu_backward_rows(Activation act, T* dgu, const T* dy, const T* gu, int64_t r0,\
+                                    int64_t r1, int64_t F) {                                     \
+    LMT_ACT_SWITCH(glu_backward_loop, dgu, dy, gu, r0, r1, F)                                    \
+  }                                                                                              \
+  LMT_CLONES void act_forward_range(Activation act, T* y, const T* x, int64_t i0, int64_t i1) {  \
+    LMT_ACT_SWITCH(act_forward_loop, y, x, i0, i1)                                               \
+  }                                                                                              \
+  LMT_CLONES void act_backward_range(Activation act, T* gx, const T* dy, const T* x, int64_t i0, \
+                                     int64_t i1) {                                               \
+    LMT_ACT_SWITCH(act_backward_loop, gx, dy, x, i0, i1)                                         \
   }
+// clang-format on
 LMT_MLP_CLONED_LOOPS(float)
 LMT_MLP_CLONED_LOOPS(double)
 LMT_MLP_CLONED_LOOPS(cpu::bf16)
 #undef LMT_MLP_CLONED_LOOPS
 #undef LMT_ACT_SWITCH
 
-// Work items of the elementwise loops: 16K elements (64 KiB of f32) each.
-constexpr int64_t kChunk = int64_t{1} << 14;
+// Rows of the gated unit per work item: about cpu::kChunk elements, at least one row.
+int64_t rows_per_chunk(int64_t F) {
+  return std::max<int64_t>(1, cpu::kChunk / std::max<int64_t>(F, 1));
+}
 
 void check_activation(Activation act) {
   LMT_CHECK(act == Activation::silu || act == Activation::gelu_tanh || act == Activation::relu ||
@@ -149,10 +157,8 @@ void CpuBackend::glu_forward(DType dt, Activation act, void* out, const void* ga
     using T = decltype(tag);
     T* y = static_cast<T*>(out);
     const T* gu = static_cast<const T*>(gate_up);
-    const int64_t rows = std::max<int64_t>(1, kChunk / std::max<int64_t>(F, 1));
-#pragma omp parallel for schedule(static) if (N * F >= cpu::kParallelMin)
-    for (int64_t r0 = 0; r0 < N; r0 += rows)
-      glu_forward_rows(act, y, gu, r0, std::min(N, r0 + rows), F);
+    cpu::for_chunks(N, rows_per_chunk(F), N * F >= cpu::kParallelMin,
+                    [&](int64_t r0, int64_t r1) { glu_forward_rows(act, y, gu, r0, r1, F); });
   });
 }
 
@@ -165,10 +171,9 @@ void CpuBackend::glu_backward(DType dt, Activation act, void* dgate_up, const vo
     T* dgu = static_cast<T*>(dgate_up);
     const T* dy = static_cast<const T*>(dout);
     const T* gu = static_cast<const T*>(gate_up);
-    const int64_t rows = std::max<int64_t>(1, kChunk / std::max<int64_t>(F, 1));
-#pragma omp parallel for schedule(static) if (N * F >= cpu::kParallelMin)
-    for (int64_t r0 = 0; r0 < N; r0 += rows)
-      glu_backward_rows(act, dgu, dy, gu, r0, std::min(N, r0 + rows), F);
+    cpu::for_chunks(N, rows_per_chunk(F), N * F >= cpu::kParallelMin, [&](int64_t r0, int64_t r1) {
+      glu_backward_rows(act, dgu, dy, gu, r0, r1, F);
+    });
   });
 }
 
@@ -179,9 +184,8 @@ void CpuBackend::act_forward(DType dt, Activation act, void* out, const void* x,
     using T = decltype(tag);
     T* y = static_cast<T*>(out);
     const T* xx = static_cast<const T*>(x);
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; i += kChunk)
-      act_forward_range(act, y, xx, i, std::min(n, i + kChunk));
+    cpu::for_chunks(n, cpu::kChunk, n >= cpu::kParallelMin,
+                    [&](int64_t i0, int64_t i1) { act_forward_range(act, y, xx, i0, i1); });
   });
 }
 
@@ -194,9 +198,8 @@ void CpuBackend::act_backward(DType dt, Activation act, void* dx, const void* do
     T* gx = static_cast<T*>(dx);
     const T* dy = static_cast<const T*>(dout);
     const T* xx = static_cast<const T*>(x);
-#pragma omp parallel for schedule(static) if (n >= cpu::kParallelMin)
-    for (int64_t i = 0; i < n; i += kChunk)
-      act_backward_range(act, gx, dy, xx, i, std::min(n, i + kChunk));
+    cpu::for_chunks(n, cpu::kChunk, n >= cpu::kParallelMin,
+                    [&](int64_t i0, int64_t i1) { act_backward_range(act, gx, dy, xx, i0, i1); });
   });
 }
 
