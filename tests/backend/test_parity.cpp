@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend_test_util.h"
+#include "bf16_products.h"
 #include "core/rng.h"
 #include "optim/muon.h"
 #include "test_util.h"
@@ -580,8 +581,7 @@ TEST_P(ParityBf16, CpuBf16MatchesDoubleToBf16Rounding) {
   constexpr double kBf16Tol = 4.0 / 512;
   test::ScopedThreads threads(1);
   CpuBackend cpu;
-  test::ScopedEnv emulate("LMTRAIN_CPU_BF16",
-                          cpu.unsupported(DType::bf16).empty() ? nullptr : "emulate");
+  const test::ScopedBf16Products bf16;
   auto rounded = [](const Spec& s, std::vector<double> v) {
     if (elem(s, DType::bf16) == DType::bf16)
       for (double& x : v) x = bf16_to_f32(f32_to_bf16(static_cast<float>(x)));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_backend.h"
+#include "bf16_products.h"
 #include "model/mixed_precision.h"
 #include "model/model_test_util.h"
 #include "test_util.h"
@@ -21,9 +22,8 @@ using test::Variant;
 class CpuMixedPrecision : public testing::TestWithParam<Variant> {};
 
 TEST_P(CpuMixedPrecision, Bf16ComputeTracksTheF32CpuBackend) {
-  const bool native = CpuBackend().unsupported(DType::bf16).empty();
-  test::ScopedEnv env("LMTRAIN_CPU_BF16", native ? nullptr : "emulate");
-  SCOPED_TRACE(native ? "oneDNN's bf16 products" : "emulated bf16 products");
+  const test::ScopedBf16Products bf16;
+  SCOPED_TRACE(bf16.name());
   test::expect_bf16_tracks_f32("cpu", GetParam().name, GetParam().cfg);
 }
 

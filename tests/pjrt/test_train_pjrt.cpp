@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "bf16_products.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "demo_run.h"
@@ -191,9 +192,7 @@ TEST_F(PjrtTraining, Bf16ResumesExactlyAndOnTheCpuBackendInF32) {
 // the resumed steps' losses within a sixteenth of bf16's resolution (2^-12) of the CPU run's own:
 // the backends' bf16 steps differ only in the order of their f32 sums (seen: 8.6e-7).
 TEST_F(PjrtTraining, CpuBf16CheckpointContinuesInBf16OnPjrt) {
-  test::ScopedEnv emulate("LMTRAIN_CPU_BF16", make_backend("cpu")->unsupported(DType::bf16).empty()
-                                                  ? nullptr
-                                                  : "emulate");
+  const test::ScopedBf16Products bf16;
   const std::vector<std::string> small = {
       "model.hidden_size=32",        "model.intermediate_size=64",  "model.num_hidden_layers=2",
       "model.num_attention_heads=2", "model.num_key_value_heads=1", "train.micro_batch_size=4",

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "bf16_products.h"
 #include "demo_run.h"
 #include "test_util.h"
 #include "train/run_config.h"
@@ -35,9 +36,8 @@ class CpuBf16Training : public testing::Test {
   static void TearDownTestSuite() { fs::remove_all(dir_); }
   void SetUp() override {
     ASSERT_EQ(test::demo_run_missing(), "");
-    const bool native = CpuBackend().unsupported(DType::bf16).empty();
-    emulate_ = std::make_unique<test::ScopedEnv>("LMTRAIN_CPU_BF16", native ? nullptr : "emulate");
-    std::printf("bf16 products: %s\n", native ? "oneDNN" : "emulated (no AVX512-BF16 or AMX)");
+    bf16_ = std::make_unique<test::ScopedBf16Products>();
+    std::printf("bf16 products: %s\n", bf16_->name());
   }
 
   // The demo's config with the fixture's data, in bf16, logging every step, no evaluation or
@@ -51,7 +51,7 @@ class CpuBf16Training : public testing::Test {
   }
 
   static fs::path dir_;
-  std::unique_ptr<test::ScopedEnv> emulate_;
+  std::unique_ptr<test::ScopedBf16Products> bf16_;
 };
 fs::path CpuBf16Training::dir_;
 
