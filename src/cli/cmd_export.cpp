@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/chat_template.h"
+#include "data/tokenizer/tokenizer.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
@@ -100,11 +101,7 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
 // The export carries dir's tokenizer file, if any, and then the chat template of
 // export_chat_template; returns its note.
 std::string add_tokenizer(const fs::path& dir, HfExportOptions& opt) {
-  for (const char* name : {"tokenizer.json", "tokenizer.model"})
-    if (fs::exists(dir / name)) {
-      opt.tokenizer = (dir / name).string();
-      break;
-    }
+  if (const std::string f = tokenizer_file(dir.string()); fs::exists(f)) opt.tokenizer = f;
   std::string note;
   if (!opt.tokenizer.empty()) opt.chat_template = export_chat_template(dir, note);
   return note;

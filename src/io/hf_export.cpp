@@ -24,6 +24,7 @@
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
+#include "io/sp_tokenizer_json.h"
 #include "io/text_file.h"
 
 namespace lmt {
@@ -193,37 +194,45 @@ bool is_qwen2_pipeline(const nlohmann::json& j) {
 }
 
 // tokenizer_config.json: enough for AutoTokenizer, and apply_chat_template when a chat template
-// is given. A tokenizer.json loads as it is through
-// PreTrainedTokenizerFast (transformers 5: TokenizersBackend), its post-processor adding the
-// special tokens; a SentencePiece model is declared a LlamaTokenizer (BOS added, as lmtrain's
-// SentencePiece tokenizer does). Special tokens are named only where the tokenizer has them, since
-// transformers 5 adds a named special token that the vocabulary lacks.
+// is given. The tokenizer.json loads as it is through PreTrainedTokenizerFast (transformers 5:
+// TokenizersBackend), its post-processor adding the special tokens; for a SentencePiece model
+// that is the tokenizer.json written beside it (sp_tokenizer_json.h). Where a SentencePiece model
+// has none, it is declared a LlamaTokenizer (BOS added, as lmtrain's SentencePiece tokenizer
+// does; transformers 5 then drops its normalizer). Special tokens are named only where the
+// tokenizer has them, since transformers 5 adds a named special token that the vocabulary lacks.
 nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
-                                const Tokenizer& tok, const std::string& chat_template) {
-  const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tok.bos_id();
-  const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : tok.eos_id();
+                                const Tokenizer& tok, const nlohmann::json& tokenizer_json,
+                                const std::string& chat_template) {
+  const bool sentencepiece = fs::path(path).extension() == ".model";
   nlohmann::json tc = {{"model_max_length", cfg.max_position_embeddings},
                        {"clean_up_tokenization_spaces", false}};
   if (!chat_template.empty()) tc["chat_template"] = chat_template;
-  if (fs::path(path).extension() == ".model") {
+  if (sentencepiece) {
     sentencepiece::SentencePieceProcessor sp;
     if (!sp.Load(path).ok()) throw UserError("export: cannot load the tokenizer '" + path + "'");
+    const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : sp.bos_id();
+    const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : sp.eos_id();
     auto piece = [&](int64_t id) { return sp.IdToPiece(static_cast<int>(id)); };
-    tc["tokenizer_class"] = "LlamaTokenizer";
-    tc["add_bos_token"] = sp.bos_id() >= 0;
-    tc["add_eos_token"] = false;
-    tc["legacy"] = true;
     if (bos >= 0 && bos < sp.GetPieceSize()) tc["bos_token"] = piece(bos);
     if (eos >= 0 && eos < sp.GetPieceSize()) tc["eos_token"] = piece(eos);
     if (sp.unk_id() >= 0) tc["unk_token"] = piece(sp.unk_id());
-    return tc;
+    if (tokenizer_json.is_null()) {
+      tc["tokenizer_class"] = "LlamaTokenizer";
+      tc["add_bos_token"] = sp.bos_id() >= 0;
+      tc["add_eos_token"] = false;
+      tc["legacy"] = true;
+      return tc;
+    }
   }
   tc["tokenizer_class"] = "PreTrainedTokenizerFast";
-  const nlohmann::json j = read_json_file(path);
-  if (cfg.family == "qwen2" && !is_qwen2_pipeline(j))
+  if (cfg.family == "qwen2" && !is_qwen2_pipeline(tokenizer_json))
     tc["auto_map"] = {{"AutoTokenizer", {nullptr, "PreTrainedTokenizerFast"}}};
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& a : j["added_tokens"]) {
+  if (sentencepiece) return tc;
+  const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tok.bos_id();
+  const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : tok.eos_id();
+  const nlohmann::json& added = tokenizer_json.value("added_tokens", nlohmann::json());
+  if (added.is_array()) {
+    for (const auto& a : added) {
       if (!a.is_object() || !a.contains("id") || !a.contains("content")) continue;
       if (a["id"] == bos) tc["bos_token"] = a["content"];
       if (a["id"] == eos) tc["eos_token"] = a["content"];
@@ -232,7 +241,8 @@ nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
   return tc;
 }
 
-// Copies the tokenizer under its Hugging Face name and writes tokenizer_config.json.
+// Copies the tokenizer under its Hugging Face name and writes tokenizer_config.json; a
+// SentencePiece model gets a tokenizer.json beside it (a warning where it cannot have one).
 std::vector<std::string> write_tokenizer(const fs::path& dir, const std::string& path,
                                          const ModelConfig& cfg, const std::string& chat_template) {
   std::unique_ptr<Tokenizer> tok = load_tokenizer(path);
@@ -240,14 +250,32 @@ std::vector<std::string> write_tokenizer(const fs::path& dir, const std::string&
     throw UserError(
         fmt::format("export: the tokenizer '{}' has {} tokens, more than the model's vocab_size {}",
                     path, tok->vocab_size(), cfg.vocab_size));
-  const std::string name =
-      fs::path(path).extension() == ".model" ? "tokenizer.model" : "tokenizer.json";
+  const bool sentencepiece = fs::path(path).extension() == ".model";
+  const std::string name = sentencepiece ? "tokenizer.model" : "tokenizer.json";
   std::error_code ec;
   fs::copy_file(path, dir / name, fs::copy_options::overwrite_existing, ec);
   if (ec) throw UserError("export: cannot copy the tokenizer '" + path + "': " + ec.message());
+  std::vector<std::string> files = {name};
+  nlohmann::json tokenizer_json;
+  if (!sentencepiece) {
+    tokenizer_json = read_json_file(path);
+  } else {
+    SpTokenizerJson converted = sentencepiece_tokenizer_json(path);
+    tokenizer_json = std::move(converted.json);
+    if (tokenizer_json.is_null()) {
+      fmt::print(stderr,
+                 "export: warning: no tokenizer.json for the SentencePiece model '{}', since {}; "
+                 "transformers loads tokenizer.model without its normalizer\n",
+                 path, converted.why_not);
+    } else {
+      write_text_file((dir / "tokenizer.json").string(), tokenizer_json.dump(2) + "\n");
+      files.push_back("tokenizer.json");
+    }
+  }
   write_text_file((dir / "tokenizer_config.json").string(),
-                  tokenizer_config(path, cfg, *tok, chat_template).dump(2) + "\n");
-  return {name, "tokenizer_config.json"};
+                  tokenizer_config(path, cfg, *tok, tokenizer_json, chat_template).dump(2) + "\n");
+  files.push_back("tokenizer_config.json");
+  return files;
 }
 
 std::vector<std::string> write_configs(const fs::path& dir, const ModelConfig& cfg, DType dt) {

@@ -1,6 +1,8 @@
-// Protocol-buffer wire format, writing only: enough to encode TensorBoard's Event records by hand
-// (src/io/tensorboard.cpp) without a protobuf dependency. Fields are appended in the order they
-// are written; a nested message is written first and then added as a length-delimited field.
+// Protocol-buffer wire format without a protobuf dependency. ProtoWriter encodes TensorBoard's
+// Event records by hand (src/io/tensorboard.cpp): fields are appended in the order they are
+// written; a nested message is written first and then added as a length-delimited field.
+// ProtoReader walks a message's fields one by one (a SentencePiece model's settings,
+// src/io/sp_tokenizer_json.cpp); what it cannot decode is a UserError naming `what`.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +10,9 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
+
+#include "core/error.h"
 
 namespace lmt {
 
@@ -58,6 +63,86 @@ class ProtoWriter {
     return *this;
   }
   std::string out_;
+};
+
+class ProtoReader {
+ public:
+  // `data` must outlive the reader (it is not copied).
+  ProtoReader(std::string_view data, std::string what) : data_(data), what_(std::move(what)) {}
+
+  // One field: its number, wire type and value (`number` for varints and fixed-width fields,
+  // `bytes` for length-delimited ones).
+  struct Field {
+    int number = 0;
+    int wire_type = 0;
+    uint64_t number_value = 0;
+    std::string_view bytes;
+    bool as_bool() const { return number_value != 0; }
+    float as_f32() const {
+      const auto bits = static_cast<uint32_t>(number_value);
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    }
+  };
+
+  // The next field into `f`; false at the end of the message.
+  bool next(Field& f) {
+    if (pos_ == data_.size()) return false;
+    const uint64_t key = varint();
+    f.number = static_cast<int>(key >> 3);
+    f.wire_type = static_cast<int>(key & 7);
+    f.bytes = {};
+    f.number_value = 0;
+    switch (f.wire_type) {
+      case 0:
+        f.number_value = varint();
+        break;
+      case 1:
+        f.number_value = fixed(8);
+        break;
+      case 5:
+        f.number_value = fixed(4);
+        break;
+      case 2: {
+        const uint64_t n = varint();
+        if (n > data_.size() - pos_) fail("a field runs past the end");
+        f.bytes = data_.substr(pos_, n);
+        pos_ += n;
+        break;
+      }
+      default:
+        fail("wire type " + std::to_string(f.wire_type) + " is not supported");
+    }
+    return true;
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& why) const {
+    throw UserError(what_ + ": not a valid protocol-buffer message (" + why + " at byte " +
+                    std::to_string(pos_) + ")");
+  }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ == data_.size()) fail("a varint runs past the end");
+      const auto b = static_cast<uint8_t>(data_[pos_++]);
+      v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return v;
+    }
+    fail("a varint longer than 10 bytes");
+  }
+  uint64_t fixed(size_t n) {
+    if (n > data_.size() - pos_) fail("a fixed-width field runs past the end");
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(data_[pos_ + i])) << (8 * i);
+    pos_ += n;
+    return v;
+  }
+  std::string_view data_;
+  std::string what_;
+  size_t pos_ = 0;
 };
 
 }  // namespace lmt

@@ -92,6 +92,66 @@ TEST(ProtoWriter, VarintsAndFields) {
   EXPECT_EQ(r.str(), from_hex("09 00 00 00 00 00 00 f8 3f 15 00 00 20 40 1a 02 61 62 80 01 01"));
 }
 
+// What ProtoWriter writes, ProtoReader reads back field by field; a message cut short anywhere
+// is a UserError naming it, never a read past the end.
+TEST(ProtoReader, ReadsWhatTheWriterWrote) {
+  ProtoWriter inner;
+  inner.bytes(1, "piece").f32(2, -2.5f).varint(3, 4);
+  ProtoWriter p;
+  p.message(1, inner).varint(45, 300).f64(2, 1.5).bytes(3, "");
+  std::vector<ProtoReader::Field> fields;
+  ProtoReader r(p.str(), "test message");
+  for (ProtoReader::Field f; r.next(f);) fields.push_back(f);
+  ASSERT_EQ(fields.size(), 4u);
+  EXPECT_EQ(fields[0].number, 1);
+  EXPECT_EQ(fields[0].wire_type, 2);
+  ProtoReader in(fields[0].bytes, "inner");
+  ProtoReader::Field g;
+  ASSERT_TRUE(in.next(g));
+  EXPECT_EQ(g.bytes, "piece");
+  ASSERT_TRUE(in.next(g));
+  EXPECT_EQ(g.as_f32(), -2.5f);
+  ASSERT_TRUE(in.next(g));
+  EXPECT_EQ(g.number_value, 4u);
+  EXPECT_FALSE(in.next(g));
+  EXPECT_EQ(fields[1].number, 45);
+  EXPECT_EQ(fields[1].number_value, 300u);
+  EXPECT_EQ(fields[2].wire_type, 1);
+  EXPECT_EQ(fields[3].bytes, "");
+  for (size_t cut = 1; cut < p.str().size(); ++cut) {
+    const std::string part = p.str().substr(0, cut);
+    try {
+      ProtoReader t(part, "cut message");
+      for (ProtoReader::Field f; t.next(f);) {
+        if (f.number != 1 || f.wire_type != 2) continue;
+        ProtoReader n(f.bytes, "cut message");
+        for (ProtoReader::Field h; n.next(h);) {
+        }
+      }
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("cut message"), std::string::npos) << e.what();
+    }
+  }
+  test::expect_user_error(
+      [] {
+        const std::string bytes =
+            "\x0a\x05"
+            "ab";  // field 1: 5 bytes promised, 2 given
+        ProtoReader t(bytes, "short bytes");
+        ProtoReader::Field f;
+        t.next(f);
+      },
+      {"short bytes", "runs past the end"});
+  test::expect_user_error(
+      [] {
+        const std::string group = "\x0b";  // field 1, wire type 3 (a group)
+        ProtoReader t(group, "group");
+        ProtoReader::Field f;
+        t.next(f);
+      },
+      {"group", "wire type 3"});
+}
+
 // Python: Event(wall_time=1.5, file_version="brain.Event:2").SerializeToString()
 TEST(TensorBoardEvent, FileVersion) {
   EXPECT_EQ(file_version_event(1.5),

@@ -1,5 +1,6 @@
 #include "data/tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -13,11 +14,33 @@ namespace lmt {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// Whether a tokenizer.json's normalizer has a Precompiled step (a SentencePiece character map,
+// as in the tokenizer.json an export writes beside its tokenizer.model), which lmtrain does not
+// read. A file that does not parse answers false: its loading names the problem.
+bool has_precompiled_normalizer(const fs::path& json) {
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  const nlohmann::json& n = j.value("normalizer", nlohmann::json());
+  if (!n.is_object()) return false;
+  if (n.value("type", "") == "Precompiled") return true;
+  const nlohmann::json& steps = n.value("normalizers", nlohmann::json());
+  if (!steps.is_array()) return false;
+  return std::any_of(steps.begin(), steps.end(), [](const nlohmann::json& s) {
+    return s.is_object() && s.value("type", "") == "Precompiled";
+  });
+}
+
+}  // namespace
+
 std::string tokenizer_file(const std::string& spec) {
   if (spec == "bytes") return "";
   if (!fs::is_directory(spec)) return spec;
   fs::path json = fs::path(spec) / "tokenizer.json", model = fs::path(spec) / "tokenizer.model";
-  return (fs::exists(json) || !fs::exists(model) ? json : model).string();
+  if (!fs::exists(json)) return (fs::exists(model) ? model : json).string();
+  return (fs::exists(model) && has_precompiled_normalizer(json) ? model : json).string();
 }
 
 std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const {
@@ -142,16 +165,10 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
   if (spec == "bytes") return std::make_unique<BytesTokenizer>();
-  fs::path p = spec;
-  if (fs::is_directory(p)) {
-    if (fs::exists(p / "tokenizer.json"))
-      p /= "tokenizer.json";
-    else if (fs::exists(p / "tokenizer.model"))
-      p /= "tokenizer.model";
-    else
-      throw UserError("tokenizer: directory '" + spec +
-                      "' holds neither tokenizer.json nor tokenizer.model");
-  }
+  const fs::path p = tokenizer_file(spec);
+  if (fs::is_directory(spec) && !fs::exists(p))
+    throw UserError("tokenizer: directory '" + spec +
+                    "' holds neither tokenizer.json nor tokenizer.model");
   if (!fs::exists(p)) throw UserError("tokenizer: '" + spec + "' does not exist");
   if (p.extension() == ".json") return std::make_unique<HfBpeTokenizer>(p.string());
   if (p.extension() == ".model") return std::make_unique<SentencePieceTokenizer>(p.string());

@@ -41,7 +41,9 @@ class Tokenizer {
 };
 
 // The file a tokenizer spec names: the spec itself for a file, tokenizer.json (else
-// tokenizer.model) inside a directory, "" for "bytes".
+// tokenizer.model) inside a directory, "" for "bytes". A directory with both whose tokenizer.json
+// has a SentencePiece character map (Precompiled, which lmtrain does not read) names
+// tokenizer.model.
 std::string tokenizer_file(const std::string& spec);
 
 // Throws UserError naming `spec` when it is none of the above or cannot be loaded.
