@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/gguf_export.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
@@ -154,11 +155,54 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
   return 0;
 }
 
+// --format gguf: the model (a LoRA one with its adapters merged) as one GGUF file.
+template <class Opts>
+int export_gguf(const Opts& o) {
+  GgufExportOptions opt;
+  opt.type = o.dtype.empty() ? GgufType::bf16 : parse_gguf_type(o.dtype, "--dtype");
+  const fs::path dir = resolve_model_dir(o.checkpoint, "--checkpoint");
+  if (!o.adapter.empty() && !o.merge)
+    throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
+  HfExportOptions hf;
+  const std::string template_note = add_tokenizer(dir, hf);
+  opt.tokenizer = hf.tokenizer;
+  opt.chat_template = hf.chat_template;
+  opt.name = fs::path(o.out).stem().string();
+  std::vector<float> storage;
+  std::vector<HostTensor> owned;
+  std::unique_ptr<Transformer> model;
+  std::unique_ptr<HfWeights> weights;
+  ModelConfig cfg;
+  std::vector<HfTensor> tensors;
+  if (is_lora_checkpoint(dir.string()) || o.merge) {
+    auto be = make_backend("cpu");
+    model = load_model_for_inference(dir.string(), o.adapter, be.get());
+    if (model->has_lora()) merge_lora_into_base(*model);
+    cfg = model->config();
+    tensors = model_hf_tensors(*model, storage);
+    const GgufExportResult r = save_gguf(o.out, cfg, tensors, opt);
+    for (const std::string& w : r.warnings) fmt::print(stderr, "export: warning: {}\n", w);
+    fmt::print("exported {} with its LoRA adapters merged to {}: {} tensors, {} ({})\n",
+               dir.string(), r.path, r.tensors, format_bytes(r.bytes), gguf_type_name(opt.type));
+    return 0;
+  }
+  cfg = read_hf_model_config(dir.string());
+  weights = std::make_unique<HfWeights>(open_hf_weights(dir.string(), cfg));
+  tensors = source_tensors(*weights, owned);
+  const GgufExportResult r = save_gguf(o.out, cfg, tensors, opt);
+  for (const std::string& w : r.warnings) fmt::print(stderr, "export: warning: {}\n", w);
+  fmt::print("exported {} to {}: {} tensors, {} ({}), with {}\n", dir.string(), r.path, r.tensors,
+             format_bytes(r.bytes), gguf_type_name(opt.type),
+             fs::path(opt.tokenizer).filename().string());
+  if (!template_note.empty()) fmt::print("tokenizer.chat_template: {}\n", template_note);
+  return 0;
+}
+
 }  // namespace
 
 Run add_export(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, adapter, out, dtype, max_shard = "5GB";
+    std::string checkpoint, adapter, out, dtype, max_shard = "5GB", format = "hf";
     bool merge = false;
   };
   auto o = std::make_shared<Opts>();
@@ -166,10 +210,15 @@ Run add_export(CLI::App& app) {
                  "checkpoint directory (checkpoints/step_NNNNNNN), a run directory (its newest), "
                  "or a Hugging Face model directory")
       ->required();
-  app.add_option("--out", o->out, "the Hugging Face model directory to write")->required();
+  app.add_option("--out", o->out,
+                 "the Hugging Face model directory to write (--format gguf: the .gguf file)")
+      ->required();
+  app.add_option("--format", o->format,
+                 "hf: a Hugging Face model directory; gguf: one GGUF file for llama.cpp")
+      ->capture_default_str();
   app.add_option("--dtype", o->dtype,
-                 "weights as bf16, f16 or f32 (default: bf16 for a model; f32, the dtype they "
-                 "train in, for a PEFT adapter, as PEFT saves one)");
+                 "weights as bf16, f16 or f32, or q8_0 with --format gguf (default: bf16 for a "
+                 "model; f32, the dtype they train in, for a PEFT adapter, as PEFT saves one)");
   app.add_option("--max-shard-size", o->max_shard,
                  "split the weights into shards of at most this size (500MB, 5GB, bytes)")
       ->capture_default_str();
@@ -179,6 +228,9 @@ Run add_export(CLI::App& app) {
   app.add_option("--adapter", o->adapter,
                  "with --merge: a PEFT adapter directory to fold into the --checkpoint model");
   return [o]() {
+    if (o->format != "hf" && o->format != "gguf")
+      throw UserError("--format: '" + o->format + "' is not a format (expected hf or gguf)");
+    if (o->format == "gguf") return export_gguf(*o);
     HfExportOptions opt;
     const std::optional<DType> dtype =
         o->dtype.empty() ? std::nullopt

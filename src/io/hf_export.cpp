@@ -64,25 +64,6 @@ bool is_previous_export(const fs::path& dir) {
   return has_weights;
 }
 
-void check_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors) {
-  std::map<std::string, Shape> want;
-  for (const ParamInfo& p : Transformer::param_layout(cfg)) want[p.name] = p.shape;
-  std::set<std::string> seen;
-  for (const HfTensor& t : tensors) {
-    auto it = want.find(t.name);
-    if (it == want.end())
-      throw UserError("export: tensor '" + t.name + "' is not a parameter of this " + cfg.family +
-                      " model");
-    if (!seen.insert(t.name).second) throw UserError("export: tensor '" + t.name + "' given twice");
-    if (t.shape != it->second)
-      throw UserError("export: tensor '" + t.name + "' has shape " + t.shape.str() +
-                      ", the config expects " + it->second.str());
-    LMT_CHECK(t.data != nullptr || t.shape.numel() == 0, "export: tensor without data");
-  }
-  for (const auto& [name, shape] : want)
-    if (!seen.count(name)) throw UserError("export: tensor '" + name + "' is missing");
-}
-
 // Tensor indices per shard: in order, a new shard when the next tensor would pass the limit.
 std::vector<std::vector<size_t>> plan_shards(const std::vector<HfTensor>& tensors, size_t es,
                                              uint64_t max_bytes) {
@@ -313,6 +294,25 @@ fs::path output_path(const std::string& out_dir) {
 
 }  // namespace
 
+void check_export_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors) {
+  std::map<std::string, Shape> want;
+  for (const ParamInfo& p : Transformer::param_layout(cfg)) want[p.name] = p.shape;
+  std::set<std::string> seen;
+  for (const HfTensor& t : tensors) {
+    auto it = want.find(t.name);
+    if (it == want.end())
+      throw UserError("export: tensor '" + t.name + "' is not a parameter of this " + cfg.family +
+                      " model");
+    if (!seen.insert(t.name).second) throw UserError("export: tensor '" + t.name + "' given twice");
+    if (t.shape != it->second)
+      throw UserError("export: tensor '" + t.name + "' has shape " + t.shape.str() +
+                      ", the config expects " + it->second.str());
+    LMT_CHECK(t.data != nullptr || t.shape.numel() == 0, "export: tensor without data");
+  }
+  for (const auto& [name, shape] : want)
+    if (!seen.count(name)) throw UserError("export: tensor '" + name + "' is missing");
+}
+
 uint64_t parse_byte_size(const std::string& s, const std::string& what) {
   static const std::regex re(R"(\s*([0-9]+(\.[0-9]+)?)\s*([a-zA-Z]*)\s*)");
   std::smatch m;
@@ -366,7 +366,7 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
             "export: dtype must be f32, bf16 or f16");
   if (opt.max_shard_bytes == 0) throw UserError("export: the maximum shard size must be > 0");
   check_config_json_holds(cfg, "export");
-  check_tensors(cfg, tensors);
+  check_export_tensors(cfg, tensors);
   const fs::path out = output_path(out_dir);
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
   const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
@@ -399,28 +399,32 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
   return r;
 }
 
-HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
-                             const HfExportOptions& opt) {
+std::vector<HfTensor> model_hf_tensors(const Transformer& model, std::vector<float>& storage) {
   const DType dt = model.dtype();
-  std::vector<float> flat;
   const float* values = static_cast<const float*>(model.backend()->host_address(model.params_data()));
   if (dt == DType::f32 && values) {
     // Host memory already: export from it directly.
   } else if (dt == DType::f32) {
-    flat.resize(static_cast<size_t>(model.flat_size()));
-    model.backend()->to_host(flat.data(), model.params_data(), flat.size() * sizeof(float));
-    values = flat.data();
+    storage.resize(static_cast<size_t>(model.flat_size()));
+    model.backend()->to_host(storage.data(), model.params_data(), storage.size() * sizeof(float));
+    values = storage.data();
   } else {  // f64 (gradient checks): narrowed to f32 first
-    flat.resize(static_cast<size_t>(model.flat_size()));
-    std::vector<uint8_t> raw(flat.size() * dtype_size(dt));
+    storage.resize(static_cast<size_t>(model.flat_size()));
+    std::vector<uint8_t> raw(storage.size() * dtype_size(dt));
     model.backend()->to_host(raw.data(), model.params_data(), raw.size());
-    for (size_t i = 0; i < flat.size(); ++i)
-      flat[i] = static_cast<float>(load_element(dt, raw.data(), static_cast<int64_t>(i)));
-    values = flat.data();
+    for (size_t i = 0; i < storage.size(); ++i)
+      storage[i] = static_cast<float>(load_element(dt, raw.data(), static_cast<int64_t>(i)));
+    values = storage.data();
   }
   std::vector<HfTensor> tensors;
   for (const ParamInfo& p : model.params()) tensors.push_back({p.name, p.shape, values + p.offset});
-  return save_hf_model(out_dir, model.config(), tensors, opt);
+  return tensors;
+}
+
+HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
+                             const HfExportOptions& opt) {
+  std::vector<float> storage;
+  return save_hf_model(out_dir, model.config(), model_hf_tensors(model, storage), opt);
 }
 
 HfWeightsOnDisk hf_weights_on_disk(const std::string& dir) {

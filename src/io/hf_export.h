@@ -50,9 +50,16 @@ struct HfExportResult {
 // non-empty `out_dir` unless it is a previous lmtrain export (which it then replaces).
 HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
                              const std::vector<HfTensor>& tensors, const HfExportOptions& opt);
+// A model's parameters as export tensors: its host memory where it is f32 there, else a copy in
+// `storage` (f32).
+std::vector<HfTensor> model_hf_tensors(const Transformer& model, std::vector<float>& storage);
 // The same for a model's own parameters (copied to the host as f32 first).
 HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
                              const HfExportOptions& opt);
+
+// Refuses (UserError) a tensor list that is not exactly Transformer::param_layout(cfg)'s names and
+// shapes.
+void check_export_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors);
 
 // "5GB", "500MB", "1.5GB", "2GiB", "123456" (bytes; B, KB, MB, GB, TB in powers of 1000,
 // KiB, MiB, GiB, TiB in powers of 1024, case-insensitive). Throws UserError naming `what`.

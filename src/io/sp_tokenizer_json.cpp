@@ -38,11 +38,7 @@ enum PieceType {
 };
 enum ModelType { kUnigram = 1, kBpe = 2, kWord = 3, kChar = 4 };
 
-struct Piece {
-  std::string text;
-  float score = 0.0f;
-  int type = kNormal;
-};
+using Piece = SpPiece;
 
 struct SpModel {
   std::vector<Piece> pieces;
@@ -215,18 +211,30 @@ nlohmann::json post_processor(const SpModel& m, int bos_id) {
           {"special_tokens", {{bos, {{"id", bos}, {"ids", {bos_id}}, {"tokens", {bos}}}}}}};
 }
 
-}  // namespace
-
-SpTokenizerJson sentencepiece_tokenizer_json(const std::string& model_path) {
-  sentencepiece::SentencePieceProcessor sp;
+// The model loaded by sentencepiece (which validates it) and parsed from its bytes.
+SpModel load_model(const std::string& model_path, sentencepiece::SentencePieceProcessor& sp) {
   if (!sp.Load(model_path).ok())
     throw UserError("'" + model_path + "' is not a SentencePiece model that loads");
   const std::string bytes = sp.serialized_model_proto();
-  const SpModel m = parse_model(bytes, model_path);
+  SpModel m = parse_model(bytes, model_path);
   if (m.pieces.size() != static_cast<size_t>(sp.GetPieceSize()))
     throw UserError("the SentencePiece model '" + model_path + "' holds " +
                     std::to_string(m.pieces.size()) + " pieces where sentencepiece counts " +
                     std::to_string(sp.GetPieceSize()));
+  return m;
+}
+
+}  // namespace
+
+SpModelPieces sentencepiece_pieces(const std::string& model_path) {
+  sentencepiece::SentencePieceProcessor sp;
+  SpModel m = load_model(model_path, sp);
+  return {std::move(m.pieces), m.add_dummy_prefix, m.remove_extra_whitespaces, sp.unk_id()};
+}
+
+SpTokenizerJson sentencepiece_tokenizer_json(const std::string& model_path) {
+  sentencepiece::SentencePieceProcessor sp;
+  const SpModel m = load_model(model_path, sp);
   SpTokenizerJson out;
   if (m.model_type != kUnigram && m.model_type != kBpe)
     out.why_not = "its model_type is " + std::string(m.model_type == kWord ? "WORD" : "CHAR") +

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace lmt {
 
@@ -15,6 +16,21 @@ struct SpTokenizerJson {
   nlohmann::json json;  // null where the model has a setting tokenizer.json cannot express
   std::string why_not;  // then: which setting, for the user
 };
+
+// A SentencePiece model's pieces (type: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
+// 6 byte, as sentencepiece_model.proto numbers them) and whitespace settings.
+struct SpPiece {
+  std::string text;
+  float score = 0.0f;
+  int type = 1;
+};
+struct SpModelPieces {
+  std::vector<SpPiece> pieces;
+  bool add_dummy_prefix = true;
+  bool remove_extra_whitespaces = true;
+  int unk_id = -1;
+};
+SpModelPieces sentencepiece_pieces(const std::string& model_path);
 
 // Reads `model_path` (UserError when it is not a SentencePiece model).
 SpTokenizerJson sentencepiece_tokenizer_json(const std::string& model_path);
