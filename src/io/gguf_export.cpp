@@ -193,11 +193,13 @@ void check_expressible(const ModelConfig& c, std::vector<std::string>& warnings)
                       "model by query_pre_attn_scalar {}^-1/2",
                       f, want, c.num_hidden_layers, c.query_pre_attn_scalar));
     const int64_t pattern = f == "gemma2" ? 2 : 6;
-    if (c.sliding_window > 0 && c.sliding_window_pattern != pattern)
-      refuse(
-          fmt::format("llama.cpp's {} windows {} of every {} layers; this model's "
-                      "sliding_window_pattern is {}",
-                      f, pattern - 1, pattern, c.sliding_window_pattern));
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      if (c.is_sliding_layer(l) != (c.sliding_window > 0 && l % pattern < pattern - 1))
+        refuse(fmt::format(
+            "llama.cpp's {} windows {} of every {} layers; this model's layer {} "
+            "is {} (sliding_window_pattern {})",
+            f, pattern - 1, pattern, l, c.is_sliding_layer(l) ? "windowed" : "not windowed",
+            c.sliding_window_pattern));
     if (f == "gemma3" && c.sliding_window > 0 && c.rope_local_base_freq != 10000.0)
       refuse(
           fmt::format("llama.cpp's gemma3 uses RoPE base 10000 on windowed layers, this model "
@@ -508,8 +510,11 @@ void tokenizer_metadata(Metadata& m, const GgufExportOptions& opt, const ModelCo
     sp_tokenizer_metadata(m, opt.tokenizer, c);
   else
     bpe_tokenizer_metadata(m, opt.tokenizer, c, warnings);
-  const int64_t bos = c.bos_token_id >= 0 ? c.bos_token_id : tok->bos_id();
   const int64_t eos = c.eos_token_id >= 0 ? c.eos_token_id : tok->eos_id();
+  int64_t bos = c.bos_token_id >= 0 ? c.bos_token_id : tok->bos_id();
+  // Without a BOS llama.cpp would take its default id (11 for byte-level BPE): GPT-2's own
+  // convention, BOS = EOS, instead (add_bos_token says whether it is ever added).
+  if (bos < 0) bos = eos;
   if (bos >= 0) m.u32("tokenizer.ggml.bos_token_id", bos);
   if (eos >= 0) m.u32("tokenizer.ggml.eos_token_id", eos);
   m.boolean("tokenizer.ggml.add_bos_token", !tok->special_prefix().empty());

@@ -242,6 +242,52 @@ TEST(ExportCli, UserErrorsAreOneMessageAndExitCode2) {
   EXPECT_EQ(test::list_dir(out), std::vector<std::string>{"README.md"});
 }
 
+// --format gguf: one file, replaced atomically; what llama.cpp would compute otherwise, or cannot
+// tokenize with, is refused by name and leaves nothing behind (what the file holds is checked
+// against transformers and llama.cpp's reader in tests/reference/test_gguf.py).
+TEST(ExportCli, GgufIsOneFileAndRefusesWhatLlamaCppCannotRun) {
+  const std::string tok = std::string(LMT_TEST_DATA) + "/tokenizers/";
+  const fs::path dir = test::fresh_dir("gguf_src");
+  Result r = run("init --family llama" + kTiny + " --set model.vocab_size=1000 --tokenizer " + tok +
+                 "llama3_style_bpe.json --out " + dir.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const fs::path out = test::fresh_dir("gguf_out") / "m.gguf";
+  for (const char* dtype : {"f32", "q8_0"}) {
+    r = run("export --checkpoint " + dir.string() + " --format gguf --dtype " + dtype + " --out " +
+            out.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream f(out, std::ios::binary);
+    char magic[4];
+    f.read(magic, 4);
+    EXPECT_EQ(std::string(magic, 4), "GGUF");
+    EXPECT_EQ(test::list_dir(out.parent_path()), std::vector<std::string>{"m.gguf"});
+  }
+  expect_one_error(run("export --checkpoint " + dir.string() + " --format onnx --out x"),
+                   {"--format", "'onnx'"});
+  expect_one_error(run("export --checkpoint " + dir.string() + " --format gguf --dtype q4 --out x"),
+                   {"--dtype", "'q4'", "q8_0"});
+  expect_one_error(run("export --checkpoint " + dir.string() + " --dtype q8_0 --out x"),
+                   {"--dtype", "'q8_0'"});
+  // A Metaspace BPE tokenizer.json: llama.cpp takes byte-level ones and SentencePiece models.
+  const fs::path meta = test::fresh_dir("gguf_meta");
+  r = run("init --family llama" + kTiny + " --set model.vocab_size=1000 --tokenizer " + tok +
+          "metaspace_bpe.json --out " + meta.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const fs::path refused = test::fresh_dir("gguf_refused") / "m.gguf";
+  expect_one_error(
+      run("export --checkpoint " + meta.string() + " --format gguf --out " + refused.string()),
+      {"--format gguf", (meta / "tokenizer.json").string(), "byte-level"});
+  // An activation llama.cpp's llama does not have.
+  const fs::path relu = test::fresh_dir("gguf_relu");
+  r = run("init --family llama" + kTiny + " --set model.hidden_act=relu --tokenizer " + tok +
+          "bytelevel_bpe.json --set model.vocab_size=1000 --out " + relu.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_one_error(
+      run("export --checkpoint " + relu.string() + " --format gguf --out " + refused.string()),
+      {"--format gguf", "silu", "relu", "hidden_act"});
+  EXPECT_FALSE(fs::exists(refused.parent_path()) && !fs::is_empty(refused.parent_path()));
+}
+
 // A setting the family's config.json cannot express would make transformers compute another
 // model from the export: refused, naming it. gemma3's config.json may carry attention soft-capping,
 // but transformers' Gemma3 ignores it, and so does lmtrain reading it.
