@@ -26,6 +26,7 @@
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/sp_tokenizer_json.h"
+#include "model/rope.h"
 #include "model/transformer.h"
 
 namespace lmt {
@@ -278,29 +279,17 @@ void permute_rows(std::vector<float>& v, int64_t heads, int64_t cols) {
   v.swap(out);
 }
 
-// llama3 RoPE as llama.cpp takes it: a rope_freqs tensor of per-frequency divisors.
+// llama3 RoPE as llama.cpp takes it: a rope_freqs tensor of per-frequency divisors of plain
+// RoPE's frequencies, here the ratio of lmtrain's own unscaled and scaled frequencies.
 std::vector<float> llama3_rope_factors(const ModelConfig& c) {
-  const int64_t dim = c.head_size();
-  const double old_ctx = c.rope_original_max_position_embeddings > 0
-                             ? static_cast<double>(c.rope_original_max_position_embeddings)
-                             : 8192.0;
-  const double low_wavelen = old_ctx / c.rope_low_freq_factor;
-  const double high_wavelen = old_ctx / c.rope_high_freq_factor;
+  ModelConfig plain = c;
+  plain.rope_type = "default";
+  plain.rope_factor = 1.0;
+  const RopeFrequencies base = rope_frequencies(plain, false, 1);
+  const RopeFrequencies scaled = rope_frequencies(c, false, 1);
   std::vector<float> f;
-  for (int64_t i = 0; i < dim; i += 2) {
-    const float freq =
-        1.0f / std::pow(static_cast<float>(c.rope_theta), static_cast<float>(i) / dim);
-    const double wavelen = 2 * M_PI / freq;
-    if (wavelen < high_wavelen) {
-      f.push_back(1.0f);
-    } else if (wavelen > low_wavelen) {
-      f.push_back(static_cast<float>(c.rope_factor));
-    } else {
-      const double smooth = (old_ctx / wavelen - c.rope_low_freq_factor) /
-                            (c.rope_high_freq_factor - c.rope_low_freq_factor);
-      f.push_back(static_cast<float>(1.0 / ((1 - smooth) / c.rope_factor + smooth)));
-    }
-  }
+  for (size_t i = 0; i < base.inv_freq.size(); ++i)
+    f.push_back(static_cast<float>(base.inv_freq[i] / scaled.inv_freq[i]));
   return f;
 }
 

@@ -184,3 +184,33 @@ def check_weight(what, got, want, dtype):
         bound = q8_bound(stored)
         bound = bound.t() if stored is not want else bound
         assert (err <= bound).all(), f"{what}: {(err / bound).max().item():.2f} of Q8_0's bound"
+
+
+def test_gguf_llama3_rope_factors(seed, tmp_path):
+    """llama3 RoPE goes to llama.cpp as `rope_freqs`, divisors of plain RoPE's frequencies
+    (transformers' GGUF loader does not read it): equal to transformers' own plain / llama3
+    frequencies for the exported config.json, with some frequencies in the smoothed band."""
+    from gguf import GGUFReader
+    from transformers import AutoConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    rng = random.Random(seed)
+    d = tmp_path / "model"
+    sets = {**COMMON, "num_attention_heads": 4, "rope_type": "llama3",
+            "rope_factor": rng.choice([4, 8, 16]), "rope_low_freq_factor": 1,
+            "rope_high_freq_factor": 4, "rope_original_max_position_embeddings": 64}
+    lmtrain("init", "--family", "llama", *[a for k, v in sets.items() for a in
+                                          ("--set", f"model.{k}={v}")],
+            "--tokenizer", DATA / "tokenizers" / "llama3_style_bpe.json", "--out", d)
+    path = tmp_path / "m.gguf"
+    lmtrain("export", "--checkpoint", d, "--format", "gguf", "--dtype", "f32", "--out", path)
+    got = next(t for t in GGUFReader(str(path)).tensors if t.name == "rope_freqs.weight")
+    got = torch.from_numpy(np.array(got.data, dtype=np.float32))
+    cfg = AutoConfig.from_pretrained(str(d))
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](cfg)
+    plain = 1.0 / (cfg.rope_parameters["rope_theta"] ** (
+        torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).float() / cfg.head_dim))
+    want = plain / scaled
+    assert got.shape == want.shape
+    assert torch.allclose(got, want.float(), rtol=1e-5), f"{got} vs {want}"
+    smoothed = ((want > 1.001) & (want < sets["rope_factor"] - 1e-3)).sum().item()
+    assert smoothed >= 1 and (want == 1).any() and (want == sets["rope_factor"]).any(), want
