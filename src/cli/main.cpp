@@ -2,6 +2,7 @@
 // Exit codes: 0 success, 2 a user error (bad config, missing file, ...), 3 a non-finite training
 // step, 1 an internal error.
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <string>
 
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
   } catch (const lmt::NonFiniteError& e) {
     std::fprintf(stderr, "lmtrain: stopped: %s\n", e.what());
     return lmt::kExitBadStep;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that the system refuses (a symbolic link loop, no permission, ...).
+    std::fprintf(stderr, "lmtrain: error: %s\n", e.what());
+    return lmt::kExitUserError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lmtrain: internal error: %s\n", e.what());
     return 1;

@@ -17,7 +17,8 @@ constexpr size_t kReleaseStep = size_t{8} << 20;  // hand pages back in 8 MiB st
 }
 
 MappedFile::MappedFile(const std::string& path, const std::string& key) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO is refused below instead of blocking open().
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) throw UserError(key + ": cannot read '" + path + "': " + std::strerror(errno));
   struct stat st{};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/regular_file.h"
 #include "data/token_store.h"
 #include "data/tokenizer/tokenizer.h"
 
@@ -141,8 +142,7 @@ Manifest read_manifest(const std::string& dir) {
   if (!fs::exists(path))
     throw UserError(path + ": no such file (is '" + dir +
                     "' a token store? make one with `lmtrain prepare`)");
-  std::ifstream f(path);
-  json j = json::parse(f, nullptr, false);
+  json j = json::parse(read_regular_file(path, "token store", kMaxConfigBytes), nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw UserError(path + ": not a JSON object");
   try {
     if (j.at("format").get<std::string>() != "lmtrain-token-store")

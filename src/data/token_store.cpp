@@ -126,7 +126,8 @@ struct Map {
     if (data) ::munmap(const_cast<uint8_t*>(data), size);
   }
   void open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking: a FIFO is refused below instead of blocking open().
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) store_error(path, "cannot open: " + errno_text());
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 
@@ -71,8 +72,8 @@ WeightFiles open_weights(const fs::path& dir) {
   }
   if (!fs::exists(index))
     throw UserError(dir.string() + ": neither model.safetensors nor model.safetensors.index.json");
-  std::ifstream in(index);
-  auto j = nlohmann::json::parse(in, nullptr, false);
+  auto j = nlohmann::json::parse(read_regular_file(index.string(), "model", kMaxConfigBytes),
+                                 nullptr, false);
   if (j.is_discarded()) throw UserError(index.string() + ": not valid JSON");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw UserError(index.string() + ": no 'weight_map' object");
@@ -120,8 +121,13 @@ HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg) {
   WeightFiles w = open_weights(dir);
   bool multimodal = false;
   {
-    std::ifstream in(fs::path(dir) / "config.json");
-    const auto j = nlohmann::json::parse(in, nullptr, false);
+    const fs::path config = fs::path(dir) / "config.json";
+    std::error_code ec;
+    const auto j = fs::exists(config, ec)
+                       ? nlohmann::json::parse(
+                             read_regular_file(config.string(), "config.json", kMaxConfigBytes),
+                             nullptr, false)
+                       : nlohmann::json(nlohmann::json::value_t::discarded);
     multimodal = !j.is_discarded() && is_multimodal_gemma3(j);
   }
   HfWeights out;

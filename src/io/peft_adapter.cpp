@@ -3,11 +3,11 @@
 #include "io/peft_adapter.h"
 
 #include <algorithm>
-
 #include <filesystem>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
 
@@ -54,9 +54,11 @@ nlohmann::json peft_adapter_config(const Transformer& model, const std::string& 
 
 LoraSpec read_peft_adapter_config(const std::string& dir) {
   const std::string path = (fs::path(dir) / "adapter_config.json").string();
-  std::ifstream in(path);
-  if (!in) throw UserError("adapter: '" + path + "' not found (not a PEFT adapter directory)");
-  const auto j = nlohmann::json::parse(in, nullptr, false);
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw UserError("adapter: '" + path + "' not found (not a PEFT adapter directory)");
+  const auto j =
+      nlohmann::json::parse(read_regular_file(path, "adapter", kMaxConfigBytes), nullptr, false);
   if (!j.is_object()) throw UserError(path + ": not a JSON object");
   auto field = [&](const char* name) -> const nlohmann::json& {
     static const nlohmann::json null;

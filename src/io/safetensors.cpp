@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes little-endian");
 
@@ -77,15 +78,18 @@ struct SafetensorsFile::Storage {
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const std::string what = "safetensors file '" + path + "'";
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO is refused below instead of blocking open().
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) throw UserError(what + " not found");
     throw UserError(what + ": cannot open: " + std::strerror(errno));
   }
+  ::close(fd);
+  fd = open_regular_file(path, "safetensors", kNoSizeLimit, nullptr);  // a FIFO, a device: named
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
     ::close(fd);
-    throw UserError(what + ": not a regular file");
+    throw UserError(what + ": cannot open: " + std::strerror(errno));
   }
   auto storage = std::make_shared<Storage>();
   storage->size = static_cast<uint64_t>(st.st_size);

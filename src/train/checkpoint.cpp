@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "core/remove_on_error.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_config.h"
@@ -91,9 +92,10 @@ int64_t step_of(const fs::path& dir) {
 }
 
 nlohmann::json read_json(const fs::path& path) {
-  std::ifstream f(path);
-  if (!f) throw UserError("checkpoint: cannot read '" + path.string() + "'");
-  auto j = nlohmann::json::parse(f, nullptr, false);
+  std::error_code ec;
+  if (!fs::exists(path, ec)) throw UserError("checkpoint: cannot read '" + path.string() + "'");
+  auto j = nlohmann::json::parse(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
+                                 nullptr, false);
   if (j.is_discarded()) throw UserError("checkpoint: '" + path.string() + "' is not valid JSON");
   return j;
 }
@@ -275,8 +277,8 @@ void check_checkpoint_dir(const fs::path& dir, int64_t step) {
   for (const std::string& f : checkpoint_files(lora))
     if (!fs::is_regular_file(dir / f)) damaged(f + " is missing");
   const fs::path path = dir / "state.json";
-  std::ifstream sf(path);
-  auto j = nlohmann::json::parse(sf, nullptr, false);
+  auto j = nlohmann::json::parse(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
+                                 nullptr, false);
   if (j.is_discarded()) damaged("state.json is not valid JSON");
   // A whole state.json that disagrees with its directory was edited or damaged.
   if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"] != step)

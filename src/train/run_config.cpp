@@ -15,6 +15,7 @@
 #include <variant>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "io/config_yaml.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
@@ -188,12 +189,9 @@ YAML::Node load_yaml_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw UserError("config file '" + path + "' not found");
   if (fs::is_directory(path, ec)) throw UserError("config file '" + path + "' is a directory");
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw UserError("config file '" + path + "' cannot be read");
+  const std::string text = read_regular_file(path, "config file", kMaxConfigBytes);
   try {
-    return YAML::Load(text.str());
+    return YAML::Load(text);
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw UserError(path + ": YAML syntax error: " + yaml_error_text(e));
     throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1,

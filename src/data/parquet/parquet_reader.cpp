@@ -58,7 +58,9 @@ std::string group_type(const SchemaElement& e) {
 }  // namespace
 
 ParquetFile::ParquetFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: a FIFO is refused below instead of blocking open() (reads of a regular file
+  // never block).
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) throw UserError(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {

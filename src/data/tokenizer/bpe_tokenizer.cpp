@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/tokenizer/byte_level.h"
 #include "data/tokenizer/hf_decoder.h"
 #include "data/tokenizer/normalizer.h"
@@ -371,11 +373,10 @@ void build_tables(BpeTokenizer::Impl& t, const TokenIds& ids) {
 BpeTokenizer BpeTokenizer::load(const std::string& path) {
   auto t = std::make_unique<Impl>();
   t->path = path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("tokenizer " + path + ": cannot open the file");
-  std::stringstream text;
-  text << in.rdbuf();
-  t->json_text = text.str();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec)
+    throw UserError("tokenizer " + path + ": cannot open the file");
+  t->json_text = read_regular_file(path, "tokenizer", kMaxTokenizerBytes);
   json j;
   try {
     j = json::parse(t->json_text, [&](int depth, json::parse_event_t, json&) {
@@ -696,6 +697,10 @@ std::string BpeTokenizer::decode(const int32_t* ids, int64_t n) const {
 
 bool BpeTokenizer::is_unigram() const {
   return impl_->unigram.has_value();
+}
+
+const std::string& BpeTokenizer::json_text() const {
+  return impl_->json_text;
 }
 
 int32_t BpeTokenizer::vocab_size() const {

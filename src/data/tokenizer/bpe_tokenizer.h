@@ -46,6 +46,8 @@ class BpeTokenizer {
   bool is_unigram() const;
   // Max id + 1 over the vocab and the added tokens.
   int32_t vocab_size() const;
+  // The tokenizer.json it was loaded from, as read.
+  const std::string& json_text() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token's string as stored in tokenizer.json (byte-level characters); UserError if unknown.
   const std::string& id_to_token(int32_t id) const;

@@ -5,9 +5,11 @@
 
 #include <sentencepiece_processor.h>
 
+#include <filesystem>
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace lmt {
 
@@ -28,6 +30,9 @@ SpTokenizer::~SpTokenizer() = default;
 SpTokenizer SpTokenizer::load(const std::string& model_path) {
   auto impl = std::make_unique<Impl>();
   impl->path = model_path;
+  std::error_code ec;
+  if (std::filesystem::exists(model_path, ec))  // else sentencepiece's own "not found" below
+    check_regular_file(model_path, "tokenizer", kMaxTokenizerBytes);
   const auto status = impl->sp.Load(model_path);
   if (status.code() == sentencepiece::util::StatusCode::kNotFound)
     throw UserError("SpTokenizer::load: cannot open SentencePiece model '" + model_path +

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/byte_tokenizer.h"
 #include "data/tokenizer/bpe_tokenizer.h"
 #include "data/tokenizer/sp_tokenizer.h"
@@ -20,8 +21,8 @@ namespace {
 // as in the tokenizer.json an export writes beside its tokenizer.model), which lmtrain does not
 // read. A file that does not parse answers false: its loading names the problem.
 bool has_precompiled_normalizer(const fs::path& json) {
-  std::ifstream in(json);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(
+      read_regular_file(json.string(), "tokenizer", kMaxTokenizerBytes), nullptr, false);
   if (j.is_discarded() || !j.is_object()) return false;
   const nlohmann::json& n = j.value("normalizer", nlohmann::json());
   if (!n.is_object()) return false;
@@ -71,8 +72,7 @@ class BytesTokenizer final : public Tokenizer {
 class HfBpeTokenizer final : public Tokenizer {
  public:
   explicit HfBpeTokenizer(const std::string& path) : bpe_(BpeTokenizer::load(path)) {
-    std::ifstream f(path);
-    const auto j = nlohmann::json::parse(f, nullptr, false);
+    const auto j = nlohmann::json::parse(bpe_.json_text(), nullptr, false);
     if (j.is_discarded()) return;  // load() above has already rejected a malformed file
     try {
       read_template(path, j);
