@@ -1,6 +1,7 @@
 // Every file lmtrain reads must be a regular file: a FIFO (which would block a reader forever), a
 // symbolic link to /dev/zero or /dev/urandom (which never end) and a symbolic link loop are each
-// refused with one message naming the file and exit code 2, at once, whichever command reads them.
+// refused with one message naming the file and exit code 2, at once, whichever command reads them
+// (a config, a tokenizer, a data source, a model directory's files).
 // Each command runs under `timeout 20`, so that a reader that blocks fails the test instead of
 // hanging it.
 #include <gtest/gtest.h>
@@ -62,6 +63,13 @@ TEST(SpecialFiles, AreRefusedByNameAtOnce) {
   const fs::path fifo_json = dir / "fifo.json";
   ASSERT_EQ(::mkfifo(fifo_json.c_str(), 0600), 0);
   expect_refused("tokenize --tokenizer " + fifo_json.string() + " --text hi", fifo_json, "a FIFO");
+
+  // A data source of prepare.
+  const fs::path source = dir / "source.jsonl", config = dir / "prepare.yaml";
+  ASSERT_EQ(::mkfifo(source.c_str(), 0600), 0);
+  std::ofstream(config) << "data:\n  tokenizer: bytes\n  store: " << (dir / "store").string()
+                        << "\n  seq_len: 16\n  sources:\n    - path: " << source.string() << "\n";
+  expect_refused("prepare --config " + config.string(), source, "neither a regular file");
 
   // A model directory whose config.json, model.safetensors or tokenizer.json is special.
   const fs::path model = dir / "model";
