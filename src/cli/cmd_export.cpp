@@ -168,30 +168,30 @@ int export_gguf(const Opts& o) {
   opt.tokenizer = hf.tokenizer;
   opt.chat_template = hf.chat_template;
   opt.name = fs::path(o.out).stem().string();
+  // What the tensors point into: the merged model's parameters, or the directory's mapped files.
   std::vector<float> storage;
   std::vector<HostTensor> owned;
+  std::unique_ptr<Backend> be;
   std::unique_ptr<Transformer> model;
-  std::unique_ptr<HfWeights> weights;
+  std::optional<HfWeights> weights;
   ModelConfig cfg;
   std::vector<HfTensor> tensors;
-  if (is_lora_checkpoint(dir.string()) || o.merge) {
-    auto be = make_backend("cpu");
+  const bool merged = is_lora_checkpoint(dir.string()) || o.merge;
+  if (merged) {
+    be = make_backend("cpu");
     model = load_model_for_inference(dir.string(), o.adapter, be.get());
     if (model->has_lora()) merge_lora_into_base(*model);
     cfg = model->config();
     tensors = model_hf_tensors(*model, storage);
-    const GgufExportResult r = save_gguf(o.out, cfg, tensors, opt);
-    for (const std::string& w : r.warnings) fmt::print(stderr, "export: warning: {}\n", w);
-    fmt::print("exported {} with its LoRA adapters merged to {}: {} tensors, {} ({})\n",
-               dir.string(), r.path, r.tensors, format_bytes(r.bytes), gguf_type_name(opt.type));
-    return 0;
+  } else {
+    cfg = read_hf_model_config(dir.string());
+    weights.emplace(open_hf_weights(dir.string(), cfg));
+    tensors = source_tensors(*weights, owned);
   }
-  cfg = read_hf_model_config(dir.string());
-  weights = std::make_unique<HfWeights>(open_hf_weights(dir.string(), cfg));
-  tensors = source_tensors(*weights, owned);
   const GgufExportResult r = save_gguf(o.out, cfg, tensors, opt);
   for (const std::string& w : r.warnings) fmt::print(stderr, "export: warning: {}\n", w);
-  fmt::print("exported {} to {}: {} tensors, {} ({}), with {}\n", dir.string(), r.path, r.tensors,
+  fmt::print("exported {}{} to {}: {} tensors, {} ({}), with {}\n", dir.string(),
+             merged ? " with its LoRA adapters merged" : "", r.path, r.tensors,
              format_bytes(r.bytes), gguf_type_name(opt.type),
              fs::path(opt.tokenizer).filename().string());
   if (!template_note.empty()) fmt::print("tokenizer.chat_template: {}\n", template_note);
