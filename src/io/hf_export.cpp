@@ -185,14 +185,14 @@ nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
                                 const Tokenizer& tok, const nlohmann::json& tokenizer_json,
                                 const std::string& chat_template) {
   const bool sentencepiece = fs::path(path).extension() == ".model";
+  const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tok.bos_id();
+  const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : tok.eos_id();
   nlohmann::json tc = {{"model_max_length", cfg.max_position_embeddings},
                        {"clean_up_tokenization_spaces", false}};
   if (!chat_template.empty()) tc["chat_template"] = chat_template;
   if (sentencepiece) {
     sentencepiece::SentencePieceProcessor sp;
     if (!sp.Load(path).ok()) throw UserError("export: cannot load the tokenizer '" + path + "'");
-    const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : sp.bos_id();
-    const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : sp.eos_id();
     auto piece = [&](int64_t id) { return sp.IdToPiece(static_cast<int>(id)); };
     if (bos >= 0 && bos < sp.GetPieceSize()) tc["bos_token"] = piece(bos);
     if (eos >= 0 && eos < sp.GetPieceSize()) tc["eos_token"] = piece(eos);
@@ -209,8 +209,6 @@ nlohmann::json tokenizer_config(const std::string& path, const ModelConfig& cfg,
   if (cfg.family == "qwen2" && !is_qwen2_pipeline(tokenizer_json))
     tc["auto_map"] = {{"AutoTokenizer", {nullptr, "PreTrainedTokenizerFast"}}};
   if (sentencepiece) return tc;
-  const int64_t bos = cfg.bos_token_id >= 0 ? cfg.bos_token_id : tok.bos_id();
-  const int64_t eos = cfg.eos_token_id >= 0 ? cfg.eos_token_id : tok.eos_id();
   const nlohmann::json& added = tokenizer_json.value("added_tokens", nlohmann::json());
   if (added.is_array()) {
     for (const auto& a : added) {
