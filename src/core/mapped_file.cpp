@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace lmt {
 
@@ -17,17 +18,10 @@ constexpr size_t kReleaseStep = size_t{8} << 20;  // hand pages back in 8 MiB st
 }
 
 MappedFile::MappedFile(const std::string& path, const std::string& key) {
-  // Non-blocking: a FIFO is refused below instead of blocking open().
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw UserError(key + ": cannot read '" + path + "': " + std::strerror(errno));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    int e = errno;
-    ::close(fd);
-    throw UserError(key + ": cannot read '" + path + "': " +
-                    (S_ISREG(st.st_mode) ? std::strerror(e) : "not a regular file"));
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  uint64_t size = 0;
+  const int fd =
+      open_regular_file(path, key, kNoSizeLimit, &size);  // a FIFO: refused, not waited on
+  size_ = static_cast<size_t>(size);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -78,30 +79,21 @@ struct SafetensorsFile::Storage {
 
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   const std::string what = "safetensors file '" + path + "'";
-  // Non-blocking: a FIFO is refused below instead of blocking open().
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw UserError(what + " not found");
-    throw UserError(what + ": cannot open: " + std::strerror(errno));
-  }
-  ::close(fd);
-  fd = open_regular_file(path, "safetensors", kNoSizeLimit, nullptr);  // a FIFO, a device: named
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw UserError(what + ": cannot open: " + std::strerror(errno));
-  }
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) throw UserError(what + " not found");
+  uint64_t size = 0;
+  const int fd = open_regular_file(path, "safetensors file", kNoSizeLimit, &size);  // a FIFO: named
   auto storage = std::make_shared<Storage>();
-  storage->size = static_cast<uint64_t>(st.st_size);
-  if (st.st_size > 0) {
-    void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  storage->size = size;
+  if (size > 0) {
+    void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
       int err = errno;
       ::close(fd);
       throw UserError(what + ": cannot map: " + std::strerror(err));
     }
     storage->map = p;
-    storage->map_len = static_cast<size_t>(st.st_size);
+    storage->map_len = static_cast<size_t>(size);
     storage->data = static_cast<const uint8_t*>(p);
   }
   ::close(fd);
