@@ -21,8 +21,14 @@ namespace {
 // as in the tokenizer.json an export writes beside its tokenizer.model), which lmtrain does not
 // read. A file that does not parse answers false: its loading names the problem.
 bool has_precompiled_normalizer(const fs::path& json) {
+  // Only the top-level "normalizer" is kept: the vocabulary and merges (most of the file) are
+  // parsed but not built.
   const nlohmann::json j = nlohmann::json::parse(
-      read_regular_file(json.string(), "tokenizer", kMaxTokenizerBytes), nullptr, false);
+      read_regular_file(json.string(), "tokenizer", kMaxTokenizerBytes),
+      [](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        return depth != 1 || event != nlohmann::json::parse_event_t::key || parsed == "normalizer";
+      },
+      false);
   if (j.is_discarded() || !j.is_object()) return false;
   const nlohmann::json& n = j.value("normalizer", nlohmann::json());
   if (!n.is_object()) return false;
