@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -314,14 +315,12 @@ std::vector<OutTensor> plan_tensors(const ModelConfig& c, const std::vector<HfTe
     const bool norm = o.name.ends_with("norm.weight");
     const bool plus_one = gemma && norm;
     const int64_t cols = o.shape.size() == 2 ? o.shape[1] : 1;
-    const HfTensor src = t;
-    const std::vector<int64_t> hf_shape(t.shape.dims().begin(), t.shape.dims().end());
     o.fill = [=](std::vector<float>& v) {
-      const size_t n = static_cast<size_t>(src.shape.numel());
-      v.assign(src.data, src.data + n);
+      const size_t n = static_cast<size_t>(t.shape.numel());
+      v.assign(t.data, t.data + n);
       if (conv1d) {  // [in, out] -> [out, in]
         std::vector<float> tr(n);
-        const int64_t r = hf_shape[0], k = hf_shape[1];
+        const int64_t r = t.shape[0], k = t.shape[1];
         for (int64_t i = 0; i < r; ++i)
           for (int64_t j = 0; j < k; ++j)
             tr[static_cast<size_t>(j * r + i)] = v[static_cast<size_t>(i * k + j)];
@@ -344,9 +343,8 @@ std::vector<OutTensor> plan_tensors(const ModelConfig& c, const std::vector<HfTe
   }
   // GPT-2's output layer is the embedding; llama.cpp before mid-2025 wants it as its own tensor.
   if (gpt2 && c.tie_word_embeddings) {
-    OutTensor o = out.front();
-    for (const OutTensor& t : out)
-      if (t.name == "token_embd.weight") o = t;
+    OutTensor o = *std::find_if(out.begin(), out.end(),
+                                [](const OutTensor& t) { return t.name == "token_embd.weight"; });
     o.name = "output.weight";
     out.push_back(o);
   }
