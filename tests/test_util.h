@@ -1,14 +1,16 @@
-// Pieces every test area may share: the message of a UserError, and an environment variable set
-// for one scope.
+// Pieces every test area may share: the message of a UserError, an environment variable set for
+// one scope, and the checksums of a directory a test edited on purpose.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 
 #include "core/error.h"
+#include "io/dir_checksums.h"
 
 namespace lmt::test {
 
@@ -39,5 +41,15 @@ class ScopedEnv {
   const char* name_;
   std::optional<std::string> old_;
 };
+
+// Records checksums.json anew for a directory whose files a test changed on purpose (as if lmtrain
+// had written them so): what reads the files is then tested, not the checksum that guards them.
+inline void reseal_checksums(const std::filesystem::path& dir) {
+  std::filesystem::remove(dir / kChecksumsFile);
+  ChecksumRecorder checksums(dir.string());
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    checksums.add(e.path().filename().string());
+  checksums.write();
+}
 
 }  // namespace lmt::test

@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "data/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/dir_checksums.h"
 #include "io/gguf_export.h"
 #include "io/hf_export.h"
 #include "io/hf_model.h"
@@ -138,6 +139,10 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
       if (j.is_object()) base = j.value("base_model_name_or_path", std::string());
     }
     save_peft_adapter(o.out, *model, base, opt.dtype);
+    ChecksumRecorder checksums(o.out);
+    checksums.add("adapter_model.safetensors");
+    checksums.add("adapter_config.json");
+    checksums.write();
     fmt::print("exported the LoRA adapters of {} to {} as a PEFT adapter directory ({} tensors, "
                "{}; base: {})\n",
                dir.string(), o.out, model->lora_params().size(), dtype_name(opt.dtype),
@@ -184,6 +189,7 @@ int export_gguf(const Opts& o) {
     cfg = model->config();
     tensors = model_hf_tensors(*model, storage);
   } else {
+    verify_checksums(dir.string());  // before a byte of it is exported
     cfg = read_hf_model_config(dir.string());
     weights.emplace(open_hf_weights(dir.string(), cfg));
     tensors = source_tensors(*weights, owned);
@@ -243,6 +249,7 @@ Run add_export(CLI::App& app) {
     if (!o->adapter.empty() && !o->merge)
       throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
     if (lora_checkpoint || o->merge) return export_lora(*o, dir, opt, lora_checkpoint);
+    verify_checksums(dir.string());  // before a byte of it is exported
     const ModelConfig cfg = read_hf_model_config(dir.string());
     const HfWeights weights = open_hf_weights(dir.string(), cfg);
     std::vector<HostTensor> owned;

@@ -21,6 +21,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/dir_checksums.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
@@ -39,10 +40,10 @@ constexpr const char* kExportMarker = "lmtrain_export";
 
 bool is_export_file(const std::string& name) {
   static const std::set<std::string> fixed = {
-      "config.json",          "generation_config.json",
-      "model.safetensors",    "model.safetensors.index.json",
-      "tokenizer.json",       "tokenizer.model",
-      "tokenizer_config.json"};
+      "config.json",           "generation_config.json",
+      "model.safetensors",     "model.safetensors.index.json",
+      "tokenizer.json",        "tokenizer.model",
+      "tokenizer_config.json", kChecksumsFile};
   static const std::regex shard("model-[0-9]{5}-of-[0-9]{5}\\.safetensors");
   return fixed.count(name) || std::regex_match(name, shard);
 }
@@ -383,6 +384,10 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
     if (!opt.tokenizer.empty())
       for (const std::string& f : write_tokenizer(tmp, opt.tokenizer, cfg, opt.chat_template))
         r.files.push_back(f);
+    ChecksumRecorder checksums(tmp.string());
+    for (const std::string& f : r.files) checksums.add(f);
+    checksums.write();
+    r.files.push_back(kChecksumsFile);
     // Replace a previous export only now that the new one is complete.
     const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
     const bool replace = fs::exists(out);

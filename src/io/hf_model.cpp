@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/regular_file.h"
+#include "io/dir_checksums.h"
 #include "io/hf_config.h"
 #include "io/safetensors.h"
 
@@ -165,6 +166,10 @@ HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg) {
 }
 
 void load_hf_weights(const std::string& dir, Transformer& model) {
+  load_verified(dir, [&] { load_hf_weights_unverified(dir, model); });
+}
+
+void load_hf_weights_unverified(const std::string& dir, Transformer& model) {
   const HfWeights w = open_hf_weights(dir, model.config());
   for (const HfWeights::Entry& e : w.entries) {
     HostTensor t = e.file->read_as(e.stored, model.dtype());
@@ -175,9 +180,11 @@ void load_hf_weights(const std::string& dir, Transformer& model) {
 }
 
 std::unique_ptr<Transformer> load_hf_model(const std::string& dir, Backend* be, DType dt) {
-  ModelConfig cfg = read_hf_model_config(dir);
-  auto model = std::make_unique<Transformer>(be, cfg, dt);
-  load_hf_weights(dir, *model);
+  std::unique_ptr<Transformer> model;
+  load_verified(dir, [&] {
+    model = std::make_unique<Transformer>(be, read_hf_model_config(dir), dt);
+    load_hf_weights_unverified(dir, *model);
+  });
   return model;
 }
 

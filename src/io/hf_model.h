@@ -40,10 +40,14 @@ struct HfWeights {
 };
 HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg);
 
-// Loads the weights of `dir` into `model` (its config must match the directory's).
+// Loads the weights of `dir` into `model` (its config must match the directory's), verifying the
+// directory against its checksums.json while they load (io/dir_checksums.h).
 void load_hf_weights(const std::string& dir, Transformer& model);
+// The same for a caller that verifies the directory itself (a checkpoint's resume).
+void load_hf_weights_unverified(const std::string& dir, Transformer& model);
 
-// config.json + weights -> a ready Transformer (dt: f32, or f64 for checks).
+// config.json + weights -> a ready Transformer (dt: f32, or f64 for checks), the directory verified
+// against its checksums.json.
 std::unique_ptr<Transformer> load_hf_model(const std::string& dir, Backend* be,
                                            DType dt = DType::f32);
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/regular_file.h"
+#include "io/dir_checksums.h"
 #include "io/safetensors.h"
 #include "io/text_file.h"
 
@@ -105,13 +106,15 @@ LoraSpec read_peft_adapter_config(const std::string& dir) {
 }
 
 void load_peft_adapter(const std::string& dir, Transformer& model) {
-  const LoraSpec spec = read_peft_adapter_config(dir);
-  try {
-    model.add_lora(spec, 0);
-  } catch (const UserError& e) {
-    throw UserError((fs::path(dir) / "adapter_config.json").string() + ": " + e.what());
-  }
-  load_peft_adapter_weights(dir, model);
+  load_verified(dir, [&] {
+    const LoraSpec spec = read_peft_adapter_config(dir);
+    try {
+      model.add_lora(spec, 0);
+    } catch (const UserError& e) {
+      throw UserError((fs::path(dir) / "adapter_config.json").string() + ": " + e.what());
+    }
+    load_peft_adapter_weights(dir, model);
+  });
 }
 
 void load_peft_adapter_weights(const std::string& dir, Transformer& model) {

@@ -20,7 +20,8 @@ nlohmann::json peft_adapter_config(const Transformer& model, const std::string& 
 LoraSpec read_peft_adapter_config(const std::string& dir);
 
 // Adds DIR's adapters to `model` (which has none) and loads their weights. A tensor missing from
-// adapter_model.safetensors, or of another shape (an adapter of another base), is a UserError.
+// adapter_model.safetensors, or of another shape (an adapter of another base), is a UserError. The
+// directory is verified against its checksums.json (io/dir_checksums.h) while they load.
 void load_peft_adapter(const std::string& dir, Transformer& model);
 // The same for a model that has those adapters already (a LoRA checkpoint being resumed).
 void load_peft_adapter_weights(const std::string& dir, Transformer& model);

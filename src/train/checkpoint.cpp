@@ -17,6 +17,7 @@
 #include "core/regular_file.h"
 #include "core/remove_on_error.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/dir_checksums.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
@@ -158,14 +159,19 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     refuse(fmt::format("{} state ({})", state.optimizer,
                        optimizer[i].prefix.substr(0, optimizer[i].prefix.size() - 1)),
            optimizer[i].params, host_state[i].data(), DType::f32);
+  // Each file is hashed as soon as it is complete, while the next is written.
+  ChecksumRecorder checksums(tmp.string());
   if (model.has_lora()) {  // a PEFT adapter directory
     save_peft_adapter(tmp.string(), model, state.base_init_from, dt);
+    checksums.add("adapter_model.safetensors");
+    checksums.add("adapter_config.json");
   } else {
     SafetensorsWriter mw;
     mw.set_metadata("format", "pt");
     for (const ParamInfo& p : model.params())
       mw.add(p.name, dt, p.shape, weights.data() + static_cast<size_t>(p.offset) * dtype_size(dt));
     mw.write((tmp / "model.safetensors").string());
+    checksums.add("model.safetensors");
   }
 
   SafetensorsWriter ow;
@@ -173,9 +179,12 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     for (const ParamInfo& p : optimizer[i].params)
       ow.add(optimizer[i].prefix + p.name, DType::f32, p.shape, host_state[i].data() + p.offset);
   ow.write((tmp / "optimizer.safetensors").string());
+  checksums.add("optimizer.safetensors");
   write_text_file((tmp / "config.json").string(),
                   model_config_to_hf(model.config()).dump(2) + "\n");
+  checksums.add("config.json");
   write_text_file((tmp / "config.yaml").string(), config_yaml);
+  checksums.add("config.yaml");
   // The tokenizer travels with the weights (as in a Hugging Face model directory), so generation
   // and export need nothing but the checkpoint.
   if (const std::string tf = tokenizer_file(state.tokenizer); !tf.empty()) {
@@ -185,6 +194,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     fs::copy_file(tf, tmp / name, fs::copy_options::overwrite_existing, ec);
     if (ec) throw UserError("checkpoint: cannot copy the tokenizer '" + tf + "': " + ec.message());
     fsync_path(tmp / name);
+    checksums.add(name);
   }
   nlohmann::json sj = {{"step", state.step},           {"optimizer_step", state.optimizer_step},
                        {"optimizer", state.optimizer}, {"tokens", state.tokens},
@@ -192,8 +202,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                        {"tokenizer", state.tokenizer}};
   if (model.has_lora())
     sj["lora"] = {{"base_init_from", state.base_init_from}, {"base_hash", state.base_hash}};
-  write_text_file((tmp / "state.json").string(),
-                  sj.dump(2) + "\n");  // written last: marks the set complete
+  write_text_file((tmp / "state.json").string(), sj.dump(2) + "\n");
+  checksums.add("state.json");
+  checksums.write();  // last: marks the set complete
   for (const std::string& f : checkpoint_files(model.has_lora())) fsync_path(tmp / f);
   fsync_path(tmp);
 
@@ -276,6 +287,7 @@ void check_checkpoint_dir(const fs::path& dir, int64_t step) {
       fs::exists(dir / "adapter_model.safetensors") || fs::exists(dir / "adapter_config.json");
   for (const std::string& f : checkpoint_files(lora))
     if (!fs::is_regular_file(dir / f)) damaged(f + " is missing");
+  verify_checksums_quick(dir.string());  // the listing, the sizes and the small files
   const fs::path path = dir / "state.json";
   auto j = nlohmann::json::parse(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
                                  nullptr, false);
@@ -366,9 +378,21 @@ bool is_lora_checkpoint(const std::string& dir) {
          read_json(state).contains("lora");
 }
 
-CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
-                                const std::vector<StateBuffer>& optimizer,
-                                const std::string& optimizer_name) {
+namespace {
+
+// The first parameter of a host copy of an optimizer's f32 state buffer holding a negative value,
+// "" when none: a second moment (AdamW's exp_avg_sq, Muon's for its AdamW part) is a mean of
+// squares, and a negative one makes the next step's square root NaN far from the cause.
+std::string negative_param(const std::vector<ParamInfo>& params, const float* host) {
+  for (const ParamInfo& p : params)
+    for (int64_t i = p.offset; i < p.offset + p.numel(); ++i)
+      if (host[i] < 0) return p.name;
+  return "";
+}
+
+CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model,
+                                      const std::vector<StateBuffer>& optimizer,
+                                      const std::string& optimizer_name) {
   const std::string path = (fs::path(dir) / "state.json").string();
   const nlohmann::json j = read_json(path);
   const bool lora_checkpoint = j.contains("lora");
@@ -382,7 +406,7 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   if (model.has_lora()) {
     load_peft_adapter_weights(dir, model);
   } else {
-    load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
+    load_hf_weights_unverified(dir, model);  // a checkpoint is a Hugging Face directory
   }
   const std::string saved_optimizer = j.contains("optimizer") && j["optimizer"].is_string()
                                           ? j["optimizer"].get<std::string>()
@@ -411,9 +435,16 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   };
   refuse("weight",
          non_finite_param(model.trainable_params(), flat_to_host(model).data(), model.dtype()));
-  for (const StateBuffer& s : optimizer)
-    refuse("optimizer state " + s.prefix.substr(0, s.prefix.size() - 1),
-           non_finite_param(s.params, state_to_host(model, s).data(), DType::f32));
+  for (const StateBuffer& s : optimizer) {
+    const std::vector<float> host = state_to_host(model, s);
+    const std::string what = "optimizer state " + s.prefix.substr(0, s.prefix.size() - 1);
+    refuse(what, non_finite_param(s.params, host.data(), DType::f32));
+    if (s.prefix == "exp_avg_sq.")
+      if (const std::string bad = negative_param(s.params, host.data()); !bad.empty())
+        throw UserError(dir + "/optimizer.safetensors: the " + what + " of " + bad +
+                        " holds a negative value; a second moment is a mean of squares, so the "
+                        "file is damaged");
+  }
   CheckpointState s;
   try {
     s.step = counter(j, "step", path);
@@ -431,6 +462,16 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   } catch (const nlohmann::json::exception& e) {
     throw UserError(dir + "/state.json: " + e.what());
   }
+  return s;
+}
+
+}  // namespace
+
+CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
+                                const std::vector<StateBuffer>& optimizer,
+                                const std::string& optimizer_name) {
+  CheckpointState s;
+  load_verified(dir, [&] { s = load_checkpoint_files(dir, model, optimizer, optimizer_name); });
   return s;
 }
 

@@ -137,9 +137,10 @@ TEST(ExportCli, ExportsARunsNewestCheckpoint) {
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("step_0000020"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("tokenizer.json"), std::string::npos) << r.out;
-  EXPECT_EQ(test::list_dir(out),
-            (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors",
-                                      "tokenizer.json", "tokenizer_config.json"}));
+  EXPECT_EQ(
+      test::list_dir(out),
+      (std::vector<std::string>{"checksums.json", "config.json", "generation_config.json",
+                                "model.safetensors", "tokenizer.json", "tokenizer_config.json"}));
   auto back = load_hf_model(out.string(), &be);
   for (const ParamInfo& p : m.params())
     EXPECT_EQ(test::param_values(m, p), test::param_values(*back, p)) << p.name;
@@ -178,7 +179,8 @@ TEST(ExportCli, ConvertsAHuggingFaceDirectory) {
   // Sharded bf16 in, one f32 file out, written over the source (its files stay mapped).
   r = run("export --checkpoint " + dir.string() + " --out " + dir.string() + " --dtype f32");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_EQ(test::list_dir(dir), (std::vector<std::string>{"config.json", "model.safetensors"}));
+  EXPECT_EQ(test::list_dir(dir),
+            (std::vector<std::string>{"checksums.json", "config.json", "model.safetensors"}));
   auto f32 = load_hf_model(dir.string(), &be);
   for (const ParamInfo& p : bf16->params())
     EXPECT_EQ(test::param_values(*bf16, p), test::param_values(*f32, p)) << p.name;

@@ -43,9 +43,9 @@ TEST(SaveHfModel, F32ExportLoadsBackBitIdentical) {
     const fs::path dir = test::fresh_dir("f32_" + family);
     const HfExportResult r = save_hf_model(dir.string(), *m, with_dtype(DType::f32));
     EXPECT_EQ(r.shards, 1);
-    EXPECT_EQ(
-        test::list_dir(dir),
-        (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+    EXPECT_EQ(test::list_dir(dir),
+              (std::vector<std::string>{"checksums.json", "config.json", "generation_config.json",
+                                        "model.safetensors"}));
     const auto cj = test::read_json(dir / "config.json");
     EXPECT_EQ(cj.at("torch_dtype"), "float32");
     EXPECT_EQ(cj.at("dtype"), "float32");
@@ -189,9 +189,9 @@ TEST(SaveHfModel, ShardsAsTransformersWritesThem) {
     // The same model at a limit it fits under is one file again, with no leftover shards.
     o.max_shard_bytes = total;
     EXPECT_EQ(save_hf_model(dir.string(), *m, o).shards, 1);
-    EXPECT_EQ(
-        test::list_dir(dir),
-        (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+    EXPECT_EQ(test::list_dir(dir),
+              (std::vector<std::string>{"checksums.json", "config.json", "generation_config.json",
+                                        "model.safetensors"}));
   }
 }
 

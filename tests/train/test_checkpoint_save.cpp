@@ -12,6 +12,7 @@
 #include "export/export_test_util.h"
 #include "io/io_test_util.h"
 #include "io/safetensors.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -78,6 +79,9 @@ TEST(CheckpointSave, NonFiniteWeightsAreRefusedAtSaveAndAtLoad) {
     w.add(p.name, DType::f32, p.shape, static_cast<const float*>(m.params_data()) + p.offset);
   w.write(good + "/model.safetensors");
   Transformer fresh(&be, cfg);
+  test::expect_user_error([&] { load_checkpoint(good, fresh, {}); },
+                          {good + "' is damaged: model.safetensors"});
+  test::reseal_checksums(good);  // a NaN recorded as it is: refused all the same
   test::expect_user_error([&] { load_checkpoint(good, fresh, {}); },
                           {good + ": the weight of " + victim.name + " is not finite"});
 }

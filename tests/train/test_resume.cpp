@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/model_config.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -304,6 +305,14 @@ TEST_F(Resume, DamagedCheckpointsAreNamedAndAnOlderOneCanBeChosen) {
             << e.what() << "\nmissing: " << p;
     }
   };
+  // Its checksum names the damage, and the newest checkpoint that is intact (step_8 has no
+  // checksums.json: it is not).
+  expect_error(
+      "", {"checkpoint '" + (root / fmt_step(10)).string() + "' is damaged",
+           "state.json is 10 bytes, checksums.json recorded",
+           "the newest intact checkpoint of this run is step_0000004", "--resume step_0000004"});
+  // Without the checksum (a state.json damaged before it was recorded), the JSON is checked.
+  test::reseal_checksums(root / fmt_step(10));
   expect_error("",
                {"checkpoint '" + (root / fmt_step(10)).string() + "' cannot be resumed",
                 "state.json is not valid JSON", "pass --resume NAME (step_0000008, step_0000004)"});
@@ -320,6 +329,10 @@ TEST_F(Resume, DamagedCheckpointsAreNamedAndAnOlderOneCanBeChosen) {
     st["step"] = 6;
     std::ofstream(root / fmt_step(6) / "state.json", std::ios::trunc) << st.dump();
   }
+  expect_error(fmt_step(6), {"checkpoint '" + (root / fmt_step(6)).string() + "' is damaged",
+                             "model.safetensors is 100 bytes",
+                             "the newest intact checkpoint of this run is step_0000004"});
+  test::reseal_checksums(root / fmt_step(6));  // the weights' own check names the checkpoint too
   expect_error(fmt_step(6),
                {"--resume: checkpoint '" + (root / fmt_step(6)).string() + "' cannot be resumed",
                 "--resume step_N"});
@@ -356,6 +369,7 @@ TEST_F(Resume, BadCountsInStateJsonAreUserErrors) {
     nlohmann::json bad = good;
     bad[c.field] = c.value;
     std::ofstream(state, std::ios::trunc) << bad.dump();
+    test::reseal_checksums(state.parent_path());  // the reading of state.json is what is tested
     try {
       train(config("g", 6), true);
       FAIL() << "no error";

@@ -1,0 +1,148 @@
+// What lmtrain read back must be what it wrote: a damaged checkpoint file is named, with the
+// newest intact checkpoint, by every command that reads it (train --resume, export, generate), and
+// never loaded in its place without being asked; a value out of its domain (a negative second
+// moment) is named too.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_util.h"
+#include "io/safetensors.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+class Integrity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("lmtrain_integrity_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::ofstream(dir_ / "data.txt") << "first document\n%\nsecond one, a little longer\n%\n"
+                                        "third document here\n%\nfourth\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A tiny run saving at steps 2 and 4.
+  std::string config() {
+    const fs::path p = dir_ / "run.yaml";
+    std::ofstream f(p);
+    f << "model:\n  vocab_size: 257\n  hidden_size: 16\n  intermediate_size: 24\n"
+         "  num_hidden_layers: 1\n  num_attention_heads: 2\n  max_position_embeddings: 64\n"
+         "data:\n  sources:\n    - path: "
+      << (dir_ / "data.txt").string()
+      << "\n  seq_len: 8\n  val_fraction: 0.0\n"
+         "train:\n  max_steps: 4\n  micro_batch_size: 2\n  eval_every: 0\n  eval_steps: 0\n"
+         "  log_every: 1\n  save_every: 2\n  keep_last: 0\n  out_dir: "
+      << out().string() << "\n";
+    return p.string();
+  }
+  fs::path out() const { return dir_ / "out"; }
+  fs::path step(int s) const { return out() / "checkpoints" / ("step_000000" + std::to_string(s)); }
+
+  fs::path dir_;
+};
+
+// The byte offset of the data of tensor `name` in a safetensors file.
+uint64_t data_offset(const fs::path& file, const std::string& name) {
+  std::ifstream in(file, std::ios::binary);
+  uint64_t header = 0;
+  in.read(reinterpret_cast<char*>(&header), 8);
+  return 8 + header + lmt::SafetensorsFile::open(file.string()).meta(name).begin;
+}
+
+void flip_bit(const fs::path& file, uint64_t offset, int bit) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ (1 << bit));
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+void expect_named(const Result& r, const std::vector<std::string>& parts) {
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(r.out.rfind("lmtrain: error: ", 0), 0u) << r.out;
+  for (const std::string& p : parts)
+    EXPECT_NE(r.out.find(p), std::string::npos) << p << "\n" << r.out;
+}
+
+// One flipped exponent bit in a weight (0.0x becomes ~1e37, a finite value): resume, export and
+// generate name the file and the newest intact checkpoint, and load nothing.
+TEST_F(Integrity, AFlippedBitIsNamedByEveryCommandThatReadsIt) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  const fs::path weights = step(4) / "model.safetensors";
+  flip_bit(weights, data_offset(weights, "model.norm.weight") + 3, 6);  // f32 exponent's top bit
+  const std::vector<std::string> named = {
+      "checkpoint '" + step(4).string() + "' is damaged",
+      "model.safetensors does not match its checksum",
+      "the newest intact checkpoint of this run is step_0000002", "--resume step_0000002"};
+  expect_named(run("train --config " + cfg + " --resume --set train.max_steps=6"), named);
+  const fs::path exported = dir_ / "exported";
+  expect_named(run("export --checkpoint " + out().string() + " --out " + exported.string()), named);
+  EXPECT_FALSE(fs::exists(exported));
+  expect_named(run("export --format gguf --checkpoint " + step(4).string() + " --out " +
+                   (dir_ / "m.gguf").string()),
+               named);
+  expect_named(run("generate --model " + step(4).string() + " --prompt a --max-new-tokens 2"),
+               named);
+  // The run's own choice of the intact one resumes.
+  const Result r = run("train --config " + cfg + " --resume step_0000002");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
+// A low mantissa bit of the optimizer's state (a value off by one part in 10^7) is named too.
+TEST_F(Integrity, ALowBitOfTheOptimizerStateIsNamed) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  const fs::path opt = step(4) / "optimizer.safetensors";
+  flip_bit(opt, data_offset(opt, "exp_avg.model.norm.weight"), 0);
+  expect_named(run("train --config " + cfg + " --resume --set train.max_steps=6"),
+               {"checkpoint '" + step(4).string() + "' is damaged",
+                "optimizer.safetensors does not match its checksum"});
+}
+
+// A second moment that is negative cannot come from training: named, even with a checksum
+// recorded over it (a damage from before the checksum, or a hand edit).
+TEST_F(Integrity, ANegativeSecondMomentIsNamed) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  const fs::path opt = step(4) / "optimizer.safetensors";
+  const uint64_t at = data_offset(opt, "exp_avg_sq.model.norm.weight");
+  flip_bit(opt, at + 3, 7);  // the sign bit of the first element
+  lmt::test::reseal_checksums(step(4));
+  expect_named(run("train --config " + cfg + " --resume --set train.max_steps=6"),
+               {step(4).string() + "/optimizer.safetensors",
+                "exp_avg_sq of model.norm.weight holds a negative value"});
+}
+
+// A checkpoint lmtrain wrote is refused without its checksums.json or with a file it does not list
+// (a Hugging Face directory another tool wrote, with neither state.json nor checksums.json, loads
+// as before: the fixtures of tests/data/hf).
+TEST_F(Integrity, AChecksumListingMustCoverTheCheckpoint) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  std::ofstream(step(4) / "notes.txt") << "added by hand\n";
+  expect_named(run("generate --model " + step(4).string() + " --prompt a --max-new-tokens 2"),
+               {"'notes.txt' is not listed in checksums.json"});
+  fs::remove(step(4) / "notes.txt");
+  fs::remove(step(4) / "checksums.json");
+  expect_named(run("train --config " + cfg + " --resume --set train.max_steps=6"),
+               {"checksums.json is missing",
+                "the newest intact checkpoint of this run is "
+                "step_0000002"});
+}
+
+}  // namespace
