@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_model.h"
 #include "train/checkpoint.h"
@@ -76,9 +77,10 @@ Run add_generate(CLI::App& app) {
     if (prompt->count() == 0 && prompt_ids->count() == 0)
       throw UserError("generate: give the prompt as --prompt TEXT or --prompt-ids '[ids...]'");
     const std::filesystem::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
+    const ModelConfig mc = read_hf_model_config(dir.string());  // a bad shape before all else
+    Transformer::check_weights_fit(mc, DType::f32, physical_memory_bytes());
     std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer_spec(dir));
     set_threads(o->threads);
-    const ModelConfig mc = read_hf_model_config(dir.string());
     if (tok->vocab_size() > mc.vocab_size)
       throw UserError(fmt::format("{}: the tokenizer has {} ids, the model only {}", dir.string(),
                                   tok->vocab_size(), mc.vocab_size));

@@ -101,13 +101,15 @@ void read_layer_types(const Keys& k, ModelConfig& c) {
     c.sliding_window = 0;
     return;
   }
-  for (int64_t n = 0; n <= L + 1; ++n) {  // n = 0: all sliding; else every n-th layer full
-    bool fits = true;
-    for (int64_t i = 0; i < L; ++i) fits &= sliding[i] == (n == 0 || (i + 1) % n != 0);
-    if (fits) {
-      c.sliding_window_pattern = n;
-      return;
-    }
+  // n = 0: all sliding; else every n-th layer full, which only n = (the first full layer) + 1 can
+  // be (one check, not one per candidate: a deep config's list would take L^2).
+  const auto first_full = std::find(sliding.begin(), sliding.end(), false);
+  const int64_t n = first_full == sliding.end() ? 0 : (first_full - sliding.begin()) + 1;
+  bool fits = true;
+  for (int64_t i = 0; i < L; ++i) fits &= sliding[i] == (n == 0 || (i + 1) % n != 0);
+  if (fits) {
+    c.sliding_window_pattern = n;
+    return;
   }
   k.fail("layer_types",
          "is not a repeating pattern of sliding layers ending in a full one (lmtrain's "

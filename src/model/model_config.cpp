@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "model/rope.h"
@@ -17,9 +20,19 @@ template <class T>
 void require(bool ok, const char* key, const char* rule, T got) {
   if (!ok) throw UserError(fmt::format("model.{} must be {} (got {})", key, rule, got));
 }
-}  // namespace
 
-namespace {
+constexpr int64_t kSaturated = INT64_MAX;
+
+// a * b and a + b, saturating at INT64_MAX (operands are >= 0).
+int64_t mul_sat(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? kSaturated : r;
+}
+int64_t add_sat(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? kSaturated : r;
+}
+
 bool known_family(const std::string& f) {
   for (const char* k : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2"})
     if (f == k) return true;
@@ -95,10 +108,68 @@ ModelConfig::Traits ModelConfig::traits() const {
   return t;
 }
 
+int64_t ModelConfig::parameter_count() const {
+  const Traits t = traits();
+  const int64_t C = hidden_size, F = intermediate_size, V = vocab_size, L = num_hidden_layers;
+  const int64_t D = head_size(), Q = mul_sat(num_attention_heads, D), KV = mul_sat(kv_heads(), D);
+  const int64_t QKV = add_sat(Q, mul_sat(2, KV));
+  struct Term {
+    const char* keys;
+    int64_t n;
+  };
+  std::vector<Term> terms;
+  terms.push_back({"model.vocab_size x model.hidden_size (the embedding)", mul_sat(V, C)});
+  if (!tie_word_embeddings)
+    terms.push_back({"model.vocab_size x model.hidden_size (the output head)", mul_sat(V, C)});
+  int64_t layer = 0;  // one block's parameters
+  if (t.conv1d) {
+    terms.push_back({"model.max_position_embeddings x model.hidden_size (the position table)",
+                     mul_sat(max_position_embeddings, C)});
+    for (int64_t n :
+         {mul_sat(6, C), mul_sat(C, QKV), QKV, mul_sat(Q, C), mul_sat(mul_sat(2, C), F), F})
+      layer = add_sat(layer, n);
+    terms.push_back({"the final norm", mul_sat(2, C)});
+  } else {
+    for (int64_t n : {C, mul_sat(C, QKV), mul_sat(C, Q), C, mul_sat(mul_sat(3, C), F)})
+      layer = add_sat(layer, n);
+    if (t.qkv_bias) layer = add_sat(layer, QKV);
+    if (t.qk_norm) layer = add_sat(layer, mul_sat(2, D));
+    if (t.sandwich_norms) layer = add_sat(layer, mul_sat(2, C));
+    terms.push_back({"the final norm", C});
+  }
+  terms.push_back(
+      {"model.num_hidden_layers x (model.hidden_size, model.intermediate_size, "
+       "model.num_attention_heads, model.head_dim) (the blocks)",
+       mul_sat(L, layer)});
+  int64_t total = 0;
+  const Term* largest = &terms.front();
+  for (const Term& term : terms) {
+    total = add_sat(total, term.n);
+    if (term.n > largest->n) largest = &term;
+  }
+  if (total > kMaxParameters)
+    throw UserError(fmt::format(
+        "model: the shape has {} parameters, more than the {} (2^48) lmtrain can address; {} "
+        "alone is {}: lower those keys",
+        total == kSaturated ? std::string("more than 2^63") : std::to_string(total), kMaxParameters,
+        largest->keys,
+        largest->n == kSaturated ? std::string("more than 2^63") : std::to_string(largest->n)));
+  return total;
+}
+
 void ModelConfig::validate() const {
   if (!known_family(family))
     throw UserError("model.family '" + family + "' is not supported (supported: " + kFamilies +
                     ")");
+  for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
+                                   {"hidden_size", hidden_size},
+                                   {"intermediate_size", intermediate_size},
+                                   {"num_attention_heads", num_attention_heads},
+                                   {"num_key_value_heads", num_key_value_heads},
+                                   {"head_dim", head_dim},
+                                   {"max_position_embeddings", max_position_embeddings}})
+    require(value <= kMaxModelDim, key, "at most 2147483647 (2^31 - 1)", value);
+  require(num_hidden_layers <= kMaxLayers, "num_hidden_layers", "at most 65536", num_hidden_layers);
   require(vocab_size >= 1, "vocab_size", ">= 1", vocab_size);
   require(hidden_size > 0, "hidden_size", "> 0", hidden_size);
   require(intermediate_size > 0, "intermediate_size", "> 0", intermediate_size);
@@ -145,6 +216,7 @@ void ModelConfig::validate() const {
           "-1 or an id below model.vocab_size", bos_token_id);
   require(eos_token_id >= -1 && eos_token_id < vocab_size, "eos_token_id",
           "-1 or an id below model.vocab_size", eos_token_id);
+  parameter_count();  // throws when the shape is too large to address
 }
 
 }  // namespace lmt

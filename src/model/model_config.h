@@ -123,9 +123,22 @@ struct ModelConfig {
     bool qkv_bias = false;           // q/k/v biases: attention_bias, always for qwen2
   };
   Traits traits() const;
-  // Throws UserError naming the key when the shape is inconsistent.
+  // Throws UserError naming the key when the shape is inconsistent or too large to address
+  // (see kMaxModelDim, kMaxLayers, kMaxParameters).
   void validate() const;
+  // Parameters of the model (a tied head counted once), from the shape alone, without building
+  // the layout; UserError naming the keys behind the largest term when above kMaxParameters.
+  // validate() calls it last: call it on a config whose other checks hold (heads > 0, ...).
+  int64_t parameter_count() const;
 };
+
+// Bounds on a shape, far above any real model, under which every count and byte size lmtrain
+// derives from it fits in 64 bits (a layout's padding, f64 copies, optimizer state). Widths are
+// 32-bit in the kernels and token ids are int32; the layer bound keeps the per-tensor layout
+// (a dozen entries a layer) small enough to build at once.
+inline constexpr int64_t kMaxModelDim = 2147483647;          // vocab_size, hidden_size, ...
+inline constexpr int64_t kMaxLayers = int64_t{1} << 16;      // num_hidden_layers
+inline constexpr int64_t kMaxParameters = int64_t{1} << 48;  // 2.8e14 (1 PiB of f32)
 
 // A small model of a family with that family's fixed choices (activation, norms, tied head,
 // soft-capping, window pattern, RoPE bases) set as Hugging Face's configs set them; the shape keys

@@ -99,6 +99,10 @@ class Transformer {
   // Bytes the base weights take with `base_dt` (f32: the flat buffer; bf16: its bf16 copy, the
   // staging buffer and the f32 copies), without a model.
   static size_t base_bytes(const ModelConfig& cfg, DType base_dt);
+  // Throws UserError naming the parameter count, the bytes of its weights in `dt` and
+  // `available` when the weights alone exceed it (0: no check). The constructor checks the
+  // host's physical memory so that no command allocates a model that can never fit.
+  static void check_weights_fit(const ModelConfig& cfg, DType dt, uint64_t available);
   void* trainable_data() const { return has_lora() ? lora_data() : params_data(); }
   void* trainable_grads_data() const { return has_lora() ? lora_grads_data() : grads_data(); }
 

@@ -1,12 +1,17 @@
 // The parameter layout of every family: Hugging Face names and shapes in one flat buffer, and
 // the per-layer index of each role (first norm, q|k|v, ...), so the layer code is family-blind.
 // gpt2 keeps its Conv1D weights as Hugging Face stores them ([in, out]); linear() knows.
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cmath>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/rng.h"
 #include "model/transformer.h"
 
@@ -31,7 +36,7 @@ Transformer::Dims Transformer::dims_of(const ModelConfig& c) {
               c.vocab_size,
               int64_t{Hq} * D,
               int64_t{Hkv} * D,
-              int64_t{Hq + 2 * Hkv} * D,
+              (int64_t{Hq} + 2 * int64_t{Hkv}) * D,
               G,
               Hq,
               Hkv,
@@ -178,14 +183,21 @@ std::vector<std::pair<int64_t, int64_t>> Transformer::layer_ranges(
     const std::vector<ParamInfo>& params, const ModelConfig& cfg) {
   std::vector<std::pair<int64_t, int64_t>> r(static_cast<size_t>(cfg.num_hidden_layers),
                                              {INT64_MAX, 0});
-  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) {
-    const std::string prefix = block_prefix(cfg, l);
+  // One pass over the parameters, each placed by the layer number in its name (a pass per layer
+  // would grow with layers x parameters: hours for a deep config).
+  const std::string_view blocks = cfg.traits().conv1d ? "transformer.h." : "model.layers.";
+  for (const ParamInfo& p : params) {
+    const std::string_view name = p.name;
+    if (!name.starts_with(blocks)) continue;
+    const std::string_view rest = name.substr(blocks.size());
+    int64_t l = -1;
+    const auto [after, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), l);
+    if (ec != std::errc() || after == rest.data() + rest.size() || *after != '.' || l < 0 ||
+        l >= cfg.num_hidden_layers)
+      continue;
     auto& [begin, end] = r[static_cast<size_t>(l)];
-    for (const ParamInfo& p : params)
-      if (p.name.starts_with(prefix)) {
-        begin = std::min(begin, p.offset);
-        end = std::max(end, p.offset + p.numel());
-      }
+    begin = std::min(begin, p.offset);
+    end = std::max(end, p.offset + p.numel());
   }
   return r;
 }
@@ -225,6 +237,17 @@ size_t Transformer::base_bytes(const ModelConfig& cfg, DType base_dt) {
   for (const ParamInfo& p : params)
     if (kept_f32(p.name, cfg)) small += align_up(p.numel(), kAlignElems);
   return static_cast<size_t>(flat) * 2 + static_cast<size_t>(staging + small) * sizeof(float);
+}
+
+void Transformer::check_weights_fit(const ModelConfig& cfg, DType dt, uint64_t available) {
+  const int64_t n = cfg.parameter_count();  // at most kMaxParameters: the product fits
+  const uint64_t bytes = static_cast<uint64_t>(n) * dtype_size(dt);
+  if (available == 0 || bytes <= available) return;
+  throw UserError(fmt::format(
+      "the model's {} parameters need {} of {} weights but this machine has {} of memory: lower "
+      "model.num_hidden_layers, model.hidden_size, model.intermediate_size or model.vocab_size "
+      "(config.json: num_hidden_layers, hidden_size, intermediate_size, vocab_size)",
+      n, gib_text(bytes), dtype_name(dt), gib_text(available)));
 }
 
 void Transformer::set_base_dtype(DType dt, int64_t head_block_rows) {

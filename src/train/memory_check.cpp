@@ -5,7 +5,6 @@
 #include "train/memory_check.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <limits>
@@ -33,8 +32,7 @@ uint64_t add(uint64_t a, uint64_t b) {
 }
 
 std::string gib(uint64_t b) {
-  if (b == kTooBig) return "more than 16 EiB";
-  return fmt::format("{:.1f} GiB", static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0));
+  return gib_text(b);
 }
 
 }  // namespace
@@ -85,12 +83,6 @@ TrainingMemory training_memory(const RunConfig& cfg) {
           static_cast<uint64_t>(t.grad_accum_steps));
   m.step_tokens = mul(tokens, 4 * sizeof(int32_t));
   return m;
-}
-
-uint64_t physical_memory_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  if (pages <= 0 || page <= 0) return 0;
-  return mul(static_cast<uint64_t>(pages), static_cast<uint64_t>(page));
 }
 
 void check_training_memory(const RunConfig& cfg, uint64_t available) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/host_memory.h"  // physical_memory_bytes
 #include "train/run_config.h"
 
 namespace lmt {
@@ -21,9 +22,6 @@ struct TrainingMemory {
 };
 
 TrainingMemory training_memory(const RunConfig& cfg);
-
-// The machine's physical memory in bytes (sysconf), 0 where unknown.
-uint64_t physical_memory_bytes();
 
 // Throws UserError when `training_memory(cfg)` exceeds `available` bytes (0: no check), naming
 // the keys behind the largest term and both numbers.
