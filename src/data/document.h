@@ -26,6 +26,9 @@ struct Document {
   // after it. A template without one (plain) ends on the answer, and the tokenizer's EOS follows,
   // in the loss, so that the model learns to stop.
   bool ends_turn = false;
+  // Where the record is, for messages about it ("FILE:LINE", "FILE: row N"); "" where the source
+  // does not say (text-schema records).
+  std::string origin;
 };
 
 }  // namespace lmt

@@ -39,7 +39,7 @@ void report_bad_record(SkippedRecords* skipped, const std::string& file, int64_t
 
 void jsonl_objects(std::string_view text, const std::string& file, SkippedRecords* skipped,
                    const std::function<void(const simdjson::dom::object&, int64_t line)>& fn,
-                   size_t* consumed) {
+                   size_t* consumed, int64_t max_record_bytes) {
   // The DOM parser validates each whole line (syntax, UTF-8, trailing content), so a record is
   // either good or reported; lines are short, so the tape costs little.
   simdjson::dom::parser parser;
@@ -56,6 +56,12 @@ void jsonl_objects(std::string_view text, const std::string& file, SkippedRecord
     auto bad = [&](const std::string& reason) {
       report_bad_record(skipped, file, line_no, reason, reason);
     };
+    if (line.size() > static_cast<uint64_t>(max_record_bytes)) {
+      report_bad_record(skipped, file, line_no, "record too long",
+                        "a record of " + std::to_string(line.size()) + " bytes, more than the " +
+                            std::to_string(max_record_bytes) + " of the source's max_record_bytes");
+      continue;
+    }
     simdjson::dom::element doc;
     if (auto err = parser.parse(line.data(), line.size()).get(doc)) {
       bad(err == simdjson::UTF8_ERROR ? "invalid UTF-8" : "malformed JSON");
@@ -72,7 +78,7 @@ void jsonl_objects(std::string_view text, const std::string& file, SkippedRecord
 
 void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
                      SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
-                     size_t* consumed) {
+                     size_t* consumed, int64_t max_record_bytes) {
   jsonl_objects(
       text, file, skipped,
       [&](const simdjson::dom::object& obj, int64_t line) {
@@ -86,7 +92,7 @@ void jsonl_documents(std::string_view text, const std::string& file, const std::
         if (s.empty()) return bad("empty document");
         fn(s);
       },
-      consumed);
+      consumed, max_record_bytes);
 }
 
 }  // namespace lmt

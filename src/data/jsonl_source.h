@@ -16,6 +16,10 @@ class object;
 
 namespace lmt {
 
+// The longest JSONL record (line) read by default: the DOM parse of a line takes several times
+// its size, so a longer one is a bad record rather than gigabytes of memory.
+inline constexpr int64_t kMaxRecordBytes = int64_t{64} << 20;
+
 // Bad records a source skipped, by reason ("malformed JSON", "missing field 'text'", ...).
 struct SkippedRecords {
   int64_t total = 0;
@@ -43,15 +47,16 @@ void report_bad_record(SkippedRecords* skipped, const std::string& where,
 // UserError "FILE:LINE: reason" unless skipped is given, which then counts it.
 // When `consumed` is given, it holds the offset just past the current record while fn runs (so a
 // caller reading through a MappedFile can release what lies before it).
+// A line longer than max_record_bytes is a bad record ("record too long"), not parsed.
 void jsonl_documents(std::string_view text, const std::string& file, const std::string& field,
                      SkippedRecords* skipped, const std::function<void(std::string_view)>& fn,
-                     size_t* consumed = nullptr);
+                     size_t* consumed = nullptr, int64_t max_record_bytes = kMaxRecordBytes);
 
 // The record-level loop under jsonl_documents: calls fn(object, line) for every line that is a
 // JSON object (valid UTF-8); malformed lines and non-objects are bad records as above. fn reads
 // the fields it needs (include <simdjson.h>) and reports its own bad records.
 void jsonl_objects(std::string_view text, const std::string& file, SkippedRecords* skipped,
                    const std::function<void(const simdjson::dom::object&, int64_t line)>& fn,
-                   size_t* consumed = nullptr);
+                   size_t* consumed = nullptr, int64_t max_record_bytes = kMaxRecordBytes);
 
 }  // namespace lmt

@@ -17,12 +17,13 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/threads.h"
 #include "core/remove_on_error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "data/packing.h"
 #include "data/schema.h"
 #include "data/token_store.h"
+#include "data/tokenizer/regex_split.h"
 
 namespace lmt {
 
@@ -323,7 +324,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
     sm.train.has_mask = sm.validation.has_mask = !text_schema;
     TokenStoreWriter train_w((tmp_dir / sm.train.prefix).string(), dtype, !text_schema);
     TokenStoreWriter val_w((tmp_dir / sm.validation.prefix).string(), dtype, !text_schema);
-    int64_t empty_after_tokenizing = 0;
+    int64_t empty_after_tokenizing = 0, tokenizer_limit = 0;
 
     SourceReader reader(spec, static_cast<int>(i), opt.batch_bytes);
     for (;;) {
@@ -332,6 +333,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
       std::vector<std::vector<int32_t>> ids(b.docs.size());
       std::vector<std::vector<uint8_t>> masks(b.docs.size());
       std::vector<double> split(b.docs.size());
+      std::vector<uint8_t> unencodable(b.docs.size(), 0);  // skipped: a TokenizeError
       std::exception_ptr error;
       std::mutex error_mu;
       std::atomic<int64_t> next{0};
@@ -344,6 +346,17 @@ Manifest prepare_store(const PrepareOptions& opt) {
               std::string all;
               for (const Segment& s : doc.segments) all += s.text;
               split[e] = document_split_value(all);
+            } catch (const TokenizeError& te) {  // a bad record of the source, as a parse error
+              unencodable[e] = spec.on_error == "skip";
+              const std::string& at = b.docs[e].origin;
+              std::lock_guard lock(error_mu);
+              if (!error && !unencodable[e])
+                error = std::make_exception_ptr(UserError(fmt::format(
+                    "{}: {} (set on_error: skip on the source to skip and count such records)",
+                    at.empty() ? fmt::format("data.sources[{}] ({}), document {}", i, spec.path,
+                                             done_docs + e + 1)
+                               : at,
+                    te.what())));
             } catch (...) {
               std::lock_guard lock(error_mu);
               if (!error) error = std::current_exception();
@@ -360,6 +373,10 @@ Manifest prepare_store(const PrepareOptions& opt) {
       }
       if (error) std::rethrow_exception(error);
       for (int64_t d = 0; d < n; ++d) {
+        if (unencodable[d]) {
+          ++tokenizer_limit;
+          continue;
+        }
         if (ids[d].empty()) {
           ++empty_after_tokenizing;
           continue;
@@ -383,9 +400,10 @@ Manifest prepare_store(const PrepareOptions& opt) {
     sm.files = st.files;
     sm.documents = st.documents;
     sm.bytes = st.bytes;
-    sm.skipped = st.skipped.total + empty_after_tokenizing;
+    sm.skipped = st.skipped.total + empty_after_tokenizing + tokenizer_limit;
     sm.skipped_by_reason = st.skipped.by_reason;
     if (empty_after_tokenizing) sm.skipped_by_reason["no tokens"] += empty_after_tokenizing;
+    if (tokenizer_limit) sm.skipped_by_reason["tokenizer limit"] += tokenizer_limit;
     m.sources.push_back(std::move(sm));
   }
   m.prepare_seconds = clock.seconds();

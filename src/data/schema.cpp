@@ -123,6 +123,9 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
   if (spec.schema != "instruction" && spec.schema != "chat")
     throw UserError(key + ".schema: '" + spec.schema +
                     "' is not a schema (text, instruction or chat)");
+  if (spec.max_record_bytes < 1)
+    throw UserError(key + ".max_record_bytes: must be at least 1 (got " +
+                    std::to_string(spec.max_record_bytes) + ")");
   if (spec.loss != "assistant" && spec.loss != "all")
     throw UserError(key + ".loss: '" + spec.loss + "' must be assistant or all");
   if (spec.on_error != "stop" && spec.on_error != "skip")
@@ -139,6 +142,7 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
     }
     ++stats.documents;
     for (const Segment& s : reader.doc.segments) stats.bytes += static_cast<int64_t>(s.text.size());
+    reader.doc.origin = file + sep + std::to_string(n);
     fn(std::move(reader.doc));
     reader.doc = Document{};
   };
@@ -204,7 +208,7 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
           [&](const simdjson::dom::object& obj, int64_t line) {
             finish(reader.from_json(obj), line);
           },
-          &consumed);
+          &consumed, spec.max_record_bytes);
       continue;
     }
     size_t instruction_col = 0, input_col = 0, output_col = 0, messages_col = 0;

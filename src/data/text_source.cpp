@@ -134,6 +134,9 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
                     "' is not supported yet (supported: text, jsonl, csv, tsv, parquet)");
   if (spec.on_error != "stop" && spec.on_error != "skip")
     throw UserError(key + ".on_error: '" + spec.on_error + "' must be stop or skip");
+  if (spec.max_record_bytes < 1)
+    throw UserError(key + ".max_record_bytes: must be at least 1 (got " +
+                    std::to_string(spec.max_record_bytes) + ")");
   if (spec.format == "text" && spec.split != "file" && spec.split != "line" &&
       spec.split != "delimiter")
     throw UserError(key + ".split: '" + spec.split +
@@ -165,7 +168,8 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
       mapped.release_before(text.data() + consumed);
     };
     if (jsonl) {
-      jsonl_documents(text, file, spec.field, skipped, take_and_release, &consumed);
+      jsonl_documents(text, file, spec.field, skipped, take_and_release, &consumed,
+                      spec.max_record_bytes);
     } else if (csv) {
       csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped,
                     take_and_release, &consumed);

@@ -36,16 +36,29 @@ struct TextSourceSpec {
   std::string instruction_field = "instruction";
   std::string input_field = "input";
   std::string output_field = "output";
+  int64_t max_record_bytes = kMaxRecordBytes;  // jsonl: a longer line is a bad record
 };
 
 // Any config struct with the fields above (train's SourceConfig) converts with this.
 template <class S>
 TextSourceSpec to_text_source_spec(const S& s) {
-  return TextSourceSpec{s.path,           s.format,         s.split,
-                        s.delimiter,      s.weight,         s.exclude,
-                        s.field,          s.on_error,       s.schema,
-                        s.chat_template,  s.loss,           s.messages_field,
-                        s.instruction_field, s.input_field, s.output_field};
+  TextSourceSpec t{s.path,
+                   s.format,
+                   s.split,
+                   s.delimiter,
+                   s.weight,
+                   s.exclude,
+                   s.field,
+                   s.on_error,
+                   s.schema,
+                   s.chat_template,
+                   s.loss,
+                   s.messages_field,
+                   s.instruction_field,
+                   s.input_field,
+                   s.output_field};
+  t.max_record_bytes = s.max_record_bytes;
+  return t;
 }
 
 struct TextSourceStats {

@@ -30,6 +30,7 @@ struct SourceConfig {
   std::string instruction_field = "instruction";
   std::string input_field = "input";
   std::string output_field = "output";
+  int64_t max_record_bytes = int64_t{64} << 20;
 
   template <class V>
   void visit(V& v) {
@@ -64,6 +65,9 @@ struct SourceConfig {
     v("instruction_field", instruction_field, "instruction: the field holding the instruction");
     v("input_field", input_field, "instruction: the (optional) field holding the input");
     v("output_field", output_field, "instruction: the field holding the response");
+    v("max_record_bytes", max_record_bytes,
+      "jsonl: the longest record (line) read, in bytes; a longer one is a bad record (its parse "
+      "would take many times its size in memory)");
   }
 };
 

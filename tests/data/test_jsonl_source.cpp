@@ -76,6 +76,31 @@ TEST(Jsonl, SkipCountsBadRecordsByReason) {
   EXPECT_EQ(skipped.by_reason["missing field 'text'"], 1);
 }
 
+TEST(Jsonl, ARecordLongerThanTheBoundIsABadRecordNotAParse) {
+  const std::string good = "{\"text\": \"ok\"}\n";
+  const std::string long_line = "{\"text\": \"" + std::string(100, 'x') + "\"}\n";
+  Docs docs;
+  auto keep = [&](std::string_view d) { docs.emplace_back(d); };
+  try {
+    jsonl_documents(good + long_line + good, "f.jsonl", "text", nullptr, keep, nullptr, 64);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("f.jsonl:2: a record of 112 bytes, more than the 64 of the source's "
+                     "max_record_bytes"),
+              std::string::npos)
+        << m;
+  }
+  docs.clear();
+  SkippedRecords skipped;
+  jsonl_documents(good + long_line + good, "f.jsonl", "text", &skipped, keep, nullptr, 64);
+  EXPECT_EQ(docs, (Docs{"ok", "ok"}));
+  EXPECT_EQ(skipped.by_reason["record too long"], 1);
+  // The default bound: a line of more than 64 MiB is refused unparsed.
+  const std::string huge = "{\"text\": \"" + std::string(kMaxRecordBytes, 'y') + "\"}";
+  EXPECT_THROW(parse_jsonl(huge), UserError);
+}
+
 TEST(Jsonl, SourcesReportSkippedRecords) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("lmt_jsonl_" + std::to_string(::getpid()));
@@ -109,6 +134,14 @@ TEST(Jsonl, SourcesReportSkippedRecords) {
   EXPECT_EQ(m.sources[0].skipped, 1);
   EXPECT_NE(manifest_summary(m).find("skipped 1: malformed JSON 1"), std::string::npos)
       << manifest_summary(m);
+  // A record past the source's max_record_bytes is skipped the same way.
+  spec.max_record_bytes = 45;
+  m = prepare_store(opt);
+  EXPECT_EQ(m.sources[0].documents, 10);  // "document number N with some words": 0 to 9 fit
+  EXPECT_EQ(m.sources[0].skipped_by_reason["record too long"], 20);
+  spec.max_record_bytes = 0;
+  EXPECT_THROW(prepare_store(opt), UserError);
+  spec.max_record_bytes = kMaxRecordBytes;
   spec.on_error = "ignore";
   EXPECT_THROW(prepare_store(opt), UserError);
   fs::remove_all(dir);

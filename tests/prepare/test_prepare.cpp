@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
@@ -130,6 +131,44 @@ TEST(Prepare, BadRecordStopsWithFileLineAndLeavesNothing) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir.path)) left.push_back(e.path().filename());
   EXPECT_EQ(left, std::vector<std::string>{"d.jsonl"});
+}
+
+TEST(Prepare, ATextPastTheTokenizersRegexLimitIsABadRecord) {
+  // A Split pattern that backtracks exponentially on a long run of 'a' before a 'b'.
+  TempDir dir("prep_regex");
+  nlohmann::json tok = nlohmann::json::parse(
+      file_bytes(std::string(LMT_TEST_DATA) + "/tokenizers/llama3_style_bpe.json"));
+  tok["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a|aa)+$"}};
+  std::ofstream(dir.path / "tok.json") << tok.dump();
+  {
+    std::ofstream f(dir.path / "d.jsonl");
+    f << "{\"instruction\": \"say\", \"output\": \"fine\"}\n";
+    f << "{\"instruction\": \"say\", \"output\": \"" << std::string(200, 'a') << "b\"}\n";
+    f << "{\"instruction\": \"again\", \"output\": \"fine\"}\n";
+  }
+  PrepareOptions opt;
+  TextSourceSpec s;
+  s.path = (dir.path / "d.jsonl").string();
+  s.format = "jsonl";
+  s.schema = "instruction";
+  s.chat_template = "plain";
+  opt.sources = {s};
+  opt.tokenizer = (dir.path / "tok.json").string();
+  opt.out_dir = (dir.path / "store").string();
+  opt.progress = false;
+  try {
+    prepare_store(opt);
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("d.jsonl:2: tokenizer " + opt.tokenizer), std::string::npos) << m;
+    EXPECT_NE(m.find("limit"), std::string::npos) << m;
+    EXPECT_NE(m.find("on_error: skip"), std::string::npos) << m;
+  }
+  opt.sources[0].on_error = "skip";
+  const Manifest m = prepare_store(opt);
+  EXPECT_EQ(m.sources[0].train.documents + m.sources[0].validation.documents, 2);
+  EXPECT_EQ(m.sources[0].skipped_by_reason.at("tokenizer limit"), 1);
 }
 
 TEST(Prepare, ReplacesAStoreButNotOtherDirectories) {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/regex_split.h"
 
 namespace lmt {
 namespace {
@@ -305,6 +306,23 @@ TEST(BpeTokenizer, SplitOnLiteralString) {
   }
   EXPECT_EQ(tok.encode("al.b"), expected);
   EXPECT_EQ(tok.decode(tok.encode("a\\E.l.\\Q")), "a\\E.l.\\Q");
+}
+
+TEST(BpeTokenizer, ARegexLimitNamesTheTokenizerAndIsATokenizeError) {
+  // A pattern that backtracks exponentially: PCRE2 stops it at its match limit.
+  json j = json::parse(read_file(data_path("llama3_style_bpe.json")));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Regex", "(a|aa)+$"}};
+  const std::string path = write_temp("backtracking.json", j.dump());
+  const BpeTokenizer tok = BpeTokenizer::load(path);
+  try {
+    tok.encode(std::string(200, 'a') + "b");
+    FAIL() << "no error";
+  } catch (const TokenizeError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("pre_tokenizer"), std::string::npos) << m;
+    EXPECT_NE(m.find("limit"), std::string::npos) << m;
+  }
 }
 
 TEST(BpeTokenizer, AddPrefixSpace) {

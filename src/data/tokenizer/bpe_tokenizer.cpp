@@ -162,7 +162,8 @@ void load_pre_tokenizer(BpeTokenizer::Impl& t, const json& p, const std::string&
   if (type == "ByteLevel") {
     pt.kind = PreTokenizer::Kind::kByteLevel;
     pt.add_prefix_space = flag(p, "add_prefix_space");
-    if (p.value("use_regex", true)) pt.regex = std::make_shared<Regex>(kGpt2Pattern, name);
+    if (p.value("use_regex", true))
+      pt.regex = std::make_shared<Regex>(kGpt2Pattern, "tokenizer " + t.path + ": " + name);
     t.byte_level = true;
   } else if (type == "Split") {
     const json& pattern = field(p, "pattern", t.path, name + ".pattern");

@@ -39,10 +39,12 @@ bool parse_split_behavior(const std::string& name, SplitBehavior& out) {
 
 struct Regex::Code {
   pcre2_code* code = nullptr;
+  std::string where;  // names the pattern in match errors
   ~Code() { pcre2_code_free(code); }
 };
 
 Regex::Regex(const std::string& pattern, const std::string& where) : code_(new Code) {
+  code_->where = where;
   int err = 0;
   PCRE2_SIZE err_off = 0;
   code_->code =
@@ -73,8 +75,11 @@ void Regex::split(std::string_view s, SplitBehavior behavior,
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof(msg));
-      throw UserError(std::string("tokenizer: regex match failed: ") +
-                      reinterpret_cast<char*>(msg));
+      // PCRE2's match or depth limit on a long piece: the text is the problem, not the pattern,
+      // so prepare reports it as a bad record (TokenizeError).
+      throw TokenizeError(code_->where + ": regex match failed at byte " + std::to_string(pos) +
+                          " of a " + std::to_string(s.size()) +
+                          "-byte text: " + reinterpret_cast<char*>(msg));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md.get());
     const size_t b = ov[0], e = ov[1];

@@ -9,7 +9,17 @@
 #include <string_view>
 #include <vector>
 
+#include "core/error.h"
+
 namespace lmt {
+
+// A text a tokenizer cannot encode (PCRE2's match or depth limit on a long piece): a user error
+// about that text, which `prepare` reports as a bad record of its source (FILE:LINE, or skipped
+// under on_error: skip).
+class TokenizeError : public UserError {
+ public:
+  using UserError::UserError;
+};
 
 enum class SplitBehavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
