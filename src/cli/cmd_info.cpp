@@ -163,7 +163,11 @@ Run add_info(CLI::App& app) {
     LoraLayout lora;
     if (!adapter.empty()) {
       const LoraSpec spec = read_peft_adapter_config(adapter);
-      lora = lora_layout(cfg, spec);
+      try {
+        lora = lora_layout(cfg, spec);
+      } catch (const UserError& e) {
+        throw UserError(adapter + "/adapter_config.json: " + e.what());
+      }
       run.lora.rank = spec.rank;
       run.lora.alpha = spec.alpha;
       run.lora.target_modules = spec.target_modules;

@@ -1,14 +1,16 @@
 // lmtrain: one binary for training and fine-tuning decoder-only language models.
-// Exit codes: 0 success, 2 a user error (bad config, missing file, ...), 3 a non-finite training
-// step, 1 an internal error.
+// Exit codes: 0 success, 2 a user error (bad config, missing file, ..., or out of memory), 3 a
+// non-finite training step, 1 an internal error.
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <string>
 
 #include "backend/cuda/cuda_info.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
@@ -51,6 +53,15 @@ int main(int argc, char** argv) {
   } catch (const std::filesystem::filesystem_error& e) {
     // A path the user gave that the system refuses (a symbolic link loop, no permission, ...).
     std::fprintf(stderr, "lmtrain: error: %s\n", e.what());
+    return lmt::kExitUserError;
+  } catch (const std::bad_alloc&) {
+    // Sizes are checked against the machine before the large allocations; what is left is an
+    // input or a step that needs more memory than is free now.
+    std::fprintf(stderr,
+                 "lmtrain: error: out of memory (this machine has %s; other processes may hold "
+                 "part of it): use a smaller input, model or batch, or a machine with more "
+                 "memory\n",
+                 lmt::gib_text(lmt::physical_memory_bytes()).c_str());
     return lmt::kExitUserError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "lmtrain: internal error: %s\n", e.what());

@@ -10,7 +10,10 @@
 namespace lmt {
 
 // Bounds per kind of file: what a real one of the kind is, many times over.
-constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;    // YAML configs, config.json, ...
+constexpr uint64_t kMaxConfigBytes = uint64_t{64} << 20;  // config.json, manifests, ...
+// A run config is written by hand (a few KiB); yaml-cpp's nodes take ~50 times the text, so the
+// bound is what keeps a stray large file from taking gigabytes before it is refused.
+constexpr uint64_t kMaxYamlConfigBytes = uint64_t{4} << 20;
 constexpr uint64_t kMaxTokenizerBytes = uint64_t{1} << 30;  // tokenizer.json, tokenizer.model
 constexpr uint64_t kNoSizeLimit = 0;
 

@@ -103,7 +103,7 @@ ChatTemplate::Style plain_instruction_style() {
 // A custom template (see the header for the syntax).
 ChatTemplate::Style parse_custom(const std::string& t, const std::string& key) {
   auto fail = [&](const std::string& why) {
-    throw UserError(key + ": " + why + " in the custom template '" + t +
+    throw UserError(key + ": " + why + " in the custom template '" + excerpt(t) +
                     "' (placeholders: {role}, {Role}, {content}, {turn}; {{ and }} for braces)");
   };
   // Pieces: text before {turn} (prefix), before {content} (header), after it (end).
@@ -233,7 +233,7 @@ ChatTemplate ChatTemplate::from_setting(const std::string& setting, const std::s
     t.name_ = "custom";
     t.chat_ = parse_custom(setting, key);
   } else {
-    throw UserError(key + ": '" + setting +
+    throw UserError(key + ": '" + excerpt(setting) +
                     "' is neither a built-in template (chatml, qwen2.5, llama3, gemma, plain) nor "
                     "a custom template (a message pattern with {role} and {content} placeholders)");
   }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -336,8 +337,9 @@ uint64_t parse_byte_size(const std::string& s, const std::string& what) {
                                                       {"tib", 1099511627776.0}};
   auto it = scale.find(unit);
   if (it == scale.end()) throw bad();
-  const double bytes = std::stod(m[1].str()) * it->second;
-  if (bytes < 1 || bytes > 1e18) throw UserError(what + ": '" + s + "' must be at least 1 byte");
+  const double bytes = std::strtod(m[1].str().c_str(), nullptr) * it->second;  // inf if huge
+  if (bytes < 1) throw UserError(what + ": '" + s + "' must be at least 1 byte");
+  if (!(bytes <= 1e18)) throw UserError(what + ": '" + s + "' is too large (at most 1000 PB)");
   return static_cast<uint64_t>(bytes);
 }
 

@@ -105,9 +105,34 @@ LoraSpec read_peft_adapter_config(const std::string& dir) {
   return s;
 }
 
+namespace {
+
+// The rank adapter_config.json gives against the adapter tensors' own (a header read), before
+// add_lora sizes buffers by it.
+void check_rank_of_tensors(const std::string& dir, const LoraSpec& spec) {
+  const std::string path = (fs::path(dir) / "adapter_model.safetensors").string();
+  const SafetensorsFile st = SafetensorsFile::open(path);
+  for (const std::string& name : st.names()) {
+    if (!name.ends_with(".lora_A.weight")) continue;
+    const Shape& shape = st.meta(name).shape;
+    if (shape.dims().size() != 2 || shape[0] != spec.rank)
+      throw UserError((fs::path(dir) / "adapter_config.json").string() + ": r is " +
+                      std::to_string(spec.rank) + " but " + path + " holds '" + name +
+                      "' of shape " + shape.str() + " (rank first)");
+  }
+}
+
+}  // namespace
+
 void load_peft_adapter(const std::string& dir, Transformer& model) {
   load_verified(dir, [&] {
     const LoraSpec spec = read_peft_adapter_config(dir);
+    try {
+      lora_layout(model.config(), spec);  // the rank and modules against the model's shape
+    } catch (const UserError& e) {
+      throw UserError((fs::path(dir) / "adapter_config.json").string() + ": " + e.what());
+    }
+    check_rank_of_tensors(dir, spec);  // and against the tensors, before add_lora sizes by it
     try {
       model.add_lora(spec, 0);
     } catch (const UserError& e) {

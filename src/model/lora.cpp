@@ -1,6 +1,7 @@
 // The adapter layout: the projections of each family and the PEFT names of their adapters.
 #include "model/lora.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -103,6 +104,16 @@ LoraLayout lora_layout(const ModelConfig& cfg, const LoraSpec& spec) {
   if (spec.target_modules.empty())
     throw UserError("lora.target_modules is empty: name the projections to adapt, or all-linear");
   const std::vector<LoraModule> modules = lora_modules(cfg);
+  // A rank above a projection's smaller side adds nothing; above the widest side it is a mistake
+  // (or an absurd adapter_config.json) whose buffers would be rank x width per target.
+  int64_t widest = 0;
+  for (const LoraModule& m : modules) widest = std::max({widest, m.in, m.out});
+  if (spec.rank > widest)
+    throw UserError("lora.rank (" + std::to_string(spec.rank) +
+                    ") is larger than the widest projection of the model (" +
+                    std::to_string(widest) +
+                    "); a rank above a projection's smaller side adds "
+                    "nothing");
   std::string names;
   for (const LoraModule& m : modules) names += (names.empty() ? "" : ", ") + m.path;
   const bool all = spec.target_modules.size() == 1 && spec.target_modules[0] == "all-linear";

@@ -189,7 +189,7 @@ YAML::Node load_yaml_file(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw UserError("config file '" + path + "' not found");
   if (fs::is_directory(path, ec)) throw UserError("config file '" + path + "' is a directory");
-  const std::string text = read_regular_file(path, "config file", kMaxConfigBytes);
+  const std::string text = read_regular_file(path, "config file", kMaxYamlConfigBytes);
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {

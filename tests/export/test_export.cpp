@@ -305,6 +305,10 @@ TEST(SaveHfModel, ParsesSizesAndDtypes) {
     test::expect_user_error([&] { parse_byte_size(bad, "--max-shard-size"); },
                             {"--max-shard-size", "is not a size"});
   test::expect_user_error([&] { parse_byte_size("0", "--max-shard-size"); }, {"at least 1 byte"});
+  for (const std::string& huge : {std::string("99999999999999999999999GB"),
+                                  std::string("1000000TiB"), "1" + std::string(400, '0') + "B"})
+    test::expect_user_error([&] { parse_byte_size(huge, "--max-shard-size"); },
+                            {"--max-shard-size", "too large"});
   EXPECT_EQ(parse_export_dtype("bfloat16", "d"), DType::bf16);
   EXPECT_EQ(parse_export_dtype("f16", "d"), DType::f16);
   test::expect_user_error([&] { parse_export_dtype("f64", "--dtype"); }, {"--dtype", "'f64'"});
