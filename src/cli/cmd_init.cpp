@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/config_yaml.h"
 #include "io/hf_export.h"
@@ -92,6 +93,7 @@ Run add_init(CLI::App& app) {
       opt.tokenizer = tokenizer_file(o->tokenizer);  // a directory names its tokenizer file
     }
     const ModelConfig cfg = init_model_config(o->family, o->sets, tok.get());
+    Transformer::check_weights_fit(cfg, DType::f32, physical_memory_bytes());
     auto be = make_backend("cpu");
     Transformer model(be.get(), cfg);
     model.init_weights(o->seed);

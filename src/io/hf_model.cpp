@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/regular_file.h"
 #include "io/dir_checksums.h"
 #include "io/hf_config.h"
@@ -182,7 +183,9 @@ void load_hf_weights_unverified(const std::string& dir, Transformer& model) {
 std::unique_ptr<Transformer> load_hf_model(const std::string& dir, Backend* be, DType dt) {
   std::unique_ptr<Transformer> model;
   load_verified(dir, [&] {
-    model = std::make_unique<Transformer>(be, read_hf_model_config(dir), dt);
+    const ModelConfig cfg = read_hf_model_config(dir);
+    Transformer::check_weights_fit(cfg, dt, physical_memory_bytes());  // before any allocation
+    model = std::make_unique<Transformer>(be, cfg, dt);
     load_hf_weights_unverified(dir, *model);
   });
   return model;

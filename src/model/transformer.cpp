@@ -10,7 +10,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "core/host_memory.h"
 #include "model/rope.h"
 
 namespace lmt {
@@ -90,7 +89,6 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
       base_dt_(dt) {
   LMT_CHECK(dt == DType::f32 || dt == DType::f64, "Transformer: dtype must be f32 or f64");
   cfg_.validate();
-  check_weights_fit(cfg_, dt, physical_memory_bytes());  // before any allocation
   tr_ = cfg_.traits();
   act_ = activation_of(cfg_.hidden_act);
   dims_ = dims_of(cfg_);

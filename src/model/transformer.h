@@ -100,8 +100,9 @@ class Transformer {
   // staging buffer and the f32 copies), without a model.
   static size_t base_bytes(const ModelConfig& cfg, DType base_dt);
   // Throws UserError naming the parameter count, the bytes of its weights in `dt` and
-  // `available` when the weights alone exceed it (0: no check). The constructor checks the
-  // host's physical memory so that no command allocates a model that can never fit.
+  // `available` when the weights alone exceed it (0: no check). Commands that build a model call
+  // it with the host's physical memory before the constructor (not the constructor itself: a
+  // compile-only PJRT model allocates nothing).
   static void check_weights_fit(const ModelConfig& cfg, DType dt, uint64_t available);
   void* trainable_data() const { return has_lora() ? lora_data() : params_data(); }
   void* trainable_grads_data() const { return has_lora() ? lora_grads_data() : grads_data(); }
