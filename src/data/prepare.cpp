@@ -17,8 +17,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/remove_on_error.h"
 #include "core/threads.h"
+#include "core/remove_on_error.h"
 #include "core/timer.h"
 #include "data/packing.h"
 #include "data/schema.h"
