@@ -340,6 +340,22 @@ TEST(CustomTemplate, SyntaxAndMask) {
       EXPECT_EQ(std::string(e.what()).rfind("data.sources[1].chat_template: ", 0), 0u) << e.what();
     }
   }
+  // A bad template of megabytes is quoted by its start, not echoed whole.
+  for (const std::string& huge :
+       {"{content} {content}" + std::string(5 << 20, 'x'), std::string(5 << 20, 'x') + "{"}) {
+    try {
+      ChatTemplate::from_setting(huge, "k");
+      ADD_FAILURE() << "a bad template must be refused";
+    } catch (const UserError& e) {
+      EXPECT_LT(std::string(e.what()).size(), 1000u);
+    }
+  }
+  try {
+    ChatTemplate::from_setting(std::string(5 << 20, 'x'), "k");  // neither built-in nor custom
+    ADD_FAILURE() << "an unknown template must be refused";
+  } catch (const UserError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 1000u);
+  }
 }
 
 TEST(PlainTemplate, ChatTurnsAreRolePrefixed) {
