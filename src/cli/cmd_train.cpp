@@ -13,7 +13,7 @@ Run add_train(CLI::App& app) {
     std::string config;
     std::vector<std::string> sets;
     std::string resume_from;
-    bool help_config = false;
+    bool help_config = false, allow_data_change = false;
   };
   auto o = std::make_shared<Opts>();
   auto* config = app.add_option("--config", o->config, "YAML config file");
@@ -24,6 +24,9 @@ Run add_train(CLI::App& app) {
                                 "continue from the newest checkpoint in out_dir, or from the one "
                                 "named (--resume step_0000400, or a checkpoint's path)")
                      ->expected(0, 1);
+  app.add_flag("--allow-data-change", o->allow_data_change,
+               "with --resume: continue on a token store or tokenizer other than the one the "
+               "checkpoint trained on (refused without it)");
   return [o, resume]() {
     if (o->help_config) {
       RunConfig defaults;
@@ -33,7 +36,8 @@ Run add_train(CLI::App& app) {
     if (o->config.empty()) throw UserError("train: --config FILE is required");
     RunConfig cfg = load_run_config(o->config, o->sets);
     const int64_t max_steps = cfg.train.max_steps;
-    TrainResult r = train(std::move(cfg), resume->count() > 0, 0, o->resume_from);
+    TrainResult r =
+        train(std::move(cfg), resume->count() > 0, 0, o->resume_from, o->allow_data_change);
     if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint
     if (r.steps == r.first_step) {  // resumed at (or past) max_steps: no step ran, no loss
       fmt::print(

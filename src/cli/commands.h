@@ -24,6 +24,7 @@ Run add_export(CLI::App& app);
 Run add_init(CLI::App& app);
 Run add_info(CLI::App& app);
 Run add_plot(CLI::App& app);
+Run add_check(CLI::App& app);
 
 // The model directory a flag names: a directory with config.json (a checkpoint or a Hugging Face
 // directory) as it is, or a run directory's newest checkpoint. `flag` names it in messages.

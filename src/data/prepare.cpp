@@ -388,6 +388,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
     if (empty_after_tokenizing) sm.skipped_by_reason["no tokens"] += empty_after_tokenizing;
     m.sources.push_back(std::move(sm));
   }
+  record_store_checksums(tmp_dir.string(), m);
   m.prepare_seconds = clock.seconds();
   write_manifest(tmp_dir.string(), m);
 

@@ -200,6 +200,10 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                        {"optimizer", state.optimizer}, {"tokens", state.tokens},
                        {"loader", state.loader},       {"config_hash", state.config_hash},
                        {"tokenizer", state.tokenizer}};
+  if (!state.data_fingerprint.empty())
+    sj["data"] = {{"store", state.data_store},
+                  {"fingerprint", state.data_fingerprint},
+                  {"tokenizer_fingerprint", state.tokenizer_fingerprint}};
   if (model.has_lora())
     sj["lora"] = {{"base_init_from", state.base_init_from}, {"base_hash", state.base_hash}};
   write_text_file((tmp / "state.json").string(), sj.dump(2) + "\n");
@@ -454,6 +458,12 @@ CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model
     s.loader = j.at("loader");
     s.config_hash = j.value("config_hash", std::string());
     s.tokenizer = j.value("tokenizer", std::string());
+    if (j.contains("data")) {
+      const nlohmann::json& d = j.at("data");
+      s.data_store = d.at("store").get<std::string>();
+      s.data_fingerprint = d.at("fingerprint").get<std::string>();
+      s.tokenizer_fingerprint = d.at("tokenizer_fingerprint").get<std::string>();
+    }
     if (j.contains("lora")) {
       s.lora = true;
       s.base_init_from = j.at("lora").at("base_init_from").get<std::string>();

@@ -24,6 +24,10 @@ struct CheckpointState {
   nlohmann::json loader;            // the loader's state
   std::string config_hash;
   std::string tokenizer;
+  // What the run trained on: the token store (data.store, or the one prepared into the run),
+  // store_fingerprint() of it, and tokenizer_fingerprint() of data.tokenizer; empty in a
+  // checkpoint from before they were recorded.
+  std::string data_store, data_fingerprint, tokenizer_fingerprint;
   // LoRA runs: the frozen base the adapters belong to (train.init_from; empty: initialised from
   // train.seed) and base_weights_hash() of its weights. Such a checkpoint holds the adapters
   // (adapter_model.safetensors, adapter_config.json: a PEFT adapter directory), not the base.

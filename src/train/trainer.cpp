@@ -64,6 +64,8 @@ class StopSignals {
 struct RunDir {
   fs::path path;
   std::string config_yaml, config_hash;
+  // What the run trains on (CheckpointState's fields of the same names).
+  std::string data_store, data_fingerprint, tokenizer_fingerprint;
 };
 
 fs::path make_run_dir(const std::string& out_dir) {
@@ -274,6 +276,9 @@ std::string save(const RunDir& dir, const RunConfig& cfg, const BuiltModel& buil
   st.loader = loader.get_state();
   st.config_hash = dir.config_hash;
   st.tokenizer = cfg.data.tokenizer;
+  st.data_store = dir.data_store;
+  st.data_fingerprint = dir.data_fingerprint;
+  st.tokenizer_fingerprint = dir.tokenizer_fingerprint;
   st.lora = cfg.lora.rank > 0;
   st.base_init_from = cfg.train.init_from;
   st.base_hash = built.base_hash;
@@ -312,6 +317,31 @@ struct Position {
   bool config_changed = false;  // since the checkpoint resumed from was written
 };
 
+// A resumed run trains on the data and tokenizer its checkpoint trained on: a store prepared
+// again from other data, or another tokenizer of the same vocabulary size, would go on quietly
+// (the loader's position indexing other samples, ids meaning other text). Returns what differs
+// ("" when nothing does, or the checkpoint is from before this was recorded); a UserError unless
+// `allow`.
+std::string check_same_data(const CheckpointState& was, const RunDir& dir, const RunConfig& cfg,
+                            const std::string& ckpt, bool allow) {
+  if (was.data_fingerprint.empty()) return "";
+  std::string what;
+  if (was.data_fingerprint != dir.data_fingerprint)
+    what = fmt::format(
+        "it trained on token store '{}' (content {}), and the store '{}' holds other tokens now "
+        "({})",
+        was.data_store, was.data_fingerprint, dir.data_store, dir.data_fingerprint);
+  if (was.tokenizer_fingerprint != dir.tokenizer_fingerprint)
+    what += fmt::format("{}it trained with tokenizer '{}' ({}), and data.tokenizer '{}' is {}",
+                        what.empty() ? "" : "; ", was.tokenizer, was.tokenizer_fingerprint,
+                        cfg.data.tokenizer, dir.tokenizer_fingerprint);
+  if (!what.empty() && !allow)
+    throw UserError("--resume: checkpoint " + ckpt + " cannot continue on this data: " + what +
+                    ". Point data.store / data.tokenizer at what it trained on, or pass "
+                    "--allow-data-change to continue on this data on purpose");
+  return what;
+}
+
 Position resume_position(const BuiltModel& built, Loader& loader, const RunDir& dir,
                          const std::optional<std::string>& ckpt) {
   Position at;
@@ -327,20 +357,26 @@ Position resume_position(const BuiltModel& built, Loader& loader, const RunDir& 
 
 }  // namespace
 
-TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from) {
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from,
+                  bool allow_data_change) {
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
-  const RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg)};
+  RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg)};
   const RunDirLock lock(dir.path.string());  // held until train() returns
   remove_run_dir_leftovers(dir.path);
   const std::optional<std::string> ckpt = resume_point(dir.path, resume, resume_from);
 
   TrainData data = open_train_data(cfg, resume);
+  dir.data_store = fs::absolute(data.dir).string();
+  dir.data_fingerprint = data.fingerprint;
+  dir.tokenizer_fingerprint = tokenizer_fingerprint(cfg.data.tokenizer);
   Loader loader(*data.train, tc.micro_batch_size, static_cast<uint64_t>(tc.seed));
   Evaluation evaluation(cfg, data);
   const BuiltModel built = build_model(cfg, {StartFrom::run, false, ckpt.value_or("")});
   Transformer& model = *built.model;
+  const std::string data_change =
+      built.resumed ? check_same_data(*built.resumed, dir, cfg, *ckpt, allow_data_change) : "";
   const Position at = resume_position(built, loader, dir, ckpt);
   int64_t step = at.step, tokens = at.tokens;
   write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
@@ -351,6 +387,8 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   const double flops_per_token = train_flops_per_token(model, cfg.data.seq_len);
   log_run_start(metrics, cfg, data, built, peak, flops_per_token);
   if (ckpt) log_resume(metrics, dir.path, *ckpt, step, !resume_from.empty());
+  if (!data_change.empty())
+    metrics.log_line("note: continuing on other data (--allow-data-change): " + data_change);
 
   TrainResult result;
   result.first_step = step;

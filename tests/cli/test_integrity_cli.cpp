@@ -146,3 +146,59 @@ TEST_F(Integrity, AChecksumListingMustCoverTheCheckpoint) {
 }
 
 }  // namespace
+
+namespace {
+
+// Prepares the run's data into a store of its own (data.store), as a user would.
+std::string prepared(const std::string& cfg, const fs::path& store) {
+  const Result p = run("prepare --quiet --config " + cfg + " --out " + store.string());
+  EXPECT_EQ(p.code, 0) << p.out;
+  return " --set data.store=" + store.string();
+}
+
+// A store prepared again from other data at the same path is not the data a checkpoint trained
+// on: the resume is refused, naming both, unless the user says it is meant.
+TEST_F(Integrity, AResumeOnOtherDataIsRefusedUnlessAllowed) {
+  const std::string cfg = config();
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(cfg, store);
+  ASSERT_EQ(run("train --config " + cfg + use).code, 0);
+  // The same lengths in other letters: the same samples, other tokens.
+  std::ofstream(dir_ / "data.txt", std::ios::trunc)
+      << "FIRST DOCUMENT\n%\nSECOND ONE, A LITTLE LONGER\n%\nTHIRD DOCUMENT HERE\n%\nFOURTH\n";
+  prepared(cfg, store);
+  const std::string resume = "train --config " + cfg + use + " --resume --set train.max_steps=6";
+  expect_named(run(resume), {"checkpoint " + step(4).string() + " cannot continue on this data",
+                             "token store '" + store.string(), "--allow-data-change"});
+  const Result r = run(resume + " --allow-data-change");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: continuing on other data (--allow-data-change)"), std::string::npos)
+      << r.out;
+}
+
+// A shard changed after prepare (here one byte of its tokens) is named when a run opens it and by
+// `lmtrain check`, which also checks a run's checkpoints.
+TEST_F(Integrity, AChangedShardIsNamedAtOpenAndByCheck) {
+  const std::string cfg = config();
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(cfg, store);
+  ASSERT_EQ(run("train --config " + cfg + use).code, 0);
+  const Result good = run("check " + store.string() + " " + out().string());
+  EXPECT_EQ(good.code, 0) << good.out;
+  EXPECT_NE(good.out.find("ok       checkpoint " + step(4).string()), std::string::npos)
+      << good.out;
+  EXPECT_NE(good.out.find("ok       token store " + store.string()), std::string::npos) << good.out;
+  flip_bit(store / "train-00000.bin", 3, 0);
+  expect_named(run("train --config " + cfg + use + " --resume --set train.max_steps=6"),
+               {(store / "train-00000.bin").string() + "' is not the file prepare wrote"});
+  const Result bad = run("check " + store.string());
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("DAMAGED  token store " + store.string()), std::string::npos) << bad.out;
+  flip_bit(step(2) / "config.json", 3, 0);
+  const Result ck = run("check " + out().string());
+  EXPECT_EQ(ck.code, 2) << ck.out;
+  EXPECT_NE(ck.out.find("DAMAGED  checkpoint " + step(2).string()), std::string::npos) << ck.out;
+  EXPECT_NE(ck.out.find("ok       checkpoint " + step(4).string()), std::string::npos) << ck.out;
+}
+
+}  // namespace
