@@ -1,5 +1,7 @@
 #include <fmt/core.h>
 
+#include <csignal>
+
 #include "cli/commands.h"
 #include "core/error.h"
 #include "io/config_yaml.h"
@@ -38,7 +40,8 @@ Run add_train(CLI::App& app) {
     const int64_t max_steps = cfg.train.max_steps;
     TrainResult r =
         train(std::move(cfg), resume->count() > 0, 0, o->resume_from, o->allow_data_change);
-    if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint
+    // Stopped by a signal, after writing a checkpoint: the shell's code for that signal.
+    if (r.interrupted) return 128 + (r.signal ? r.signal : SIGINT);
     if (r.steps == r.first_step) {  // resumed at (or past) max_steps: no step ran, no loss
       fmt::print(
           "nothing to do: the checkpoint is at step {} and train.max_steps is {} (raise "

@@ -38,26 +38,28 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);  // the first signal is the one reported
 }
 
-// SIGINT / SIGTERM during a run: finish the step in flight, write a checkpoint, return.
+// SIGINT, SIGTERM or SIGHUP (a closed terminal) during a run: finish the step in flight, or stop
+// an evaluation after its batch in flight, write the checkpoint of the last finished step, return.
+// Every signal counts (the first one's number is kept); none is lost while evaluating or saving.
 class StopSignals {
  public:
   StopSignals() {
     g_stop_signal.store(0);
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
+    for (size_t i = 0; i < std::size(kSignals); ++i)
+      old_[i] = std::signal(kSignals[i], on_stop_signal);
   }
   ~StopSignals() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
+    for (size_t i = 0; i < std::size(kSignals); ++i) std::signal(kSignals[i], old_[i]);
   }
   int received() const { return g_stop_signal.load(); }
 
  private:
-  void (*old_int_)(int);
-  void (*old_term_)(int);
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  void (*old_[std::size(kSignals)])(int);
 };
 
 // The run directory and what every checkpoint of the run records of its config.
@@ -104,13 +106,14 @@ std::optional<std::string> resume_point(const fs::path& run_dir, bool resume,
 }
 
 // The loss sum and labelled tokens over the evaluation batches.
+// Stops early (a partial sum) once a stop signal has arrived.
 LossSum evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T,
                  bool masking) {
   loader.reset();
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size()), starts(ids.size()),
       pos(ids.size());
   LossSum total;
-  for (int64_t i = 0; i < batches; ++i) {
+  for (int64_t i = 0; i < batches && g_stop_signal.load() == 0; ++i) {
     loader.next(ids.data(), labels.data(), starts.data(), pos.data());
     const Transformer::Packing packing{pos.data(), starts.data()};
     LossSum s = model.forward_loss(ids.data(), labels.data(), B, T, masking ? &packing : nullptr);
@@ -144,9 +147,10 @@ class Evaluation {
             std::make_unique<EvalLoader>(val, tc_.micro_batch_size, i, 0, 1));
   }
 
-  // Logs the evaluation at `step` and keeps its loss in result.last_val_loss.
+  // Logs the evaluation at `step` and keeps its loss in result.last_val_loss. A stop signal ends
+  // it after the batch in flight, with nothing logged.
   void run(Transformer& model, Metrics& metrics, int64_t step, TrainResult& result) {
-    if (!all_) return;
+    if (!all_ || g_stop_signal.load() != 0) return;
     const int64_t B = tc_.micro_batch_size;
     const int64_t batches = tc_.eval_steps > 0 ? tc_.eval_steps : all_->batches_per_pass();
     result.last_val_loss = mean(evaluate(model, *all_, batches, B, T_, tc_.document_masking));
@@ -156,6 +160,7 @@ class Evaluation {
                                  T_, tc_.document_masking);
       sources.push_back({name, mean(s), s.tokens});
     }
+    if (g_stop_signal.load() != 0) return;  // cut short: not an evaluation
     metrics.log_eval(step, result.last_val_loss, batches * B * T_, sources);
   }
 
@@ -420,28 +425,38 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     if (step % tc.log_every == 0 || step == tc.max_steps)
       metrics.log_step(step_log.take(step, tokens, r));
     if (train_step.queued() == 0) {  // the model is this step's
+      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
       if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
         evaluation.run(model, metrics, step, result);
-      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
     }
     t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
   }
   result.steps = step;
-  if (result.interrupted) {
-    if (step > result.first_step) save_now();
+  auto stopped = [&] {
+    result.interrupted = true;
+    result.signal = signals.received();
     metrics.log_line(fmt::format("stopped at step {}{}; continue with --resume", step,
-                                 signals.received() ? " on a signal" : ""));
+                                 result.signal ? " on a signal" : ""));
     return result;
+  };
+  if (result.interrupted) {
+    const bool saved = result.last_checkpoint.ends_with(fmt::format("step_{:07d}", step));
+    if (step > result.first_step && !saved) save_now();
+    return stopped();
   }
   if (step > result.first_step || !ckpt) {
-    evaluation.run(model, metrics, step, result);
+    // The checkpoint first: a signal during the evaluation (and a scheduler's SIGKILL after it)
+    // then costs nothing but the evaluation.
     save_now();
+    evaluation.run(model, metrics, step, result);
+    if (signals.received()) return stopped();
   } else if (resume_from.empty()) {
     // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
     // and pruning the oldest ones is tidied as the save would have.
     prune_checkpoints(dir.path.string(), tc.keep_last);
   }
-  if (tc.sample_tokens > 0) log_sample(metrics, cfg, model);
+  if (tc.sample_tokens > 0 && !signals.received()) log_sample(metrics, cfg, model);
+  if (signals.received()) return stopped();
   return result;
 }
 

@@ -19,7 +19,8 @@ struct TrainResult {
   double last_val_loss = -1;  // -1: never evaluated
   double val_unigram_entropy = 0;
   std::string last_checkpoint;
-  bool interrupted = false;  // stopped before max_steps (signal or stop_after)
+  bool interrupted = false;  // stopped by a signal or by stop_after
+  int signal = 0;            // the stop signal (SIGINT, SIGTERM, SIGHUP); 0: none
 };
 
 // stop_after > 0 ends the run early, with a checkpoint, once that many optimizer steps are done

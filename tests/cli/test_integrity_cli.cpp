@@ -202,3 +202,48 @@ TEST_F(Integrity, AChangedShardIsNamedAtOpenAndByCheck) {
 }
 
 }  // namespace
+
+namespace {
+
+// A signal while the run evaluates (here an evaluation of a million batches, hours long) stops it
+// within seconds, exiting 128 + the signal, with the checkpoint of the last finished step; at the
+// end of a run that checkpoint is written before the final evaluation begins.
+void stop_during_evaluation(const fs::path& dir, const std::string& cfg, bool final_eval,
+                            const char* sig, int code) {
+  SCOPED_TRACE(std::string(sig) + (final_eval ? " during the final evaluation" : " mid-run"));
+  fs::remove_all(dir / "out");
+  const std::string sets =
+      final_eval ? " --set train.max_steps=1"
+                 : " --set train.max_steps=1000 --set train.eval_every=1 --set train.save_every=0";
+  // The final evaluation starts once the checkpoint is there; a mid-run one once step 1 is logged.
+  const std::string ready = final_eval ? (dir / "out/checkpoints/step_0000001/state.json").string()
+                                       : (dir / "out/metrics.jsonl").string();
+  const Result r =
+      run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg + sets +
+                " --set train.eval_steps=1000000 > " + (dir / "log").string() +
+                " 2>&1 & pid=$!; for i in $(seq 600); do [ -s " + ready +
+                " ] && break; sleep 0.05; done; sleep 0.5; start=$(date +%s%N); kill -" + sig +
+                " $pid; wait $pid; echo rc=$?; echo ms=$(( ($(date +%s%N) - start) / 1000000 )))");
+  EXPECT_NE(r.out.find("rc=" + std::to_string(code)), std::string::npos) << r.out;
+  const size_t at = r.out.find("ms=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_LT(std::stoi(r.out.substr(at + 3)), 5000) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "out/checkpoints/step_0000001/checksums.json")) << r.out;
+  std::ifstream log(dir / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("stopped at step 1 on a signal"), std::string::npos) << text;
+}
+
+TEST_F(Integrity, SignalsDuringEvaluationStopWithTheLastStepsCheckpoint) {
+  {
+    std::ofstream f(dir_ / "data.txt", std::ios::trunc);
+    for (int i = 0; i < 200; ++i) f << "document number " << i << " of the evaluation test\n%\n";
+  }
+  const std::string cfg = config() + " --set data.val_fraction=0.25";
+  stop_during_evaluation(dir_, cfg, true, "TERM", 143);
+  stop_during_evaluation(dir_, cfg, true, "HUP", 129);
+  stop_during_evaluation(dir_, cfg, false, "TERM", 143);
+  stop_during_evaluation(dir_, cfg, false, "INT", 130);
+}
+
+}  // namespace
