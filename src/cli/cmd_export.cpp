@@ -111,11 +111,14 @@ std::string add_tokenizer(const fs::path& dir, HfExportOptions& opt) {
 
 }  // namespace
 
-fs::path resolve_model_dir(const std::string& arg, const char* flag) {
+fs::path resolve_model_dir(const std::string& arg, const char* flag, CheckpointHold& hold) {
   const fs::path dir = arg;
   if (!fs::exists(dir)) throw UserError(std::string(flag) + ": '" + arg + "' does not exist");
-  if (fs::exists(dir / "config.json")) return dir;
-  auto latest = find_latest_checkpoint(arg);
+  if (fs::exists(dir / "config.json")) {
+    hold.take(arg);  // a checkpoint of a run that may be pruning
+    return dir;
+  }
+  auto latest = hold_latest_checkpoint(arg, hold);
   if (!latest)
     throw UserError(std::string(flag) + ": '" + arg +
                     "' is neither a checkpoint (no config.json) nor a run with checkpoints");
@@ -165,7 +168,8 @@ template <class Opts>
 int export_gguf(const Opts& o) {
   GgufExportOptions opt;
   opt.type = o.dtype.empty() ? GgufType::bf16 : parse_gguf_type(o.dtype, "--dtype");
-  const fs::path dir = resolve_model_dir(o.checkpoint, "--checkpoint");
+  CheckpointHold hold;
+  const fs::path dir = resolve_model_dir(o.checkpoint, "--checkpoint", hold);
   if (!o.adapter.empty() && !o.merge)
     throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
   HfExportOptions hf;
@@ -242,7 +246,8 @@ Run add_export(CLI::App& app) {
         o->dtype.empty() ? std::nullopt
                          : std::optional<DType>(parse_export_dtype(o->dtype, "--dtype"));
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
-    const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
+    CheckpointHold hold;
+    const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint", hold);
     const bool lora_checkpoint = is_lora_checkpoint(dir.string());
     const bool adapter_only = lora_checkpoint && !o->merge;
     opt.dtype = dtype.value_or(adapter_only ? DType::f32 : DType::bf16);

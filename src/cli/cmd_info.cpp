@@ -126,7 +126,8 @@ Run add_info(CLI::App& app) {
   const std::shared_ptr<MeshOptions> mo = add_mesh_options(app);
   mo->micro_batch = micro_batch;
   return [o, mo]() {
-    const std::string dir = resolve_model_dir(o->model, "--model").string();
+    CheckpointHold hold;
+    const std::string dir = resolve_model_dir(o->model, "--model", hold).string();
     const ModelConfig cfg = read_hf_model_config(dir);
     StepShape shape;
     shape.micro_batch = o->micro_batch;

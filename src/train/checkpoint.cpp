@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -246,11 +248,40 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const auto all = step_dirs(root);  // newest first
   for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+    const int fd = ::open(all[i].second.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // a reader holds it
+      ::close(fd);
+      continue;
+    }
     // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
     const fs::path doomed =
         root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
     fs::rename(all[i].second, doomed);
     fs::remove_all(doomed);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+bool CheckpointHold::take(const std::string& dir) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) return false;
+  ::flock(fd_, LOCK_SH);  // waits only while a prune renames and deletes it
+  struct stat held {
+  }, now{};
+  return ::fstat(fd_, &held) == 0 && ::stat(dir.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+         held.st_dev == now.st_dev;
+}
+
+CheckpointHold::~CheckpointHold() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<std::string> hold_latest_checkpoint(const std::string& run_dir,
+                                                  CheckpointHold& hold) {
+  for (;;) {
+    std::optional<std::string> latest = find_latest_checkpoint(run_dir);
+    if (!latest || hold.take(*latest)) return latest;
   }
 }
 

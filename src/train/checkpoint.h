@@ -55,7 +55,28 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const std::vector<StateBuffer>& optimizer, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last);
 
-// Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does.
+// A shared hold on a checkpoint directory while a command (export, generate) reads it: pruning
+// leaves a held checkpoint for a later save to delete, so a run that saves and prunes never takes
+// files away from under a reader. Released when destroyed (or when the process ends).
+class CheckpointHold {
+ public:
+  CheckpointHold() = default;
+  // False when `dir` is no longer there once held (a prune renamed it away first).
+  bool take(const std::string& dir);
+  ~CheckpointHold();
+  CheckpointHold(const CheckpointHold&) = delete;
+  CheckpointHold& operator=(const CheckpointHold&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// The newest checkpoint of a run, held (as find_latest_checkpoint finds it, taken again if a
+// prune removes it before it is held); nullopt when the run has none.
+std::optional<std::string> hold_latest_checkpoint(const std::string& run_dir, CheckpointHold& hold);
+
+// Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does;
+// a checkpoint a reader holds (CheckpointHold) stays, for a later prune.
 void prune_checkpoints(const std::string& run_dir, int64_t keep_last);
 
 // Removes checkpoints/.tmp-* of a run: saves and deletions that a killed process left unfinished.

@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/output_lock.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -25,7 +26,6 @@
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/model_builder.h"
-#include "train/run_lock.h"
 #include "train/train_data.h"
 
 namespace lmt {
@@ -419,6 +419,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     }
     const StepReport r = train_step.advance(step, next, may_queue);
     ++step;
+    lock.check_held();  // the run directory deleted or replaced under the run: stop, named
     tokens += r.tokens;
     result.last_loss = r.loss;
     step_log.add(t.seconds(), r.tokens);

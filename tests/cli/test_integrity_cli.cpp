@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "core/output_lock.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -244,6 +245,56 @@ TEST_F(Integrity, SignalsDuringEvaluationStopWithTheLastStepsCheckpoint) {
   stop_during_evaluation(dir_, cfg, true, "HUP", 129);
   stop_during_evaluation(dir_, cfg, false, "TERM", 143);
   stop_during_evaluation(dir_, cfg, false, "INT", 130);
+}
+
+}  // namespace
+
+namespace {
+
+// The run directory deleted under a running train: the run stops at its next step with a message
+// naming it, instead of training on into nothing (and leaving the directory to a second writer).
+TEST_F(Integrity, ARunDirectoryDeletedMidRunStopsTheRun) {
+  const std::string cfg = config() + " --set train.max_steps=1000000 --set train.save_every=0";
+  const Result r = run_shell(
+      "(" + std::string(LMT_BINARY) + " train --config " + cfg + " > " + (dir_ / "log").string() +
+      " 2>&1 & pid=$!; for i in $(seq 600); do [ -s " + (out() / "metrics.jsonl").string() +
+      " ] && break; sleep 0.05; done; rm -rf " + out().string() + "; wait $pid; echo rc=$?)");
+  EXPECT_NE(r.out.find("rc=2"), std::string::npos) << r.out;
+  std::ifstream log(dir_ / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("lmtrain: error: train.out_dir: '" + out().string() +
+                      "' was deleted or replaced while this process was writing to it"),
+            std::string::npos)
+      << text;
+}
+
+// Two writers of one output: the second prepare or export is refused, naming the output and the
+// first's pid; what killed writers left beside an output (OUT.tmp-PID of a dead PID) is removed by
+// the next writer.
+TEST_F(Integrity, OneWriterPerOutputAndLeftoversOfDeadWritersAreRemoved) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  const std::string pid = "(pid " + std::to_string(::getpid()) + ")";
+  const fs::path store = dir_ / "store", exported = dir_ / "exported";
+  {
+    const lmt::OutputLock held = lmt::lock_output_path(store.string(), "data.store");
+    expect_named(
+        run("prepare --quiet --config " + cfg + " --out " + store.string()),
+        {"data.store: '" + store.string() + "' is in use by another lmtrain process " + pid});
+  }
+  {
+    const lmt::OutputLock held = lmt::lock_output_path(exported.string(), "--out");
+    expect_named(
+        run("export --checkpoint " + out().string() + " --out " + exported.string()),
+        {"--out: '" + exported.string() + "' is in use by another lmtrain process " + pid});
+  }
+  // A dead export's temporary directory (pid 999999999 is beyond any pid_max).
+  fs::create_directories(dir_ / "exported.tmp-999999999");
+  std::ofstream(dir_ / "exported.tmp-999999999" / "model.safetensors") << "half written";
+  const Result e = run("export --checkpoint " + out().string() + " --out " + exported.string());
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_FALSE(fs::exists(dir_ / "exported.tmp-999999999"));
+  EXPECT_FALSE(fs::exists(dir_ / ".exported.lock"));  // the lock file goes with its writer
 }
 
 }  // namespace
