@@ -243,10 +243,47 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& root) {
 
 }  // namespace
 
+namespace {
+
+fs::path protected_file(const std::string& run_dir) {
+  return fs::path(run_dir) / "checkpoints" / "protected.json";
+}
+
+nlohmann::json read_protected(const std::string& run_dir) {
+  const fs::path p = protected_file(run_dir);
+  if (!fs::exists(p)) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(read_regular_file(p.string(), "checkpoints", kMaxConfigBytes),
+                                 nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw UserError(p.string() + ": not a JSON object (it lists the checkpoints pruning keeps)");
+  return j;
+}
+
+}  // namespace
+
+void protect_checkpoint(const std::string& run_dir, int64_t step, const std::string& why) {
+  nlohmann::json j = read_protected(run_dir);
+  j[fmt::format("step_{:07d}", step)] = why;
+  fs::create_directories(protected_file(run_dir).parent_path());
+  write_text_file(protected_file(run_dir).string(), j.dump(2) + "\n");
+}
+
+std::vector<int64_t> protected_checkpoints(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  const nlohmann::json listed = read_protected(run_dir);
+  for (const auto& [name, why] : listed.items())
+    if (const int64_t s = step_of(name); s >= 0) steps.push_back(s);
+  return steps;
+}
+
 void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
   if (keep_last <= 0) return;
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  const auto all = step_dirs(root);  // newest first
+  const std::vector<int64_t> keep = protected_checkpoints(run_dir);
+  auto all = step_dirs(root);  // newest first
+  std::erase_if(all, [&](const auto& d) {
+    return std::find(keep.begin(), keep.end(), d.first) != keep.end();
+  });
   for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
     const int fd = ::open(all[i].second.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // a reader holds it

@@ -75,8 +75,14 @@ class CheckpointHold {
 // prune removes it before it is held); nullopt when the run has none.
 std::optional<std::string> hold_latest_checkpoint(const std::string& run_dir, CheckpointHold& hold);
 
+// checkpoints/protected.json of a run: checkpoints that pruning keeps whatever keep_last says
+// (the newest from before a divergence warning), with why.
+void protect_checkpoint(const std::string& run_dir, int64_t step, const std::string& why);
+std::vector<int64_t> protected_checkpoints(const std::string& run_dir);
+
 // Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does;
-// a checkpoint a reader holds (CheckpointHold) stays, for a later prune.
+// a checkpoint a reader holds (CheckpointHold) stays, for a later prune, and a protected one stays.
+// Protected checkpoints do not count against keep_last.
 void prune_checkpoints(const std::string& run_dir, int64_t keep_last);
 
 // Removes checkpoints/.tmp-* of a run: saves and deletions that a killed process left unfinished.

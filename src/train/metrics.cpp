@@ -129,6 +129,15 @@ void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens,
   }
 }
 
+void Metrics::log_warning(int64_t step, const std::string& kind, const std::string& text,
+                          const nlohmann::json& fields) {
+  nlohmann::json line = {{"step", step}, {"warning", kind}, {"message", text}};
+  line.update(fields);
+  write(line);
+  fmt::print(stderr, "warning: step {}: {}\n", step, text);
+  std::fflush(stderr);
+}
+
 void Metrics::log_config(int64_t step, const std::string& yaml) {
   if (tb_) to_tensorboard([&] { tb_->text(step, "config", markdown_code_block(yaml, "yaml")); });
 }

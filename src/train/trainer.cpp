@@ -23,6 +23,7 @@
 #include "train/checkpoint.h"
 #include "train/flops.h"
 #include "train/generation.h"
+#include "train/loss_watch.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/model_builder.h"
@@ -316,6 +317,26 @@ void log_sample(Metrics& metrics, const RunConfig& cfg, Transformer& model) {
   metrics.log_line("sample:\n" + prompt + tok->decode(out));
 }
 
+int64_t step_number(const std::string& checkpoint) {
+  return std::stoll(fs::path(checkpoint).filename().string().substr(5));
+}
+
+// The newest checkpoint of the run with a step at most `step`.
+std::optional<std::string> newest_checkpoint_at_most(const fs::path& run_dir, int64_t step) {
+  std::optional<std::string> best;
+  int64_t best_step = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.size() < 12 || name.rfind("step_", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    const int64_t s = step_number(name);
+    if (s <= step && s > best_step) best_step = s, best = e.path().string();
+  }
+  return best;
+}
+
 // Where the run starts: step 0, or the checkpoint's step, tokens and loader position.
 struct Position {
   int64_t step = 0, tokens = 0;
@@ -400,6 +421,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   result.val_unigram_entropy = data.validation->unigram_entropy();
   TrainStep train_step(model, *built.optimizer, cfg);
   StepLog step_log(step, tc.max_steps, flops_per_token, peak.flops);
+  LossWatch loss_watch;
   auto save_now = [&]() { result.last_checkpoint = save(dir, cfg, built, loader, step, tokens); };
   StopSignals signals;
   auto stop_requested = [&](int64_t s) { return stop_after > 0 && s >= stop_after; };
@@ -422,6 +444,18 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     lock.check_held();  // the run directory deleted or replaced under the run: stop, named
     tokens += r.tokens;
     result.last_loss = r.loss;
+    if (const auto w = loss_watch.add(step, r.loss)) {
+      // The newest checkpoint whose next step's loss was still in range stays.
+      const auto kept = newest_checkpoint_at_most(dir.path, w->step - 2);
+      metrics.log_warning(
+          step, "divergence", w->text(),
+          {{"recent_median", w->median}, {"kept_checkpoint", kept ? *kept : std::string()}});
+      if (kept)
+        protect_checkpoint(dir.path.string(), step_number(*kept),
+                           fmt::format("the newest checkpoint before the divergence warning at "
+                                       "step {}",
+                                       step));
+    }
     step_log.add(t.seconds(), r.tokens);
     if (step % tc.log_every == 0 || step == tc.max_steps)
       metrics.log_step(step_log.take(step, tokens, r));
