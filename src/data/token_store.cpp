@@ -17,10 +17,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/truncation_guard.h"
 
 namespace lmt {
 
@@ -119,6 +121,7 @@ void append_pod(OutFile& f, T v) {
 struct Map {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  TruncationGuard guard;  // a truncation under the map: a UserError naming the file, not SIGBUS
   Map() = default;
   Map(const Map&) = delete;
   Map& operator=(const Map&) = delete;
@@ -144,10 +147,21 @@ struct Map {
         store_error(path, "cannot map: " + why);
       }
       data = static_cast<const uint8_t*>(p);
+      guard.watch(data, size, path);
     }
     ::close(fd);
   }
 };
+
+// Test hook: with LMT_TEST_TRUNCATE_DURING_READ=PATH, the first read from PATH truncates it to
+// zero bytes between finding the range and copying it: a truncation in the middle of a read.
+void truncate_for_test(const std::string& path) {
+  static const char* const target = std::getenv("LMT_TEST_TRUNCATE_DURING_READ");
+  static std::atomic<bool> done{false};
+  if (target && path == target && !done.exchange(true)) {
+    if (::truncate(path.c_str(), 0) != 0) store_error(path, "test hook: " + errno_text());
+  }
+}
 
 template <class T>
 T load(const uint8_t* base, int64_t i) {
@@ -559,6 +573,7 @@ void TokenStore::read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8
   while (n > 0) {
     const int64_t k = std::min(n, m.seq_length(s) - off);
     const int64_t ptr = m.seq_pointer(s) + off * m.tsize;
+    truncate_for_test(m.bin_path);
     m.convert(ptr, k, out);
     if (mask) {
       if (m.has_mask)
@@ -569,6 +584,10 @@ void TokenStore::read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8
     }
     out += k, n -= k, off = 0, ++s;
   }
+  // What was copied from a file truncated meanwhile holds zeros: never used.
+  m.idx.guard.check();
+  m.bin.guard.check();
+  m.mask.guard.check();
 }
 
 int32_t TokenStore::max_token_id() const {
@@ -585,6 +604,8 @@ int32_t TokenStore::max_token_id() const {
       best = std::max<int64_t>(best, *std::max_element(buf.begin(), buf.begin() + k));
     }
   }
+  m.idx.guard.check();
+  m.bin.guard.check();
   m.max_id.store(best, std::memory_order_relaxed);
   return static_cast<int32_t>(best);
 }
