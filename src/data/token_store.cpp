@@ -122,6 +122,7 @@ struct Map {
   const uint8_t* data = nullptr;
   size_t size = 0;
   TruncationGuard guard;  // a truncation under the map: a UserError naming the file, not SIGBUS
+  struct stat opened {};  // the file as mapped: changed() compares the path's file with it
   Map() = default;
   Map(const Map&) = delete;
   Map& operator=(const Map&) = delete;
@@ -139,6 +140,7 @@ struct Map {
       store_error(path, "cannot open: " + why);
     }
     size = static_cast<size_t>(st.st_size);
+    opened = st;
     if (size > 0) {
       void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
       if (p == MAP_FAILED) {
@@ -161,6 +163,17 @@ void truncate_for_test(const std::string& path) {
   if (target && path == target && !done.exchange(true)) {
     if (::truncate(path.c_str(), 0) != 0) store_error(path, "test hook: " + errno_text());
   }
+}
+
+// Whether the file at `path` is no longer the one mapped as it was (written to, replaced or
+// truncated since).
+bool changed(const Map& m, const std::string& path) {
+  if (!m.opened.st_ino) return false;  // not opened (no mask)
+  struct stat now {};
+  if (::stat(path.c_str(), &now) != 0) return true;
+  return now.st_ino != m.opened.st_ino || now.st_dev != m.opened.st_dev ||
+         now.st_size != m.opened.st_size || now.st_mtim.tv_sec != m.opened.st_mtim.tv_sec ||
+         now.st_mtim.tv_nsec != m.opened.st_mtim.tv_nsec;
 }
 
 template <class T>
@@ -588,6 +601,19 @@ void TokenStore::read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8
   m.idx.guard.check();
   m.bin.guard.check();
   m.mask.guard.check();
+}
+
+void TokenStore::check_unchanged() const {
+  const Impl& m = *impl_;
+  for (const auto& [map, path] : {std::pair<const Map*, const std::string*>{&m.idx, &m.idx_path},
+                                  {&m.bin, &m.bin_path},
+                                  {&m.mask, &m.mask_path}})
+    if (changed(*map, *path))
+      store_error(*path,
+                  "changed while this run was reading it (written to, replaced or truncated "
+                  "since it was opened): what the run would read now is not what it trained on; "
+                  "stopping (the run's checkpoints are intact; a resume verifies the store's "
+                  "checksums)");
 }
 
 int32_t TokenStore::max_token_id() const {

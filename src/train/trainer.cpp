@@ -442,6 +442,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     const StepReport r = train_step.advance(step, next, may_queue);
     ++step;
     lock.check_held();  // the run directory deleted or replaced under the run: stop, named
+    data.train->check_unchanged();  // a store written to under the run: stop, named
     tokens += r.tokens;
     result.last_loss = r.loss;
     if (const auto w = loss_watch.add(step, r.loss)) {

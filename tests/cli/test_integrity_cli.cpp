@@ -320,3 +320,29 @@ TEST_F(Integrity, AStoreTruncatedMidReadIsANamedError) {
 }
 
 }  // namespace
+
+namespace {
+
+// A store's tokens zeroed in place under a running train (same size, same file) stop the run at
+// its next step, naming the file, instead of training on zeros.
+TEST_F(Integrity, AStoreWrittenToUnderARunningTrainStopsIt) {
+  const std::string cfg = config() + " --set train.max_steps=1000000 --set train.save_every=0";
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(config(), store);
+  const fs::path bin = store / "train-00000.bin";
+  const Result r =
+      run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg + use + " > " +
+                (dir_ / "log").string() + " 2>&1 & pid=$!; for i in $(seq 600); do [ -s " +
+                (out() / "metrics.jsonl").string() + " ] && break; sleep 0.05; done; sleep 0.2; " +
+                "dd if=/dev/zero of=" + bin.string() + " bs=$(stat -c %s " + bin.string() +
+                ") count=1 conv=notrunc 2>/dev/null; wait $pid; echo rc=$?)");
+  EXPECT_NE(r.out.find("rc=2"), std::string::npos) << r.out;
+  std::ifstream log(dir_ / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("lmtrain: error: token store: '" + bin.string() +
+                      "': changed while this run was reading it"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
