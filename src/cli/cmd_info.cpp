@@ -258,7 +258,7 @@ Run add_info(CLI::App& app) {
       if (adapter.empty()) j["pjrt_predicted"] = predicted_step_json(cfg, shape);
       if (mo->planning()) j["mesh_plan"] = mesh_plan_json(*mo, cfg, shape, mesh);
       if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin);
-      fmt::print("{}\n", j.dump(2));
+      fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
     fmt::print("model:       {} ({})\n", dir, cfg.family);

@@ -7,6 +7,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/path_json.h"
 #include "core/regular_file.h"
 #include "data/token_store.h"
 #include "data/tokenizer/tokenizer.h"
@@ -124,7 +125,7 @@ std::string tokenizer_fingerprint(const std::string& spec) {
 void write_manifest(const std::string& dir, const Manifest& m) {
   json sources = json::array();
   for (const auto& s : m.sources) {
-    sources.push_back({{"path", s.path},
+    sources.push_back({{"path", path_to_json(s.path)},
                        {"format", s.format},
                        {"schema", s.schema},
                        {"weight", s.weight},
@@ -140,7 +141,7 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   json j = {{"format", "lmtrain-token-store"},
             {"version", Manifest::kVersion},
             {"tokenizer",
-             {{"spec", m.tokenizer},
+             {{"spec", path_to_json(m.tokenizer)},
               {"kind", m.tokenizer_kind},
               {"hash", m.tokenizer_hash},
               {"vocab_size", m.vocab_size}}},
@@ -211,7 +212,7 @@ Manifest read_manifest(const std::string& dir) {
                       std::to_string(Manifest::kVersion));
     Manifest m;
     const json& t = j.at("tokenizer");
-    m.tokenizer = t.at("spec").get<std::string>();
+    m.tokenizer = path_from_json(t.at("spec"), path + ": tokenizer.spec");
     m.tokenizer_kind = t.at("kind").get<std::string>();
     m.tokenizer_hash = t.at("hash").get<std::string>();
     m.vocab_size = t.at("vocab_size").get<int64_t>();
@@ -221,7 +222,7 @@ Manifest read_manifest(const std::string& dir) {
     m.prepare_seconds = j.value("prepare_seconds", 0.0);
     for (const json& s : j.at("sources")) {
       SourceManifest sm;
-      sm.path = s.at("path").get<std::string>();
+      sm.path = path_from_json(s.at("path"), path + ": sources[].path");
       sm.format = s.at("format").get<std::string>();
       sm.schema = s.at("schema").get<std::string>();
       sm.weight = s.at("weight").get<double>();

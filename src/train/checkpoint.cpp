@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/path_json.h"
 #include "core/regular_file.h"
 #include "core/remove_on_error.h"
 #include "data/tokenizer/tokenizer.h"
@@ -198,16 +199,20 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     fsync_path(tmp / name);
     checksums.add(name);
   }
-  nlohmann::json sj = {{"step", state.step},           {"optimizer_step", state.optimizer_step},
-                       {"optimizer", state.optimizer}, {"tokens", state.tokens},
-                       {"loader", state.loader},       {"config_hash", state.config_hash},
-                       {"tokenizer", state.tokenizer}};
+  nlohmann::json sj = {{"step", state.step},
+                       {"optimizer_step", state.optimizer_step},
+                       {"optimizer", state.optimizer},
+                       {"tokens", state.tokens},
+                       {"loader", state.loader},
+                       {"config_hash", state.config_hash},
+                       {"tokenizer", path_to_json(state.tokenizer)}};
   if (!state.data_fingerprint.empty())
-    sj["data"] = {{"store", state.data_store},
+    sj["data"] = {{"store", path_to_json(state.data_store)},
                   {"fingerprint", state.data_fingerprint},
                   {"tokenizer_fingerprint", state.tokenizer_fingerprint}};
   if (model.has_lora())
-    sj["lora"] = {{"base_init_from", state.base_init_from}, {"base_hash", state.base_hash}};
+    sj["lora"] = {{"base_init_from", path_to_json(state.base_init_from)},
+                  {"base_hash", state.base_hash}};
   write_text_file((tmp / "state.json").string(), sj.dump(2) + "\n");
   checksums.add("state.json");
   checksums.write();  // last: marks the set complete
@@ -396,7 +401,10 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
   if (!adapter.empty())
     throw UserError("--adapter: '" + dir + "' is a LoRA checkpoint, which brings its own adapters");
   const nlohmann::json lora = read_json(fs::path(dir) / "state.json").at("lora");
-  const std::string base = lora.value("base_init_from", std::string());
+  const std::string base =
+      lora.contains("base_init_from")
+          ? path_from_json(lora["base_init_from"], dir + "/state.json: lora.base_init_from")
+          : std::string();
   auto model = std::make_unique<Transformer>(be, read_hf_model_config(dir));
   int64_t seed = TrainConfig{}.seed;  // the run's train.seed, for a base initialised from it
   if (base.empty()) {
@@ -525,16 +533,18 @@ CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model
     s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
     s.loader = j.at("loader");
     s.config_hash = j.value("config_hash", std::string());
-    s.tokenizer = j.value("tokenizer", std::string());
+    s.tokenizer = j.contains("tokenizer") ? path_from_json(j["tokenizer"], path + ": tokenizer")
+                                          : std::string();
     if (j.contains("data")) {
       const nlohmann::json& d = j.at("data");
-      s.data_store = d.at("store").get<std::string>();
+      s.data_store = path_from_json(d.at("store"), path + ": data.store");
       s.data_fingerprint = d.at("fingerprint").get<std::string>();
       s.tokenizer_fingerprint = d.at("tokenizer_fingerprint").get<std::string>();
     }
     if (j.contains("lora")) {
       s.lora = true;
-      s.base_init_from = j.at("lora").at("base_init_from").get<std::string>();
+      s.base_init_from =
+          path_from_json(j.at("lora").at("base_init_from"), path + ": lora.base_init_from");
       s.base_hash = j.at("lora").at("base_hash").get<std::string>();
     }
   } catch (const nlohmann::json::exception& e) {

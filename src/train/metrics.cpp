@@ -71,7 +71,8 @@ void Metrics::open_jsonl(const std::string& run_dir, int64_t resume_step) {
 
 void Metrics::write(const nlohmann::json& j) {
   if (!jsonl_.is_open()) return;
-  jsonl_ << j.dump() << '\n';
+  // Paths in messages may hold non-UTF-8 bytes: shown as U+FFFD rather than lost with the line.
+  jsonl_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   jsonl_.flush();
   if (!jsonl_)
     throw UserError("logging.jsonl: cannot write '" + jsonl_path_ +

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "core/output_lock.h"
+#include "core/path_json.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -448,9 +449,9 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     if (const auto w = loss_watch.add(step, r.loss)) {
       // The newest checkpoint whose next step's loss was still in range stays.
       const auto kept = newest_checkpoint_at_most(dir.path, w->step - 2);
-      metrics.log_warning(
-          step, "divergence", w->text(),
-          {{"recent_median", w->median}, {"kept_checkpoint", kept ? *kept : std::string()}});
+      metrics.log_warning(step, "divergence", w->text(),
+                          {{"recent_median", w->median},
+                           {"kept_checkpoint", path_to_json(kept ? *kept : std::string())}});
       if (kept)
         protect_checkpoint(dir.path.string(), step_number(*kept),
                            fmt::format("the newest checkpoint before the divergence warning at "

@@ -346,3 +346,35 @@ TEST_F(Integrity, AStoreWrittenToUnderARunningTrainStopsIt) {
 }
 
 }  // namespace
+
+namespace {
+
+// Paths are bytes: under a directory whose name is not UTF-8 (byte 0xFF), with the tokenizer there
+// too, prepare, train, resume, export and check work as anywhere else.
+TEST_F(Integrity, NonUtf8PathsWorkThroughPrepareTrainAndExport) {
+  const fs::path odd = dir_ / std::string("d\xff\xfex");
+  fs::create_directories(odd);
+  fs::copy_file(dir_ / "data.txt", odd / "data.txt");
+  fs::copy_file(std::string(LMT_TEST_DATA) + "/tokenizers/bytelevel_bpe.json", odd / "tok.json");
+  const std::string sets =
+      " --set data.sources.0.path=" + (odd / "data.txt").string() +
+      " --set data.tokenizer=" + (odd / "tok.json").string() +
+      " --set model.vocab_size=704 --set train.out_dir=" + (odd / "out").string();
+  const std::string cfg = "'" + config() + "'" + sets;
+  const Result p =
+      run("prepare --quiet --config " + cfg + " --out '" + (odd / "store").string() + "'");
+  ASSERT_EQ(p.code, 0) << p.out;
+  const std::string use = " --set 'data.store=" + (odd / "store").string() + "'";
+  Result t = run("train --config " + cfg + use);
+  ASSERT_EQ(t.code, 0) << t.out;
+  t = run("train --config " + cfg + use + " --resume --set train.max_steps=6");
+  ASSERT_EQ(t.code, 0) << t.out;
+  const Result e = run("export --checkpoint '" + (odd / "out").string() + "' --out '" +
+                       (odd / "exported").string() + "'");
+  ASSERT_EQ(e.code, 0) << e.out;
+  const Result c = run("check '" + (odd / "out").string() + "' '" + (odd / "store").string() +
+                       "' '" + (odd / "exported").string() + "'");
+  EXPECT_EQ(c.code, 0) << c.out;
+}
+
+}  // namespace
