@@ -563,4 +563,10 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   return s;
 }
 
+CheckpointState load_checkpoint_unverified(const std::string& dir, Transformer& model,
+                                           const std::vector<StateBuffer>& optimizer,
+                                           const std::string& optimizer_name) {
+  return load_checkpoint_files(dir, model, optimizer, optimizer_name);
+}
+
 }  // namespace lmt

@@ -109,8 +109,14 @@ std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir,
 // contents.
 // A checkpoint of another optimizer (state.json's "optimizer", adamw when absent) than
 // `optimizer_name` is a UserError when state buffers are given.
+// The directory is verified against its checksums.json while it loads (io/dir_checksums.h).
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
                                 const std::vector<StateBuffer>& optimizer,
                                 const std::string& optimizer_name = "adamw");
+// The same without the checksums: only for the benchmark of what verifying them costs
+// (bench/checkpoint_bench.cpp).
+CheckpointState load_checkpoint_unverified(const std::string& dir, Transformer& model,
+                                           const std::vector<StateBuffer>& optimizer,
+                                           const std::string& optimizer_name = "adamw");
 
 }  // namespace lmt
