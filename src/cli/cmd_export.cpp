@@ -4,6 +4,7 @@
 // save_hf_model as pointers into the mappings, so memory holds the mapped model plus one shard
 // being converted (plus f32 copies of tensors stored in other dtypes).
 #include <fmt/core.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/output_lock.h"
+#include "core/remove_on_error.h"
 #include "data/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/dir_checksums.h"
@@ -111,11 +114,14 @@ std::string add_tokenizer(const fs::path& dir, HfExportOptions& opt) {
 
 }  // namespace
 
-fs::path resolve_model_dir(const std::string& arg, const char* flag) {
+fs::path resolve_model_dir(const std::string& arg, const char* flag, CheckpointHold& hold) {
   const fs::path dir = arg;
   if (!fs::exists(dir)) throw UserError(std::string(flag) + ": '" + arg + "' does not exist");
-  if (fs::exists(dir / "config.json")) return dir;
-  auto latest = find_latest_checkpoint(arg);
+  if (fs::exists(dir / "config.json")) {
+    hold.take(arg);  // a checkpoint of a run that may be pruning
+    return dir;
+  }
+  auto latest = hold_latest_checkpoint(arg, hold);
   if (!latest)
     throw UserError(std::string(flag) + ": '" + arg +
                     "' is neither a checkpoint (no config.json) nor a run with checkpoints");
@@ -123,6 +129,35 @@ fs::path resolve_model_dir(const std::string& arg, const char* flag) {
 }
 
 namespace {
+
+// A PEFT adapter directory at `out`, written under out.tmp-PID and renamed into place (replacing a
+// previous adapter directory there), holding the output's lock.
+void write_adapter_dir(const std::string& out, const Transformer& model, const std::string& base,
+                       DType dtype) {
+  const fs::path final_dir = fs::path(out).lexically_normal();
+  std::error_code ec;
+  if (fs::exists(final_dir, ec) && !fs::is_empty(final_dir, ec) &&
+      !fs::exists(final_dir / "adapter_config.json"))
+    throw UserError("export: '" + out +
+                    "' exists and is not empty (only a previous adapter directory is replaced); "
+                    "choose another --out or remove it");
+  const OutputLock lock = lock_output_path(final_dir.string(), "--out");
+  remove_dead_writers_leftovers(final_dir);
+  const fs::path tmp = final_dir.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  RemoveOnError cleanup(tmp);
+  save_peft_adapter(tmp.string(), model, base, dtype);
+  ChecksumRecorder checksums(tmp.string());
+  checksums.add("adapter_model.safetensors");
+  checksums.add("adapter_config.json");
+  checksums.write();
+  const fs::path old = final_dir.string() + ".old-" + std::to_string(::getpid());
+  const bool replace = fs::exists(final_dir, ec);
+  if (replace) fs::rename(final_dir, old);
+  fs::rename(tmp, final_dir);
+  cleanup.disarm();
+  if (replace) fs::remove_all(old, ec);
+}
 
 // A LoRA checkpoint as a PEFT adapter directory, or (merge) any model with its adapters folded in
 // as a plain Hugging Face directory.
@@ -138,11 +173,7 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
       const auto j = nlohmann::json::parse(in, nullptr, false);
       if (j.is_object()) base = j.value("base_model_name_or_path", std::string());
     }
-    save_peft_adapter(o.out, *model, base, opt.dtype);
-    ChecksumRecorder checksums(o.out);
-    checksums.add("adapter_model.safetensors");
-    checksums.add("adapter_config.json");
-    checksums.write();
+    write_adapter_dir(o.out, *model, base, opt.dtype);
     fmt::print("exported the LoRA adapters of {} to {} as a PEFT adapter directory ({} tensors, "
                "{}; base: {})\n",
                dir.string(), o.out, model->lora_params().size(), dtype_name(opt.dtype),
@@ -165,7 +196,8 @@ template <class Opts>
 int export_gguf(const Opts& o) {
   GgufExportOptions opt;
   opt.type = o.dtype.empty() ? GgufType::bf16 : parse_gguf_type(o.dtype, "--dtype");
-  const fs::path dir = resolve_model_dir(o.checkpoint, "--checkpoint");
+  CheckpointHold hold;
+  const fs::path dir = resolve_model_dir(o.checkpoint, "--checkpoint", hold);
   if (!o.adapter.empty() && !o.merge)
     throw UserError("--adapter: give --merge too (a PEFT adapter exports as it is)");
   HfExportOptions hf;
@@ -242,7 +274,8 @@ Run add_export(CLI::App& app) {
         o->dtype.empty() ? std::nullopt
                          : std::optional<DType>(parse_export_dtype(o->dtype, "--dtype"));
     opt.max_shard_bytes = parse_byte_size(o->max_shard, "--max-shard-size");
-    const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
+    CheckpointHold hold;
+    const fs::path dir = resolve_model_dir(o->checkpoint, "--checkpoint", hold);
     const bool lora_checkpoint = is_lora_checkpoint(dir.string());
     const bool adapter_only = lora_checkpoint && !o->merge;
     opt.dtype = dtype.value_or(adapter_only ? DType::f32 : DType::bf16);

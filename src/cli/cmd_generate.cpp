@@ -76,7 +76,8 @@ Run add_generate(CLI::App& app) {
   return [o, prompt, prompt_ids]() {
     if (prompt->count() == 0 && prompt_ids->count() == 0)
       throw UserError("generate: give the prompt as --prompt TEXT or --prompt-ids '[ids...]'");
-    const std::filesystem::path dir = resolve_model_dir(o->checkpoint, "--checkpoint");
+    CheckpointHold hold;
+    const std::filesystem::path dir = resolve_model_dir(o->checkpoint, "--checkpoint", hold);
     const ModelConfig mc = read_hf_model_config(dir.string());  // a bad shape before all else
     Transformer::check_weights_fit(mc, DType::f32, physical_memory_bytes());
     std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer_spec(dir));

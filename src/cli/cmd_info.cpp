@@ -126,7 +126,8 @@ Run add_info(CLI::App& app) {
   const std::shared_ptr<MeshOptions> mo = add_mesh_options(app);
   mo->micro_batch = micro_batch;
   return [o, mo]() {
-    const std::string dir = resolve_model_dir(o->model, "--model").string();
+    CheckpointHold hold;
+    const std::string dir = resolve_model_dir(o->model, "--model", hold).string();
     const ModelConfig cfg = read_hf_model_config(dir);
     StepShape shape;
     shape.micro_batch = o->micro_batch;
@@ -261,7 +262,7 @@ Run add_info(CLI::App& app) {
       if (adapter.empty()) j["pjrt_predicted"] = predicted_step_json(cfg, shape);
       if (mo->planning()) j["mesh_plan"] = mesh_plan_json(*mo, cfg, shape, mesh);
       if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin);
-      fmt::print("{}\n", j.dump(2));
+      fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
     fmt::print("model:       {} ({})\n", dir, cfg.family);

@@ -1,5 +1,7 @@
 #include <fmt/core.h>
 
+#include <csignal>
+
 #include "cli/commands.h"
 #include "core/error.h"
 #include "io/config_yaml.h"
@@ -13,7 +15,7 @@ Run add_train(CLI::App& app) {
     std::string config;
     std::vector<std::string> sets;
     std::string resume_from;
-    bool help_config = false;
+    bool help_config = false, allow_data_change = false;
   };
   auto o = std::make_shared<Opts>();
   auto* config = app.add_option("--config", o->config, "YAML config file");
@@ -24,6 +26,9 @@ Run add_train(CLI::App& app) {
                                 "continue from the newest checkpoint in out_dir, or from the one "
                                 "named (--resume step_0000400, or a checkpoint's path)")
                      ->expected(0, 1);
+  app.add_flag("--allow-data-change", o->allow_data_change,
+               "with --resume: continue on a token store or tokenizer other than the one the "
+               "checkpoint trained on (refused without it)");
   return [o, resume]() {
     if (o->help_config) {
       RunConfig defaults;
@@ -33,8 +38,10 @@ Run add_train(CLI::App& app) {
     if (o->config.empty()) throw UserError("train: --config FILE is required");
     RunConfig cfg = load_run_config(o->config, o->sets);
     const int64_t max_steps = cfg.train.max_steps;
-    TrainResult r = train(std::move(cfg), resume->count() > 0, 0, o->resume_from);
-    if (r.interrupted) return 130;  // stopped by a signal, after writing a checkpoint
+    TrainResult r =
+        train(std::move(cfg), resume->count() > 0, 0, o->resume_from, o->allow_data_change);
+    // Stopped by a signal, after writing a checkpoint: the shell's code for that signal.
+    if (r.interrupted) return 128 + (r.signal ? r.signal : SIGINT);
     if (r.steps == r.first_step) {  // resumed at (or past) max_steps: no step ran, no loss
       fmt::print(
           "nothing to do: the checkpoint is at step {} and train.max_steps is {} (raise "

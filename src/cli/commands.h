@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace lmt {
+class CheckpointHold;
+}
+
 namespace lmt::cli {
 
 using Run = std::function<int()>;
@@ -24,10 +28,13 @@ Run add_export(CLI::App& app);
 Run add_init(CLI::App& app);
 Run add_info(CLI::App& app);
 Run add_plot(CLI::App& app);
+Run add_check(CLI::App& app);
 
 // The model directory a flag names: a directory with config.json (a checkpoint or a Hugging Face
 // directory) as it is, or a run directory's newest checkpoint. `flag` names it in messages.
-std::filesystem::path resolve_model_dir(const std::string& arg, const char* flag);
+// The checkpoint is held (CheckpointHold) while `hold` lives, so a run's pruning leaves it be.
+std::filesystem::path resolve_model_dir(const std::string& arg, const char* flag,
+                                        CheckpointHold& hold);
 
 // Token ids given as JSON text, one array of integers in [0, vocab): `what` (a flag or a file)
 // names it in messages. Shared by `logits --ids-file` and `generate --prompt-ids`.

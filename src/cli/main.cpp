@@ -34,6 +34,8 @@ int main(int argc, char** argv) {
   add(lmt::cli::add_export, "export", "write a checkpoint as a Hugging Face model directory");
   add(lmt::cli::add_init, "init", "write a freshly initialised model of a family (Hugging Face)");
   add(lmt::cli::add_info, "info", "a model's family, parameters and training-step memory");
+  add(lmt::cli::add_check, "check",
+      "verify token stores, checkpoints and exports against the checksums lmtrain recorded");
   add(lmt::cli::add_plot, "plot", "draw runs' metrics.jsonl (loss, lr, grad norm) as SVG or PNG");
   try {
     app.parse(argc, argv);

@@ -51,7 +51,7 @@ std::string checksum_file(const std::string& path, const std::string& what, uint
   const int fd = open_regular_file(path, what, kNoSizeLimit, &size);
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   StreamHash h;
-  std::vector<char> block(size_t{4} << 20);
+  std::vector<char> block(size_t{1} << 20);
   uint64_t total = 0;
   for (;;) {
     const ssize_t n = ::read(fd, block.data(), block.size());

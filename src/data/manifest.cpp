@@ -4,8 +4,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "core/path_json.h"
 #include "core/regular_file.h"
 #include "data/token_store.h"
 #include "data/tokenizer/tokenizer.h"
@@ -18,11 +20,8 @@ using nlohmann::json;
 namespace {
 
 json shard_json(const ShardInfo& s) {
-  return {{"prefix", s.prefix},
-          {"documents", s.documents},
-          {"tokens", s.tokens},
-          {"loss_tokens", s.loss_tokens},
-          {"has_mask", s.has_mask}};
+  return {{"prefix", s.prefix},           {"documents", s.documents}, {"tokens", s.tokens},
+          {"loss_tokens", s.loss_tokens}, {"has_mask", s.has_mask},   {"checksums", s.checksums}};
 }
 
 ShardInfo shard_from(const json& j) {
@@ -32,6 +31,8 @@ ShardInfo shard_from(const json& j) {
   s.tokens = j.at("tokens").get<int64_t>();
   s.loss_tokens = j.at("loss_tokens").get<int64_t>();
   s.has_mask = j.at("has_mask").get<bool>();
+  if (j.contains("checksums"))  // absent in stores from before checksums
+    s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
   return s;
 }
 
@@ -47,6 +48,65 @@ int64_t Manifest::documents(bool validation) const {
   int64_t n = 0;
   for (const auto& s : sources) n += validation ? s.validation.documents : s.train.documents;
   return n;
+}
+
+std::vector<std::string> shard_extensions(const ShardInfo& s) {
+  if (s.has_mask) return {".bin", ".idx", ".mask"};
+  return {".bin", ".idx"};
+}
+
+namespace {
+
+// Every shard of the store (a Megatron store has no validation shard: its prefix is empty).
+template <class Fn>
+void for_each_shard(Manifest& m, Fn&& fn) {
+  for (SourceManifest& s : m.sources)
+    for (ShardInfo* sh : {&s.train, &s.validation})
+      if (!sh->prefix.empty()) fn(*sh);
+}
+
+std::string shard_file(const std::string& dir, const ShardInfo& s, const std::string& ext) {
+  return (fs::path(dir) / (s.prefix + ext)).string();  // an absolute prefix (Megatron) stays
+}
+
+}  // namespace
+
+void record_store_checksums(const std::string& dir, Manifest& m) {
+  for_each_shard(m, [&](ShardInfo& sh) {
+    sh.checksums.clear();
+    for (const std::string& ext : shard_extensions(sh))
+      sh.checksums[ext] = checksum_file(shard_file(dir, sh, ext), "token store");
+  });
+}
+
+void verify_store_checksums(const std::string& dir, Manifest& m) {
+  for_each_shard(m, [&](ShardInfo& sh) {
+    const bool recorded = !sh.checksums.empty();
+    for (const std::string& ext : shard_extensions(sh)) {
+      const std::string path = shard_file(dir, sh, ext);
+      const std::string now = checksum_file(path, "token store");
+      if (!recorded) {
+        sh.checksums[ext] = now;
+      } else if (!sh.checksums.count(ext) || sh.checksums.at(ext) != now) {
+        throw UserError(
+            "token store '" + dir + "': '" + path +
+            "' is not the file prepare wrote: manifest.json recorded its checksum as " +
+            (sh.checksums.count(ext) ? sh.checksums.at(ext) : std::string("nothing")) + ", it is " +
+            now + " now (changed or damaged since; prepare the store again, or restore the file)");
+      }
+    }
+  });
+}
+
+std::string store_fingerprint(const Manifest& m) {
+  StreamHash h;
+  for (const SourceManifest& s : m.sources)
+    for (const ShardInfo* sh : {&s.train, &s.validation})
+      for (const auto& [ext, sum] : sh->checksums) {
+        h.update(ext.data(), ext.size());
+        h.update(sum.data(), sum.size());
+      }
+  return h.digest();
 }
 
 std::string tokenizer_fingerprint(const std::string& spec) {
@@ -65,7 +125,7 @@ std::string tokenizer_fingerprint(const std::string& spec) {
 void write_manifest(const std::string& dir, const Manifest& m) {
   json sources = json::array();
   for (const auto& s : m.sources) {
-    sources.push_back({{"path", s.path},
+    sources.push_back({{"path", path_to_json(s.path)},
                        {"format", s.format},
                        {"schema", s.schema},
                        {"weight", s.weight},
@@ -81,7 +141,7 @@ void write_manifest(const std::string& dir, const Manifest& m) {
   json j = {{"format", "lmtrain-token-store"},
             {"version", Manifest::kVersion},
             {"tokenizer",
-             {{"spec", m.tokenizer},
+             {{"spec", path_to_json(m.tokenizer)},
               {"kind", m.tokenizer_kind},
               {"hash", m.tokenizer_hash},
               {"vocab_size", m.vocab_size}}},
@@ -152,7 +212,7 @@ Manifest read_manifest(const std::string& dir) {
                       std::to_string(Manifest::kVersion));
     Manifest m;
     const json& t = j.at("tokenizer");
-    m.tokenizer = t.at("spec").get<std::string>();
+    m.tokenizer = path_from_json(t.at("spec"), path + ": tokenizer.spec");
     m.tokenizer_kind = t.at("kind").get<std::string>();
     m.tokenizer_hash = t.at("hash").get<std::string>();
     m.vocab_size = t.at("vocab_size").get<int64_t>();
@@ -162,7 +222,7 @@ Manifest read_manifest(const std::string& dir) {
     m.prepare_seconds = j.value("prepare_seconds", 0.0);
     for (const json& s : j.at("sources")) {
       SourceManifest sm;
-      sm.path = s.at("path").get<std::string>();
+      sm.path = path_from_json(s.at("path"), path + ": sources[].path");
       sm.format = s.at("format").get<std::string>();
       sm.schema = s.at("schema").get<std::string>();
       sm.weight = s.at("weight").get<double>();

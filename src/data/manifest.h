@@ -17,6 +17,10 @@ struct ShardInfo {
   int64_t tokens = 0;
   int64_t loss_tokens = 0;  // tokens whose mask is 1
   bool has_mask = false;
+  // The checksums (core/checksum.h) of its files by extension (".bin", ".idx", ".mask"), as
+  // prepare wrote them; empty in a store from before checksums and in a Megatron-LM store, whose
+  // checksums verify_store_checksums computes instead.
+  std::map<std::string, std::string> checksums;
 };
 
 struct SourceManifest {
@@ -50,6 +54,19 @@ struct Manifest {
 // "bytes", or "fnv1a64:<hex>" of the tokenizer file's bytes (tokenizer.json, else tokenizer.model
 // for a directory). Throws UserError when the file cannot be read.
 std::string tokenizer_fingerprint(const std::string& spec);
+
+// The extensions of a shard's files: .bin, .idx and, with a mask, .mask.
+std::vector<std::string> shard_extensions(const ShardInfo& s);
+
+// Computes the checksum of every shard file of the store in `dir` into m (prepare).
+void record_store_checksums(const std::string& dir, Manifest& m);
+// Checks every shard file of the store in `dir` against the checksums m recorded: a file that
+// changed since prepare is a UserError naming it. Where m recorded none (see ShardInfo), the
+// checksums are computed into m. Reads the whole store (docs/guarantees.md says what it costs).
+void verify_store_checksums(const std::string& dir, Manifest& m);
+// What the store holds, as one "xxh3_128:..." of its shards' checksums (after one of the two
+// above): equal for two stores of the same tokens, whatever their paths or preparation times.
+std::string store_fingerprint(const Manifest& m);
 
 // Writes DIR/manifest.json atomically (temporary file, then rename).
 void write_manifest(const std::string& dir, const Manifest& m);

@@ -17,8 +17,9 @@
 #include <thread>
 
 #include "core/error.h"
-#include "core/threads.h"
+#include "core/output_lock.h"
 #include "core/remove_on_error.h"
+#include "core/threads.h"
 #include "core/timer.h"
 #include "data/packing.h"
 #include "data/schema.h"
@@ -100,35 +101,6 @@ void encode_segments(const Tokenizer& tok, const std::vector<Segment>& segments,
   }
   ids.insert(ids.end(), whole.begin(), whole.end());
   mask.insert(mask.end(), m.begin(), m.end());
-}
-
-// Leftovers of a prepare that was killed: DIR.tmp-PID (a store being built) and DIR.old-PID (the
-// store being replaced) of processes that no longer run; a live PID's are another prepare's and
-// stay. A kill between the two renames of the swap leaves the previous store only as DIR.old-PID:
-// it is put back first, so a rerun that then fails has lost nothing.
-void remove_stale_leftovers(const fs::path& final_dir) {
-  const fs::path parent = final_dir.parent_path().empty() ? "." : final_dir.parent_path();
-  const std::string name = final_dir.filename().string();
-  std::error_code ec;
-  if (name.empty() || !fs::is_directory(parent, ec)) return;
-  std::vector<fs::path> stale;
-  for (const auto& e : fs::directory_iterator(parent, ec)) {
-    const std::string f = e.path().filename().string();
-    for (const char* kind : {".tmp-", ".old-"}) {
-      const std::string prefix = name + kind;
-      if (f.size() <= prefix.size() || f.compare(0, prefix.size(), prefix) != 0) continue;
-      const std::string pid = f.substr(prefix.size());
-      if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
-      const pid_t p = static_cast<pid_t>(std::stol(pid));
-      if (p == ::getpid() || ::kill(p, 0) == 0 || errno == EPERM) continue;  // alive
-      stale.push_back(e.path());
-    }
-  }
-  for (const fs::path& d : stale)
-    if (d.string().find(".old-") != std::string::npos && !fs::exists(final_dir, ec) &&
-        has_manifest(d.string()))
-      fs::rename(d, final_dir, ec);
-  for (const fs::path& d : stale) fs::remove_all(d, ec);
 }
 
 }  // namespace
@@ -287,7 +259,11 @@ Manifest prepare_store(const PrepareOptions& opt) {
   const fs::path final_dir = opt.out_dir;
   const fs::path tmp_dir = final_dir.string() + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
-  remove_stale_leftovers(final_dir);
+  const OutputLock lock = lock_output_path(opt.out_dir, "data.store");
+  // A store a killed prepare was replacing is put back first, so a rerun that then fails has
+  // lost nothing.
+  remove_dead_writers_leftovers(final_dir,
+                                [](const fs::path& d) { return has_manifest(d.string()); });
   fs::remove_all(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw UserError("data.store: cannot create '" + tmp_dir.string() + "': " + ec.message());
@@ -406,6 +382,7 @@ Manifest prepare_store(const PrepareOptions& opt) {
     if (tokenizer_limit) sm.skipped_by_reason["tokenizer limit"] += tokenizer_limit;
     m.sources.push_back(std::move(sm));
   }
+  record_store_checksums(tmp_dir.string(), m);
   m.prepare_seconds = clock.seconds();
   write_manifest(tmp_dir.string(), m);
 

@@ -105,4 +105,8 @@ double SampleSet::unigram_entropy() const {
   return h;
 }
 
+void SampleSet::check_unchanged() const {
+  for (const TokenStore& s : stores_) s.check_unchanged();
+}
+
 }  // namespace lmt

@@ -40,6 +40,8 @@ class SampleSet {
   // Throws UserError when the split has no sample: names the split, its tokens and what seq_len
   // needs.
   void require_samples() const;
+  // TokenStore::check_unchanged for each store read.
+  void check_unchanged() const;
   // Entropy of the split's unigram token distribution, nats per token (0 when empty): a model that
   // learned anything beyond token frequencies has a loss below this.
   double unigram_entropy() const;

@@ -17,10 +17,12 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/truncation_guard.h"
 
 namespace lmt {
 
@@ -119,6 +121,8 @@ void append_pod(OutFile& f, T v) {
 struct Map {
   const uint8_t* data = nullptr;
   size_t size = 0;
+  TruncationGuard guard;  // a truncation under the map: a UserError naming the file, not SIGBUS
+  struct stat opened {};  // the file as mapped: changed() compares the path's file with it
   Map() = default;
   Map(const Map&) = delete;
   Map& operator=(const Map&) = delete;
@@ -136,6 +140,7 @@ struct Map {
       store_error(path, "cannot open: " + why);
     }
     size = static_cast<size_t>(st.st_size);
+    opened = st;
     if (size > 0) {
       void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
       if (p == MAP_FAILED) {
@@ -144,10 +149,32 @@ struct Map {
         store_error(path, "cannot map: " + why);
       }
       data = static_cast<const uint8_t*>(p);
+      guard.watch(data, size, path);
     }
     ::close(fd);
   }
 };
+
+// Test hook: with LMT_TEST_TRUNCATE_DURING_READ=PATH, the first read from PATH truncates it to
+// zero bytes between finding the range and copying it: a truncation in the middle of a read.
+void truncate_for_test(const std::string& path) {
+  static const char* const target = std::getenv("LMT_TEST_TRUNCATE_DURING_READ");
+  static std::atomic<bool> done{false};
+  if (target && path == target && !done.exchange(true)) {
+    if (::truncate(path.c_str(), 0) != 0) store_error(path, "test hook: " + errno_text());
+  }
+}
+
+// Whether the file at `path` is no longer the one mapped as it was (written to, replaced or
+// truncated since).
+bool changed(const Map& m, const std::string& path) {
+  if (!m.opened.st_ino) return false;  // not opened (no mask)
+  struct stat now {};
+  if (::stat(path.c_str(), &now) != 0) return true;
+  return now.st_ino != m.opened.st_ino || now.st_dev != m.opened.st_dev ||
+         now.st_size != m.opened.st_size || now.st_mtim.tv_sec != m.opened.st_mtim.tv_sec ||
+         now.st_mtim.tv_nsec != m.opened.st_mtim.tv_nsec;
+}
 
 template <class T>
 T load(const uint8_t* base, int64_t i) {
@@ -559,6 +586,7 @@ void TokenStore::read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8
   while (n > 0) {
     const int64_t k = std::min(n, m.seq_length(s) - off);
     const int64_t ptr = m.seq_pointer(s) + off * m.tsize;
+    truncate_for_test(m.bin_path);
     m.convert(ptr, k, out);
     if (mask) {
       if (m.has_mask)
@@ -569,6 +597,23 @@ void TokenStore::read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8
     }
     out += k, n -= k, off = 0, ++s;
   }
+  // What was copied from a file truncated meanwhile holds zeros: never used.
+  m.idx.guard.check();
+  m.bin.guard.check();
+  m.mask.guard.check();
+}
+
+void TokenStore::check_unchanged() const {
+  const Impl& m = *impl_;
+  for (const auto& [map, path] : {std::pair<const Map*, const std::string*>{&m.idx, &m.idx_path},
+                                  {&m.bin, &m.bin_path},
+                                  {&m.mask, &m.mask_path}})
+    if (changed(*map, *path))
+      store_error(*path,
+                  "changed while this run was reading it (written to, replaced or truncated "
+                  "since it was opened): what the run would read now is not what it trained on; "
+                  "stopping (the run's checkpoints are intact; a resume verifies the store's "
+                  "checksums)");
 }
 
 int32_t TokenStore::max_token_id() const {
@@ -585,6 +630,8 @@ int32_t TokenStore::max_token_id() const {
       best = std::max<int64_t>(best, *std::max_element(buf.begin(), buf.begin() + k));
     }
   }
+  m.idx.guard.check();
+  m.bin.guard.check();
   m.max_id.store(best, std::memory_order_relaxed);
   return static_cast<int32_t>(best);
 }

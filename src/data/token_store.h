@@ -89,6 +89,10 @@ class TokenStore {
   // UserError naming the .bin for an id outside [0, 2^31) (possible only with signed or int64
   // dtypes); a range outside the document is an InternalError.
   void read(int64_t doc, int64_t begin, int64_t n, int32_t* out, uint8_t* mask = nullptr) const;
+  // UserError naming the file when one of the store's files is no longer the one opened (its
+  // size, modification time or identity changed): two stats and a comparison, cheap enough for
+  // every step.
+  void check_unchanged() const;
   // Largest token id in the store (scans once, then cached; thread-safe); -1 when empty.
   int32_t max_token_id() const;
 

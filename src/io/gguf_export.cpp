@@ -25,6 +25,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/output_lock.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/sp_tokenizer_json.h"
 #include "model/rope.h"
@@ -545,6 +546,8 @@ GgufExportResult save_gguf(const std::string& path, const ModelConfig& cfg,
     refuse("the checkpoint has no tokenizer, and llama.cpp needs one in the file");
   if (fs::exists(path) && !fs::is_regular_file(path))
     refuse("'" + path + "' exists and is not a file");
+  const OutputLock lock = lock_output_path(path, "--out");
+  remove_dead_writers_leftovers(path);
 
   Metadata meta;
   model_metadata(meta, cfg, opt.name.empty() ? cfg.family : opt.name, opt.type);

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/output_lock.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/dir_checksums.h"
 #include "io/hf_config.h"
@@ -370,6 +371,8 @@ HfExportResult save_hf_model(const std::string& out_dir, const ModelConfig& cfg,
   check_export_tensors(cfg, tensors);
   const fs::path out = output_path(out_dir);
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path());
+  const OutputLock lock = lock_output_path(out.string(), "--out");
+  remove_dead_writers_leftovers(out, [](const fs::path& d) { return is_previous_export(d); });
   const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);

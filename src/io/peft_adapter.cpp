@@ -185,7 +185,9 @@ void save_peft_adapter(const std::string& dir, const Transformer& model, const s
   if (ec) throw UserError("cannot create '" + dir + "': " + ec.message());
   out.write((fs::path(dir) / "adapter_model.safetensors").string());
   write_text_file((fs::path(dir) / "adapter_config.json").string(),
-                  peft_adapter_config(model, base).dump(2) + "\n");
+                  peft_adapter_config(model, base)
+                          .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+                      "\n");  // PEFT reads the base's name as text: a non-UTF-8 byte becomes U+FFFD
 }
 
 void merge_lora_into_base(Transformer& model) {

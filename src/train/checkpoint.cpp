@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/core.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/path_json.h"
 #include "core/regular_file.h"
 #include "core/remove_on_error.h"
 #include "data/tokenizer/tokenizer.h"
@@ -196,12 +199,20 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     fsync_path(tmp / name);
     checksums.add(name);
   }
-  nlohmann::json sj = {{"step", state.step},           {"optimizer_step", state.optimizer_step},
-                       {"optimizer", state.optimizer}, {"tokens", state.tokens},
-                       {"loader", state.loader},       {"config_hash", state.config_hash},
-                       {"tokenizer", state.tokenizer}};
+  nlohmann::json sj = {{"step", state.step},
+                       {"optimizer_step", state.optimizer_step},
+                       {"optimizer", state.optimizer},
+                       {"tokens", state.tokens},
+                       {"loader", state.loader},
+                       {"config_hash", state.config_hash},
+                       {"tokenizer", path_to_json(state.tokenizer)}};
+  if (!state.data_fingerprint.empty())
+    sj["data"] = {{"store", path_to_json(state.data_store)},
+                  {"fingerprint", state.data_fingerprint},
+                  {"tokenizer_fingerprint", state.tokenizer_fingerprint}};
   if (model.has_lora())
-    sj["lora"] = {{"base_init_from", state.base_init_from}, {"base_hash", state.base_hash}};
+    sj["lora"] = {{"base_init_from", path_to_json(state.base_init_from)},
+                  {"base_hash", state.base_hash}};
   write_text_file((tmp / "state.json").string(), sj.dump(2) + "\n");
   checksums.add("state.json");
   checksums.write();  // last: marks the set complete
@@ -237,16 +248,82 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& root) {
 
 }  // namespace
 
+namespace {
+
+fs::path protected_file(const std::string& run_dir) {
+  return fs::path(run_dir) / "checkpoints" / "protected.json";
+}
+
+nlohmann::json read_protected(const std::string& run_dir) {
+  const fs::path p = protected_file(run_dir);
+  if (!fs::exists(p)) return nlohmann::json::object();
+  auto j = nlohmann::json::parse(read_regular_file(p.string(), "checkpoints", kMaxConfigBytes),
+                                 nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw UserError(p.string() + ": not a JSON object (it lists the checkpoints pruning keeps)");
+  return j;
+}
+
+}  // namespace
+
+void protect_checkpoint(const std::string& run_dir, int64_t step, const std::string& why) {
+  nlohmann::json j = read_protected(run_dir);
+  j[fmt::format("step_{:07d}", step)] = why;
+  fs::create_directories(protected_file(run_dir).parent_path());
+  write_text_file(protected_file(run_dir).string(), j.dump(2) + "\n");
+}
+
+std::vector<int64_t> protected_checkpoints(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  const nlohmann::json listed = read_protected(run_dir);
+  for (const auto& [name, why] : listed.items())
+    if (const int64_t s = step_of(name); s >= 0) steps.push_back(s);
+  return steps;
+}
+
 void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
   if (keep_last <= 0) return;
   const fs::path root = fs::path(run_dir) / "checkpoints";
-  const auto all = step_dirs(root);  // newest first
+  const std::vector<int64_t> keep = protected_checkpoints(run_dir);
+  auto all = step_dirs(root);  // newest first
+  std::erase_if(all, [&](const auto& d) {
+    return std::find(keep.begin(), keep.end(), d.first) != keep.end();
+  });
   for (size_t i = static_cast<size_t>(keep_last); i < all.size(); ++i) {
+    const int fd = ::open(all[i].second.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0 && ::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // a reader holds it
+      ::close(fd);
+      continue;
+    }
     // Out of sight first: a kill inside remove_all would leave a step_N missing some files.
     const fs::path doomed =
         root / fmt::format(".tmp-deleted-{}-{}", all[i].second.filename().string(), ::getpid());
     fs::rename(all[i].second, doomed);
     fs::remove_all(doomed);
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+bool CheckpointHold::take(const std::string& dir) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) return false;
+  ::flock(fd_, LOCK_SH);  // waits only while a prune renames and deletes it
+  struct stat held {
+  }, now{};
+  return ::fstat(fd_, &held) == 0 && ::stat(dir.c_str(), &now) == 0 && held.st_ino == now.st_ino &&
+         held.st_dev == now.st_dev;
+}
+
+CheckpointHold::~CheckpointHold() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::optional<std::string> hold_latest_checkpoint(const std::string& run_dir,
+                                                  CheckpointHold& hold) {
+  for (;;) {
+    std::optional<std::string> latest = find_latest_checkpoint(run_dir);
+    if (!latest || hold.take(*latest)) return latest;
   }
 }
 
@@ -324,7 +401,10 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
   if (!adapter.empty())
     throw UserError("--adapter: '" + dir + "' is a LoRA checkpoint, which brings its own adapters");
   const nlohmann::json lora = read_json(fs::path(dir) / "state.json").at("lora");
-  const std::string base = lora.value("base_init_from", std::string());
+  const std::string base =
+      lora.contains("base_init_from")
+          ? path_from_json(lora["base_init_from"], dir + "/state.json: lora.base_init_from")
+          : std::string();
   auto model = std::make_unique<Transformer>(be, read_hf_model_config(dir));
   int64_t seed = TrainConfig{}.seed;  // the run's train.seed, for a base initialised from it
   if (base.empty()) {
@@ -453,10 +533,18 @@ CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model
     s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
     s.loader = j.at("loader");
     s.config_hash = j.value("config_hash", std::string());
-    s.tokenizer = j.value("tokenizer", std::string());
+    s.tokenizer = j.contains("tokenizer") ? path_from_json(j["tokenizer"], path + ": tokenizer")
+                                          : std::string();
+    if (j.contains("data")) {
+      const nlohmann::json& d = j.at("data");
+      s.data_store = path_from_json(d.at("store"), path + ": data.store");
+      s.data_fingerprint = d.at("fingerprint").get<std::string>();
+      s.tokenizer_fingerprint = d.at("tokenizer_fingerprint").get<std::string>();
+    }
     if (j.contains("lora")) {
       s.lora = true;
-      s.base_init_from = j.at("lora").at("base_init_from").get<std::string>();
+      s.base_init_from =
+          path_from_json(j.at("lora").at("base_init_from"), path + ": lora.base_init_from");
       s.base_hash = j.at("lora").at("base_hash").get<std::string>();
     }
   } catch (const nlohmann::json::exception& e) {
@@ -473,6 +561,12 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   CheckpointState s;
   load_verified(dir, [&] { s = load_checkpoint_files(dir, model, optimizer, optimizer_name); });
   return s;
+}
+
+CheckpointState load_checkpoint_unverified(const std::string& dir, Transformer& model,
+                                           const std::vector<StateBuffer>& optimizer,
+                                           const std::string& optimizer_name) {
+  return load_checkpoint_files(dir, model, optimizer, optimizer_name);
 }
 
 }  // namespace lmt

@@ -24,6 +24,10 @@ struct CheckpointState {
   nlohmann::json loader;            // the loader's state
   std::string config_hash;
   std::string tokenizer;
+  // What the run trained on: the token store (data.store, or the one prepared into the run),
+  // store_fingerprint() of it, and tokenizer_fingerprint() of data.tokenizer; empty in a
+  // checkpoint from before they were recorded.
+  std::string data_store, data_fingerprint, tokenizer_fingerprint;
   // LoRA runs: the frozen base the adapters belong to (train.init_from; empty: initialised from
   // train.seed) and base_weights_hash() of its weights. Such a checkpoint holds the adapters
   // (adapter_model.safetensors, adapter_config.json: a PEFT adapter directory), not the base.
@@ -51,7 +55,34 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                             const std::vector<StateBuffer>& optimizer, const CheckpointState& state,
                             const std::string& config_yaml, int64_t keep_last);
 
-// Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does.
+// A shared hold on a checkpoint directory while a command (export, generate) reads it: pruning
+// leaves a held checkpoint for a later save to delete, so a run that saves and prunes never takes
+// files away from under a reader. Released when destroyed (or when the process ends).
+class CheckpointHold {
+ public:
+  CheckpointHold() = default;
+  // False when `dir` is no longer there once held (a prune renamed it away first).
+  bool take(const std::string& dir);
+  ~CheckpointHold();
+  CheckpointHold(const CheckpointHold&) = delete;
+  CheckpointHold& operator=(const CheckpointHold&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+// The newest checkpoint of a run, held (as find_latest_checkpoint finds it, taken again if a
+// prune removes it before it is held); nullopt when the run has none.
+std::optional<std::string> hold_latest_checkpoint(const std::string& run_dir, CheckpointHold& hold);
+
+// checkpoints/protected.json of a run: checkpoints that pruning keeps whatever keep_last says
+// (the newest from before a divergence warning), with why.
+void protect_checkpoint(const std::string& run_dir, int64_t step, const std::string& why);
+std::vector<int64_t> protected_checkpoints(const std::string& run_dir);
+
+// Deletes the oldest checkpoints of a run beyond keep_last (0 keeps all), as save_checkpoint does;
+// a checkpoint a reader holds (CheckpointHold) stays, for a later prune, and a protected one stays.
+// Protected checkpoints do not count against keep_last.
 void prune_checkpoints(const std::string& run_dir, int64_t keep_last);
 
 // Removes checkpoints/.tmp-* of a run: saves and deletions that a killed process left unfinished.
@@ -78,8 +109,14 @@ std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir,
 // contents.
 // A checkpoint of another optimizer (state.json's "optimizer", adamw when absent) than
 // `optimizer_name` is a UserError when state buffers are given.
+// The directory is verified against its checksums.json while it loads (io/dir_checksums.h).
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
                                 const std::vector<StateBuffer>& optimizer,
                                 const std::string& optimizer_name = "adamw");
+// The same without the checksums: only for the benchmark of what verifying them costs
+// (bench/checkpoint_bench.cpp).
+CheckpointState load_checkpoint_unverified(const std::string& dir, Transformer& model,
+                                           const std::vector<StateBuffer>& optimizer,
+                                           const std::string& optimizer_name = "adamw");
 
 }  // namespace lmt

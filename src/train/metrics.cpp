@@ -71,7 +71,8 @@ void Metrics::open_jsonl(const std::string& run_dir, int64_t resume_step) {
 
 void Metrics::write(const nlohmann::json& j) {
   if (!jsonl_.is_open()) return;
-  jsonl_ << j.dump() << '\n';
+  // Paths in messages may hold non-UTF-8 bytes: shown as U+FFFD rather than lost with the line.
+  jsonl_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
   jsonl_.flush();
   if (!jsonl_)
     throw UserError("logging.jsonl: cannot write '" + jsonl_path_ +
@@ -127,6 +128,15 @@ void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens,
                std::exp(val_loss), per_source);
     std::fflush(stdout);
   }
+}
+
+void Metrics::log_warning(int64_t step, const std::string& kind, const std::string& text,
+                          const nlohmann::json& fields) {
+  nlohmann::json line = {{"step", step}, {"warning", kind}, {"message", text}};
+  line.update(fields);
+  write(line);
+  fmt::print(stderr, "warning: step {}: {}\n", step, text);
+  std::fflush(stderr);
 }
 
 void Metrics::log_config(int64_t step, const std::string& yaml) {

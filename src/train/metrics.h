@@ -50,6 +50,10 @@ class Metrics {
   // tab renders markdown); TensorBoard only.
   void log_config(int64_t step, const std::string& yaml);
   void log_line(const std::string& text);  // console only
+  // A warning: "warning: <text>" on the console and {"step", "warning": kind, "message": text,
+  // fields...} in metrics.jsonl.
+  void log_warning(int64_t step, const std::string& kind, const std::string& text,
+                   const nlohmann::json& fields);
 
   // The event file being written ("" without logging.tensorboard).
   std::string tensorboard_path() const { return tb_ ? tb_->path() : ""; }

@@ -58,6 +58,8 @@ TrainData open_train_data(const RunConfig& cfg, bool reuse_prepared) {
     td.manifest = read_manifest(td.dir);
   }
   check_manifest(td.manifest, td.dir, cfg);
+  verify_store_checksums(td.dir, td.manifest);
+  td.fingerprint = store_fingerprint(td.manifest);
   td.train = std::make_unique<SampleSet>(td.dir, td.manifest, false, cfg.data.seq_len,
                                          cfg.model.vocab_size);
   td.validation = std::make_unique<SampleSet>(td.dir, td.manifest, true, cfg.data.seq_len,

@@ -17,6 +17,7 @@ struct TrainData {
   Manifest manifest;
   bool prepared_now = false;
   bool megatron = false;  // data.store named a Megatron-LM PREFIX (no manifest, no validation)
+  std::string fingerprint;  // store_fingerprint: what the store holds
   std::unique_ptr<SampleSet> train, validation;
 };
 
@@ -25,6 +26,7 @@ struct TrainData {
 // the store was prepared with.
 void check_manifest(const Manifest& m, const std::string& dir, const RunConfig& cfg);
 
+// Every shard file is checked against the checksums prepare recorded (verify_store_checksums).
 // reuse_prepared: when data.store is empty and <out_dir>/data already holds a store prepared from
 // the same data section (a resumed run), use it instead of preparing again.
 TrainData open_train_data(const RunConfig& cfg, bool reuse_prepared);

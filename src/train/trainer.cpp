@@ -11,6 +11,8 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/output_lock.h"
+#include "core/path_json.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "data/loader.h"
@@ -22,10 +24,10 @@
 #include "train/checkpoint.h"
 #include "train/flops.h"
 #include "train/generation.h"
+#include "train/loss_watch.h"
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/model_builder.h"
-#include "train/run_lock.h"
 #include "train/train_data.h"
 
 namespace lmt {
@@ -38,32 +40,36 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 extern "C" void on_stop_signal(int sig) {
-  g_stop_signal.store(sig);
+  int none = 0;
+  g_stop_signal.compare_exchange_strong(none, sig);  // the first signal is the one reported
 }
 
-// SIGINT / SIGTERM during a run: finish the step in flight, write a checkpoint, return.
+// SIGINT, SIGTERM or SIGHUP (a closed terminal) during a run: finish the step in flight, or stop
+// an evaluation after its batch in flight, write the checkpoint of the last finished step, return.
+// Every signal counts (the first one's number is kept); none is lost while evaluating or saving.
 class StopSignals {
  public:
   StopSignals() {
     g_stop_signal.store(0);
-    old_int_ = std::signal(SIGINT, on_stop_signal);
-    old_term_ = std::signal(SIGTERM, on_stop_signal);
+    for (size_t i = 0; i < std::size(kSignals); ++i)
+      old_[i] = std::signal(kSignals[i], on_stop_signal);
   }
   ~StopSignals() {
-    std::signal(SIGINT, old_int_);
-    std::signal(SIGTERM, old_term_);
+    for (size_t i = 0; i < std::size(kSignals); ++i) std::signal(kSignals[i], old_[i]);
   }
   int received() const { return g_stop_signal.load(); }
 
  private:
-  void (*old_int_)(int);
-  void (*old_term_)(int);
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  void (*old_[std::size(kSignals)])(int);
 };
 
 // The run directory and what every checkpoint of the run records of its config.
 struct RunDir {
   fs::path path;
   std::string config_yaml, config_hash;
+  // What the run trains on (CheckpointState's fields of the same names).
+  std::string data_store, data_fingerprint, tokenizer_fingerprint;
 };
 
 fs::path make_run_dir(const std::string& out_dir) {
@@ -102,13 +108,14 @@ std::optional<std::string> resume_point(const fs::path& run_dir, bool resume,
 }
 
 // The loss sum and labelled tokens over the evaluation batches.
+// Stops early (a partial sum) once a stop signal has arrived.
 LossSum evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T,
                  bool masking) {
   loader.reset();
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size()), starts(ids.size()),
       pos(ids.size());
   LossSum total;
-  for (int64_t i = 0; i < batches; ++i) {
+  for (int64_t i = 0; i < batches && g_stop_signal.load() == 0; ++i) {
     loader.next(ids.data(), labels.data(), starts.data(), pos.data());
     const Transformer::Packing packing{pos.data(), starts.data()};
     LossSum s = model.forward_loss(ids.data(), labels.data(), B, T, masking ? &packing : nullptr);
@@ -142,9 +149,10 @@ class Evaluation {
             std::make_unique<EvalLoader>(val, tc_.micro_batch_size, i, 0, 1));
   }
 
-  // Logs the evaluation at `step` and keeps its loss in result.last_val_loss.
+  // Logs the evaluation at `step` and keeps its loss in result.last_val_loss. A stop signal ends
+  // it after the batch in flight, with nothing logged.
   void run(Transformer& model, Metrics& metrics, int64_t step, TrainResult& result) {
-    if (!all_) return;
+    if (!all_ || g_stop_signal.load() != 0) return;
     const int64_t B = tc_.micro_batch_size;
     const int64_t batches = tc_.eval_steps > 0 ? tc_.eval_steps : all_->batches_per_pass();
     result.last_val_loss = mean(evaluate(model, *all_, batches, B, T_, tc_.document_masking));
@@ -154,6 +162,7 @@ class Evaluation {
                                  T_, tc_.document_masking);
       sources.push_back({name, mean(s), s.tokens});
     }
+    if (g_stop_signal.load() != 0) return;  // cut short: not an evaluation
     metrics.log_eval(step, result.last_val_loss, batches * B * T_, sources);
   }
 
@@ -274,6 +283,9 @@ std::string save(const RunDir& dir, const RunConfig& cfg, const BuiltModel& buil
   st.loader = loader.get_state();
   st.config_hash = dir.config_hash;
   st.tokenizer = cfg.data.tokenizer;
+  st.data_store = dir.data_store;
+  st.data_fingerprint = dir.data_fingerprint;
+  st.tokenizer_fingerprint = dir.tokenizer_fingerprint;
   st.lora = cfg.lora.rank > 0;
   st.base_init_from = cfg.train.init_from;
   st.base_hash = built.base_hash;
@@ -306,11 +318,56 @@ void log_sample(Metrics& metrics, const RunConfig& cfg, Transformer& model) {
   metrics.log_line("sample:\n" + prompt + tok->decode(out));
 }
 
+int64_t step_number(const std::string& checkpoint) {
+  return std::stoll(fs::path(checkpoint).filename().string().substr(5));
+}
+
+// The newest checkpoint of the run with a step at most `step`.
+std::optional<std::string> newest_checkpoint_at_most(const fs::path& run_dir, int64_t step) {
+  std::optional<std::string> best;
+  int64_t best_step = -1;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints", ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.size() < 12 || name.rfind("step_", 0) != 0 ||
+        name.find_first_not_of("0123456789", 5) != std::string::npos)
+      continue;
+    const int64_t s = step_number(name);
+    if (s <= step && s > best_step) best_step = s, best = e.path().string();
+  }
+  return best;
+}
+
 // Where the run starts: step 0, or the checkpoint's step, tokens and loader position.
 struct Position {
   int64_t step = 0, tokens = 0;
   bool config_changed = false;  // since the checkpoint resumed from was written
 };
+
+// A resumed run trains on the data and tokenizer its checkpoint trained on: a store prepared
+// again from other data, or another tokenizer of the same vocabulary size, would go on quietly
+// (the loader's position indexing other samples, ids meaning other text). Returns what differs
+// ("" when nothing does, or the checkpoint is from before this was recorded); a UserError unless
+// `allow`.
+std::string check_same_data(const CheckpointState& was, const RunDir& dir, const RunConfig& cfg,
+                            const std::string& ckpt, bool allow) {
+  if (was.data_fingerprint.empty()) return "";
+  std::string what;
+  if (was.data_fingerprint != dir.data_fingerprint)
+    what = fmt::format(
+        "it trained on token store '{}' (content {}), and the store '{}' holds other tokens now "
+        "({})",
+        was.data_store, was.data_fingerprint, dir.data_store, dir.data_fingerprint);
+  if (was.tokenizer_fingerprint != dir.tokenizer_fingerprint)
+    what += fmt::format("{}it trained with tokenizer '{}' ({}), and data.tokenizer '{}' is {}",
+                        what.empty() ? "" : "; ", was.tokenizer, was.tokenizer_fingerprint,
+                        cfg.data.tokenizer, dir.tokenizer_fingerprint);
+  if (!what.empty() && !allow)
+    throw UserError("--resume: checkpoint " + ckpt + " cannot continue on this data: " + what +
+                    ". Point data.store / data.tokenizer at what it trained on, or pass "
+                    "--allow-data-change to continue on this data on purpose");
+  return what;
+}
 
 Position resume_position(const BuiltModel& built, Loader& loader, const RunDir& dir,
                          const std::optional<std::string>& ckpt) {
@@ -327,20 +384,26 @@ Position resume_position(const BuiltModel& built, Loader& loader, const RunDir& 
 
 }  // namespace
 
-TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from) {
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from,
+                  bool allow_data_change) {
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
-  const RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg)};
+  RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg)};
   const RunDirLock lock(dir.path.string());  // held until train() returns
   remove_run_dir_leftovers(dir.path);
   const std::optional<std::string> ckpt = resume_point(dir.path, resume, resume_from);
 
   TrainData data = open_train_data(cfg, resume);
+  dir.data_store = fs::absolute(data.dir).string();
+  dir.data_fingerprint = data.fingerprint;
+  dir.tokenizer_fingerprint = tokenizer_fingerprint(cfg.data.tokenizer);
   Loader loader(*data.train, tc.micro_batch_size, static_cast<uint64_t>(tc.seed));
   Evaluation evaluation(cfg, data);
   const BuiltModel built = build_model(cfg, {StartFrom::run, false, ckpt.value_or("")});
   Transformer& model = *built.model;
+  const std::string data_change =
+      built.resumed ? check_same_data(*built.resumed, dir, cfg, *ckpt, allow_data_change) : "";
   const Position at = resume_position(built, loader, dir, ckpt);
   int64_t step = at.step, tokens = at.tokens;
   write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
@@ -351,12 +414,15 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   const double flops_per_token = train_flops_per_token(model, cfg.data.seq_len);
   log_run_start(metrics, cfg, data, built, peak, flops_per_token);
   if (ckpt) log_resume(metrics, dir.path, *ckpt, step, !resume_from.empty());
+  if (!data_change.empty())
+    metrics.log_line("note: continuing on other data (--allow-data-change): " + data_change);
 
   TrainResult result;
   result.first_step = step;
   result.val_unigram_entropy = data.validation->unigram_entropy();
   TrainStep train_step(model, *built.optimizer, cfg);
   StepLog step_log(step, tc.max_steps, flops_per_token, peak.flops);
+  LossWatch loss_watch;
   auto save_now = [&]() { result.last_checkpoint = save(dir, cfg, built, loader, step, tokens); };
   StopSignals signals;
   auto stop_requested = [&](int64_t s) { return stop_after > 0 && s >= stop_after; };
@@ -376,34 +442,58 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     }
     const StepReport r = train_step.advance(step, next, may_queue);
     ++step;
+    lock.check_held();  // the run directory deleted or replaced under the run: stop, named
+    data.train->check_unchanged();  // a store written to under the run: stop, named
     tokens += r.tokens;
     result.last_loss = r.loss;
+    if (const auto w = loss_watch.add(step, r.loss)) {
+      // The newest checkpoint whose next step's loss was still in range stays.
+      const auto kept = newest_checkpoint_at_most(dir.path, w->step - 2);
+      metrics.log_warning(step, "divergence", w->text(),
+                          {{"recent_median", w->median},
+                           {"kept_checkpoint", path_to_json(kept ? *kept : std::string())}});
+      if (kept)
+        protect_checkpoint(dir.path.string(), step_number(*kept),
+                           fmt::format("the newest checkpoint before the divergence warning at "
+                                       "step {}",
+                                       step));
+    }
     step_log.add(t.seconds(), r.tokens);
     if (step % tc.log_every == 0 || step == tc.max_steps)
       metrics.log_step(step_log.take(step, tokens, r));
     if (train_step.queued() == 0) {  // the model is this step's
+      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
       if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
         evaluation.run(model, metrics, step, result);
-      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
     }
     t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
   }
   result.steps = step;
-  if (result.interrupted) {
-    if (step > result.first_step) save_now();
+  auto stopped = [&] {
+    result.interrupted = true;
+    result.signal = signals.received();
     metrics.log_line(fmt::format("stopped at step {}{}; continue with --resume", step,
-                                 signals.received() ? " on a signal" : ""));
+                                 result.signal ? " on a signal" : ""));
     return result;
+  };
+  if (result.interrupted) {
+    const bool saved = result.last_checkpoint.ends_with(fmt::format("step_{:07d}", step));
+    if (step > result.first_step && !saved) save_now();
+    return stopped();
   }
   if (step > result.first_step || !ckpt) {
-    evaluation.run(model, metrics, step, result);
+    // The checkpoint first: a signal during the evaluation (and a scheduler's SIGKILL after it)
+    // then costs nothing but the evaluation.
     save_now();
+    evaluation.run(model, metrics, step, result);
+    if (signals.received()) return stopped();
   } else if (resume_from.empty()) {
     // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
     // and pruning the oldest ones is tidied as the save would have.
     prune_checkpoints(dir.path.string(), tc.keep_last);
   }
-  if (tc.sample_tokens > 0) log_sample(metrics, cfg, model);
+  if (tc.sample_tokens > 0 && !signals.received()) log_sample(metrics, cfg, model);
+  if (signals.received()) return stopped();
   return result;
 }
 

@@ -19,14 +19,17 @@ struct TrainResult {
   double last_val_loss = -1;  // -1: never evaluated
   double val_unigram_entropy = 0;
   std::string last_checkpoint;
-  bool interrupted = false;  // stopped before max_steps (signal or stop_after)
+  bool interrupted = false;  // stopped by a signal or by stop_after
+  int signal = 0;            // the stop signal (SIGINT, SIGTERM, SIGHUP); 0: none
 };
 
 // stop_after > 0 ends the run early, with a checkpoint, once that many optimizer steps are done
 // (as a SIGINT or SIGTERM does after the step in flight); the schedule still follows max_steps,
 // so a later --resume continues exactly as if the run had never stopped.
 // resume_from (with resume): a checkpoint's name (step_N) or path instead of the newest.
+// A resume on another token store's content or another tokenizer than the checkpoint trained on
+// is a UserError naming both, unless allow_data_change (train --allow-data-change).
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after = 0,
-                  const std::string& resume_from = "");
+                  const std::string& resume_from = "", bool allow_data_change = false);
 
 }  // namespace lmt

@@ -204,12 +204,13 @@ TEST_F(Cli, NonFiniteLossStopsWithoutCheckpoint) {
 
 TEST_F(Cli, SigtermStopsWithACheckpointAndResumeContinues) {
   const std::string cfg = config("  save_every: 0\n", "") + " --set train.max_steps=1000000";
-  // The run gets SIGTERM once it has logged a step; it must write a checkpoint and exit with 130.
+  // The run gets SIGTERM once it has logged a step; it must write a checkpoint and exit with 143
+  // (128 + SIGTERM).
   Result r = run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg +
                        " > /dev/null 2>&1 & pid=$!; for i in $(seq 300); do [ -s " +
                        (dir_ / "out" / "metrics.jsonl").string() +
                        " ] && break; sleep 0.1; done; kill -TERM $pid; wait $pid; echo rc=$?)");
-  EXPECT_NE(r.out.find("rc=130"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rc=143"), std::string::npos) << r.out;
   bool found = false;
   for (const auto& e : fs::directory_iterator(dir_ / "out" / "checkpoints"))
     found = found || e.path().filename().string().rfind("step_", 0) == 0;
@@ -237,7 +238,7 @@ TEST_F(Cli, SecondTrainOnTheSameDirectoryIsRefused) {
   const std::string pid = r.out.substr(at + 6, r.out.find('\n', at) - at - 6);
   EXPECT_NE(r.out.find("(pid " + pid + ")"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("first_alive"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("first_rc=130"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("first_rc=143"), std::string::npos) << r.out;
   Result again = run("train --config " + cfg + " --resume --set train.max_steps=2");
   EXPECT_EQ(again.code, 0) << again.out;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/cli_util.h"
+#include "core/output_lock.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -73,7 +74,7 @@ void flip_bit(const fs::path& file, uint64_t offset, int bit) {
 
 void expect_named(const Result& r, const std::vector<std::string>& parts) {
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_EQ(r.out.rfind("lmtrain: error: ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find("lmtrain: error: "), std::string::npos) << r.out;
   for (const std::string& p : parts)
     EXPECT_NE(r.out.find(p), std::string::npos) << p << "\n" << r.out;
 }
@@ -143,6 +144,237 @@ TEST_F(Integrity, AChecksumListingMustCoverTheCheckpoint) {
                {"checksums.json is missing",
                 "the newest intact checkpoint of this run is "
                 "step_0000002"});
+}
+
+}  // namespace
+
+namespace {
+
+// Prepares the run's data into a store of its own (data.store), as a user would.
+std::string prepared(const std::string& cfg, const fs::path& store) {
+  const Result p = run("prepare --quiet --config " + cfg + " --out " + store.string());
+  EXPECT_EQ(p.code, 0) << p.out;
+  return " --set data.store=" + store.string();
+}
+
+// A store prepared again from other data at the same path is not the data a checkpoint trained
+// on: the resume is refused, naming both, unless the user says it is meant.
+TEST_F(Integrity, AResumeOnOtherDataIsRefusedUnlessAllowed) {
+  const std::string cfg = config();
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(cfg, store);
+  ASSERT_EQ(run("train --config " + cfg + use).code, 0);
+  // The same lengths in other letters: the same samples, other tokens.
+  std::ofstream(dir_ / "data.txt", std::ios::trunc)
+      << "FIRST DOCUMENT\n%\nSECOND ONE, A LITTLE LONGER\n%\nTHIRD DOCUMENT HERE\n%\nFOURTH\n";
+  prepared(cfg, store);
+  const std::string resume = "train --config " + cfg + use + " --resume --set train.max_steps=6";
+  expect_named(run(resume), {"checkpoint " + step(4).string() + " cannot continue on this data",
+                             "token store '" + store.string(), "--allow-data-change"});
+  const Result r = run(resume + " --allow-data-change");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("note: continuing on other data (--allow-data-change)"), std::string::npos)
+      << r.out;
+}
+
+// A shard changed after prepare (here one byte of its tokens) is named when a run opens it and by
+// `lmtrain check`, which also checks a run's checkpoints.
+TEST_F(Integrity, AChangedShardIsNamedAtOpenAndByCheck) {
+  const std::string cfg = config();
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(cfg, store);
+  ASSERT_EQ(run("train --config " + cfg + use).code, 0);
+  const Result good = run("check " + store.string() + " " + out().string());
+  EXPECT_EQ(good.code, 0) << good.out;
+  EXPECT_NE(good.out.find("ok       checkpoint " + step(4).string()), std::string::npos)
+      << good.out;
+  EXPECT_NE(good.out.find("ok       token store " + store.string()), std::string::npos) << good.out;
+  flip_bit(store / "train-00000.bin", 3, 0);
+  expect_named(run("train --config " + cfg + use + " --resume --set train.max_steps=6"),
+               {(store / "train-00000.bin").string() + "' is not the file prepare wrote"});
+  const Result bad = run("check " + store.string());
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("DAMAGED  token store " + store.string()), std::string::npos) << bad.out;
+  flip_bit(step(2) / "config.json", 3, 0);
+  const Result ck = run("check " + out().string());
+  EXPECT_EQ(ck.code, 2) << ck.out;
+  EXPECT_NE(ck.out.find("DAMAGED  checkpoint " + step(2).string()), std::string::npos) << ck.out;
+  EXPECT_NE(ck.out.find("ok       checkpoint " + step(4).string()), std::string::npos) << ck.out;
+}
+
+}  // namespace
+
+namespace {
+
+// A signal while the run evaluates (here an evaluation of a million batches, hours long) stops it
+// within seconds, exiting 128 + the signal, with the checkpoint of the last finished step; at the
+// end of a run that checkpoint is written before the final evaluation begins.
+void stop_during_evaluation(const fs::path& dir, const std::string& cfg, bool final_eval,
+                            const char* sig, int code) {
+  SCOPED_TRACE(std::string(sig) + (final_eval ? " during the final evaluation" : " mid-run"));
+  fs::remove_all(dir / "out");
+  const std::string sets =
+      final_eval ? " --set train.max_steps=1"
+                 : " --set train.max_steps=1000 --set train.eval_every=1 --set train.save_every=0";
+  // The final evaluation starts once the checkpoint is there; a mid-run one once step 1 is logged.
+  const std::string ready = final_eval ? (dir / "out/checkpoints/step_0000001/state.json").string()
+                                       : (dir / "out/metrics.jsonl").string();
+  const Result r =
+      run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg + sets +
+                " --set train.eval_steps=1000000 > " + (dir / "log").string() +
+                " 2>&1 & pid=$!; for i in $(seq 600); do [ -s " + ready +
+                " ] && break; sleep 0.05; done; sleep 0.5; start=$(date +%s%N); kill -" + sig +
+                " $pid; wait $pid; echo rc=$?; echo ms=$(( ($(date +%s%N) - start) / 1000000 )))");
+  EXPECT_NE(r.out.find("rc=" + std::to_string(code)), std::string::npos) << r.out;
+  const size_t at = r.out.find("ms=");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  EXPECT_LT(std::stoi(r.out.substr(at + 3)), 5000) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "out/checkpoints/step_0000001/checksums.json")) << r.out;
+  std::ifstream log(dir / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("stopped at step 1 on a signal"), std::string::npos) << text;
+}
+
+TEST_F(Integrity, SignalsDuringEvaluationStopWithTheLastStepsCheckpoint) {
+  {
+    std::ofstream f(dir_ / "data.txt", std::ios::trunc);
+    for (int i = 0; i < 200; ++i) f << "document number " << i << " of the evaluation test\n%\n";
+  }
+  const std::string cfg = config() + " --set data.val_fraction=0.25";
+  stop_during_evaluation(dir_, cfg, true, "TERM", 143);
+  stop_during_evaluation(dir_, cfg, true, "HUP", 129);
+  stop_during_evaluation(dir_, cfg, false, "TERM", 143);
+  stop_during_evaluation(dir_, cfg, false, "INT", 130);
+}
+
+}  // namespace
+
+namespace {
+
+// The run directory deleted under a running train: the run stops at its next step with a message
+// naming it, instead of training on into nothing (and leaving the directory to a second writer).
+TEST_F(Integrity, ARunDirectoryDeletedMidRunStopsTheRun) {
+  const std::string cfg = config() + " --set train.max_steps=1000000 --set train.save_every=0";
+  const Result r = run_shell(
+      "(" + std::string(LMT_BINARY) + " train --config " + cfg + " > " + (dir_ / "log").string() +
+      " 2>&1 & pid=$!; for i in $(seq 600); do [ -s " + (out() / "metrics.jsonl").string() +
+      " ] && break; sleep 0.05; done; rm -rf " + out().string() + "; wait $pid; echo rc=$?)");
+  EXPECT_NE(r.out.find("rc=2"), std::string::npos) << r.out;
+  std::ifstream log(dir_ / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("lmtrain: error: train.out_dir: '" + out().string() +
+                      "' was deleted or replaced while this process was writing to it"),
+            std::string::npos)
+      << text;
+}
+
+// Two writers of one output: the second prepare or export is refused, naming the output and the
+// first's pid; what killed writers left beside an output (OUT.tmp-PID of a dead PID) is removed by
+// the next writer.
+TEST_F(Integrity, OneWriterPerOutputAndLeftoversOfDeadWritersAreRemoved) {
+  const std::string cfg = config();
+  ASSERT_EQ(run("train --config " + cfg).code, 0);
+  const std::string pid = "(pid " + std::to_string(::getpid()) + ")";
+  const fs::path store = dir_ / "store", exported = dir_ / "exported";
+  {
+    const lmt::OutputLock held = lmt::lock_output_path(store.string(), "data.store");
+    expect_named(
+        run("prepare --quiet --config " + cfg + " --out " + store.string()),
+        {"data.store: '" + store.string() + "' is in use by another lmtrain process " + pid});
+  }
+  {
+    const lmt::OutputLock held = lmt::lock_output_path(exported.string(), "--out");
+    expect_named(
+        run("export --checkpoint " + out().string() + " --out " + exported.string()),
+        {"--out: '" + exported.string() + "' is in use by another lmtrain process " + pid});
+  }
+  // A dead export's temporary directory (pid 999999999 is beyond any pid_max).
+  fs::create_directories(dir_ / "exported.tmp-999999999");
+  std::ofstream(dir_ / "exported.tmp-999999999" / "model.safetensors") << "half written";
+  const Result e = run("export --checkpoint " + out().string() + " --out " + exported.string());
+  EXPECT_EQ(e.code, 0) << e.out;
+  EXPECT_FALSE(fs::exists(dir_ / "exported.tmp-999999999"));
+  EXPECT_FALSE(fs::exists(dir_ / ".exported.lock"));  // the lock file goes with its writer
+}
+
+}  // namespace
+
+namespace {
+
+// A store truncated under a running train (here by a test hook, in the middle of a read: after the
+// range is found and before it is copied) is one message naming the file and exit 2, not
+// "Bus error"; the run's checkpoints stay intact.
+TEST_F(Integrity, AStoreTruncatedMidReadIsANamedError) {
+  const std::string cfg = config();
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(cfg, store);
+  ASSERT_EQ(run("train --config " + cfg + use).code, 0);
+  const fs::path bin = store / "train-00000.bin";
+  const Result r =
+      capture("LMT_TEST_TRUNCATE_DURING_READ=" + bin.string() + " " + std::string(LMT_BINARY) +
+              " train --config " + cfg + use + " --resume --set train.max_steps=6");
+  expect_named(r, {"'" + bin.string() + "' was truncated while lmtrain was reading it"});
+  EXPECT_EQ(fs::file_size(bin), 0u);  // the hook did truncate it
+  const Result ck = run("check " + out().string());
+  EXPECT_EQ(ck.code, 0) << ck.out;
+}
+
+}  // namespace
+
+namespace {
+
+// A store's tokens zeroed in place under a running train (same size, same file) stop the run at
+// its next step, naming the file, instead of training on zeros.
+TEST_F(Integrity, AStoreWrittenToUnderARunningTrainStopsIt) {
+  const std::string cfg = config() + " --set train.max_steps=1000000 --set train.save_every=0";
+  const fs::path store = dir_ / "store";
+  const std::string use = prepared(config(), store);
+  const fs::path bin = store / "train-00000.bin";
+  const Result r =
+      run_shell("(" + std::string(LMT_BINARY) + " train --config " + cfg + use + " > " +
+                (dir_ / "log").string() + " 2>&1 & pid=$!; for i in $(seq 600); do [ -s " +
+                (out() / "metrics.jsonl").string() + " ] && break; sleep 0.05; done; sleep 0.2; " +
+                "dd if=/dev/zero of=" + bin.string() + " bs=$(stat -c %s " + bin.string() +
+                ") count=1 conv=notrunc 2>/dev/null; wait $pid; echo rc=$?)");
+  EXPECT_NE(r.out.find("rc=2"), std::string::npos) << r.out;
+  std::ifstream log(dir_ / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("lmtrain: error: token store: '" + bin.string() +
+                      "': changed while this run was reading it"),
+            std::string::npos)
+      << text;
+}
+
+}  // namespace
+
+namespace {
+
+// Paths are bytes: under a directory whose name is not UTF-8 (byte 0xFF), with the tokenizer there
+// too, prepare, train, resume, export and check work as anywhere else.
+TEST_F(Integrity, NonUtf8PathsWorkThroughPrepareTrainAndExport) {
+  const fs::path odd = dir_ / std::string("d\xff\xfex");
+  fs::create_directories(odd);
+  fs::copy_file(dir_ / "data.txt", odd / "data.txt");
+  fs::copy_file(std::string(LMT_TEST_DATA) + "/tokenizers/bytelevel_bpe.json", odd / "tok.json");
+  const std::string sets =
+      " --set data.sources.0.path=" + (odd / "data.txt").string() +
+      " --set data.tokenizer=" + (odd / "tok.json").string() +
+      " --set model.vocab_size=704 --set train.out_dir=" + (odd / "out").string();
+  const std::string cfg = "'" + config() + "'" + sets;
+  const Result p =
+      run("prepare --quiet --config " + cfg + " --out '" + (odd / "store").string() + "'");
+  ASSERT_EQ(p.code, 0) << p.out;
+  const std::string use = " --set 'data.store=" + (odd / "store").string() + "'";
+  Result t = run("train --config " + cfg + use);
+  ASSERT_EQ(t.code, 0) << t.out;
+  t = run("train --config " + cfg + use + " --resume --set train.max_steps=6");
+  ASSERT_EQ(t.code, 0) << t.out;
+  const Result e = run("export --checkpoint '" + (odd / "out").string() + "' --out '" +
+                       (odd / "exported").string() + "'");
+  ASSERT_EQ(e.code, 0) << e.out;
+  const Result c = run("check '" + (odd / "out").string() + "' '" + (odd / "store").string() +
+                       "' '" + (odd / "exported").string() + "'");
+  EXPECT_EQ(c.code, 0) << c.out;
 }
 
 }  // namespace

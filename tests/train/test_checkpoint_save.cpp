@@ -3,6 +3,7 @@
 // succeeds and is the only entry there.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -43,6 +44,39 @@ TEST(CheckpointSave, AFailedSaveLeavesNoTemporaryDirectory) {
   s.tokenizer = "bytes";
   save_checkpoint(run_dir.string(), m, {}, s, "", 3);
   EXPECT_EQ(entries(), std::vector<std::string>{"step_0000005"});
+}
+
+// A checkpoint a reader holds (an export of a run that is saving) is not pruned under it; the
+// next prune after the reader is done deletes it.
+TEST(CheckpointSave, APruneLeavesAHeldCheckpointForLater) {
+  CpuBackend be;
+  Transformer m(&be, test::tiny_config("llama"));
+  m.init_weights(7);
+  const fs::path run_dir = test::temp_dir() / "held_prune";
+  fs::remove_all(run_dir);
+  CheckpointState s;
+  s.loader = nlohmann::json::object();
+  s.tokenizer = "bytes";
+  auto names = [&] {
+    std::vector<std::string> n;
+    for (const auto& e : fs::directory_iterator(run_dir / "checkpoints"))
+      n.push_back(e.path().filename().string());
+    std::sort(n.begin(), n.end());
+    return n;
+  };
+  s.step = 1;
+  const std::string first = save_checkpoint(run_dir.string(), m, {}, s, "", 1);
+  {
+    CheckpointHold hold;
+    ASSERT_TRUE(hold.take(first));
+    s.step = 2;
+    save_checkpoint(run_dir.string(), m, {}, s, "", 1);
+    EXPECT_EQ(names(), (std::vector<std::string>{"step_0000001", "step_0000002"}));
+  }
+  prune_checkpoints(run_dir.string(), 1);
+  EXPECT_EQ(names(), std::vector<std::string>{"step_0000002"});
+  CheckpointHold gone;
+  EXPECT_FALSE(gone.take(first));
 }
 
 // Non-finite weights or moments never reach a checkpoint (NonFiniteError, exit 3, nothing written)

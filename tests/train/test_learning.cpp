@@ -21,6 +21,7 @@
 #include "demo_run.h"
 #include "train/run_config.h"
 #include "train/train_data.h"
+#include "train/trainer.h"
 
 namespace lmt {
 namespace {
@@ -157,6 +158,47 @@ TEST(Learning, LoraSftLearnsAHeldOutTask) {
       stops);
   EXPECT_GE(stops, 9);
   fs::remove_all(out);
+}
+
+}  // namespace
+}  // namespace lmt
+
+namespace lmt {
+namespace {
+
+std::vector<nlohmann::json> warnings_of(const std::filesystem::path& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::ifstream f(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);)
+    if (auto j = nlohmann::json::parse(line); j.contains("warning")) out.push_back(j);
+  return out;
+}
+
+// The demo never warns of divergence; with train.lr 3 it warns within 20 steps (the loss goes
+// 7.7 -> 20 at step 4; 4 steps are run), in metrics.jsonl and on the console, and the newest
+// checkpoint from before the rise (step 2) survives keep_last 1.
+TEST(Learning, ADivergingRunIsFlaggedAndItsLastGoodCheckpointKept) {
+  ASSERT_EQ(test::demo_run_missing(), "");
+  EXPECT_EQ(warnings_of(test::demo_run_dir()).size(), 0u);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("lmtrain_diverge_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  RunConfig cfg = test::demo_run_config(
+      dir, "lr3", {"train.lr=3", "train.max_steps=4", "train.save_every=2", "train.keep_last=1"});
+  train(cfg, false);
+  const std::vector<nlohmann::json> w = warnings_of(dir / "lr3");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0]["warning"], "divergence");
+  EXPECT_LE(w[0]["step"].get<int64_t>(), 20);
+  const std::string kept = w[0]["kept_checkpoint"].get<std::string>();
+  ASSERT_FALSE(kept.empty());
+  EXPECT_TRUE(std::filesystem::exists(kept));  // pruned by keep_last 1 but for the warning
+  EXPECT_TRUE(std::filesystem::exists(dir / "lr3/checkpoints/step_0000004"));
+  int dirs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "lr3/checkpoints"))
+    dirs += e.is_directory();
+  EXPECT_EQ(dirs, 2);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

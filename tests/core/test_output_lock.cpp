@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
+#include "core/output_lock.h"
 #include "io/io_test_util.h"
-#include "train/run_lock.h"
 
 namespace lmt {
 namespace {
