@@ -389,7 +389,7 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
-  RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg)};
+  RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg), {}, {}, {}};
   const RunDirLock lock(dir.path.string());  // held until train() returns
   remove_run_dir_leftovers(dir.path);
   const std::optional<std::string> ckpt = resume_point(dir.path, resume, resume_from);
