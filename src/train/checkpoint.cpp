@@ -366,6 +366,43 @@ bool is_lora_checkpoint(const std::string& dir) {
          read_json(state).contains("lora");
 }
 
+namespace {
+
+// state.json's optimizer (adamw in checkpoints written before it was recorded).
+std::string saved_optimizer(const nlohmann::json& j) {
+  return j.contains("optimizer") && j["optimizer"].is_string() ? j["optimizer"].get<std::string>()
+                                                               : std::string("adamw");
+}
+
+CheckpointState state_from_json(const nlohmann::json& j, const std::string& dir,
+                                const std::string& path) {
+  CheckpointState s;
+  try {
+    s.step = counter(j, "step", path);
+    s.optimizer_step = counter(j, "optimizer_step", path);
+    s.optimizer = saved_optimizer(j);
+    s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
+    s.loader = j.at("loader");
+    s.config_hash = j.value("config_hash", std::string());
+    s.tokenizer = j.value("tokenizer", std::string());
+    if (j.contains("lora")) {
+      s.lora = true;
+      s.base_init_from = j.at("lora").at("base_init_from").get<std::string>();
+      s.base_hash = j.at("lora").at("base_hash").get<std::string>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(dir + "/state.json: " + e.what());
+  }
+  return s;
+}
+
+}  // namespace
+
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "state.json").string();
+  return state_from_json(read_json(path), dir, path);
+}
+
 CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
                                 const std::vector<StateBuffer>& optimizer,
                                 const std::string& optimizer_name) {
@@ -384,11 +421,9 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   } else {
     load_hf_weights(dir, model);  // a checkpoint is a Hugging Face directory
   }
-  const std::string saved_optimizer = j.contains("optimizer") && j["optimizer"].is_string()
-                                          ? j["optimizer"].get<std::string>()
-                                          : std::string("adamw");
-  if (!optimizer.empty() && saved_optimizer != optimizer_name)
-    throw UserError(dir + " holds the state of optimizer " + saved_optimizer +
+  const std::string saved = saved_optimizer(j);
+  if (!optimizer.empty() && saved != optimizer_name)
+    throw UserError(dir + " holds the state of optimizer " + saved +
                     ", and this run's optimizer.name is " + optimizer_name +
                     " (resume with the same optimizer, or start a new run from its weights with "
                     "train.init_from)");
@@ -400,7 +435,7 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
         const std::string name = s.prefix + p.name;
         if (!st.contains(name))
           throw UserError(opt_path + ": tensor '" + name + "' is missing (the checkpoint holds " +
-                          saved_optimizer + "'s state)");
+                          saved + "'s state)");
         load_into(st, name, p, DType::f32, model.backend(), s.data);
       }
   }
@@ -414,24 +449,7 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   for (const StateBuffer& s : optimizer)
     refuse("optimizer state " + s.prefix.substr(0, s.prefix.size() - 1),
            non_finite_param(s.params, state_to_host(model, s).data(), DType::f32));
-  CheckpointState s;
-  try {
-    s.step = counter(j, "step", path);
-    s.optimizer_step = counter(j, "optimizer_step", path);
-    s.optimizer = saved_optimizer;
-    s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
-    s.loader = j.at("loader");
-    s.config_hash = j.value("config_hash", std::string());
-    s.tokenizer = j.value("tokenizer", std::string());
-    if (j.contains("lora")) {
-      s.lora = true;
-      s.base_init_from = j.at("lora").at("base_init_from").get<std::string>();
-      s.base_hash = j.at("lora").at("base_hash").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(dir + "/state.json: " + e.what());
-  }
-  return s;
+  return state_from_json(j, dir, path);
 }
 
 }  // namespace lmt
