@@ -64,7 +64,9 @@ for t in "${targets[@]}"; do
     -artifact_prefix="$build/artifacts/$t/" ${FUZZ_ARGS:-} "$work" "$seeds" >"$log" 2>&1 ||
     status=$?
   took=$(($(date +%s) - start))
-  done_line=$(grep -E '^#[0-9]+ +DONE' "$log" | tail -1 || true)
+  # The last status line (cov, ft, corp, exec/s) and libFuzzer's "Done N runs in S second(s)".
+  last=$(grep -E '^#[0-9]+' "$log" | tail -1 | sed -E 's/[[:space:]]+/ /g' || true)
+  runs_done=$(grep -E '^Done [0-9]+ runs' "$log" | tail -1 || true)
   if [[ $status -ne 0 ]]; then
     found=1
     summary+=("$t: FINDING after ${took}s (exit $status), see $log and $build/artifacts/$t/")
@@ -77,7 +79,7 @@ for t in "${targets[@]}"; do
   files=$(find "$seeds" -type f | wc -l)
   bytes=$(du -sb "$seeds" | cut -f1)
   [[ $status -eq 0 ]] &&
-    summary+=("$t: ${done_line:-no DONE line} in ${took}s; corpus $files files, $bytes bytes")
+    summary+=("$t: ${runs_done:-no Done line}; $last; ${took}s; merged corpus $files files, $bytes bytes")
 done
 printf '%s\n' "${summary[@]}"
 exit $found
