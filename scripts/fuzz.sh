@@ -64,19 +64,20 @@ for t in "${targets[@]}"; do
     -artifact_prefix="$build/artifacts/$t/" ${FUZZ_ARGS:-} "$work" "$seeds" >"$log" 2>&1 ||
     status=$?
   took=$(($(date +%s) - start))
-  # The last status line (cov, ft, corp, exec/s) and libFuzzer's "Done N runs in S second(s)".
-  last=$(grep -E '^#[0-9]+' "$log" | tail -1 | sed -E 's/[[:space:]]+/ /g' || true)
-  runs_done=$(grep -E '^Done [0-9]+ runs' "$log" | tail -1 || true)
   if [[ $status -ne 0 ]]; then
     found=1
     summary+=("$t: FINDING after ${took}s (exit $status), see $log and $build/artifacts/$t/")
     grep -E 'ERROR|SUMMARY|uncaught|what\(\)' "$log" | head -5 || true
   fi
+  # The run's last status line (cov, ft, corp, exec/s) and libFuzzer's "Done N runs in S
+  # second(s)", read before the merge below adds its own lines to the log.
+  last=$(grep -E '^#[0-9]+' "$log" | tail -1 | sed -E 's/[[:space:]]+/ /g' || true)
+  runs_done=$(grep -E '^Done [0-9]+ runs' "$log" | tail -1 || true)
   if [[ $merge -eq 1 ]]; then
     "$bin" -merge=1 -rss_limit_mb=2048 -timeout=10 ${FUZZ_ARGS:-} "$seeds" "$work" \
       >>"$log" 2>&1 || echo "fuzz.sh: merge of $t failed, see $log"
   fi
-  files=$(find "$seeds" -type f | wc -l)
+  files=$(find "$seeds" -type f | wc -l)  # after the merge
   bytes=$(du -sb "$seeds" | cut -f1)
   [[ $status -eq 0 ]] &&
     summary+=("$t: ${runs_done:-no Done line}; $last; ${took}s; merged corpus $files files, $bytes bytes")
