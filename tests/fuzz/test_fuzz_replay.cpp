@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <ostream>
 #include <vector>
 
 #include "fuzz_targets.h"
@@ -23,6 +24,15 @@ std::vector<uint8_t> read_bytes(const fs::path& path) {
 }
 
 class Corpus : public ::testing::TestWithParam<Target> {};
+
+}  // namespace
+
+// A target in gtest's messages: its name (found by ADL beside Target).
+void PrintTo(const Target& target, std::ostream* os) {
+  *os << target.name;
+}
+
+namespace {
 
 TEST_P(Corpus, EveryFileIsAcceptedOrRefusedWithUserError) {
   const Target& target = GetParam();
