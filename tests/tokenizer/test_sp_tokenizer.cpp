@@ -263,6 +263,18 @@ TEST(SpTokenizer, LoadErrorsNameTheFile) {
   }
 }
 
+// A piece table libsentencepiece's trie cannot index (an empty piece; found by fuzz_sp_model)
+// makes its Load throw darts_clone's exception: a UserError naming the model.
+TEST(SpTokenizer, AnEmptyPieceIsAUserError) {
+  const std::string path = std::string(LMT_TEST_DATA) + "/fuzz/sp_model/empty_piece.model";
+  try {
+    SpTokenizer::load(path);
+    ADD_FAILURE() << "loaded " << path;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
 // A model that loads but cannot encode every text (found by fuzz_sp_model: libsentencepiece
 // leaves normalised text that no piece of its damaged table covers) refuses the text with a
 // UserError naming the model, not a failed internal check.

@@ -33,7 +33,15 @@ SpTokenizer SpTokenizer::load(const std::string& model_path) {
   std::error_code ec;
   if (std::filesystem::exists(model_path, ec))  // else sentencepiece's own "not found" below
     check_regular_file(model_path, "tokenizer", kMaxTokenizerBytes);
-  const auto status = impl->sp.Load(model_path);
+  sentencepiece::util::Status status;
+  try {
+    status = impl->sp.Load(model_path);
+  } catch (const std::exception& e) {
+    // libsentencepiece's trie (darts_clone) throws on a piece table it cannot index (an empty
+    // piece) instead of returning a status.
+    throw UserError("SpTokenizer::load: '" + model_path +
+                    "' is not a valid SentencePiece model: " + e.what());
+  }
   if (status.code() == sentencepiece::util::StatusCode::kNotFound)
     throw UserError("SpTokenizer::load: cannot open SentencePiece model '" + model_path +
                     "': " + status.ToString());
