@@ -14,10 +14,18 @@ void to_json(nlohmann::json& j, const LoaderState& s) {
 }
 
 void from_json(const nlohmann::json& j, LoaderState& s) {
+  // Integers only: get<int64_t> of a number out of range (1e30) is undefined behaviour.
+  auto integer = [&](const char* key) -> const nlohmann::json& {
+    const nlohmann::json& v = j.at(key);
+    if (!v.is_number_integer())
+      throw UserError(std::string("loader state: '") + key + "' must be an integer (got " +
+                      excerpt(v.dump()) + ")");
+    return v;
+  };
   try {
-    s.seed = j.at("seed").get<uint64_t>();
-    s.epoch = j.at("epoch").get<int64_t>();
-    s.index = j.at("index").get<int64_t>();
+    s.seed = integer("seed").get<uint64_t>();
+    s.epoch = integer("epoch").get<int64_t>();
+    s.index = integer("index").get<int64_t>();
   } catch (const nlohmann::json::exception& e) {
     throw UserError(std::string("loader state: ") + e.what());
   }

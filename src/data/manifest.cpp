@@ -24,12 +24,24 @@ json shard_json(const ShardInfo& s) {
           {"loss_tokens", s.loss_tokens}, {"has_mask", s.has_mask},   {"checksums", s.checksums}};
 }
 
+// A count: a non-negative integer (get<int64_t> of 1e30 is undefined behaviour; a negative count
+// would make the totals wrong, and overflow them). Throws json's out_of_range, as at() does, which
+// read_manifest reports naming the file.
+int64_t count(const json& j, const char* key) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (int64_t{1} << 53))
+    throw json::out_of_range::create(
+        406, std::string("field '") + key + "' must be an integer in [0, 2^53], got " + v.dump(),
+        &v);
+  return v.get<int64_t>();
+}
+
 ShardInfo shard_from(const json& j) {
   ShardInfo s;
   s.prefix = j.at("prefix").get<std::string>();
-  s.documents = j.at("documents").get<int64_t>();
-  s.tokens = j.at("tokens").get<int64_t>();
-  s.loss_tokens = j.at("loss_tokens").get<int64_t>();
+  s.documents = count(j, "documents");
+  s.tokens = count(j, "tokens");
+  s.loss_tokens = count(j, "loss_tokens");
   s.has_mask = j.at("has_mask").get<bool>();
   if (j.contains("checksums"))  // absent in stores from before checksums
     s.checksums = j.at("checksums").get<std::map<std::string, std::string>>();
@@ -207,7 +219,8 @@ Manifest read_manifest(const std::string& dir) {
   try {
     if (j.at("format").get<std::string>() != "lmtrain-token-store")
       throw UserError(path + ": not an lmtrain token store manifest");
-    if (j.at("version").get<int>() != Manifest::kVersion)
+    if (!j.at("version").is_number_integer() ||
+        j.at("version").get<int64_t>() != Manifest::kVersion)
       throw UserError(path + ": version " + j.at("version").dump() + ", this lmtrain reads " +
                       std::to_string(Manifest::kVersion));
     Manifest m;
@@ -215,8 +228,8 @@ Manifest read_manifest(const std::string& dir) {
     m.tokenizer = path_from_json(t.at("spec"), path + ": tokenizer.spec");
     m.tokenizer_kind = t.at("kind").get<std::string>();
     m.tokenizer_hash = t.at("hash").get<std::string>();
-    m.vocab_size = t.at("vocab_size").get<int64_t>();
-    m.seq_len = j.at("seq_len").get<int64_t>();
+    m.vocab_size = count(t, "vocab_size");
+    m.seq_len = count(j, "seq_len");
     m.val_fraction = j.at("val_fraction").get<double>();
     m.dtype = j.at("dtype").get<std::string>();
     m.prepare_seconds = j.value("prepare_seconds", 0.0);
@@ -227,11 +240,13 @@ Manifest read_manifest(const std::string& dir) {
       sm.schema = s.at("schema").get<std::string>();
       sm.weight = s.at("weight").get<double>();
       sm.packing = s.at("packing").get<std::string>();
-      sm.files = s.at("files").get<int64_t>();
-      sm.documents = s.at("documents").get<int64_t>();
-      sm.bytes = s.at("bytes").get<int64_t>();
-      sm.skipped = s.at("skipped").get<int64_t>();
-      sm.skipped_by_reason = s.at("skipped_by_reason").get<std::map<std::string, int64_t>>();
+      sm.files = count(s, "files");
+      sm.documents = count(s, "documents");
+      sm.bytes = count(s, "bytes");
+      sm.skipped = count(s, "skipped");
+      const json& reasons = s.at("skipped_by_reason");
+      for (const auto& reason : reasons.items())
+        sm.skipped_by_reason[reason.key()] = count(reasons, reason.key().c_str());
       sm.train = shard_from(s.at("train"));
       sm.validation = shard_from(s.at("validation"));
       m.sources.push_back(std::move(sm));

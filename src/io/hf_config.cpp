@@ -274,7 +274,8 @@ std::vector<std::string> settings_lost(const ModelConfig& cfg, const ModelConfig
 }  // namespace
 
 bool is_multimodal_gemma3(const nlohmann::json& j) {
-  return j.is_object() && j.value("model_type", std::string()) == "gemma3" &&
+  // Compared as JSON: value<std::string>() throws json's type_error for "model_type": true.
+  return j.is_object() && j.contains("model_type") && j["model_type"] == "gemma3" &&
          j.contains("text_config") && j["text_config"].is_object();
 }
 
@@ -343,6 +344,9 @@ nlohmann::json model_config_to_hf(const ModelConfig& config) {
 
 ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw UserError(where + ": not a JSON object");
+  if (j.contains("model_type") && !j["model_type"].is_string())
+    throw UserError(where + ": key 'model_type' must be a string (got " +
+                    excerpt(j["model_type"].dump()) + ")");
   if (is_multimodal_gemma3(j))
     return model_config_from_hf(gemma3_text_config(j), where + " (text_config)");
   const std::string type = j.value("model_type", std::string());

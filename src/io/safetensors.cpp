@@ -145,7 +145,10 @@ void SafetensorsFile::parse() {
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
 
-  for (auto& [name, entry] : header.items()) {
+  for (auto& item : header.items()) {
+    // Named, not a structured binding: clang before 16 does not let a lambda capture those.
+    const std::string& name = item.key();
+    auto& entry = item.value();
     if (name == "__metadata__") {
       if (entry.is_null()) continue;
       if (!entry.is_object()) throw fail("__metadata__ is not an object of strings");

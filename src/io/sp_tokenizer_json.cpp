@@ -213,8 +213,12 @@ nlohmann::json post_processor(const SpModel& m, int bos_id) {
 
 // The model loaded by sentencepiece (which validates it) and parsed from its bytes.
 SpModel load_model(const std::string& model_path, sentencepiece::SentencePieceProcessor& sp) {
-  if (!sp.Load(model_path).ok())
-    throw UserError("'" + model_path + "' is not a SentencePiece model that loads");
+  bool loaded = false;
+  try {
+    loaded = sp.Load(model_path).ok();
+  } catch (const std::exception&) {  // darts_clone throws on a piece table it cannot index
+  }
+  if (!loaded) throw UserError("'" + model_path + "' is not a SentencePiece model that loads");
   const std::string bytes = sp.serialized_model_proto();
   SpModel m = parse_model(bytes, model_path);
   if (m.pieces.size() != static_cast<size_t>(sp.GetPieceSize()))

@@ -460,6 +460,42 @@ bool is_lora_checkpoint(const std::string& dir) {
 
 namespace {
 
+// state.json's optimizer (adamw in checkpoints written before it was recorded).
+std::string saved_optimizer(const nlohmann::json& j) {
+  return j.contains("optimizer") && j["optimizer"].is_string() ? j["optimizer"].get<std::string>()
+                                                               : std::string("adamw");
+}
+
+CheckpointState state_from_json(const nlohmann::json& j, const std::string& dir,
+                                const std::string& path) {
+  CheckpointState s;
+  try {
+    s.step = counter(j, "step", path);
+    s.optimizer_step = counter(j, "optimizer_step", path);
+    s.optimizer = saved_optimizer(j);
+    s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
+    s.loader = j.at("loader");
+    s.config_hash = j.value("config_hash", std::string());
+    s.tokenizer = j.contains("tokenizer") ? path_from_json(j["tokenizer"], path + ": tokenizer")
+                                          : std::string();
+    if (j.contains("data")) {
+      const nlohmann::json& d = j.at("data");
+      s.data_store = path_from_json(d.at("store"), path + ": data.store");
+      s.data_fingerprint = d.at("fingerprint").get<std::string>();
+      s.tokenizer_fingerprint = d.at("tokenizer_fingerprint").get<std::string>();
+    }
+    if (j.contains("lora")) {
+      s.lora = true;
+      s.base_init_from =
+          path_from_json(j.at("lora").at("base_init_from"), path + ": lora.base_init_from");
+      s.base_hash = j.at("lora").at("base_hash").get<std::string>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(dir + "/state.json: " + e.what());
+  }
+  return s;
+}
+
 // The first parameter of a host copy of an optimizer's f32 state buffer holding a negative value,
 // "" when none: a second moment (AdamW's exp_avg_sq, Muon's for its AdamW part) is a mean of
 // squares, and a negative one makes the next step's square root NaN far from the cause.
@@ -488,11 +524,9 @@ CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model
   } else {
     load_hf_weights_unverified(dir, model);  // a checkpoint is a Hugging Face directory
   }
-  const std::string saved_optimizer = j.contains("optimizer") && j["optimizer"].is_string()
-                                          ? j["optimizer"].get<std::string>()
-                                          : std::string("adamw");
-  if (!optimizer.empty() && saved_optimizer != optimizer_name)
-    throw UserError(dir + " holds the state of optimizer " + saved_optimizer +
+  const std::string saved = saved_optimizer(j);
+  if (!optimizer.empty() && saved != optimizer_name)
+    throw UserError(dir + " holds the state of optimizer " + saved +
                     ", and this run's optimizer.name is " + optimizer_name +
                     " (resume with the same optimizer, or start a new run from its weights with "
                     "train.init_from)");
@@ -504,7 +538,7 @@ CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model
         const std::string name = s.prefix + p.name;
         if (!st.contains(name))
           throw UserError(opt_path + ": tensor '" + name + "' is missing (the checkpoint holds " +
-                          saved_optimizer + "'s state)");
+                          saved + "'s state)");
         load_into(st, name, p, DType::f32, model.backend(), s.data);
       }
   }
@@ -525,32 +559,7 @@ CheckpointState load_checkpoint_files(const std::string& dir, Transformer& model
                         " holds a negative value; a second moment is a mean of squares, so the "
                         "file is damaged");
   }
-  CheckpointState s;
-  try {
-    s.step = counter(j, "step", path);
-    s.optimizer_step = counter(j, "optimizer_step", path);
-    s.optimizer = saved_optimizer;
-    s.tokens = j.contains("tokens") ? counter(j, "tokens", path) : 0;
-    s.loader = j.at("loader");
-    s.config_hash = j.value("config_hash", std::string());
-    s.tokenizer = j.contains("tokenizer") ? path_from_json(j["tokenizer"], path + ": tokenizer")
-                                          : std::string();
-    if (j.contains("data")) {
-      const nlohmann::json& d = j.at("data");
-      s.data_store = path_from_json(d.at("store"), path + ": data.store");
-      s.data_fingerprint = d.at("fingerprint").get<std::string>();
-      s.tokenizer_fingerprint = d.at("tokenizer_fingerprint").get<std::string>();
-    }
-    if (j.contains("lora")) {
-      s.lora = true;
-      s.base_init_from =
-          path_from_json(j.at("lora").at("base_init_from"), path + ": lora.base_init_from");
-      s.base_hash = j.at("lora").at("base_hash").get<std::string>();
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw UserError(dir + "/state.json: " + e.what());
-  }
-  return s;
+  return state_from_json(j, dir, path);
 }
 
 }  // namespace
@@ -561,6 +570,11 @@ CheckpointState load_checkpoint(const std::string& dir, Transformer& model,
   CheckpointState s;
   load_verified(dir, [&] { s = load_checkpoint_files(dir, model, optimizer, optimizer_name); });
   return s;
+}
+
+CheckpointState read_checkpoint_state(const std::string& dir) {
+  const std::string path = (fs::path(dir) / "state.json").string();
+  return state_from_json(read_json(path), dir, path);
 }
 
 CheckpointState load_checkpoint_unverified(const std::string& dir, Transformer& model,

@@ -104,6 +104,11 @@ std::string find_checkpoint(const std::string& run_dir, const std::string& name)
 // and nothing is deleted). Returns their names, oldest first.
 std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir, int64_t step);
 
+// The state.json of checkpoint `dir` as load_checkpoint returns it (counters, loader state, LoRA
+// base), without the weights. A UserError naming the file when it is unreadable, not JSON or a
+// field is missing or of the wrong type.
+CheckpointState read_checkpoint_state(const std::string& dir);
+
 // Loads weights (and the optimizer's state buffers, when given) into the model's and the
 // optimizer's buffers; every tensor must be present with the model's shape. Returns state.json's
 // contents.

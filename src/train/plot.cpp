@@ -56,7 +56,10 @@ void read_sources(const json& j, double step, const std::string& where, RunMetri
   if (!it->is_object())
     throw UserError(fmt::format("{}: field 'val_sources' must be an object of sources (got {})",
                                 where, excerpt(it->dump())));
-  for (const auto& [name, src] : it->items()) {
+  for (const auto& item : it->items()) {
+    // Named, not a structured binding: clang before 16 does not let a lambda capture those.
+    const std::string& name = item.key();
+    const nlohmann::json& src = item.value();
     if (!src.is_object())
       throw UserError(fmt::format("{}: val_sources '{}' must be an object with 'loss' (got {})",
                                   where, excerpt(name), excerpt(src.dump())));

@@ -50,6 +50,10 @@ TEST(HfConfig, ErrorsNameFileAndKey) {
   j["model_type"] = "mamba";
   EXPECT_THROW(model_config_from_hf(j, "m/config.json"), UserError);
   j = model_config_to_hf(ModelConfig{});
+  j["model_type"] = true;  // found by fuzz_hf_config: json's type_error, not a UserError
+  EXPECT_THROW(model_config_from_hf(j, "m/config.json"), UserError);
+  EXPECT_FALSE(is_multimodal_gemma3(j));
+  j = model_config_to_hf(ModelConfig{});
   j["eos_token_id"] = {128001, 128008};  // lists are left for the tokenizer to interpret
   EXPECT_EQ(model_config_from_hf(j, "m/config.json").eos_token_id, -1);
 }

@@ -263,6 +263,37 @@ TEST(SpTokenizer, LoadErrorsNameTheFile) {
   }
 }
 
+// A piece table libsentencepiece's trie cannot index (an empty piece; found by fuzz_sp_model)
+// makes its Load throw darts_clone's exception: a UserError naming the model.
+TEST(SpTokenizer, AnEmptyPieceIsAUserError) {
+  const std::string path = std::string(LMT_TEST_DATA) + "/fuzz/sp_model/empty_piece.model";
+  try {
+    SpTokenizer::load(path);
+    ADD_FAILURE() << "loaded " << path;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+}
+
+// A model that loads but cannot encode every text (found by fuzz_sp_model: libsentencepiece
+// leaves normalised text that no piece of its damaged table covers) refuses the text with a
+// UserError naming the model, not a failed internal check.
+TEST(SpTokenizer, AModelThatCannotEncodeATextIsAUserError) {
+  const std::string path = std::string(LMT_TEST_DATA) + "/fuzz/sp_model/encode_fails.model";
+  const SpTokenizer sp = SpTokenizer::load(path);
+  int refused = 0;
+  for (const std::string text :
+       {"", "Hello world, hello!", "naïve 中文 🙂\n\t  x", "a\xff\xfe b\xc3"}) {
+    try {
+      sp.encode(text);
+    } catch (const UserError& e) {
+      ++refused;
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(refused, 0);
+}
+
 // Single-thread encode throughput on train.txt (436 KB of Python source and prose), once as one
 // string and once line by line, the way a dataset would feed documents. Checks the ids first.
 TEST(SpTokenizer, EncodeThroughput) {

@@ -462,14 +462,15 @@ std::string mutate_json(json j, std::mt19937_64& rng, const std::vector<std::str
       }
       json& a = added[rng() % added.size()];
       if (!a.is_object()) a = json::object();
+      // Another token's content (a duplicate); added[0] may be retyped by an earlier mutation.
+      const json first_content = added[0].is_object() ? added[0].value("content", json()) : json();
       switch (rng() % 6) {
         case 0:
           a["id"] = interesting_id(rng, size);
           break;
         case 1:
-          a["content"] =
-              pick<json>(rng, {json(""), json(some_text()), json(5), json(nullptr),
-                               json(std::string(300, 'x')), added[0].value("content", json())});
+          a["content"] = pick<json>(rng, {json(""), json(some_text()), json(5), json(nullptr),
+                                          json(std::string(300, 'x')), first_content});
           break;
         case 2:
           a[pick<std::string>(rng, {"special", "normalized", "lstrip", "rstrip", "single_word"})] =

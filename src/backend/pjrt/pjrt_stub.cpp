@@ -73,7 +73,7 @@ std::optional<CompiledMemory> PjrtExecutable::compiled_memory() const {
   built_without_pjrt();
 }
 std::vector<PjrtBuffer> PjrtExecutable::execute(std::span<PjrtBuffer* const>, std::span<const int>,
-                                                std::span<const TensorSharding>) {
+                                                std::span<const TensorSharding>, PjrtPendingRun*) {
   built_without_pjrt();
 }
 

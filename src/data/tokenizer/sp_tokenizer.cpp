@@ -33,7 +33,15 @@ SpTokenizer SpTokenizer::load(const std::string& model_path) {
   std::error_code ec;
   if (std::filesystem::exists(model_path, ec))  // else sentencepiece's own "not found" below
     check_regular_file(model_path, "tokenizer", kMaxTokenizerBytes);
-  const auto status = impl->sp.Load(model_path);
+  sentencepiece::util::Status status;
+  try {
+    status = impl->sp.Load(model_path);
+  } catch (const std::exception& e) {
+    // libsentencepiece's trie (darts_clone) throws on a piece table it cannot index (an empty
+    // piece) instead of returning a status.
+    throw UserError("SpTokenizer::load: '" + model_path +
+                    "' is not a valid SentencePiece model: " + e.what());
+  }
   if (status.code() == sentencepiece::util::StatusCode::kNotFound)
     throw UserError("SpTokenizer::load: cannot open SentencePiece model '" + model_path +
                     "': " + status.ToString());
@@ -49,8 +57,11 @@ SpTokenizer SpTokenizer::load(const std::string& model_path) {
 std::vector<int32_t> SpTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   const auto status = impl_->sp.Encode(text, &ids);
-  // Encode fails only when the processor is not loaded, which load() rules out.
-  LMT_CHECK(status.ok(), "SentencePiece Encode with '" + impl_->path + "': " + status.ToString());
+  // A model that loads can still fail to encode (a damaged piece table leaves normalised text no
+  // piece covers): the model file is the user's to fix.
+  if (!status.ok())
+    throw UserError("SpTokenizer::encode: SentencePiece model '" + impl_->path +
+                    "' cannot encode the text: " + status.ToString());
   return ids;
 }
 
@@ -67,7 +78,9 @@ std::string SpTokenizer::decode(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) check_id(id, "decode");
   std::string text;
   const auto status = impl_->sp.Decode(ids, &text);
-  LMT_CHECK(status.ok(), "SentencePiece Decode with '" + impl_->path + "': " + status.ToString());
+  if (!status.ok())
+    throw UserError("SpTokenizer::decode: SentencePiece model '" + impl_->path +
+                    "' cannot decode the ids: " + status.ToString());
   return text;
 }
 
