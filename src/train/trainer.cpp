@@ -6,6 +6,7 @@
 #include <atomic>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <vector>
 
@@ -318,6 +319,17 @@ void log_sample(Metrics& metrics, const RunConfig& cfg, Transformer& model) {
   metrics.log_line("sample:\n" + prompt + tok->decode(out));
 }
 
+// Whether the run's metrics.jsonl holds an evaluation at `step`.
+bool eval_logged(const fs::path& run_dir, int64_t step) {
+  std::ifstream f(run_dir / "metrics.jsonl");
+  for (std::string line; std::getline(f, line);) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("val_loss") && j.value("step", int64_t{-1}) == step)
+      return true;
+  }
+  return false;
+}
+
 int64_t step_number(const std::string& checkpoint) {
   return std::stoll(fs::path(checkpoint).filename().string().substr(5));
 }
@@ -462,9 +474,12 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     if (step % tc.log_every == 0 || step == tc.max_steps)
       metrics.log_step(step_log.take(step, tokens, r));
     if (train_step.queued() == 0) {  // the model is this step's
-      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
+      // Evaluation first: a checkpoint at step N then means step N's evaluation is logged, so a
+      // run killed and resumed logs what an uninterrupted one does (a signal during it still
+      // stops the run with this step's checkpoint).
       if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
         evaluation.run(model, metrics, step, result);
+      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
     }
     t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
   }
@@ -489,8 +504,13 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
     if (signals.received()) return stopped();
   } else if (resume_from.empty()) {
     // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
-    // and pruning the oldest ones is tidied as the save would have.
+    // and pruning the oldest ones is tidied as the save would have, and one killed during its
+    // final evaluation (written after the final checkpoint) evaluates.
     prune_checkpoints(dir.path.string(), tc.keep_last);
+    if (step == tc.max_steps && !eval_logged(dir.path, step)) {
+      evaluation.run(model, metrics, step, result);
+      if (signals.received()) return stopped();
+    }
   }
   if (tc.sample_tokens > 0 && !signals.received()) log_sample(metrics, cfg, model);
   if (signals.received()) return stopped();
