@@ -44,6 +44,9 @@ class ChecksumRecorder {
   };
   std::string dir_;
   std::vector<Entry> entries_;
+  // LMT_BENCH_SKIP_CHECKSUMS set: nothing is hashed or written (bench/checkpoint_bench.cpp's save
+  // without checksums; such a checkpoint is refused when loaded).
+  bool skip_ = false;
 };
 
 // A file of a directory that is not what its checksums.json recorded (or a checkpoint without

@@ -215,8 +215,9 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
                   {"base_hash", state.base_hash}};
   write_text_file((tmp / "state.json").string(), sj.dump(2) + "\n");
   checksums.add("state.json");
-  checksums.write();  // last: marks the set complete
+  // The flushes to disk come first: the hashes still running finish behind them.
   for (const std::string& f : checkpoint_files(model.has_lora())) fsync_path(tmp / f);
+  checksums.write();  // last: marks the set complete (flushed)
   fsync_path(tmp);
 
   // A step_N already there (a run resumed from an older checkpoint) goes out of sight before it is
