@@ -9,19 +9,25 @@
 
 namespace lmt {
 
-// Chunk by chunk: logits = h w^T, their losses (summed into *loss_sum), and with a gradient the
-// logits become d/dlogits in place, which flow into dh and dw before the next chunk overwrites them.
+// Chunk by chunk: logits = h w^T, their losses (summed into *loss_sum, the plain cross-entropies
+// into *ce_sum), and with a gradient the logits become d/dlogits in place, which flow into dh and
+// dw before the next chunk overwrites them.
 void Backend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
                         const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
-                        void* losses) {
+                        void* losses, double* ce_sum) {
+  LMT_CHECK(!a.cut(), "Backend::head_loss: this backend has no cut cross-entropy");
   const size_t es = dtype_size(dt);
   const DType stat = dt == DType::f64 ? DType::f64 : DType::f32;
+  void* ce_losses =
+      ce_sum ? static_cast<char*>(losses) + std::min(a.chunk, a.N) * dtype_size(stat) : nullptr;
   for (int64_t s = 0; s < a.N; s += a.chunk) {
     const int64_t n = std::min(a.chunk, a.N - s);
     const void* hs = static_cast<const char*>(h) + static_cast<size_t>(s * a.C) * es;
     gemm(dt, false, true, n, a.V, a.C, 1.0, hs, a.C, w, a.C, 0.0, logits, a.V);
-    cross_entropy(dt, logits, losses, labels + s, n, a.V, a.ignore_index, a.grad_scale, a.softcap);
+    cross_entropy(dt, logits, losses, labels + s, n, a.V, a.ignore_index, a.grad_scale, a.softcap,
+                  a.loss, ce_losses);
     sum(stat, loss_sum, losses, n);
+    if (ce_sum) sum(stat, ce_sum, ce_losses, n);
     if (a.grad_scale == 0) continue;
     void* dhs = static_cast<char*>(dh) + static_cast<size_t>(s * a.C) * es;
     gemm(dt, false, false, n, a.C, a.V, 1.0, logits, a.V, w, a.C, 0.0, dhs, a.C);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/loss.h"
 #include "backend/mesh.h"
 #include "core/dtype.h"
 
@@ -61,7 +62,24 @@ struct HeadLossArgs {
   int32_t ignore_index = -100;  // a label of this value carries no loss
   double grad_scale = 0;        // 0: the loss only; else the gradients of grad_scale * the sum
   double softcap = 0;           // > 0: logits become softcap * tanh(logits / softcap) first
+  LossSpec loss;                // the objective (backend/loss.h); plain: the cross-entropy
+  // > 0 and < V: the cut cross-entropy, the head's product fused with the loss tile by tile,
+  // `chunk` rows by `vocab_tile` token ids: no more than one such tile of logits exists, the
+  // log-sum-exp runs online over the tiles and the backward computes each tile again. 0: whole
+  // rows of logits (the chunked loss).
+  int64_t vocab_tile = 0;
+  bool cut() const { return vocab_tile > 0 && vocab_tile < V; }
 };
+
+// The scratch Backend::head_loss takes, in elements: logits (dt) and losses (f32, or f64 when
+// dt is f64) for `chunk` rows.
+struct HeadLossScratch {
+  int64_t logits = 0, losses = 0;
+};
+inline HeadLossScratch head_loss_scratch(int64_t chunk, int64_t V, int64_t vocab_tile) {
+  const bool cut = vocab_tile > 0 && vocab_tile < V;
+  return {chunk * (cut ? vocab_tile : V), 2 * chunk};
+}
 
 // A tensor of the model as a backend may hold it: a parameter (its Hugging Face name), a gradient
 // ("grad." + name), an optimizer moment (its checkpoint name), a batch array ("batch.ids"), a
@@ -247,26 +265,30 @@ class Backend {
   virtual void relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
                                           int64_t n) = 0;
 
-  // ---- cross-entropy on one chunk of logits ----
+  // ---- the loss on one chunk of logits ----
   // logits[N,V]; labels[N] (i32; == ignore_index means no loss). Writes losses[N] (f32, or f64 when
-  // dt is f64; 0 for ignored rows). If grad_scale != 0, overwrites logits with
+  // dt is f64; 0 for ignored rows): each row's objective (`loss`, backend/loss.h; the
+  // cross-entropy by default), and, unless ce_losses is null, ce_losses[N] (the same type): each
+  // row's plain cross-entropy. If grad_scale != 0, overwrites logits with
   // d(grad_scale * sum of losses)/dlogits (ignored rows become 0). softcap > 0 applies
   // softcap * tanh(logits / softcap) first (and its derivative).
   virtual void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
-                             int64_t V, int32_t ignore_index, double grad_scale,
-                             double softcap) = 0;
+                             int64_t V, int32_t ignore_index, double grad_scale, double softcap,
+                             const LossSpec& loss = {}, void* ce_losses = nullptr) = 0;
 
   // ---- the output head and its loss ----
-  // The logits h[N,C] w[V,C]^T (w: the head, one row per token id) and their cross-entropy
+  // The logits h[N,C] w[V,C]^T (w: the head, one row per token id) and their loss (a.loss)
   // against labels[N] (i32), `chunk` rows at a time: *loss_sum (a device f64) += the sum of the
-  // rows' losses. With grad_scale != 0 also dh[N,C] = d(grad_scale * sum)/dh (overwritten) and,
-  // unless dw is null (a frozen head), dw[V,C] += d(grad_scale * sum)/dw. logits[chunk, V] (dt)
-  // and losses[chunk] (f32, or f64 when dt is f64) are scratch. The default runs the chunks
-  // through gemm and cross_entropy; a compiling backend makes them one loop, so that its program
-  // too holds one chunk's logits at a time, not the [N, V] of them.
+  // rows' objectives, and unless ce_sum is null *ce_sum (a device f64) += the sum of their plain
+  // cross-entropies. With grad_scale != 0 also dh[N,C] = d(grad_scale * sum)/dh (overwritten)
+  // and, unless dw is null (a frozen head), dw[V,C] += d(grad_scale * sum)/dw. logits (dt) and
+  // losses (f32, or f64 when dt is f64) are scratch of head_loss_scratch(chunk, V, vocab_tile)
+  // elements. The default runs the chunks through gemm and cross_entropy (a.cut() is the CPU
+  // backend's and the compiling backend's own); a compiling backend makes them one loop, so that
+  // its program too holds one chunk's logits at a time, not the [N, V] of them.
   virtual void head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
                          const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
-                         void* losses);
+                         void* losses, double* ce_sum = nullptr);
 
   // ---- optimizer ----
   // Global-norm clipping on the device: *scale = min(1, max_norm / (sqrt(*sum_squares) + 1e-6))

@@ -217,7 +217,7 @@ void Transformer::ensure_grads() {
 
 void Transformer::zero_grads() {
   ensure_grads();
-  be_->zero(loss_acc(), sizeof(double));
+  zero_loss_sums();
   if (has_lora()) {
     be_->zero(lora_grads_.data(), static_cast<size_t>(lora_.flat_size) * ses_);
     be_->zero(grad_sink_.data(), grad_sink_.bytes());
@@ -300,7 +300,7 @@ Acts carve_layer(ArenaCarver& c, const ModelConfig::Traits& t, int64_t N, int64_
 template <class PlanT, class Acts, class DimsT>
 static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const DimsT& d, size_t es,
                        size_t ss, int64_t B, int64_t T, bool checkpointing, int64_t chunk,
-                       MlpKeeps keeps) {
+                       int64_t vocab_tile, MlpKeeps keeps) {
   const ModelConfig::Traits t = cfg.traits();
   const int64_t N = B * T, L = cfg.num_hidden_layers, C = d.C;
   auto e = [&](int64_t n) { return static_cast<size_t>(n) * es; };
@@ -326,8 +326,9 @@ static void carve_plan(ArenaCarver& c, PlanT& p, const ModelConfig& cfg, const D
   p.da = c.take(e(N * d.F));
   for (Acts& a : p.sets)  // a pre-activation not kept lives in dgu, unused until the backward
     if (!a.gu) a.gu = p.dgu;
-  p.logits = c.take(e(chunk * cfg.vocab_size));
-  p.losses = c.take(st(chunk));
+  const HeadLossScratch scratch = head_loss_scratch(chunk, cfg.vocab_size, vocab_tile);
+  p.logits = c.take(e(scratch.logits));
+  p.losses = c.take(st(scratch.losses));
 }
 
 Transformer::LayerActs Transformer::alloc_layer_acts(Buffer& arena, int64_t n) const {
@@ -343,7 +344,7 @@ Transformer::LayerActs Transformer::alloc_layer_acts(Buffer& arena, int64_t n) c
 
 size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
                                      bool checkpointing, int64_t loss_chunk_tokens,
-                                     int activation_bits) {
+                                     int activation_bits, int64_t loss_vocab_tile) {
   const ModelConfig& c = cfg;
   c.validate();
   const int64_t chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_tokens, 1), B * T);
@@ -351,7 +352,7 @@ size_t Transformer::activation_bytes(const ModelConfig& cfg, DType dt, int64_t B
   Plan p;
   const size_t stat = dt == DType::f64 ? sizeof(double) : sizeof(float);
   carve_plan<Plan, LayerActs>(carver, p, c, dims_of(c), dtype_size(dt), stat, B, T, checkpointing,
-                              chunk, mlp_keeps(c, activation_bits));
+                              chunk, loss_vocab_tile, mlp_keeps(c, activation_bits));
   return carver.used();
 }
 
@@ -372,7 +373,8 @@ Transformer::LayerBytes Transformer::layer_activation_bytes(const ModelConfig& c
 }
 
 size_t Transformer::activation_bytes(int64_t B, int64_t T) const {
-  return activation_bytes(cfg_, dt_, B, T, checkpointing_, loss_chunk_, activation_bits_);
+  return activation_bytes(cfg_, dt_, B, T, checkpointing_, loss_chunk_, activation_bits_,
+                          loss_vocab_tile_);
 }
 
 void Transformer::plan(int64_t B, int64_t T) {
@@ -388,7 +390,7 @@ void Transformer::plan(int64_t B, int64_t T) {
   p->chunk = std::min<int64_t>(std::max<int64_t>(loss_chunk_, 1), p->N);
   ArenaCarver c(reinterpret_cast<uintptr_t>(p->arena.data()));
   carve_plan<Plan, LayerActs>(c, *p, cfg_, dims_, es_, ss_, B, T, checkpointing_, p->chunk,
-                              mlp_keeps(cfg_, activation_bits_));
+                              loss_vocab_tile_, mlp_keeps(cfg_, activation_bits_));
   LMT_CHECK(c.used() == p->bytes, "activation plan size mismatch");
   const std::pair<int32_t*, const char*> batch[] = {{p->ids, "batch.ids"},
                                                     {p->labels, "batch.labels"},
@@ -805,11 +807,14 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
   a.ignore_index = kIgnoreIndex;
   a.grad_scale = backward ? grad_scale : 0.0;
   a.softcap = cfg_.final_logit_softcapping;
+  a.loss = loss_;
+  a.vocab_tile = loss_vocab_tile_;
+  double* ce = loss_.plain() ? nullptr : ce_acc();
   if (!base_staged() || saved(head_))
     be_->head_loss(dt_, a, p.hf, param_ptr(head_, false), p.labels, loss_acc(), p.dh,
-                   param_ptr(head_, true), p.logits, p.losses);
+                   param_ptr(head_, true), p.logits, p.losses, ce);
   else
-    staged_head_loss(a);
+    staged_head_loss(a, ce);
   LossSum out;
   for (int32_t label : p.host_labels) out.tokens += label != kIgnoreIndex;
   return out;
@@ -817,16 +822,26 @@ LossSum Transformer::head_loss(bool backward, double grad_scale) {
 
 // Backend::head_loss's chunks with the head's rows converted from the bf16 base a block at a time
 // (a frozen head: no weight gradient).
-void Transformer::staged_head_loss(const HeadLossArgs& a) {
+void Transformer::staged_head_loss(const HeadLossArgs& a, double* ce_sum) {
+  LMT_CHECK(!a.cut(), "the cut cross-entropy needs the head in the model's dtype");
   const Plan& p = *plan_;
+  const DType stat = dt_ == DType::f64 ? DType::f64 : DType::f32;
+  void* ce = ce_sum ? static_cast<char*>(p.losses) + p.chunk * dtype_size(stat) : nullptr;
   for (int64_t s = 0; s < a.N; s += a.chunk) {
     const int64_t n = std::min(a.chunk, a.N - s);
     head_forward(at(p.hf, s * a.C), p.logits, n);
-    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, a.V, a.ignore_index,
-                       a.grad_scale, a.softcap);
-    be_->sum(dt_ == DType::f64 ? DType::f64 : DType::f32, loss_acc(), p.losses, n);
+    be_->cross_entropy(dt_, p.logits, p.losses, p.labels + s, n, a.V, a.ignore_index, a.grad_scale,
+                       a.softcap, a.loss, ce);
+    be_->sum(stat, loss_acc(), p.losses, n);
+    if (ce_sum) be_->sum(stat, ce_sum, ce, n);
     if (a.grad_scale != 0) head_backward_input(p.logits, at(p.dh, s * a.C), n);
   }
+}
+
+void Transformer::set_loss(const LossSpec& loss, int64_t vocab_tile) {
+  loss_ = loss;
+  loss_vocab_tile_ = vocab_tile;
+  plan_.reset();  // the scratch of the loss changes size
 }
 
 double* Transformer::loss_acc() {
@@ -837,14 +852,36 @@ double* Transformer::loss_acc() {
   return loss_acc_.as<double>();
 }
 
+double* Transformer::ce_acc() {
+  if (loss_.plain()) return loss_acc();
+  if (!ce_acc_.data()) {
+    ce_acc_ = Buffer(be_, sizeof(double));  // zeroed
+    be_->describe(ce_acc_.data(), TensorDesc{"ce_sum", DType::f64, {}});
+  }
+  return ce_acc_.as<double>();
+}
+
+void Transformer::zero_loss_sums() {
+  be_->zero(loss_acc(), sizeof(double));
+  if (!loss_.plain()) be_->zero(ce_acc(), sizeof(double));
+}
+
 double Transformer::take_loss_sum() {
   double sum = 0;
   be_->to_host(&sum, loss_acc(), sizeof(double));
   return sum;
 }
 
+double Transformer::take_ce_sum() {
+  if (loss_.plain()) return take_loss_sum();
+  double sum = 0;
+  be_->to_host(&sum, ce_acc(), sizeof(double));
+  return sum;
+}
+
 void Transformer::copy_loss_sum(double* dst) {
   be_->copy(dst, loss_acc(), sizeof(double));
+  be_->copy(dst + 1, ce_acc(), sizeof(double));
 }
 
 void Transformer::discard_scratch() {
@@ -857,7 +894,7 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
                                       int64_t T, double grad_scale, const Packing* packing,
                                       bool read_loss) {
   LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
-  if (read_loss) be_->zero(loss_acc(), sizeof(double));
+  if (read_loss) zero_loss_sums();
   ensure_grads();
   upload_batch(ids, labels, B, T, packing);
   if (mixed()) {  // this pass's gradients start from zero; fold_compute_grads adds them up
@@ -890,18 +927,20 @@ LossSum Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   fold_compute_grads();
   discard_scratch();
   loss.sum = read_loss ? take_loss_sum() : std::nan("");
+  loss.ce = read_loss ? take_ce_sum() : std::nan("");
   return loss;
 }
 
 LossSum Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                                   const Packing* packing) {
-  be_->zero(loss_acc(), sizeof(double));
+  zero_loss_sums();
   upload_batch(ids, labels, B, T, packing);
   sync_compute_weights();
   forward_trunk();
   LossSum loss = head_loss(false, 0.0);
   discard_scratch();
   loss.sum = take_loss_sum();
+  loss.ce = take_ce_sum();
   return loss;
 }
 

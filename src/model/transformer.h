@@ -23,7 +23,8 @@ namespace lmt {
 
 // Sum of per-token losses and the number of tokens that carry a label.
 struct LossSum {
-  double sum = 0;
+  double sum = 0;  // of the trained objective (set_loss)
+  double ce = 0;   // of the plain cross-entropy (== sum for the plain loss)
   int64_t tokens = 0;
 };
 
@@ -134,6 +135,9 @@ class Transformer {
   // Empty when activation_bits 1 applies to the config, else why not.
   static std::string activation_bits_unsupported(const ModelConfig& cfg);
   void set_loss_chunk_tokens(int64_t n) { loss_chunk_ = n; }
+  // The objective (backend/loss.h) and, vocab_tile > 0, the cut cross-entropy's vocabulary tile
+  // (HeadLossArgs::vocab_tile). Call before the first pass.
+  void set_loss(const LossSpec& loss, int64_t vocab_tile);
 
   // Packed samples (host arrays [B, T]): positions restart at every document (RoPE), and
   // doc_start says where each token's document begins, so attention stays inside it. A row then
@@ -155,8 +159,9 @@ class Transformer {
                            bool read_loss = true);
   // The loss sum of the forward_backward calls (read_loss false) since zero_grads(), read back.
   double take_loss_sum();
-  // The same sum copied on the device to dst (one f64), for a caller that reads it after the
-  // next step is queued (TrainStep::launch).
+  double take_ce_sum();  // the plain cross-entropy's sum, likewise
+  // The same sum and that of the plain cross-entropy copied on the device to dst[0] and dst[1]
+  // (f64), for a caller that reads them after the next step is queued (TrainStep::launch).
   void copy_loss_sum(double* dst);
   // Loss only (evaluation).
   LossSum forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
@@ -184,7 +189,7 @@ class Transformer {
   // Bytes of the activation arena a model of this config plans for (B, T), without one.
   static size_t activation_bytes(const ModelConfig& cfg, DType dt, int64_t B, int64_t T,
                                  bool checkpointing, int64_t loss_chunk_tokens,
-                                 int activation_bits = 0);
+                                 int activation_bits = 0, int64_t loss_vocab_tile = 0);
   // Bytes of one layer's saved activations for B x T tokens (what each layer adds without
   // checkpointing), and of the part of them the MLP's pre-activation (or its mask) takes.
   struct LayerBytes {
@@ -325,8 +330,10 @@ class Transformer {
   void layer_backward(int64_t l);
   // Adds the batch's loss sum to loss_acc() (on the device); returns the labelled tokens.
   LossSum head_loss(bool backward, double grad_scale);
-  void staged_head_loss(const HeadLossArgs& a);
+  void staged_head_loss(const HeadLossArgs& a, double* ce_sum);
   double* loss_acc();
+  double* ce_acc();  // the plain cross-entropy's sum; loss_acc() for the plain loss
+  void zero_loss_sums();
   // Tells the backend that the activation arena and the other per-pass scratch are dead.
   void discard_scratch();
   const Rope& rope_of(int64_t l) const;
@@ -383,6 +390,8 @@ class Transformer {
   int activation_bits_ = 0;
   Activation act_ = Activation::silu;  // the MLP's, from cfg_.hidden_act
   int64_t loss_chunk_ = 1024;
+  LossSpec loss_;
+  int64_t loss_vocab_tile_ = 0;
   std::unique_ptr<Plan> plan_;
   bool packed_ = false;  // the current batch is packed: attention reads plan_->doc_start
   LoraSpec lora_spec_;
@@ -391,6 +400,7 @@ class Transformer {
   Buffer lora_weights_, lora_grads_;
   Buffer lora_scratch_;  // u = x A^T and its gradient, [N, rank] each, grown on demand
   Buffer grad_sink_;     // 2 x [max(C, D)]
+  Buffer ce_acc_;        // device f64, beside loss_acc_ when the loss is not plain
   Buffer loss_acc_;      // device f64: the loss sum since zero_grads() or the last read_loss pass
   uint64_t dropout_seed_ = 0, dropout_micro_ = 0;
   bool training_ = false;  // inside forward_backward

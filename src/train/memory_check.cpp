@@ -68,7 +68,8 @@ TrainingMemory training_memory(const RunConfig& cfg) {
   }
   m.activations = Transformer::activation_bytes(
       cfg.model, bf16 ? DType::bf16 : DType::f32, t.micro_batch_size, cfg.data.seq_len,
-      t.activation_checkpointing, t.loss_chunk_tokens, static_cast<int>(t.activation_bits));
+      t.activation_checkpointing, t.loss_chunk_tokens, static_cast<int>(t.activation_bits),
+      cfg.loss.head_vocab_tile());
   if (cfg.lora.rank > 0) {  // Transformer::lora_scratch at its largest input width
     const ModelConfig& mc = cfg.model;
     const int64_t N = t.micro_batch_size * cfg.data.seq_len;

@@ -80,28 +80,32 @@ void Metrics::write(const nlohmann::json& j) {
 }
 
 void Metrics::log_step(const StepMetrics& m) {
-  write({{"step", m.step},
-         {"loss", m.loss},
-         {"lr", m.lr},
-         {"grad_norm", m.grad_norm},
-         {"tokens_per_s", m.tokens_per_s},
-         {"mfu", m.mfu},
-         {"step_ms", m.step_ms},
-         {"tokens", m.tokens}});
+  const bool ce = !std::isnan(m.ce);
+  nlohmann::json line = {{"step", m.step}, {"loss", m.loss}};
+  if (ce) line["ce"] = m.ce;
+  line.update({{"lr", m.lr},
+               {"grad_norm", m.grad_norm},
+               {"tokens_per_s", m.tokens_per_s},
+               {"mfu", m.mfu},
+               {"step_ms", m.step_ms},
+               {"tokens", m.tokens}});
+  write(line);
   if (tb_)
     to_tensorboard([&] {
-      tb_->scalars(m.step, {{"train/loss", m.loss},
-                            {"train/lr", m.lr},
-                            {"train/grad_norm", m.grad_norm},
-                            {"train/tokens_per_s", m.tokens_per_s},
-                            {"train/mfu", m.mfu}});
+      std::vector<TbScalar> scalars = {{"train/loss", m.loss},
+                                       {"train/lr", m.lr},
+                                       {"train/grad_norm", m.grad_norm},
+                                       {"train/tokens_per_s", m.tokens_per_s},
+                                       {"train/mfu", m.mfu}};
+      if (ce) scalars.push_back({"train/ce", m.ce});
+      tb_->scalars(m.step, scalars);
     });
   if (console_) {
     fmt::print(
-        "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
+        "step {:>6}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
         "MFU {:.1f}% | {:.0f} ms/step | ETA {}\n",
-        m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, m.step_ms,
-        format_duration(m.eta_s));
+        m.step, m.max_steps, m.loss, ce ? fmt::format(" (ce {:.4f})", m.ce) : "", m.lr, m.grad_norm,
+        m.tokens_per_s, 100 * m.mfu, m.step_ms, format_duration(m.eta_s));
     std::fflush(stdout);
   }
 }

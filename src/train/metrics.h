@@ -6,6 +6,7 @@
 // (and a fresh run's at step 0 hides a former run's files in the same directory).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <memory>
@@ -22,6 +23,9 @@ struct StepMetrics {
   int64_t step = 0;  // optimizer steps done (1 after the first)
   int64_t max_steps = 0;
   double loss = 0;
+  // The plain cross-entropy beside a loss that is not (loss.name, label_smoothing, z_loss); NaN
+  // when the loss is the plain cross-entropy itself.
+  double ce = std::nan("");
   double lr = 0;
   double grad_norm = 0;
   double tokens_per_s = 0;

@@ -103,6 +103,7 @@ BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
   model.set_activation_checkpointing(tc.activation_checkpointing);
   model.set_activation_bits(static_cast<int>(tc.activation_bits));
   model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
+  model.set_loss(cfg.loss.spec(), cfg.loss.head_vocab_tile());
   b.init_line = start_weights(model, cfg, options);
   if (cfg.lora.rank > 0) add_adapters(b, cfg, options);
   if (tc.precision == "bf16") model.set_compute_dtype(DType::bf16);

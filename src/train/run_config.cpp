@@ -358,10 +358,31 @@ void apply_lora_init_from(RunConfig& cfg) {
            fmt::format("[{}]", fmt::join(a.modules_to_save, ", ")));
 }
 
+namespace {
+
+void validate_loss(const LossConfig& l, const LoraConfig& lora) {
+  require_finite(l, "loss");
+  require_one_of("loss.name", l.name, {"cross_entropy", "focal"});
+  require(l.label_smoothing >= 0 && l.label_smoothing < 1, "loss.label_smoothing", "in [0, 1)",
+          l.label_smoothing);
+  require(l.z_loss >= 0, "loss.z_loss", ">= 0 (0 = off)", l.z_loss);
+  require(l.focal_gamma > 0 && l.focal_gamma <= 100, "loss.focal_gamma", "in (0, 100]",
+          l.focal_gamma);
+  require_one_of("loss.impl", l.impl, {"chunked", "cut"});
+  require(l.vocab_tile >= 1, "loss.vocab_tile", ">= 1", l.vocab_tile);
+  if (l.impl == "cut" && lora.base_dtype == "bf16")
+    throw UserError(
+        "loss.impl: cut needs the output head in the model's dtype, and lora.base_dtype: bf16 "
+        "holds it in bf16 (use loss.impl: chunked, or lora.base_dtype: f32)");
+}
+
+}  // namespace
+
 void RunConfig::validate() const {
   model.validate();
   validate_data(data, model);
   validate_train(train);
+  validate_loss(loss, lora);
   validate_optimizer(optimizer);
   validate_parallel(parallel, train, model);
   require_finite(lora, "lora");
@@ -436,6 +457,10 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   if (cfg.optimizer.name == "lion" && !given("beta2")) cfg.optimizer.beta2 = 0.99;
   if (cfg.optimizer.name == "muon" && !given("momentum")) cfg.optimizer.momentum = 0.95;
   if (cfg.optimizer.name == "muon" && !given("nesterov")) cfg.optimizer.nesterov = true;
+  const YAML::Node loss = tree["loss"] && tree["loss"].IsMap() ? tree["loss"] : YAML::Node();
+  if (loss && loss["focal_gamma"] && cfg.loss.name != "focal")
+    throw UserError(path + ": loss.focal_gamma is set, but loss.name is '" + cfg.loss.name +
+                    "' (the focal factor applies with loss.name: focal)");
   std::vector<std::string> model_keys;  // the model keys the file and the overrides give
   if (model)
     for (const auto& kv : model) model_keys.push_back(kv.first.as<std::string>());

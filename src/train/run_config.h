@@ -296,10 +296,39 @@ struct LoraConfig {
   }
 };
 
+// The training objective (backend/loss.h) and how the output head computes it. Every loss is a
+// mean over the labelled tokens; metrics report the plain cross-entropy beside it, and the
+// evaluation is always the plain cross-entropy.
+struct LossConfig {
+  std::string name = "cross_entropy";
+  double label_smoothing = 0;
+  double z_loss = 0;
+  double focal_gamma = 2.0;
+  std::string impl = "chunked";
+  int64_t vocab_tile = 8192;
+
+  template <class V>
+  void visit(V& v) {
+    v("name", name, "cross_entropy or focal (the cross-entropy weighted by (1 - p_label)^gamma)");
+    v("label_smoothing", label_smoothing,
+      "in [0, 1): the target mixes in the uniform distribution with this weight (either loss)");
+    v("z_loss", z_loss, "adds z_loss * log(sum exp(logits))^2 per token (either loss); 0 = off");
+    v("focal_gamma", focal_gamma, "gamma of the focal loss (name focal only)");
+    v("impl", impl,
+      "chunked (logits of train.loss_chunk_tokens whole rows at a time) or cut (the head's product "
+      "fused with the loss, tiles of train.loss_chunk_tokens x vocab_tile logits at a time, the "
+      "backward computing them again)");
+    v("vocab_tile", vocab_tile, "token ids per tile of the cut loss");
+  }
+  LossSpec spec() const { return {label_smoothing, z_loss, name == "focal" ? focal_gamma : 0.0}; }
+  int64_t head_vocab_tile() const { return impl == "cut" ? vocab_tile : 0; }
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
   TrainConfig train;
+  LossConfig loss;
   OptimizerConfig optimizer;
   LoraConfig lora;
   ParallelConfig parallel;
@@ -310,6 +339,7 @@ struct RunConfig {
     v("model", model, "model shape");
     v("data", data, "data sources and sampling");
     v("train", train, "training loop");
+    v("loss", loss, "the training objective");
     v("optimizer", optimizer, "optimizer");
     v("lora", lora, "LoRA adapters (rank 0: full training)");
     v("parallel", parallel, "several devices: the mesh (backend pjrt)");

@@ -23,8 +23,8 @@ TrainStep::TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg)
       positions_(ids_.size()) {
   Backend* be = model_.backend();
   for (int i = 0; i < kMaxQueued; ++i) {
-    slots_[i] = Buffer(be, 2 * sizeof(double));
-    be->describe(slots_[i].data(), TensorDesc{"step_report." + std::to_string(i), DType::f64, {2}});
+    slots_[i] = Buffer(be, 3 * sizeof(double));
+    be->describe(slots_[i].data(), TensorDesc{"step_report." + std::to_string(i), DType::f64, {3}});
   }
 }
 
@@ -85,12 +85,13 @@ StepReport TrainStep::report() {
   LMT_CHECK(!queued_.empty(), "TrainStep::report: no step queued");
   Queued q = queued_.front();
   queued_.pop_front();
-  double read[2] = {0, 0};
+  double read[3] = {0, 0, 0};
   model_.backend()->to_host(read, slots_[q.slot].data(), sizeof(read));
   StepReport& r = q.report;
   r.grad_norm = std::sqrt(read[0]);
   opt_.confirm_step(std::isfinite(r.grad_norm));
   r.loss = read[1] / static_cast<double>(q.loss_tokens);
+  r.ce = read[2] / static_cast<double>(q.loss_tokens);
   if (!std::isfinite(r.loss))
     throw NonFiniteError(
         fmt::format("step {}: the loss is {} (lr {:.3e}); no checkpoint was written from this step",

@@ -33,7 +33,8 @@ class NonFiniteError : public std::runtime_error {
 constexpr int kExitBadStep = 3;
 
 struct StepReport {
-  double loss = 0;       // mean over the step's labelled tokens
+  double loss = 0;       // the objective's mean over the step's labelled tokens
+  double ce = 0;         // the plain cross-entropy's (== loss for the plain loss)
   double grad_norm = 0;  // before clipping
   double lr = 0;         // the schedule's rate at this step
   int64_t tokens = 0;    // tokens fed: micro_batch_size * seq_len * grad_accum_steps
@@ -72,7 +73,7 @@ class TrainStep {
     int64_t step;
     StepReport report;    // lr and tokens; loss and norm once read
     int64_t loss_tokens;  // the labelled tokens the loss sum is over
-    int slot;             // slots_[slot] holds [sum of squared gradients, loss sum]
+    int slot;             // slots_[slot]: [sum of squared gradients, loss sum, ce sum]
   };
 
   Transformer& model_;
@@ -82,7 +83,7 @@ class TrainStep {
   // The step's micro-batches, [grad_accum_steps, B, T] each; doc_start_ and positions_ are the
   // packed layout (data/packing.h), read with train.document_masking.
   std::vector<int32_t> ids_, labels_, doc_start_, positions_;
-  Buffer slots_[kMaxQueued];  // device f64[2] each, one per queued step
+  Buffer slots_[kMaxQueued];  // device f64[3] each, one per queued step
   std::deque<Queued> queued_;
   int next_slot_ = 0;
 };

@@ -120,7 +120,7 @@ LossSum evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_
     loader.next(ids.data(), labels.data(), starts.data(), pos.data());
     const Transformer::Packing packing{pos.data(), starts.data()};
     LossSum s = model.forward_loss(ids.data(), labels.data(), B, T, masking ? &packing : nullptr);
-    total.sum += s.sum;
+    total.sum += s.ce;  // the evaluation is the plain cross-entropy, whatever the objective
     total.tokens += s.tokens;
   }
   return total;
@@ -471,8 +471,11 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
                                        step));
     }
     step_log.add(t.seconds(), r.tokens);
-    if (step % tc.log_every == 0 || step == tc.max_steps)
-      metrics.log_step(step_log.take(step, tokens, r));
+    if (step % tc.log_every == 0 || step == tc.max_steps) {
+      StepMetrics m = step_log.take(step, tokens, r);
+      if (!cfg.loss.spec().plain()) m.ce = r.ce;
+      metrics.log_step(m);
+    }
     if (train_step.queued() == 0) {  // the model is this step's
       // Evaluation first: a checkpoint at step N then means step N's evaluation is logged, so a
       // run killed and resumed logs what an uninterrupted one does (a signal during it still

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend_test_util.h"
+#include "cli/test_seed.h"
 
 namespace lmt {
 namespace {
@@ -136,6 +137,68 @@ TEST(CrossEntropy, RejectsLabelsOutsideVocabulary) {
                                   kIgnore, 1.0, 0.0),
                  InternalError);
   }
+}
+
+// Each loss of backend/loss.h against its formula written out in double here, on fresh random
+// logits with an ignored row and the soft-cap on and off: the objective, the plain cross-entropy
+// beside it, and the kernel's gradient against central differences of that formula (not of the
+// kernel), so the gradient's derivation is checked too.
+TEST(CrossEntropy, EachLossMatchesItsFormulaInDouble) {
+  CpuBackend be;
+  const LossSpec specs[] = {{0.1, 0, 0}, {0, 0.05, 0},     {0, 0, 2.0},
+                            {0, 0, 0.5}, {0.2, 0.01, 0.5}, {0.3, 0.02, 3.0}};
+  const uint64_t seed = test::fresh_seed("CrossEntropy.EachLossMatchesItsFormulaInDouble");
+  for (double cap : {0.0, 4.0})
+    for (const LossSpec& spec : specs) {
+      const CeCase c{6, 11, cap};
+      SCOPED_TRACE(::testing::Message()
+                   << "seed " << seed << " softcap " << cap << " smoothing " << spec.label_smoothing
+                   << " z-loss " << spec.z_loss << " focal " << spec.focal_gamma);
+      std::vector<double> x = test::randn(c.N * c.V, seed, 0, 2.0);
+      const std::vector<int32_t> labels = make_labels(c);
+      const double gs = 0.7;
+      // The formula: (1 - p_y)^gamma * ((1 - eps) ce + eps (lse - mean z)) + lambda lse^2.
+      auto formula = [&](const std::vector<double>& v, std::vector<double>* objective,
+                         std::vector<double>* ce) {
+        double total = 0;
+        for (int64_t n = 0; n < c.N; ++n) {
+          if (labels[n] == kIgnore) continue;
+          std::vector<double> z(c.V);
+          double mx = -INFINITY, mean = 0;
+          for (int64_t j = 0; j < c.V; ++j) {
+            z[j] = cap > 0 ? cap * std::tanh(v[n * c.V + j] / cap) : v[n * c.V + j];
+            mx = std::max(mx, z[j]);
+            mean += z[j] / static_cast<double>(c.V);
+          }
+          double sum = 0;
+          for (double zj : z) sum += std::exp(zj - mx);
+          const double lse = mx + std::log(sum), nll = lse - z[labels[n]];
+          const double smoothed =
+              (1 - spec.label_smoothing) * nll + spec.label_smoothing * (lse - mean);
+          const double focal = std::pow(1 - std::exp(-nll), spec.focal_gamma);
+          const double obj = focal * smoothed + spec.z_loss * lse * lse;
+          if (objective) (*objective)[n] = obj;
+          if (ce) (*ce)[n] = nll;
+          total += gs * obj;
+        }
+        return total;
+      };
+      std::vector<double> want(c.N, 0.0), want_ce(c.N, 0.0);
+      formula(x, &want, &want_ce);
+      std::vector<double> grad = x, losses(c.N, -1), ce(c.N, -1);
+      be.cross_entropy(DType::f64, grad.data(), losses.data(), labels.data(), c.N, c.V, kIgnore, gs,
+                       cap, spec, ce.data());
+      test::expect_close(losses, want, 1e-12, "objective");
+      test::expect_close(ce, want_ce, 1e-12, "plain cross-entropy");
+      test::expect_grad_matches_fd(
+          x, grad, [&] { return formula(x, nullptr, nullptr); }, "d objective / d logits");
+      // float32 to float32 rounding of the same.
+      std::vector<float> xf = test::cast<float>(x), lf(c.N), cf(c.N);
+      be.cross_entropy(DType::f32, xf.data(), lf.data(), labels.data(), c.N, c.V, kIgnore, gs, cap,
+                       spec, cf.data());
+      test::expect_close(lf, want, 1e-5, "objective f32");
+      test::expect_close(xf, grad, 1e-5, "gradient f32");
+    }
 }
 
 }  // namespace

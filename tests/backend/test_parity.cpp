@@ -488,16 +488,31 @@ std::vector<Case> cases() {
     };
     cs.push_back(q);
   }
-  for (double cap : {0.0, 3.0}) {
+  // The plain cross-entropy, and each loss of backend/loss.h (alone and all at once).
+  struct Objective {
+    const char* name;
+    double cap;
+    LossSpec loss;
+  };
+  const Objective objectives[] = {
+      {"", 0.0, {}},
+      {" softcap 3", 3.0, {}},
+      {" label smoothing 0.1", 0.0, {0.1, 0, 0}},
+      {" z-loss 0.05", 0.0, {0, 0.05, 0}},
+      {" focal 2", 0.0, {0, 0, 2.0}},
+      {" focal 0.5 smoothing 0.2 z-loss 0.01 softcap 3", 3.0, {0.2, 0.01, 0.5}}};
+  for (const Objective& o : objectives) {
+    const double cap = o.cap;
+    const LossSpec spec = o.loss;
     Case c;  // losses of 7 rows over 13 classes, one label ignored; the gradient replaces logits
     const int64_t N = 7, V = 13;
-    c.name = "cross-entropy" + std::string(cap > 0 ? " softcap 3" : "");
+    c.name = std::string("cross-entropy") + o.name;
     c.in = {{N * V}, {N, Spec::ids, V, 4}};
     c.out = {{N, Spec::normal, 0, 0, false, true}};
     c.uniform_dout = true;
     auto ce = [=](Run& r, void* logits, double scale) {
       r.be->cross_entropy(r.dt, logits, r.out.empty() ? nullptr : r.out[0], ids_of(r, 1), N, V,
-                          -100, scale, cap);
+                          -100, scale, cap, spec);
     };
     c.forward = [=](Run& r) {
       Buffer tmp(r.be, static_cast<size_t>(N * V) * dtype_size(r.dt));

@@ -91,7 +91,12 @@ class CpuBackend final : public Backend {
                                   int64_t n) override;
 
   void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
-                     int64_t V, int32_t ignore_index, double grad_scale, double softcap) override;
+                     int64_t V, int32_t ignore_index, double grad_scale, double softcap,
+                     const LossSpec& loss = {}, void* ce_losses = nullptr) override;
+  // The chunked loss (Backend::head_loss), or the cut cross-entropy (cpu_cut_cross_entropy.cpp).
+  void head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                 const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
+                 void* losses, double* ce_sum = nullptr) override;
 
   void clip_scale(double* scale, const double* sum_squares, double max_norm) override;
   void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,

@@ -182,8 +182,37 @@ Value glu_backward(StablehloBuilder& b, Activation act, const Value& dout, const
   return b.concatenate({b.multiply(b.multiply(dout, up), a.df), b.multiply(dout, a.f)}, 1);
 }
 
+namespace {
+
+// row_loss's Ops on StableHLO vectors of rows (one float type).
+struct HloLossOps {
+  using T = Value;
+  StablehloBuilder& b;
+  DType dt;
+  Dims dims;
+  Value add(const Value& x, const Value& y) { return b.add(x, y); }
+  Value sub(const Value& x, const Value& y) { return b.subtract(x, y); }
+  Value mul(const Value& x, const Value& y) { return b.multiply(x, y); }
+  Value scale(const Value& x, double s) { return b.multiply(x, c(s)); }
+  Value c(double v) { return b.constant(v, dt, dims); }
+  Value neg(const Value& x) { return b.negate(x); }
+  Value exp(const Value& x) { return b.exp(x); }
+  Value expm1(const Value& x) { return b.expm1(x); }
+  Value pow(const Value& x, double e) { return b.power(x, c(e)); }
+  Value max(const Value& x, double m) { return b.maximum(x, c(m)); }
+};
+
+}  // namespace
+
+RowLoss<Value> row_loss(StablehloBuilder& b, const LossSpec& loss, const Value& lse,
+                        const Value& z_label, const Value& z_sum, int64_t V) {
+  HloLossOps o{b, lse.dtype, lse.dims};
+  return row_loss(loss, o, lse, z_label, z_sum, V);
+}
+
 CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value& labels,
-                           int32_t ignore_index, double grad_scale, double softcap) {
+                           int32_t ignore_index, double grad_scale, double softcap,
+                           const LossSpec& loss) {
   LMT_CHECK(logits.rank() == 2 && labels.rank() == 1 && labels.dtype == DType::i32 &&
                 labels.dims[0] == logits.dims[0],
             "cross_entropy: logits [N,V], labels [N] i32");
@@ -202,13 +231,20 @@ CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value
   const Value z_label = b.reduce_sum(b.select(hit, z, zero_nv), {1});
   const Value valid = b.compare(labels, b.constant(ignore_index, DType::i32, {N}), CompareDir::ne);
   const Value zero_n = b.constant(0.0, z.dtype, {N});
+  const Value z_sum = loss.label_smoothing > 0 ? b.reduce_sum(z, {1}) : zero_n;
+  const RowLoss<Value> r = row_loss(b, loss, lse, z_label, z_sum, V);
   CrossEntropy out;
-  out.losses = b.select(valid, b.subtract(lse, z_label), zero_n);
+  out.losses = b.select(valid, r.objective, zero_n);
+  out.ce = loss.plain() ? out.losses : b.select(valid, r.ce, zero_n);
   if (grad_scale == 0) return out;
-  // (softmax - onehot) * grad_scale on valid rows, through the cap's derivative 1 - tanh^2.
+  // (a softmax + b onehot + c) * grad_scale on valid rows, through the cap's derivative
+  // 1 - tanh^2.
+  auto coef = [&](const Value& x) {
+    return rows(b, b.select(valid, b.multiply(x, b.constant(grad_scale, z.dtype, {N})), zero_n), V);
+  };
   const Value p = b.divide(e, rows(b, sum, V));
-  Value d = b.subtract(p, b.select(hit, scalar(b, 1.0, z), zero_nv));
-  d = b.multiply(d, b.multiply(rows(b, b.convert(valid, z.dtype), V), scalar(b, grad_scale, z)));
+  Value d = b.add(b.multiply(coef(r.a), p), coef(r.c));
+  d = b.add(d, b.select(hit, coef(r.b), zero_nv));
   if (softcap > 0) d = b.multiply(d, b.subtract(scalar(b, 1.0, z), b.multiply(t, t)));
   out.dlogits = d;
   return out;

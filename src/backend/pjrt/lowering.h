@@ -55,14 +55,20 @@ Value relu2_backward_from_output(StablehloBuilder& b, const Value& dout, const V
 Value glu_forward(StablehloBuilder& b, Activation act, const Value& gate_up);
 Value glu_backward(StablehloBuilder& b, Activation act, const Value& dout, const Value& gate_up);
 
-// Cross-entropy of logits[N,V] against labels[N] (i32; ignore_index: no loss): losses[N], and
-// with grad_scale != 0 the gradient d(grad_scale * sum of losses)/dlogits (ignored rows 0).
-// softcap > 0 applies softcap * tanh(logits / softcap) first.
+// The loss (backend/loss.h) of logits[N,V] against labels[N] (i32; ignore_index: no loss):
+// losses[N] (the objective), ce[N] (the plain cross-entropy), and with grad_scale != 0 the
+// gradient d(grad_scale * sum of losses)/dlogits (ignored rows 0). softcap > 0 applies
+// softcap * tanh(logits / softcap) first.
 struct CrossEntropy {
-  Value losses, dlogits;  // dlogits only when grad_scale != 0
+  Value losses, ce, dlogits;  // dlogits only when grad_scale != 0
 };
 CrossEntropy cross_entropy(StablehloBuilder& b, const Value& logits, const Value& labels,
-                           int32_t ignore_index, double grad_scale, double softcap);
+                           int32_t ignore_index, double grad_scale, double softcap,
+                           const LossSpec& loss = {});
+
+// backend/loss.h's row_loss on rows of statistics: lse, z_label, z_sum [N] (one float type).
+RowLoss<Value> row_loss(StablehloBuilder& b, const LossSpec& loss, const Value& lse,
+                        const Value& z_label, const Value& z_sum, int64_t V);
 
 // RoPE (Hugging Face rotate_half) on x[N, H, D]: the first rotary_dim dims of each head turn by
 // angle pos[n] * inv_freq[i] (pos [N] i32, inv_freq [rotary_dim/2] f32, the angle formed in f32
@@ -151,18 +157,21 @@ std::string cudnn_fmha_config(int64_t B, int64_t Hq, int64_t T, DType dt, double
                               int64_t window, bool backward);
 
 // The output head and its loss (Backend::head_loss) on whole tensors: h [N,C] (bf16, f32 or
-// f64), w [V,C] of h's dtype, labels [N] i32. Logits and their softmax are formed in f32 (f64 for
-// f64) a chunk of `chunk` rows at a time: one chunk straight, several as a stablehlo.while over
-// the chunks (N padded to a whole number of them), so one chunk's logits exist at a time.
-// grad_scale: null for the loss only, else a runtime scalar of the compute type the gradients are
-// multiplied by. Returns the loss sum (f64 scalar) and, with grad_scale, dh [N,C] (h's dtype)
-// and, with want_dw, dw [V,C] summed over the chunks in the compute type.
+// f64), w [V,C] of h's dtype, labels [N] i32; a: the chunk, ignore_index, softcap, loss and
+// vocab_tile (a.N, a.C, a.V and a.grad_scale are taken from the tensors and grad_scale). Logits
+// and their softmax are formed in f32 (f64 for f64) a chunk of rows at a time: one chunk
+// straight, several as a stablehlo.while over the chunks (N padded to a whole number of them), so
+// one chunk's logits exist at a time; with a.cut() each chunk walks the vocabulary in tiles
+// (two stablehlo.while loops: the online log-sum-exp, then the gradients), so one tile of logits
+// exists at a time. grad_scale: null for the loss only, else a runtime scalar of the compute type
+// the gradients are multiplied by. Returns the objective's and the plain cross-entropy's sums
+// (f64 scalars) and, with grad_scale, dh [N,C] (h's dtype) and, with want_dw, dw [V,C] summed
+// over the chunks in the compute type.
 struct HeadLossOut {
-  Value loss_sum, dh, dw;
+  Value loss_sum, ce_sum, dh, dw;
 };
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      int64_t chunk, int32_t ignore_index, double softcap, const Value* grad_scale,
-                      bool want_dw);
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw);
 
 // Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32
 // scalar; the scale is NaN for a norm that is not finite. The per-step constants are runtime

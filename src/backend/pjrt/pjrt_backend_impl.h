@@ -110,10 +110,11 @@ class PjrtBackend final : public Backend {
   void relu2_backward_from_output(DType dt, void* dx, const void* dout, const void* y,
                                   int64_t n) override;
   void cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels, int64_t N,
-                     int64_t V, int32_t ignore_index, double grad_scale, double softcap) override;
+                     int64_t V, int32_t ignore_index, double grad_scale, double softcap,
+                     const LossSpec& loss = {}, void* ce_losses = nullptr) override;
   void head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
                  const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
-                 void* losses) override;
+                 void* losses, double* ce_sum = nullptr) override;
 
   // ---- optimizer (pjrt_backend_optim.cpp) ----
   void clip_scale(double* scale, const double* sum_squares, double max_norm) override;

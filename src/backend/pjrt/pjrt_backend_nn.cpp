@@ -184,30 +184,32 @@ void PjrtBackend::relu2_backward_from_output(DType dt, void* dx, const void* dou
 // runtime scale multiplies its gradient.
 void PjrtBackend::cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels,
                                 int64_t N, int64_t V, int32_t ignore_index, double grad_scale,
-                                double softcap) {
+                                double softcap, const LossSpec& loss, void* ce_losses) {
   if (N == 0) return;
   const hlo::CrossEntropy ce =
       hlo::cross_entropy(b(), up(view(logits, dt, {N, V})), view(labels, DType::i32, {N}),
-                         ignore_index, grad_scale != 0 ? 1.0 : 0.0, softcap);
+                         ignore_index, grad_scale != 0 ? 1.0 : 0.0, softcap, loss);
   set(losses, stat(ce.losses, dt));
+  if (ce_losses) set(ce_losses, stat(ce.ce, dt));
   if (grad_scale == 0) return;
   const Value s = runtime_scalar(grad_scale, ce.dlogits.dtype, "loss.grad_scale");
   set(logits, down(b().multiply(ce.dlogits, b().broadcast_in_dim(s, {N, V}, {})), dt));
 }
 
 // One lowering for every chunk (a loop when there are several): logits, losses and gradients of
-// a chunk exist inside it only; the scratch buffers are not needed.
+// a chunk (of a tile, for the cut loss) exist inside it only; the scratch buffers are not needed.
 void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const void* w,
                             const int32_t* labels, double* loss_sum, void* dh, void* dw,
-                            void* logits, void* losses) {
+                            void* logits, void* losses, double* ce_sum) {
   if (a.N == 0) return;
   const bool grads = a.grad_scale != 0;
   Value scale;
   if (grads) scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
-  const hlo::HeadLossOut o = hlo::head_loss(
-      b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}), view(labels, DType::i32, {a.N}),
-      a.chunk, a.ignore_index, a.softcap, grads ? &scale : nullptr, dw != nullptr);
+  const hlo::HeadLossOut o =
+      hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
+                     view(labels, DType::i32, {a.N}), a, grads ? &scale : nullptr, dw != nullptr);
   accumulate_into(loss_sum, DType::f64, o.loss_sum);
+  if (ce_sum) accumulate_into(ce_sum, DType::f64, o.ce_sum);
   if (!grads) return;
   set(dh, o.dh);
   if (dw) accumulate_into(dw, dt, down(o.dw, dt));

@@ -323,8 +323,14 @@ Value StablehloBuilder::maximum(const Value& a, const Value& b) {
 Value StablehloBuilder::negate(const Value& x) {
   return unary("negate", x, false);
 }
+Value StablehloBuilder::power(const Value& a, const Value& b) {
+  return elementwise("power", a, b);
+}
 Value StablehloBuilder::exp(const Value& x) {
   return unary("exponential", x, true);
+}
+Value StablehloBuilder::expm1(const Value& x) {
+  return unary("exponential_minus_one", x, true);
 }
 Value StablehloBuilder::log(const Value& x) {
   return unary("log", x, true);

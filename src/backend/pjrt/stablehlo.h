@@ -90,7 +90,9 @@ class StablehloBuilder {
   Value divide(const Value& a, const Value& b);
   Value maximum(const Value& a, const Value& b);
   Value negate(const Value& x);
+  Value power(const Value& a, const Value& b);  // a^b
   Value exp(const Value& x);
+  Value expm1(const Value& x);  // exp(x) - 1, exact near 0
   Value log(const Value& x);
   Value tanh(const Value& x);
   Value rsqrt(const Value& x);
