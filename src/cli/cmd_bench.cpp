@@ -12,6 +12,7 @@ Run add_bench(CLI::App& app) {
     std::vector<std::string> sets;
     int64_t steps = 5;
     bool compile_only = false;
+    std::string head_loss;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--config", o->config, "YAML config file (model and train sections are used)")
@@ -23,8 +24,16 @@ Run add_bench(CLI::App& app) {
   app.add_flag("--compile-only", o->compile_only,
                "backend pjrt: compile the step and report the memory XLA plans for it (arguments, "
                "outputs, temporaries) without running it");
+  app.add_option("--head-loss", o->head_loss,
+                 "time the output head and its loss alone (forward and backward) instead of the "
+                 "step: full (every token's logits at once), chunked or cut")
+      ->check(CLI::IsMember({"full", "chunked", "cut"}));
   return [o]() {
     RunConfig cfg = load_run_config(o->config, o->sets);
+    if (!o->head_loss.empty()) {
+      fmt::print("{}\n", run_head_loss_bench(cfg, o->head_loss, o->steps, o->compile_only).dump());
+      return 0;
+    }
     fmt::print("{}\n", run_bench(std::move(cfg), o->steps, o->compile_only).dump());
     return 0;
   };

@@ -15,4 +15,14 @@ namespace lmt {
 // a step needs of a device that is not at hand.
 nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only = false);
 
+// The output head and its loss alone, forward and backward (Backend::head_loss), on the config's
+// head (model.vocab_size x model.hidden_size) for micro_batch_size x seq_len tokens of random
+// hidden states and labels, the config's loss: mode "full" (every token's logits at once),
+// "chunked" (train.loss_chunk_tokens rows at a time) or "cut" (tiles of loss.vocab_tile ids too).
+// Reports the time per call, tokens/s and memory: on pjrt what XLA planned (arguments and
+// temporaries) and the device's peak where the plugin keeps it; on the CPU the scratch and the
+// growth of the process's peak RSS. compile_only as run_bench's.
+nlohmann::json run_head_loss_bench(const RunConfig& cfg, const std::string& mode, int64_t steps,
+                                   bool compile_only = false);
+
 }  // namespace lmt
