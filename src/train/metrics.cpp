@@ -87,7 +87,7 @@ std::vector<WandbItem> wandb_items(const nlohmann::json& line) {
       if (v.is_object())
         self(self, v, name + "/");
       else if (v.is_number_float())
-        items.push_back({name, wandb_json_number(v.get<double>())});
+        items.push_back({name, wandb_json_number(v.template get<double>())});
       else if ((v.is_number() || v.is_boolean()) && name != "step")
         items.push_back({name, v.dump()});
     }

@@ -216,7 +216,7 @@ std::string item(const Decoded& d, const std::string& key) {
 }
 
 TEST(WandbWriter, AnOfflineRunMergesRowsByStepAndEndsWithTheExitCode) {
-  const fs::path parent = temp_dir() / "wandb";
+  const fs::path parent = test::temp_dir() / "wandb";
   WandbRunInfo info;
   info.id = new_wandb_run_id();
   info.project = "p";
@@ -273,7 +273,7 @@ TEST(WandbWriter, AnOfflineRunMergesRowsByStepAndEndsWithTheExitCode) {
 }
 
 TEST(WandbWriter, AnUnwritableDirectoryIsNamed) {
-  const fs::path file = temp_dir() / "a_file";
+  const fs::path file = test::temp_dir() / "a_file";
   std::ofstream(file) << "x";
   WandbRunInfo info;
   info.id = "abc", info.project = "p";
