@@ -3,12 +3,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <array>
 #include <chrono>
 #include <climits>
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/crc32.h"
 #include "io/protobuf_wire.h"
 
 namespace lmt {
@@ -29,17 +29,6 @@ constexpr int kMetadataPluginData = 1, kPluginName = 1;            // SummaryMet
 constexpr int kTensorDtype = 1, kTensorShape = 2, kStringVal = 8;  // TensorProto
 constexpr int kDtString = 7;                                       // types.proto DataType
 constexpr int kSessionLogStatus = 1, kSessionStart = 1;            // SessionLog
-
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> t{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;  // reflected poly
-    t[i] = c;
-  }
-  return t;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 
 ProtoWriter event_head(double wall_time, int64_t step) {
   ProtoWriter e;
@@ -64,17 +53,6 @@ int64_t name_seconds(const std::string& name) {
 }
 
 }  // namespace
-
-uint32_t crc32c(std::string_view data) {
-  uint32_t c = 0xffffffffu;
-  for (unsigned char b : data) c = kCrc32cTable[(c ^ b) & 0xff] ^ (c >> 8);
-  return c ^ 0xffffffffu;
-}
-
-uint32_t masked_crc32c(std::string_view data) {
-  const uint32_t c = crc32c(data);
-  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
-}
 
 std::string tfrecord(std::string_view data) {
   std::string len;

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "io/crc32.h"  // masked_crc32c, for tests of the framing
+
 namespace lmt {
 
 struct TbScalar {
@@ -44,8 +46,6 @@ class TensorBoardWriter {
 };
 
 // The parts, for tests. `wall_time`: seconds since the Unix epoch.
-uint32_t crc32c(std::string_view data);         // CRC-32C (Castagnoli), as in iSCSI and ext4
-uint32_t masked_crc32c(std::string_view data);  // TFRecord's ((crc >> 15) | (crc << 17)) + k
 std::string tfrecord(std::string_view data);    // one framed record
 std::string file_version_event(double wall_time);
 std::string scalars_event(double wall_time, int64_t step, const std::vector<TbScalar>& values);

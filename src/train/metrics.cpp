@@ -1,8 +1,10 @@
 #include "train/metrics.h"
 
 #include <fmt/core.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -28,9 +30,26 @@ void Metrics::to_tensorboard(F&& f) {
   }
 }
 
-Metrics::Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t resume_step)
+namespace {
+
+// Every W&B error names the key that asked for the run.
+template <class F>
+void with_wandb_key(F&& f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    throw UserError(
+        fmt::format("logging.wandb: {}; the run stops rather than lose its metrics", e.what()));
+  }
+}
+
+}  // namespace
+
+Metrics::Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t resume_step,
+                 const nlohmann::json& run_config)
     : console_(sinks.console) {
   if (sinks.jsonl) open_jsonl(run_dir, resume_step);
+  if (sinks.wandb.enabled()) open_wandb(run_dir, sinks.wandb, resume_step, run_config);
   if (sinks.tensorboard) {
     to_tensorboard([&] {
       tb_ = std::make_unique<TensorBoardWriter>((fs::path(run_dir) / "tb").string());
@@ -39,6 +58,51 @@ Metrics::Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t
       tb_->session_start(resume_step >= 0 ? resume_step + 1 : 0);
     });
   }
+}
+
+void Metrics::open_wandb(const std::string& run_dir, const WandbConfig& c, int64_t resume_step,
+                         const nlohmann::json& run_config) {
+  const std::string parent = (fs::path(run_dir) / "wandb").string();
+  WandbRunInfo run;
+  run.project = c.project, run.entity = c.entity, run.name = c.name, run.group = c.group;
+  run.notes = c.notes, run.tags = c.tags, run.config = run_config;
+  // A resumed run continues the newest W&B run in the directory (one that logging.wandb.id names
+  // otherwise); a fresh one is a new W&B run.
+  run.id = c.id;
+  if (run.id.empty() && resume_step >= 0) run.id = newest_wandb_run_id(parent);
+  run.resumed = resume_step >= 0 && !run.id.empty();
+  if (run.id.empty()) run.id = new_wandb_run_id();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) run.host = host;
+  run.start_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  with_wandb_key([&] { wandb_ = std::make_unique<WandbOfflineRun>(parent, run); });
+}
+
+std::vector<WandbItem> wandb_items(const nlohmann::json& line) {
+  std::vector<WandbItem> items;
+  auto add = [&](auto& self, const nlohmann::json& j, const std::string& prefix) -> void {
+    for (const auto& [key, v] : j.items()) {
+      const std::string name = prefix + key;
+      if (v.is_object())
+        self(self, v, name + "/");
+      else if (v.is_number_float())
+        items.push_back({name, wandb_json_number(v.template get<double>())});
+      else if ((v.is_number() || v.is_boolean()) && name != "step")
+        items.push_back({name, v.dump()});
+    }
+  };
+  add(add, line, "");
+  return items;
+}
+
+void Metrics::to_wandb(const nlohmann::json& j) {
+  if (!wandb_ || !j.contains("step") || !j["step"].is_number_integer()) return;
+  with_wandb_key([&] { wandb_->log(j["step"].get<int64_t>(), wandb_items(j)); });
+}
+
+void Metrics::finish(int exit_code) {
+  if (wandb_) with_wandb_key([&] { wandb_->finish(exit_code); });
 }
 
 void Metrics::open_jsonl(const std::string& run_dir, int64_t resume_step) {
@@ -69,14 +133,17 @@ void Metrics::open_jsonl(const std::string& run_dir, int64_t resume_step) {
   if (!jsonl_) throw UserError("logging.jsonl: cannot open '" + path + "' for writing");
 }
 
+// The one place a record is written: every sink of records takes it here.
 void Metrics::write(const nlohmann::json& j) {
-  if (!jsonl_.is_open()) return;
-  // Paths in messages may hold non-UTF-8 bytes: shown as U+FFFD rather than lost with the line.
-  jsonl_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
-  jsonl_.flush();
-  if (!jsonl_)
-    throw UserError("logging.jsonl: cannot write '" + jsonl_path_ +
-                    "' (is the disk full?); the run stops rather than lose its metrics");
+  if (jsonl_.is_open()) {
+    // Paths in messages may hold non-UTF-8 bytes: shown as U+FFFD rather than lost with the line.
+    jsonl_ << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+    jsonl_.flush();
+    if (!jsonl_)
+      throw UserError("logging.jsonl: cannot write '" + jsonl_path_ +
+                      "' (is the disk full?); the run stops rather than lose its metrics");
+  }
+  to_wandb(j);
 }
 
 void Metrics::log_step(const StepMetrics& m) {

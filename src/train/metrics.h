@@ -4,6 +4,11 @@
 // file reads as one uninterrupted run; TensorBoard gets a new event file that starts with a
 // session start at the next step, which hides what the old files logged past the resumed step
 // (and a fresh run's at step 0 hides a former run's files in the same directory).
+// With logging.wandb, every line written to metrics.jsonl also goes, as it is, to an offline W&B
+// run in <run_dir>/wandb (io/wandb_writer.h): its numeric and boolean values, nested keys joined
+// with '/', as the history row of its step. The run's config is the resolved config; finish()
+// records the exit code. A resumed run writes a new offline run directory with the id of the
+// newest one there (W&B's way of resuming: `wandb sync` uploads both, in start order, to one run).
 #pragma once
 
 #include <cmath>
@@ -15,6 +20,7 @@
 #include <vector>
 
 #include "io/tensorboard.h"
+#include "io/wandb_writer.h"
 #include "train/run_config.h"
 
 namespace lmt {
@@ -45,7 +51,9 @@ struct SourceEval {
 class Metrics {
  public:
   // resume_step >= 0: keep only lines of metrics.jsonl with step <= resume_step.
-  Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t resume_step);
+  // `run_config`: the resolved config as JSON (run_config_to_json), W&B's run config.
+  Metrics(const std::string& run_dir, const LoggingConfig& sinks, int64_t resume_step,
+          const nlohmann::json& run_config = nlohmann::json::object());
   void log_step(const StepMetrics& m);
   // `sources`: the per-source losses when the evaluation has them (val/<name>/loss and ppl).
   void log_eval(int64_t step, double val_loss, int64_t tokens,
@@ -59,6 +67,12 @@ class Metrics {
   void log_warning(int64_t step, const std::string& kind, const std::string& text,
                    const nlohmann::json& fields);
 
+  // The run's end, for the sinks that record it (W&B: 0 is success, anything else a failure).
+  // Without it, a W&B run ends as failed (exit code 1) when the Metrics goes away.
+  void finish(int exit_code);
+
+  // The W&B offline run directory ("" without logging.wandb).
+  std::string wandb_dir() const { return wandb_ ? wandb_->dir() : ""; }
   // The event file being written ("" without logging.tensorboard).
   std::string tensorboard_path() const { return tb_ ? tb_->path() : ""; }
 
@@ -67,11 +81,19 @@ class Metrics {
   void write(const nlohmann::json& j);
   template <class F>
   void to_tensorboard(F&& f);
+  void open_wandb(const std::string& run_dir, const WandbConfig& c, int64_t resume_step,
+                  const nlohmann::json& run_config);
+  void to_wandb(const nlohmann::json& j);
   bool console_;
   std::ofstream jsonl_;
   std::string jsonl_path_;
   std::unique_ptr<TensorBoardWriter> tb_;
+  std::unique_ptr<WandbOfflineRun> wandb_;
 };
+
+// The numeric and boolean values of a metrics.jsonl line, nested keys joined with '/' ("step"
+// left out: it is the row's step), as W&B items.
+std::vector<WandbItem> wandb_items(const nlohmann::json& line);
 
 std::string format_duration(double seconds);  // "1h02m", "3m05s", "12s"
 // `text` fenced as a markdown code block in `language`, the fence longer than any run of

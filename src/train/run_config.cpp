@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <variant>
 
@@ -376,6 +377,22 @@ void validate_loss(const LossConfig& l, const LoraConfig& lora) {
         "holds it in bf16 (use loss.impl: chunked, or lora.base_dtype: f32)");
 }
 
+void validate_wandb(const WandbConfig& w) {
+  if (!w.enabled()) return;
+  if (w.project.empty())
+    throw UserError(
+        "logging.wandb.project is required when logging.wandb is given (the W&B project the run "
+        "is filed under)");
+  // W&B refuses these in project names and run ids.
+  for (const auto& [key, v] :
+       {std::pair{"logging.wandb.project", &w.project}, std::pair{"logging.wandb.id", &w.id}})
+    if (v->find_first_of("/\\#?%:") != std::string::npos)
+      throw UserError(
+          fmt::format("{} must not hold any of / \\ # ? % : (got '{}')", key, excerpt(*v)));
+  for (size_t i = 0; i < w.tags.size(); ++i)
+    if (w.tags[i].empty()) throw UserError(fmt::format("logging.wandb.tags[{}] is empty", i));
+}
+
 }  // namespace
 
 void RunConfig::validate() const {
@@ -384,6 +401,7 @@ void RunConfig::validate() const {
   validate_train(train);
   validate_loss(loss, lora);
   validate_optimizer(optimizer);
+  validate_wandb(logging.wandb);
   validate_parallel(parallel, train, model);
   require_finite(lora, "lora");
   require(lora.rank >= 0, "lora.rank", ">= 0 (0 = full training)", lora.rank);
@@ -450,6 +468,15 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     }
   }
   read_config(root, cfg, src);
+  // An empty logging.wandb section asks for a W&B run as much as a full one (config.yaml's
+  // resolved section, every key empty, does not: it lists the defaults).
+  const YAML::Node logging =
+      tree["logging"] && tree["logging"].IsMap() ? tree["logging"] : YAML::Node();
+  if (logging && logging["wandb"] && (logging["wandb"].IsNull() || logging["wandb"].size() == 0) &&
+      cfg.logging.wandb.project.empty())
+    throw UserError(path +
+                    ": logging.wandb.project is required when logging.wandb is given (the W&B "
+                    "project the run is filed under)");
   // The optimizer's defaults that depend on optimizer.name, for the keys the file leaves out.
   const YAML::Node opt =
       tree["optimizer"] && tree["optimizer"].IsMap() ? tree["optimizer"] : YAML::Node();
@@ -523,6 +550,37 @@ BackendOptions backend_options(const RunConfig& cfg) {
   o.coordination_timeout = p.coordination_timeout;
   o.sharding = plan_sharding;
   return o;
+}
+
+namespace {
+
+struct JsonVisitor {
+  nlohmann::json& out;
+  template <class T>
+  void operator()(const char* key, T& field, const char*) {
+    out[key] = to_json(field);
+  }
+  template <class T>
+  static nlohmann::json to_json(T& v) {
+    if constexpr (config_detail::Visitable<T>) {
+      nlohmann::json j = nlohmann::json::object();
+      JsonVisitor sub{j};
+      v.visit(sub);
+      return j;
+    } else if constexpr (config_detail::IsVector<T>::value) {
+      nlohmann::json a = nlohmann::json::array();
+      for (auto& e : v) a.push_back(to_json(e));
+      return a;
+    } else {
+      return v;
+    }
+  }
+};
+
+}  // namespace
+
+nlohmann::json run_config_to_json(RunConfig& cfg) {
+  return JsonVisitor::to_json(cfg);
 }
 
 std::string run_config_to_yaml(RunConfig& cfg) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -209,10 +210,40 @@ struct OptimizerConfig {
   }
 };
 
+// An offline W&B run in <out_dir>/wandb (io/wandb_writer.h), uploaded later with `wandb sync`.
+// The section is on when any key is set; then project is required.
+struct WandbConfig {
+  std::string project;
+  std::string name;
+  std::string entity;
+  std::vector<std::string> tags;
+  std::string group;
+  std::string notes;
+  std::string id;
+
+  template <class V>
+  void visit(V& v) {
+    v("project", project, "the W&B project the run is filed under (required)");
+    v("name", name, "the run's display name; empty: W&B makes one");
+    v("entity", entity, "the W&B team or user; empty: the uploading account's default");
+    v("tags", tags, "the run's tags");
+    v("group", group, "the run's group");
+    v("notes", notes, "the run's notes");
+    v("id", id,
+      "the W&B run id; empty: a fresh random one, and on --resume the id of the newest run in "
+      "<out_dir>/wandb (the resumed run continues it)");
+  }
+  bool enabled() const {
+    return !project.empty() || !name.empty() || !entity.empty() || !tags.empty() ||
+           !group.empty() || !notes.empty() || !id.empty();
+  }
+};
+
 struct LoggingConfig {
   bool console = true;
   bool jsonl = true;
   bool tensorboard = false;
+  WandbConfig wandb;
 
   template <class V>
   void visit(V& v) {
@@ -221,6 +252,10 @@ struct LoggingConfig {
     v("tensorboard", tensorboard,
       "write TensorBoard event files in <out_dir>/tb (tensorboard --logdir <out_dir>/tb): the "
       "train/ and val/ scalars and the resolved config as text");
+    v("wandb", wandb,
+      "write an offline W&B run in <out_dir>/wandb (upload it with wandb sync <dir>): every "
+      "numeric value of metrics.jsonl at its step, the resolved config, the summary and the exit "
+      "code");
   }
 };
 
@@ -387,6 +422,8 @@ OptimizerSpec optimizer_spec(const RunConfig& cfg);
 BackendOptions backend_options(const RunConfig& cfg);
 
 std::string run_config_to_yaml(RunConfig& cfg);
+// The resolved config as JSON (every field, a map per section), as W&B takes a run's config.
+nlohmann::json run_config_to_json(RunConfig& cfg);
 // A stable hash of the resolved config (hex), stored in checkpoints.
 std::string run_config_hash(RunConfig& cfg);
 

@@ -5,8 +5,11 @@
 
 #include <atomic>
 #include <csignal>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <new>
 #include <optional>
 #include <vector>
 
@@ -216,6 +219,8 @@ void log_run_start(Metrics& metrics, const RunConfig& cfg, const TrainData& data
   if (!metrics.tensorboard_path().empty())
     metrics.log_line("tensorboard: " + metrics.tensorboard_path() + " (tensorboard --logdir " +
                      (fs::path(cfg.train.out_dir) / "tb").string() + ")");
+  if (const std::string w = metrics.wandb_dir(); !w.empty())
+    metrics.log_line("wandb: " + w + " (an offline run; upload it with: wandb sync " + w + ")");
 }
 
 // A resumed run's line; a resume from an older checkpoint than the newest (--resume NAME) sets the
@@ -396,8 +401,28 @@ Position resume_position(const BuiltModel& built, Loader& loader, const RunDir& 
 
 }  // namespace
 
-TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from,
-                  bool allow_data_change) {
+namespace {
+
+// The exit code lmtrain's main (src/cli/main.cpp) gives an exception that ends a run.
+int exit_code_of(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const NonFiniteError&) {
+    return kExitBadStep;
+  } catch (const UserError&) {
+    return kExitUserError;
+  } catch (const fs::filesystem_error&) {
+    return kExitUserError;
+  } catch (const std::bad_alloc&) {
+    return kExitUserError;
+  } catch (...) {
+    return 1;
+  }
+}
+
+TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
+                         const std::string& resume_from, bool allow_data_change,
+                         std::unique_ptr<Metrics>& metrics_out) {
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
@@ -419,7 +444,9 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   const Position at = resume_position(built, loader, dir, ckpt);
   int64_t step = at.step, tokens = at.tokens;
   write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
-  Metrics metrics(dir.path.string(), cfg.logging, ckpt ? step : -1);
+  metrics_out = std::make_unique<Metrics>(dir.path.string(), cfg.logging, ckpt ? step : -1,
+                                          run_config_to_json(cfg));
+  Metrics& metrics = *metrics_out;
   if (!ckpt || at.config_changed) metrics.log_config(step, dir.config_yaml);
   const PeakFlops peak =
       mfu_peak(built.backend.get(), model.compute_dtype(), cfg.train.peak_tflops);
@@ -518,6 +545,31 @@ TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::str
   if (tc.sample_tokens > 0 && !signals.received()) log_sample(metrics, cfg, model);
   if (signals.received()) return stopped();
   return result;
+}
+
+}  // namespace
+
+int train_exit_code(const TrainResult& r) {
+  return r.interrupted ? 128 + (r.signal ? r.signal : SIGINT) : 0;
+}
+
+TrainResult train(RunConfig cfg, bool resume, int64_t stop_after, const std::string& resume_from,
+                  bool allow_data_change) {
+  std::unique_ptr<Metrics> metrics;
+  try {
+    TrainResult r =
+        run_training(std::move(cfg), resume, stop_after, resume_from, allow_data_change, metrics);
+    metrics->finish(train_exit_code(r));
+    return r;
+  } catch (...) {
+    if (metrics) {
+      try {
+        metrics->finish(exit_code_of(std::current_exception()));
+      } catch (const std::exception&) {  // the run's own error is the one to report
+      }
+    }
+    throw;
+  }
 }
 
 }  // namespace lmt

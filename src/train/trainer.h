@@ -29,7 +29,13 @@ struct TrainResult {
 // resume_from (with resume): a checkpoint's name (step_N) or path instead of the newest.
 // A resume on another token store's content or another tokenizer than the checkpoint trained on
 // is a UserError naming both, unless allow_data_change (train --allow-data-change).
+// The metric sinks that record a run's end (W&B) get train_exit_code() of the result, or, when
+// train() throws, the exit code lmtrain's main gives that exception.
 TrainResult train(RunConfig cfg, bool resume, int64_t stop_after = 0,
                   const std::string& resume_from = "", bool allow_data_change = false);
+
+// The exit code of `lmtrain train` for a run that returned: 0, or 128 + the stop signal (SIGINT's
+// for a stop_after stop).
+int train_exit_code(const TrainResult& r);
 
 }  // namespace lmt

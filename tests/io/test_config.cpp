@@ -110,6 +110,42 @@ TEST(RunConfig, SettingsTheFamilysConfigJsonCannotHoldAreRefused) {
             8);
 }
 
+TEST(RunConfig, AWandbSectionNeedsAProjectNamedByItsKey) {
+  const std::string key = "logging.wandb.project is required";
+  expect_user_error([] { load_run_config(valid_file(), {"logging.wandb.name=run1"}); },
+                    {"valid.yaml", key});
+  expect_user_error([] { load_run_config(valid_file(), {"logging.wandb={}"}); }, {key});
+  const std::string empty =
+      test::write_text("wandb_empty.yaml", std::string(kValid) + "logging:\n  wandb:\n");
+  expect_user_error([&] { load_run_config(empty, {}); }, {"wandb_empty.yaml", key});
+  expect_user_error([] { load_run_config(valid_file(), {"logging.wandb.project=a/b"}); },
+                    {"logging.wandb.project must not hold", "a/b"});
+  expect_user_error(
+      [] {
+        load_run_config(valid_file(), {"logging.wandb.project=p", "logging.wandb.id=x:y"});
+      },
+      {"logging.wandb.id must not hold"});
+  expect_user_error(
+      [] {
+        load_run_config(valid_file(), {"logging.wandb.project=p", "logging.wandb.tags=[a, '']"});
+      },
+      {"logging.wandb.tags[1] is empty"});
+  RunConfig c = load_run_config(valid_file(), {"logging.wandb={project: p, tags: [x]}"});
+  EXPECT_TRUE(c.logging.wandb.enabled());
+  EXPECT_EQ(c.logging.wandb.tags, std::vector<std::string>{"x"});
+  EXPECT_FALSE(load_run_config(valid_file(), {}).logging.wandb.enabled());
+  // The resolved config lists the section with every key empty: it loads back as off.
+  RunConfig off = load_run_config(valid_file(), {});
+  const std::string resolved = test::write_text("resolved.yaml", run_config_to_yaml(off));
+  EXPECT_FALSE(load_run_config(resolved, {}).logging.wandb.enabled());
+  // The JSON form (W&B's run config) holds every section and value.
+  const nlohmann::json j = run_config_to_json(c);
+  EXPECT_EQ(j["train"]["max_steps"], 50);
+  EXPECT_EQ(j["train"]["lr"], 0.001);
+  EXPECT_EQ(j["data"]["sources"][1]["weight"], 2.0);
+  EXPECT_EQ(j["logging"]["wandb"]["tags"], nlohmann::json::array({"x"}));
+}
+
 TEST(RunConfig, MissingFileAndDirectory) {
   expect_user_error([] { load_run_config("/nonexistent/run.yaml", {}); },
                     {"config file '/nonexistent/run.yaml' not found"});
