@@ -79,15 +79,53 @@ void Metrics::write(const nlohmann::json& j) {
                     "' (is the disk full?); the run stops rather than lose its metrics");
 }
 
+namespace {
+
+struct MemoryField {
+  const char* name;  // in metrics.jsonl, bytes
+  const char* tag;   // in TensorBoard, GiB
+  int64_t bytes;
+};
+
+// The memory fields a step has.
+std::vector<MemoryField> memory_fields(const StepMetrics& m) {
+  std::vector<MemoryField> out;
+  auto add = [&](const char* name, const char* tag, const std::optional<int64_t>& v) {
+    if (v) out.push_back({name, tag, *v});
+  };
+  add("rss_bytes", "memory/rss_gib", m.rss_bytes);
+  add("rss_peak_bytes", "memory/rss_peak_gib", m.rss_peak_bytes);
+  add("device_bytes_in_use", "memory/device_in_use_gib", m.device_bytes_in_use);
+  add("device_peak_bytes", "memory/device_peak_gib", m.device_peak_bytes);
+  return out;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// " | RSS 1.23 GiB | device 4.56 GiB (peak 7.89)": what the step has.
+std::string memory_text(const StepMetrics& m) {
+  std::string s;
+  if (m.rss_bytes) s += fmt::format(" | RSS {:.2f} GiB", static_cast<double>(*m.rss_bytes) / kGiB);
+  if (m.device_bytes_in_use)
+    s += fmt::format(" | device {:.2f} GiB", static_cast<double>(*m.device_bytes_in_use) / kGiB);
+  if (m.device_bytes_in_use && m.device_peak_bytes)
+    s += fmt::format(" (peak {:.2f})", static_cast<double>(*m.device_peak_bytes) / kGiB);
+  return s;
+}
+
+}  // namespace
+
 void Metrics::log_step(const StepMetrics& m) {
-  write({{"step", m.step},
-         {"loss", m.loss},
-         {"lr", m.lr},
-         {"grad_norm", m.grad_norm},
-         {"tokens_per_s", m.tokens_per_s},
-         {"mfu", m.mfu},
-         {"step_ms", m.step_ms},
-         {"tokens", m.tokens}});
+  nlohmann::json line = {{"step", m.step},
+                         {"loss", m.loss},
+                         {"lr", m.lr},
+                         {"grad_norm", m.grad_norm},
+                         {"tokens_per_s", m.tokens_per_s},
+                         {"mfu", m.mfu},
+                         {"step_ms", m.step_ms},
+                         {"tokens", m.tokens}};
+  for (const MemoryField& f : memory_fields(m)) line[f.name] = f.bytes;
+  write(line);
   if (tb_)
     to_tensorboard([&] {
       tb_->scalars(m.step, {{"train/loss", m.loss},
@@ -95,13 +133,17 @@ void Metrics::log_step(const StepMetrics& m) {
                             {"train/grad_norm", m.grad_norm},
                             {"train/tokens_per_s", m.tokens_per_s},
                             {"train/mfu", m.mfu}});
+      std::vector<TbScalar> memory;  // a group of its own: memory/..._gib
+      for (const MemoryField& f : memory_fields(m))
+        memory.push_back({f.tag, static_cast<double>(f.bytes) / kGiB});
+      if (!memory.empty()) tb_->scalars(m.step, memory);
     });
   if (console_) {
     fmt::print(
         "step {:>6}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
-        "MFU {:.1f}% | {:.0f} ms/step | ETA {}\n",
+        "MFU {:.1f}% | {:.0f} ms/step | ETA {}{}\n",
         m.step, m.max_steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, 100 * m.mfu, m.step_ms,
-        format_duration(m.eta_s));
+        format_duration(m.eta_s), memory_text(m));
     std::fflush(stdout);
   }
 }
