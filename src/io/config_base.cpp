@@ -147,7 +147,7 @@ class BaseReader {
       auto bad = [&](const YAML::Node& at) {
         return UserError(label + line_of(at) +
                          ": key 'base_config': expected a file name or a list of file names, got " +
-                         config_detail::describe(at));
+                         config_detail::describe(at.is(key) ? v : at));
       };
       if (v.IsScalar()) {
         names.push_back(v.Scalar());
@@ -157,10 +157,11 @@ class BaseReader {
           names.push_back(v[i].Scalar());
         }
       } else {
-        throw bad(v);
+        throw bad(key);  // at the key's line: an empty value's own mark is the next line's
       }
       for (const std::string& n : names)
-        if (n.empty()) throw UserError(label + line_of(v) + ": key 'base_config': empty file name");
+        if (n.empty())
+          throw UserError(label + line_of(key) + ": key 'base_config': empty file name");
     }
     return names;
   }

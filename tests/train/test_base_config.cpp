@@ -25,7 +25,7 @@ const char* kModel = R"(model:
   intermediate_size: 128
   num_hidden_layers: 2
   num_attention_heads: 4
-  max_position_embeddings: 128
+  max_position_embeddings: 512
 )";
 
 class BaseConfig : public ::testing::Test {
@@ -221,7 +221,8 @@ TEST_F(BaseConfig, KeyErrorsNameTheFileTheKeyCameFrom) {
   expect_user_error([&] { load_run_config(run, {}); },
                     {chain + ":9: key 'train.max_steps': expected an integer, got 'many'"});
   // The file's own value over the base's bad one: no error.
-  put("run_fix.yaml", "base_config: base.yaml\ntrain:\n  max_steps: 3\n");
+  put("run_fix.yaml",
+      "base_config: base.yaml\ndata:\n  sources: [{path: a.txt}]\ntrain:\n  max_steps: 3\n");
   EXPECT_EQ(load_run_config(at("run_fix.yaml"), {}).train.max_steps, 3);
 
   // A bad value in the file itself names the file, as without bases.
