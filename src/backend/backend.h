@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,10 +98,21 @@ struct TensorDesc {
   size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
 };
 
+// A device's memory as its allocator counts it, in bytes: in use now, and the peak so far where
+// the allocator keeps one.
+struct DeviceMemoryUse {
+  int64_t bytes_in_use = 0;
+  std::optional<int64_t> peak_bytes;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The memory of the device programs run on (the first of a mesh), for the metrics; nullopt
+  // where the backend has no memory apart from the process's (the CPU backend) or its PJRT plugin
+  // keeps no allocator statistics (XLA's CPU plugin).
+  virtual std::optional<DeviceMemoryUse> device_memory() const { return std::nullopt; }
   // What computes the products, as a person reads it (the CPU backend: its BLAS, the core kernels
   // it chose and what chose them); empty where the backend's report says it elsewhere.
   virtual std::string kernels() const { return ""; }

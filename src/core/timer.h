@@ -22,4 +22,12 @@ class Timer {
 // Peak resident set size of this process in bytes (VmHWM), 0 if unknown.
 int64_t peak_rss_bytes();
 
+// This process's resident set now (VmRSS) and its peak so far (VmHWM), in bytes; 0 where
+// /proc/self/status does not say (not Linux).
+struct ProcessMemory {
+  int64_t rss_bytes = 0;
+  int64_t peak_rss_bytes = 0;
+};
+ProcessMemory process_memory();
+
 }  // namespace lmt

@@ -83,14 +83,36 @@ const std::string& number_text(const YAML::Node& n, const std::string& path,
 }  // namespace
 
 namespace {
+
+bool holds(const YAML::Node& tree, const YAML::Node& at) {
+  if (tree.is(at)) return true;
+  if (tree.IsMap()) {
+    for (auto it = tree.begin(); it != tree.end(); ++it)
+      if (holds(it->first, at) || holds(it->second, at)) return true;
+  } else if (tree.IsSequence()) {
+    for (auto it = tree.begin(); it != tree.end(); ++it)
+      if (holds(*it, at)) return true;
+  }
+  return false;
+}
+
 // A message located in the file only: what no --set can have caused (a key written twice).
 [[noreturn]] void fail_in_file(const ConfigSource& src, const YAML::Node& at,
                                const std::string& msg) {
+  const std::string file = file_of(src, at);
   const YAML::Mark mark = at.Mark();
-  if (!mark.is_null()) throw UserError(src.file + ":" + std::to_string(mark.line + 1) + ": " + msg);
-  throw UserError(src.file + ": " + msg);
+  if (!mark.is_null()) throw UserError(file + ":" + std::to_string(mark.line + 1) + ": " + msg);
+  throw UserError(file + ": " + msg);
 }
+
 }  // namespace
+
+std::string file_of(const ConfigSource& src, const YAML::Node& at) {
+  // Only on the way to a message: a walk of each base's tree (a few KiB of YAML) is cheap there.
+  for (const ConfigFile& base : src.bases)
+    if (at.IsDefined() && holds(base.root, at)) return base.name;
+  return src.file;
+}
 
 void fail(const ConfigSource& src, const YAML::Node& at, const std::string& path,
           const std::string& msg) {

@@ -21,10 +21,17 @@ struct ConfigOverride {
   std::string arg;
 };
 
+// A base_config file of a config (io/config_base.h).
+struct ConfigFile {
+  std::string name;  // how messages name it: the chain of files that reached it, "a.yaml -> b.yaml"
+  YAML::Node root;   // the file's own tree: a node of the merged tree found in it came from it
+};
+
 // Where the YAML being read came from, for messages.
 struct ConfigSource {
   std::string file;                       // the config file's name
   std::vector<ConfigOverride> overrides;  // --set arguments applied to the tree
+  std::vector<ConfigFile> bases;          // its base_config files (a node in none: from `file`)
 };
 
 // One key of a config, for `--help-config`.
@@ -74,6 +81,8 @@ std::string join(const std::string& path, const std::string& key);
 std::string index_path(const std::string& path, size_t i);
 [[noreturn]] void fail(const ConfigSource& src, const YAML::Node& at, const std::string& path,
                        const std::string& msg);
+// The name of the file `at` came from: the base (as its chain) whose tree holds it, else src.file.
+std::string file_of(const ConfigSource& src, const YAML::Node& at);
 std::string describe(const YAML::Node& node);
 // Throws for unknown or duplicate keys in a map; `known` are the keys visit() declared.
 void check_keys(const YAML::Node& map, const std::vector<std::string>& known,

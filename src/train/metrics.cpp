@@ -146,6 +146,42 @@ void Metrics::write(const nlohmann::json& j) {
   to_wandb(j);
 }
 
+namespace {
+
+struct MemoryField {
+  const char* name;  // in metrics.jsonl, bytes
+  const char* tag;   // in TensorBoard, GiB
+  int64_t bytes;
+};
+
+// The memory fields a step has.
+std::vector<MemoryField> memory_fields(const StepMetrics& m) {
+  std::vector<MemoryField> out;
+  auto add = [&](const char* name, const char* tag, const std::optional<int64_t>& v) {
+    if (v) out.push_back({name, tag, *v});
+  };
+  add("rss_bytes", "memory/rss_gib", m.rss_bytes);
+  add("rss_peak_bytes", "memory/rss_peak_gib", m.rss_peak_bytes);
+  add("device_bytes_in_use", "memory/device_in_use_gib", m.device_bytes_in_use);
+  add("device_peak_bytes", "memory/device_peak_gib", m.device_peak_bytes);
+  return out;
+}
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// " | RSS 1.23 GiB | device 4.56 GiB (peak 7.89)": what the step has.
+std::string memory_text(const StepMetrics& m) {
+  std::string s;
+  if (m.rss_bytes) s += fmt::format(" | RSS {:.2f} GiB", static_cast<double>(*m.rss_bytes) / kGiB);
+  if (m.device_bytes_in_use)
+    s += fmt::format(" | device {:.2f} GiB", static_cast<double>(*m.device_bytes_in_use) / kGiB);
+  if (m.device_bytes_in_use && m.device_peak_bytes)
+    s += fmt::format(" (peak {:.2f})", static_cast<double>(*m.device_peak_bytes) / kGiB);
+  return s;
+}
+
+}  // namespace
+
 void Metrics::log_step(const StepMetrics& m) {
   const bool ce = !std::isnan(m.ce);
   nlohmann::json line = {{"step", m.step}, {"loss", m.loss}};
@@ -156,6 +192,7 @@ void Metrics::log_step(const StepMetrics& m) {
                {"mfu", m.mfu},
                {"step_ms", m.step_ms},
                {"tokens", m.tokens}});
+  for (const MemoryField& f : memory_fields(m)) line[f.name] = f.bytes;
   write(line);
   if (tb_)
     to_tensorboard([&] {
@@ -166,13 +203,17 @@ void Metrics::log_step(const StepMetrics& m) {
                                        {"train/mfu", m.mfu}};
       if (ce) scalars.push_back({"train/ce", m.ce});
       tb_->scalars(m.step, scalars);
+      std::vector<TbScalar> memory;  // a group of its own: memory/..._gib
+      for (const MemoryField& f : memory_fields(m))
+        memory.push_back({f.tag, static_cast<double>(f.bytes) / kGiB});
+      if (!memory.empty()) tb_->scalars(m.step, memory);
     });
   if (console_) {
     fmt::print(
         "step {:>6}/{} | loss {:.4f}{} | lr {:.3e} | grad norm {:.3f} | {:.0f} tok/s | "
-        "MFU {:.1f}% | {:.0f} ms/step | ETA {}\n",
+        "MFU {:.1f}% | {:.0f} ms/step | ETA {}{}\n",
         m.step, m.max_steps, m.loss, ce ? fmt::format(" (ce {:.4f})", m.ce) : "", m.lr, m.grad_norm,
-        m.tokens_per_s, 100 * m.mfu, m.step_ms, format_duration(m.eta_s));
+        m.tokens_per_s, 100 * m.mfu, m.step_ms, format_duration(m.eta_s), memory_text(m));
     std::fflush(stdout);
   }
 }

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct StepMetrics {
   double step_ms = 0;
   double eta_s = 0;
   int64_t tokens = 0;  // tokens trained on so far
+  // Memory, in bytes, when the step was logged: the process's resident set now and its peak
+  // (absent where the system does not say), and the device's in use and peak (absent on the CPU
+  // backend and where the PJRT plugin keeps no allocator statistics).
+  std::optional<int64_t> rss_bytes, rss_peak_bytes;
+  std::optional<int64_t> device_bytes_in_use, device_peak_bytes;
 };
 
 // One validation source's share of an evaluation.

@@ -88,6 +88,9 @@ void read_line(const json& j, const std::string& where, RunMetrics& run) {
   if (number_field(j, "grad_norm", where, &v)) run.grad_norm.push_back({step, v});
   if (number_field(j, "tokens", where, &v)) run.tokens.push_back({step, v});
   if (number_field(j, "val_loss", where, &v)) run.val_loss.push_back({step, v});
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  if (number_field(j, "rss_bytes", where, &v)) run.rss_gib.push_back({step, v / kGiB});
+  if (number_field(j, "device_bytes_in_use", where, &v)) run.device_gib.push_back({step, v / kGiB});
   read_sources(j, step, where, run);
 }
 
@@ -122,7 +125,9 @@ RunMetrics read_run_metrics(const std::string& arg) {
     }
     read_line(j, where, run);
   }
-  for (auto* s : {&run.loss, &run.lr, &run.grad_norm, &run.val_loss, &run.tokens}) sort_by_x(*s);
+  for (auto* s : {&run.loss, &run.lr, &run.grad_norm, &run.val_loss, &run.tokens, &run.rss_gib,
+                  &run.device_gib})
+    sort_by_x(*s);
   for (SourceSeries& s : run.val_sources) sort_by_x(s.val_loss);
   return run;
 }

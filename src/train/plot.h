@@ -27,6 +27,9 @@ struct RunMetrics {
   std::vector<PlotPoint> loss, lr, grad_norm, val_loss;
   std::vector<SourceSeries> val_sources;  // in the order first met (within a line: by name)
   std::vector<PlotPoint> tokens;          // step lines' "tokens" (x = step, y = tokens)
+  // Step lines' memory, in GiB: the process's resident set (rss_bytes) and the device's bytes in
+  // use (device_bytes_in_use); empty where the lines do not carry them.
+  std::vector<PlotPoint> rss_gib, device_gib;
   bool empty() const;
 };
 
@@ -71,7 +74,9 @@ struct Rgb {
 Rgb run_color(size_t i);
 
 // One line in a panel. style 0: solid (training); 1: dashed with round markers (validation);
-// 2 + k: validation source k (its own dash pattern and marker shape).
+// 2 + k: validation source k (its own dash pattern and marker shape); kDeviceMemoryStyle: dotted,
+// no markers (the device's memory).
+constexpr int kDeviceMemoryStyle = -1;
 struct PlotSeries {
   std::string label;
   size_t run = 0;
@@ -97,7 +102,8 @@ struct PlotOptions {
 };
 
 // The panels of a figure: loss (training and validation), validation loss by source (when a run
-// has sources), learning rate, gradient norm. Panels without points are left out; throws
+// has sources), learning rate, gradient norm, memory (when step lines carry it: the process's RSS
+// solid, the device's memory in use dotted, in GiB). Panels without points are left out; throws
 // UserError when no panel has any. Loss and gradient norm are drawn on a log y axis when all
 // their values are positive and span more than a factor of 3, else linear.
 std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,

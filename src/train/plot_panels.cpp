@@ -163,11 +163,12 @@ void set_y_axis(PlotPanel& p, bool may_be_log) {
 std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
                                    const std::vector<std::string>& labels, PlotX x) {
   LMT_CHECK(runs.size() == labels.size());
-  PlotPanel loss, sources, lr, grad;
+  PlotPanel loss, sources, lr, grad, memory;
   loss.title = "Loss";
   sources.title = "Validation loss by source";
   lr.title = "Learning rate";
   grad.title = "Gradient norm";
+  memory.title = "Memory (GiB)";
   for (size_t i = 0; i < runs.size(); ++i) {
     const RunMetrics& r = runs[i];
     if (r.empty())
@@ -183,9 +184,11 @@ std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
                  on_x(r.val_sources[k].val_loss));
     add_series(lr, labels[i], i, 0, on_x(r.lr));
     add_series(grad, labels[i], i, 0, on_x(r.grad_norm));
+    add_series(memory, labels[i], i, 0, on_x(r.rss_gib));
+    add_series(memory, labels[i] + " device", i, kDeviceMemoryStyle, on_x(r.device_gib));
   }
   std::vector<PlotPanel> panels;
-  for (PlotPanel* p : {&loss, &sources, &lr, &grad})
+  for (PlotPanel* p : {&loss, &sources, &lr, &grad, &memory})
     if (!p->series.empty()) panels.push_back(std::move(*p));
   if (panels.empty()) throw UserError("plot: no points to draw");
   double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo;
@@ -196,7 +199,7 @@ std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
   const Axis x_axis = linear_axis(std::min(x_lo, 0.0), x_hi, 6);
   for (PlotPanel& p : panels) {
     p.x = x_axis;
-    set_y_axis(p, p.title != "Learning rate");
+    set_y_axis(p, p.title != "Learning rate" && p.title != "Memory (GiB)");
   }
   return panels;
 }

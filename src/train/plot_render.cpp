@@ -1,8 +1,9 @@
 // Lays out and draws `lmtrain plot`'s figure with cairo: the same drawing code for SVG (cairo's
-// SVG surface) and PNG (an image surface). Panels sit in two rows (losses; learning rate and
-// gradient norm) left of one legend. Cairo's SVG surface would write text as glyph outlines, so
-// for SVG the text is written as <text> elements instead (searchable, selectable, editable), at
-// the positions measured with the same font. Output goes through write_text_file: atomic.
+// SVG surface) and PNG (an image surface). Panels sit in two rows (losses; learning rate,
+// gradient norm and memory) left of one legend. Cairo's SVG surface would write text as glyph
+// outlines, so for SVG the text is written as <text> elements instead (searchable, selectable,
+// editable), at the positions measured with the same font. Output goes through write_text_file:
+// atomic.
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -163,13 +164,14 @@ void set_line_style(Canvas& c, int style) {
       {2, 2.5}, {9, 3, 2, 3}, {4, 2}, {12, 3, 2, 3, 2, 3}};
   std::vector<double> dash;
   if (style == 1) dash = {7, 4};
+  if (style == kDeviceMemoryStyle) dash = {1.5, 3};
   if (style >= 2) dash = kSourceDashes[static_cast<size_t>(style - 2) % kSourceDashes.size()];
   for (double& d : dash) d *= s;
   cairo_set_dash(c.cr(), dash.data(), static_cast<int>(dash.size()), 0);
 }
 
 void marker(Canvas& c, int style, double x, double y) {
-  if (style == 0) return;
+  if (style == 0 || style == kDeviceMemoryStyle) return;
   cairo_t* cr = c.cr();
   const double r = 3.2 * c.s();
   switch (style < 2 ? 0 : 1 + (style - 2) % 4) {
@@ -357,7 +359,7 @@ PlotFigure draw_figure(Canvas& c, std::vector<PlotPanel> panels, const PlotOptio
   fig.legend = draw_legend(c, entries, f, W - pad, legend_top, 0.3 * W, H - pad - legend_top);
   for (const LegendEntry& e : entries) fig.legend_labels.push_back(e.label);
 
-  // Two rows: the loss panels, then learning rate and gradient norm (a row may be absent).
+  // Two rows: the loss panels, then learning rate, gradient norm and memory (a row may be absent).
   std::vector<std::vector<PlotPanel*>> rows(2);
   for (PlotPanel& p : panels)
     rows[p.title.starts_with("Loss") || p.title.starts_with("Validation") ? 0 : 1].push_back(&p);

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/regular_file.h"
+#include "io/config_base.h"
 #include "io/config_yaml.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
@@ -183,21 +184,6 @@ void validate_optimizer(const OptimizerConfig& o) {
   require(o.eps > 0, "optimizer.eps", "> 0", o.eps);
   require(o.momentum >= 0 && o.momentum < 1, "optimizer.momentum", "in [0, 1)", o.momentum);
   require(o.ns_steps >= 1 && o.ns_steps <= 100, "optimizer.ns_steps", "in [1, 100]", o.ns_steps);
-}
-
-YAML::Node load_yaml_file(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::exists(path, ec)) throw UserError("config file '" + path + "' not found");
-  if (fs::is_directory(path, ec)) throw UserError("config file '" + path + "' is a directory");
-  const std::string text = read_regular_file(path, "config file", kMaxYamlConfigBytes);
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    if (e.mark.is_null()) throw UserError(path + ": YAML syntax error: " + yaml_error_text(e));
-    throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", path, e.mark.line + 1,
-                                e.mark.column + 1, yaml_error_text(e)));
-  }
 }
 
 // Every model key's value as text (fmt's shortest round-trip form for numbers, so equal text is
@@ -449,12 +435,61 @@ void accept_peft_target_modules(YAML::Node& root, const ConfigSource& src) {
   root["lora"]["target_modules"] = list;
 }
 
+// The node at a dotted key ("data.sources[1].weight") of `tree`, or an undefined node.
+YAML::Node node_at(const YAML::Node& tree, const std::string& key) {
+  YAML::Node cur = tree;
+  size_t b = 0;
+  while (b < key.size() && cur.IsDefined()) {
+    const size_t e = key.find_first_of(".[", b);
+    const std::string name = key.substr(b, e == std::string::npos ? e : e - b);
+    if (!name.empty())
+      cur.reset(cur.IsMap() ? static_cast<const YAML::Node&>(cur)[name] : YAML::Node());
+    if (e == std::string::npos) break;
+    if (key[e] == '[') {
+      const size_t close = key.find(']', e);
+      if (close == std::string::npos || !cur.IsSequence()) return YAML::Node();
+      const size_t i = std::stoul(key.substr(e + 1, close - e - 1));
+      if (i >= cur.size()) return YAML::Node();
+      cur.reset(static_cast<const YAML::Node&>(cur)[i]);
+      b = close + 1 < key.size() && key[close + 1] == '.' ? close + 2 : close + 1;
+    } else {
+      b = e + 1;
+    }
+  }
+  return cur;
+}
+
+// Where a validation message belongs: a message starts with the key it is about ("train.lr must
+// be > 0"); when a base file gave that key (and no --set touched it), that file and line, else
+// the config file.
+std::string where_given(const YAML::Node& tree, const ConfigSource& src, const std::string& msg) {
+  if (src.bases.empty()) return src.file;
+  const size_t end =
+      msg.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.[]");
+  const std::string key = msg.substr(0, end);
+  if (key.empty() || key.find('.') == std::string::npos) return src.file;
+  for (const ConfigOverride& o : src.overrides)
+    if (o.path.compare(0, key.size(), key) == 0 || key.compare(0, o.path.size(), o.path) == 0)
+      return src.file;
+  YAML::Node at;
+  try {
+    at = node_at(tree, key);
+  } catch (const std::exception&) {  // an index too long for stoul: no such element
+    return src.file;
+  }
+  if (!at.IsDefined()) return src.file;
+  const std::string file = config_detail::file_of(src, at);
+  return at.Mark().is_null() ? file : file + ":" + std::to_string(at.Mark().line + 1);
+}
+
 }  // namespace
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
-  YAML::Node root = load_yaml_file(path);
-  check_config_root(root, ConfigSource{path, {}});
-  ConfigSource src{path, apply_overrides(root, overrides)};
+  ConfigTree read = load_config_tree(path);
+  YAML::Node root = read.root;
+  ConfigSource src{path, {}, std::move(read.bases)};
+  check_config_root(root, src);
+  src.overrides = apply_overrides(root, overrides);
   RunConfig cfg;
   const YAML::Node& tree = root;  // const: looking a key up must not add it
   accept_peft_target_modules(root, src);
@@ -501,8 +536,11 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     cfg.validate();
     check_config_json_holds(cfg.model, "model");
   } catch (const UserError& e) {
-    throw UserError(path + ": " + e.what());
+    throw UserError(where_given(tree, src, e.what()) + ": " + e.what());
   }
+  cfg.config_file = path;
+  for (const ConfigFile& b : src.bases) cfg.base_files.push_back(b.name);
+  cfg.overrides = overrides;
   return cfg;
 }
 
@@ -585,6 +623,31 @@ nlohmann::json run_config_to_json(RunConfig& cfg) {
 
 std::string run_config_to_yaml(RunConfig& cfg) {
   return config_to_yaml(cfg);
+}
+
+namespace {
+// A name or an argument as one comment line: control characters (a newline) would end it.
+std::string comment_text(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+}  // namespace
+
+std::string run_config_record(RunConfig& cfg) {
+  std::string head;
+  if (!cfg.config_file.empty()) {
+    head =
+        "# The resolved run config: every key, with the base_config files and --set arguments\n"
+        "# below applied. It names no base_config itself and loads as it is.\n"
+        "# config: " +
+        comment_text(cfg.config_file) + "\n";
+    if (!cfg.base_files.empty())
+      head += "# base_config chain (applied in this order, then the config's own keys):\n";
+    for (const std::string& b : cfg.base_files) head += "#   " + comment_text(b) + "\n";
+    for (const std::string& o : cfg.overrides) head += "# --set " + comment_text(o) + "\n";
+  }
+  return head + run_config_to_yaml(cfg);
 }
 
 std::string run_config_hash(RunConfig& cfg) {

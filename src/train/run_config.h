@@ -383,6 +383,14 @@ struct RunConfig {
 
   // Throws UserError naming the key of the first inconsistent or out-of-range value.
   void validate() const;
+
+  // Where the values came from, for the record in the run directory; not keys (neither written
+  // as keys nor hashed), empty for a config built in code: the config file, its base_config files
+  // in the order applied (each as the chain of files that named it, "run.yaml -> base.yaml"),
+  // and the --set arguments.
+  std::string config_file;
+  std::vector<std::string> base_files;
+  std::vector<std::string> overrides;
 };
 
 // The adapters a config asks for, as the model takes them.
@@ -404,12 +412,12 @@ void apply_init_from(RunConfig& cfg, const std::vector<std::string>& set_model_k
 // Every model key's name (ModelConfig::visit), e.g. to check a whole config with apply_init_from.
 std::vector<std::string> model_key_names();
 
-// Loads a YAML file, applies "section.key=value" overrides in order, fills a RunConfig (with
+// Loads a YAML file with its base_config files (io/config_base.h), applies "section.key=value"
+// overrides in order, fills a RunConfig (with
 // apply_init_from, the model keys and data.tokenizer taken as set when the file or an override
 // names them) and validates it. Every problem is a UserError naming the file, the key or the
-// override.
+// override; a key a base gave is named at that base's file and line.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
-// The resolved config as YAML text (every field, defaults included).
 // The name of each data source (data.sources[i].name, else its path's stem), unique: a repeated
 // default gets _2, _3, ...; repeated given names are refused by validation.
 std::vector<std::string> source_names(const DataConfig& d);
@@ -421,9 +429,15 @@ OptimizerSpec optimizer_spec(const RunConfig& cfg);
 // parallel section (its axes of size 1 left out).
 BackendOptions backend_options(const RunConfig& cfg);
 
+// The resolved config as YAML text (every field, defaults included).
 std::string run_config_to_yaml(RunConfig& cfg);
 // The resolved config as JSON (every field, a map per section), as W&B takes a run's config.
 nlohmann::json run_config_to_json(RunConfig& cfg);
+
+// What a run directory's config.yaml holds: run_config_to_yaml's text after a comment naming the
+// config file, its base_config chain and the --set arguments. It names no base_config itself, so
+// it loads as it is, to the same config and hash.
+std::string run_config_record(RunConfig& cfg);
 // A stable hash of the resolved config (hex), stored in checkpoints.
 std::string run_config_hash(RunConfig& cfg);
 

@@ -237,6 +237,17 @@ void log_resume(Metrics& metrics, const fs::path& run_dir, const std::string& ck
         aside.size(), fmt::join(aside, ", "), (run_dir / "checkpoints" / "abandoned").string()));
 }
 
+// The process's and the device's memory now, into a step's metrics (what is unknown stays absent).
+void measure_memory(StepMetrics& m, const Backend& backend) {
+  const ProcessMemory p = process_memory();
+  if (p.rss_bytes > 0) m.rss_bytes = p.rss_bytes;
+  if (p.peak_rss_bytes > 0) m.rss_peak_bytes = p.peak_rss_bytes;
+  if (const std::optional<DeviceMemoryUse> d = backend.device_memory()) {
+    m.device_bytes_in_use = d->bytes_in_use;
+    m.device_peak_bytes = d->peak_bytes;
+  }
+}
+
 // Tokens/s, MFU and step time over the steps since the last logged one; the ETA over the run.
 class StepLog {
  public:
@@ -426,7 +437,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   const TrainConfig& tc = cfg.train;
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
-  RunDir dir{make_run_dir(tc.out_dir), run_config_to_yaml(cfg), run_config_hash(cfg), {}, {}, {}};
+  RunDir dir{make_run_dir(tc.out_dir), run_config_record(cfg), run_config_hash(cfg), {}, {}, {}};
   const RunDirLock lock(dir.path.string());  // held until train() returns
   remove_run_dir_leftovers(dir.path);
   const std::optional<std::string> ckpt = resume_point(dir.path, resume, resume_from);
@@ -501,6 +512,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     if (step % tc.log_every == 0 || step == tc.max_steps) {
       StepMetrics m = step_log.take(step, tokens, r);
       if (!cfg.loss.spec().plain()) m.ce = r.ce;
+      measure_memory(m, *built.backend);
       metrics.log_step(m);
     }
     if (train_step.queued() == 0) {  // the model is this step's

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -287,6 +288,58 @@ TEST_F(Cli, ResumingAFinishedRunSaysThereIsNothingToDo) {
   EXPECT_EQ(more.code, 0) << more.out;
   EXPECT_NE(more.out.find("done: 3 steps, last loss "), std::string::npos) << more.out;
   EXPECT_EQ(more.out.find("last loss 0.0000"), std::string::npos) << more.out;
+}
+
+// A config built on bases (base_config): the run's config.yaml names the chain, holds every key
+// and no base_config; a run from that record resumes its first checkpoint to the same last loss
+// (the same config hash: no "config differs" note), and the chain's own file resumes too. A cycle
+// is one message and exit 2.
+TEST_F(Cli, BaseConfigChainIsRecordedAndResumes) {
+  fs::create_directories(dir_ / "configs");
+  fs::rename(config("  save_every: 1\n  keep_last: 0\n"), dir_ / "configs" / "base.yaml");
+  std::ofstream(dir_ / "configs" / "mid.yaml")
+      << "base_config: base.yaml\nmodel:\n  num_hidden_layers: 2\n";
+  const std::string exp = (dir_ / "exp.yaml").string();
+  std::ofstream(exp) << "base_config: configs/mid.yaml\ntrain:\n  seed: 7\n";
+  Result t = run("train --config " + exp);
+  ASSERT_EQ(t.code, 0) << t.out;
+  const size_t at = t.out.find("done: 2 steps, last loss ");
+  ASSERT_NE(at, std::string::npos) << t.out;
+  const std::string done = t.out.substr(at, t.out.find('\n', at) - at);
+
+  std::ifstream f(dir_ / "out" / "config.yaml");
+  const std::string record((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string mid = (dir_ / "configs/mid.yaml").string();
+  const std::string base = (dir_ / "configs/base.yaml").string();
+  EXPECT_NE(record.find("# config: " + exp + "\n"), std::string::npos) << record;
+  EXPECT_NE(record.find("#   " + exp + " -> " + mid + " -> " + base + "\n#   " + exp + " -> " +
+                        mid + "\n"),
+            std::string::npos)
+      << record;
+  EXPECT_NE(record.find("num_hidden_layers: 2\n"), std::string::npos) << record;
+  EXPECT_NE(record.find("seed: 7\n"), std::string::npos) << record;
+  EXPECT_EQ(record.find("base_config:"), std::string::npos) << record;
+  std::ifstream cf(dir_ / "out" / "checkpoints" / "step_0000002" / "config.yaml");
+  const std::string saved((std::istreambuf_iterator<char>(cf)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(saved, record);
+
+  Result again =
+      run("train --config " + (dir_ / "out" / "config.yaml").string() + " --resume step_0000001");
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(again.out.find("the config differs"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find(done), std::string::npos) << done << "\n" << again.out;
+  Result more = run("train --config " + exp + " --resume --set train.max_steps=3");
+  EXPECT_EQ(more.code, 0) << more.out;
+  EXPECT_NE(more.out.find("done: 3 steps"), std::string::npos) << more.out;
+
+  std::ofstream(dir_ / "configs" / "cycle.yaml") << "base_config: mid.yaml\n";
+  std::ofstream(dir_ / "configs" / "mid.yaml") << "base_config: cycle.yaml\n";
+  Result cycle = run("train --config " + mid);
+  EXPECT_EQ(cycle.code, 2) << cycle.out;
+  EXPECT_NE(cycle.out.find(mid + " -> " + (dir_ / "configs/cycle.yaml").string() + " -> " + mid +
+                           ": base_config cycle"),
+            std::string::npos)
+      << cycle.out;
 }
 
 // LoRA from the command line: a bad lora section is one message (exit 2); a LoRA run's checkpoint

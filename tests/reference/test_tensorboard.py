@@ -3,7 +3,8 @@ checks both CRCs of every record): a short real `lmtrain train` run with logging
 evaluations, on a tiny random model and a small generated text corpus.
 
 - every scalar TensorBoard holds (train/loss, train/lr, train/grad_norm, train/tokens_per_s,
-  train/mfu, val/loss, val/ppl) equals metrics.jsonl's value at every step, to float32 rounding,
+  train/mfu, val/loss, val/ppl; memory/rss_gib and memory/rss_peak_gib, metrics.jsonl's bytes in
+  GiB) equals metrics.jsonl's value at every step, to float32 rounding,
   and no step is missing or extra;
 - the "config" text is config.yaml as a markdown code block, at step 0;
 - a file cut short inside its last record (a killed run) still reads, with every earlier record;
@@ -33,6 +34,18 @@ TAGS = {
     "val/loss": "val_loss",
     "val/ppl": "val_ppl",
 }
+# The memory group, in GiB, from metrics.jsonl's bytes (the CPU backend: the process's only).
+MEMORY_TAGS = {
+    "memory/rss_gib": "rss_bytes",
+    "memory/rss_peak_gib": "rss_peak_bytes",
+}
+GIB = float(1 << 30)
+
+
+def scalar_tags():
+    """Every scalar tag, the jsonl key it comes from and the factor from that key's value."""
+    return [(tag, key, 1.0) for tag, key in TAGS.items()] + [
+        (tag, key, 1.0 / GIB) for tag, key in MEMORY_TAGS.items()]
 
 
 def write_config(tmp_path, rng, seed, max_steps, eval_every, save_every):
@@ -94,9 +107,9 @@ def load_as_plugins(path):
 
 def expect_plugin_view_equals_jsonl(acc, lines):
     plugins = {tag: md.plugin_data.plugin_name for tag, md in acc.summary_metadata.items()}
-    assert plugins == {**{tag: "scalars" for tag in TAGS}, "config": "text"}
-    for tag, key in TAGS.items():
-        want = [(j["step"], float(np.float32(j[key]))) for j in lines if key in j]
+    assert plugins == {**{tag: "scalars" for tag, _, _ in scalar_tags()}, "config": "text"}
+    for tag, key, factor in scalar_tags():
+        want = [(j["step"], float(np.float32(j[key] * factor))) for j in lines if key in j]
         got = [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
         assert got == want, tag
 
@@ -106,9 +119,9 @@ def jsonl(run):
 
 
 def expect_scalars_equal_jsonl(acc, lines):
-    assert set(acc.Tags()["scalars"]) == set(TAGS)
-    for tag, key in TAGS.items():
-        want = [(j["step"], j[key]) for j in lines if key in j]
+    assert set(acc.Tags()["scalars"]) == {tag for tag, _, _ in scalar_tags()}
+    for tag, key, factor in scalar_tags():
+        want = [(j["step"], j[key] * factor) for j in lines if key in j]
         got = [(e.step, e.value) for e in acc.Scalars(tag)]
         assert [s for s, _ in got] == [s for s, _ in want], tag
         for (step, value), (_, ref) in zip(got, want):

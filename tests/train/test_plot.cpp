@@ -170,5 +170,43 @@ TEST(PlotPanels, SeriesPerRunAndMetric) {
       {"no points to draw", "c/metrics.jsonl"});
 }
 
+// Step lines' memory (metrics.jsonl bytes) becomes a memory panel in GiB: the process's resident
+// set solid under the run's label, the device's memory dotted; none without the fields.
+TEST(PlotPanels, MemoryPanelWhenStepLinesCarryMemory) {
+  const fs::path dir =
+      run_dir("memory",
+              "{\"step\":1,\"loss\":6.0,\"rss_bytes\":1073741824,\"rss_peak_bytes\":2147483648,"
+              "\"device_bytes_in_use\":3221225472}\n"
+              "{\"step\":2,\"loss\":5.0,\"rss_bytes\":1610612736,\"device_bytes_in_use\":"
+              "4294967296}\n");
+  const RunMetrics r = read_run_metrics(dir.string());
+  ASSERT_EQ(r.rss_gib.size(), 2u);
+  EXPECT_EQ(r.rss_gib[0].y, 1.0);
+  EXPECT_EQ(r.rss_gib[1].y, 1.5);
+  ASSERT_EQ(r.device_gib.size(), 2u);
+  EXPECT_EQ(r.device_gib[1].y, 4.0);
+  const auto panels = plot_panels({r}, {"a"}, PlotX::step);
+  ASSERT_EQ(panels.size(), 2u);
+  EXPECT_EQ(panels[1].title, "Memory (GiB)");
+  EXPECT_FALSE(panels[1].y.log);
+  ASSERT_EQ(panels[1].series.size(), 2u);
+  EXPECT_EQ(panels[1].series[0].label, "a");
+  EXPECT_EQ(panels[1].series[0].style, 0);
+  EXPECT_EQ(panels[1].series[1].label, "a device");
+  EXPECT_EQ(panels[1].series[1].style, kDeviceMemoryStyle);
+  EXPECT_LE(panels[1].y.lo, 1.0);
+  EXPECT_GE(panels[1].y.hi, 4.0);
+
+  const fs::path cpu =
+      run_dir("memory_cpu", "{\"step\":1,\"loss\":6.0,\"rss_bytes\":1073741824}\n");
+  const auto cpu_panels = plot_panels({read_run_metrics(cpu.string())}, {"c"}, PlotX::step);
+  ASSERT_EQ(cpu_panels.size(), 2u);
+  EXPECT_EQ(cpu_panels[1].series.size(), 1u);  // no device line
+  const fs::path none = run_dir("memory_none", "{\"step\":1,\"loss\":6.0}\n");
+  const auto plain = plot_panels({read_run_metrics(none.string())}, {"n"}, PlotX::step);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].title, "Loss");
+}
+
 }  // namespace
 }  // namespace lmt

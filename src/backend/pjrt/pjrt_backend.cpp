@@ -57,6 +57,12 @@ PjrtBackendStats PjrtBackend::stats() const {
   return s;
 }
 
+std::optional<DeviceMemoryUse> PjrtBackend::device_memory() const {
+  const std::optional<DeviceMemory> m = client_.device_memory();
+  if (!m) return std::nullopt;
+  return DeviceMemoryUse{m->bytes_in_use, m->peak_bytes_in_use};
+}
+
 // ---- memory ----
 
 void PjrtBackend::to_host(void* host_dst, const void* src, size_t bytes) {

@@ -26,6 +26,7 @@ class PjrtBackend final : public Backend {
   std::string name() const override { return "pjrt"; }
   bool incremental_decoding() const override { return false; }
   PjrtBackendStats stats() const;
+  std::optional<DeviceMemoryUse> device_memory() const override;
 
   // ---- memory ----
   void* alloc(size_t bytes) override { return tensors_.alloc(bytes); }
