@@ -355,6 +355,11 @@ void validate_loss(const LossConfig& l, const LoraConfig& lora) {
   require(l.z_loss >= 0, "loss.z_loss", ">= 0 (0 = off)", l.z_loss);
   require(l.focal_gamma > 0 && l.focal_gamma <= 100, "loss.focal_gamma", "in (0, 100]",
           l.focal_gamma);
+  if (l.name != "focal" && l.focal_gamma != LossConfig().focal_gamma)
+    throw UserError(fmt::format(
+        "loss.focal_gamma is {}, but loss.name is '{}' (the focal factor applies with loss.name: "
+        "focal)",
+        l.focal_gamma, l.name));
   require_one_of("loss.impl", l.impl, {"chunked", "cut"});
   require(l.vocab_tile >= 1, "loss.vocab_tile", ">= 1", l.vocab_tile);
   if (l.impl == "cut" && lora.base_dtype == "bf16")
@@ -519,10 +524,6 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   if (cfg.optimizer.name == "lion" && !given("beta2")) cfg.optimizer.beta2 = 0.99;
   if (cfg.optimizer.name == "muon" && !given("momentum")) cfg.optimizer.momentum = 0.95;
   if (cfg.optimizer.name == "muon" && !given("nesterov")) cfg.optimizer.nesterov = true;
-  const YAML::Node loss = tree["loss"] && tree["loss"].IsMap() ? tree["loss"] : YAML::Node();
-  if (loss && loss["focal_gamma"] && cfg.loss.name != "focal")
-    throw UserError(path + ": loss.focal_gamma is set, but loss.name is '" + cfg.loss.name +
-                    "' (the focal factor applies with loss.name: focal)");
   std::vector<std::string> model_keys;  // the model keys the file and the overrides give
   if (model)
     for (const auto& kv : model) model_keys.push_back(kv.first.as<std::string>());

@@ -348,7 +348,7 @@ struct LossConfig {
     v("label_smoothing", label_smoothing,
       "in [0, 1): the target mixes in the uniform distribution with this weight (either loss)");
     v("z_loss", z_loss, "adds z_loss * log(sum exp(logits))^2 per token (either loss); 0 = off");
-    v("focal_gamma", focal_gamma, "gamma of the focal loss (name focal only)");
+    v("focal_gamma", focal_gamma, "gamma of the focal loss (name focal; left at 2 otherwise)");
     v("impl", impl,
       "chunked (logits of train.loss_chunk_tokens whole rows at a time) or cut (the head's product "
       "fused with the loss, tiles of train.loss_chunk_tokens x vocab_tile logits at a time, the "

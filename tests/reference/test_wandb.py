@@ -20,6 +20,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import struct
 import subprocess
@@ -31,6 +32,23 @@ import yaml
 from wandb.proto import wandb_internal_pb2 as pb
 
 from conftest import lmtrain, lmtrain_path
+
+
+class Yaml12Loader(yaml.SafeLoader):
+    """PyYAML follows YAML 1.1, where 1e-05 (no dot) is a string; lmtrain writes YAML 1.2, where it
+    is a float. This loader reads floats as YAML 1.2 does."""
+
+
+Yaml12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+        r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def load_yaml_12(text):
+    return yaml.load(text, Loader=Yaml12Loader)
 from test_export import random_text
 
 BLOCK = 32 * 1024
@@ -223,7 +241,7 @@ def test_an_lmtrain_run_holds_config_metrics_summary_and_exit(tmp_path, seed):
         run_id, "lmt-test", "tiny", "team", "g", "a note", ["a", "b"])
     assert len(run_id) == 8 and not r.resumed and r.start_time.seconds > 1.6e9
     config = {i.key: json.loads(i.value_json) for i in r.config.update}
-    assert config == yaml.safe_load((run / "config.yaml").read_text())
+    assert config == load_yaml_12((run / "config.yaml").read_text())
     lines = jsonl(run)
     assert any("val_loss" in j for j in lines)
     expect_history_equals_jsonl(records, lines)
