@@ -274,7 +274,8 @@ def test_a_stopped_run_and_its_resume(tmp_path, seed):
     records = read_records(path)
     assert records[1].run.resumed and records[1].run.run_id == run_id
     assert kinds(records)[-1] == "exit" and records[-1].exit.exit_code == 0
-    checkpoint = max(s for s in range(0, stopped_at + 1, 2))
+    checkpoint = stopped_at  # a signal's checkpoint is of the last finished step, logged last
+    assert (run / "checkpoints" / f"step_{checkpoint:07d}").is_dir()
     lines = [j for j in jsonl(run) if j["step"] > checkpoint]
     expect_history_equals_jsonl(records, lines)
 
