@@ -6,7 +6,9 @@
 // reader (Backend::keep); 37.9 GiB now.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
+#include <vector>
 
 #include "pjrt_test_util.h"
 #include "train/bench.h"
@@ -33,6 +35,33 @@ TEST_F(PjrtTest, LongContext1BStepCompilesUnder44GiB) {
   // The arguments are the f32 weights and AdamW's two moments (12 bytes a parameter) and the batch.
   EXPECT_NEAR(args, 12.0 * j["params"].get<double>() / gib, 0.01);
   EXPECT_LT(args + temp, 44.0);
+}
+
+// The cut cross-entropy's forward and backward compiled alone (lmtrain bench --head-loss
+// --compile-only) for Llama-3.2-1B's head (vocab 128256, hidden 2048) at 32768 tokens, f32, on
+// XLA's CPU plugin: its temporaries are the weight gradient it accumulates in f32 and a few tiles
+// of [loss_chunk_tokens, vocab_tile] logits; the chunked loss needs at least a chunk's whole rows
+// of logits more, the full loss every token's (16.8 GB of f32 logits).
+TEST_F(PjrtTest, CutCrossEntropyAt32KNeedsAboutOneTilePlusItsGradients) {
+  const std::vector<std::string> sets = {"train.backend=pjrt", "data.seq_len=32768",
+                                         "train.micro_batch_size=1"};
+  const RunConfig cfg =
+      load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/bench/llama-1b.yaml", sets);
+  auto temp = [&](const char* mode) {
+    const nlohmann::json j = run_head_loss_bench(cfg, mode, 0, /*compile_only=*/true);
+    EXPECT_TRUE(j["program_memory"].is_object()) << j.dump();
+    const double t = j["program_memory"]["temp_bytes"].get<double>();
+    std::printf("%s: temporaries %.3f GB\n", mode, t / 1e9);
+    return t;
+  };
+  const double V = 128256, C = 2048, N = 32768;
+  const double chunk = static_cast<double>(cfg.train.loss_chunk_tokens);
+  const double tile = chunk * static_cast<double>(cfg.loss.vocab_tile) * 4;
+  const double dw = V * C * 4;
+  const double cut = temp("cut"), chunked = temp("chunked"), full = temp("full");
+  EXPECT_LT(cut, dw + 8 * tile);
+  EXPECT_GT(chunked, cut + chunk * V * 4);
+  EXPECT_GT(full, N * V * 4);
 }
 
 }  // namespace
