@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "data/manifest.h"
+#include "io/checkpoint_names.h"
 #include "io/dir_checksums.h"
 
 namespace lmt::cli {
@@ -57,11 +58,7 @@ bool check_dir(const fs::path& dir) {
 // The step directories of a run's checkpoints/, oldest first.
 std::vector<fs::path> checkpoints_of(const fs::path& run) {
   std::vector<fs::path> out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(run / "checkpoints", ec))
-    if (e.is_directory() && e.path().filename().string().rfind("step_", 0) == 0)
-      out.push_back(e.path());
-  std::sort(out.begin(), out.end());
+  for (const auto& [s, d] : checkpoint_dirs(run / "checkpoints")) out.insert(out.begin(), d);
   return out;
 }
 

@@ -23,6 +23,7 @@
 #include "core/remove_on_error.h"
 #include "data/chat_template.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/config_base.h"
 #include "io/dir_checksums.h"
 #include "io/gguf_export.h"
 #include "io/hf_export.h"
@@ -76,7 +77,8 @@ std::string export_chat_template(const fs::path& dir, std::string& note) {
   // whole valid run config for its weights to export.
   std::string jinja, setting, key;
   try {
-    const YAML::Node sources = YAML::LoadFile((dir / "config.yaml").string())["data"]["sources"];
+    const std::string path = (dir / "config.yaml").string();
+    const YAML::Node sources = load_yaml_file(path, path, "checkpoint config")["data"]["sources"];
     for (size_t i = 0; sources && sources.IsSequence() && i < sources.size(); ++i) {
       const YAML::Node s = sources[i];
       if (!s.IsMap()) continue;

@@ -13,6 +13,7 @@
 
 #include "core/checksum.h"
 #include "core/regular_file.h"
+#include "io/checkpoint_names.h"
 #include "io/text_file.h"
 
 namespace lmt {
@@ -134,28 +135,16 @@ std::string full_problem(const fs::path& dir) {
   return p;
 }
 
-int64_t step_of(const fs::path& dir) {
-  static const std::regex re("step_([0-9]{7,})");
-  std::smatch m;
-  const std::string name = dir.filename().string();
-  return std::regex_match(name, m, re) ? std::stoll(m[1].str()) : -1;
-}
-
 [[noreturn]] void damaged(const fs::path& dir, const std::string& problem) {
-  const int64_t step = step_of(dir);
+  const int64_t step = checkpoint_step(dir);
   const bool in_run = step >= 0 && dir.parent_path().filename() == "checkpoints";
   std::string msg =
       fmt::format("{}'{}' is damaged: {}", in_run ? "checkpoint " : "", dir.string(), problem);
   if (in_run) {
-    std::vector<std::pair<int64_t, fs::path>> older;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir.parent_path(), ec))
-      if (const int64_t s = e.is_directory() ? step_of(e.path()) : -1; s >= 0 && s < step)
-        older.emplace_back(s, e.path());
-    std::sort(older.begin(), older.end(), std::greater<>());
     std::string intact;
-    for (const auto& [s, d] : older)  // a checkpoint (it has state.json), complete and intact
-      if (fs::exists(d / "state.json") && full_problem(d).empty()) {
+    for (const auto& [s, d] : checkpoint_dirs(dir.parent_path()))  // newest first
+      // an older checkpoint (it has state.json), complete and intact
+      if (s < step && fs::exists(d / "state.json") && full_problem(d).empty()) {
         intact = d.filename().string();
         break;
       }

@@ -20,6 +20,8 @@
 #include "core/regular_file.h"
 #include "core/remove_on_error.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/checkpoint_names.h"
+#include "io/config_base.h"
 #include "io/dir_checksums.h"
 #include "io/hf_config.h"
 #include "io/hf_model.h"
@@ -85,14 +87,6 @@ std::string non_finite_param(const std::vector<ParamInfo>& params, const void* h
     if (bad) return p.name;
   }
   return "";
-}
-
-int64_t step_of(const fs::path& dir) {
-  static const std::regex re("step_([0-9]{7,})");
-  std::smatch mt;
-  const std::string name = dir.filename().string();
-  if (!std::regex_match(name, mt, re)) return -1;
-  return std::stoll(mt[1].str());
 }
 
 nlohmann::json read_json(const fs::path& path) {
@@ -235,22 +229,6 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
 
 namespace {
 
-// The step directories of a run, newest first.
-std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& root) {
-  std::vector<std::pair<int64_t, fs::path>> dirs;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(root, ec)) {
-    const int64_t s = e.is_directory() ? step_of(e.path()) : -1;
-    if (s >= 0) dirs.emplace_back(s, e.path());
-  }
-  std::sort(dirs.begin(), dirs.end(), std::greater<>());
-  return dirs;
-}
-
-}  // namespace
-
-namespace {
-
 fs::path protected_file(const std::string& run_dir) {
   return fs::path(run_dir) / "checkpoints" / "protected.json";
 }
@@ -278,7 +256,7 @@ std::vector<int64_t> protected_checkpoints(const std::string& run_dir) {
   std::vector<int64_t> steps;
   const nlohmann::json listed = read_protected(run_dir);
   for (const auto& [name, why] : listed.items())
-    if (const int64_t s = step_of(name); s >= 0) steps.push_back(s);
+    if (const int64_t s = checkpoint_step(name); s >= 0) steps.push_back(s);
   return steps;
 }
 
@@ -286,7 +264,7 @@ void prune_checkpoints(const std::string& run_dir, int64_t keep_last) {
   if (keep_last <= 0) return;
   const fs::path root = fs::path(run_dir) / "checkpoints";
   const std::vector<int64_t> keep = protected_checkpoints(run_dir);
-  auto all = step_dirs(root);  // newest first
+  auto all = checkpoint_dirs(root);  // newest first
   std::erase_if(all, [&](const auto& d) {
     return std::find(keep.begin(), keep.end(), d.first) != keep.end();
   });
@@ -331,7 +309,7 @@ std::optional<std::string> hold_latest_checkpoint(const std::string& run_dir,
 std::vector<std::string> set_aside_newer_checkpoints(const std::string& run_dir, int64_t step) {
   const fs::path root = fs::path(run_dir) / "checkpoints", aside = root / "abandoned";
   std::vector<std::string> moved;
-  for (const auto& [s, d] : step_dirs(root)) {
+  for (const auto& [s, d] : checkpoint_dirs(root)) {
     if (s <= step) continue;
     fs::create_directories(aside);
     fs::path to = aside / d.filename();
@@ -353,7 +331,7 @@ namespace {
 void check_checkpoint_dir(const fs::path& dir, int64_t step) {
   auto damaged = [&](const std::string& cause) {
     std::string older;
-    for (const auto& [s, d] : step_dirs(dir.parent_path()))
+    for (const auto& [s, d] : checkpoint_dirs(dir.parent_path()))
       if (s < step) older += (older.empty() ? "" : ", ") + d.filename().string();
     throw UserError("checkpoint '" + dir.string() + "' cannot be resumed: " + cause +
                     (older.empty()
@@ -410,7 +388,8 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
   int64_t seed = TrainConfig{}.seed;  // the run's train.seed, for a base initialised from it
   if (base.empty()) {
     try {
-      const YAML::Node train = YAML::LoadFile((fs::path(dir) / "config.yaml").string())["train"];
+      const std::string path = (fs::path(dir) / "config.yaml").string();
+      const YAML::Node train = load_yaml_file(path, path, "checkpoint config")["train"];
       if (train && train["seed"]) seed = train["seed"].as<int64_t>();
     } catch (const YAML::Exception& e) {
       throw UserError(dir + "/config.yaml: " + e.what());
@@ -431,7 +410,7 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
 std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
   const fs::path root = fs::path(run_dir) / "checkpoints";
   if (!fs::is_directory(root)) return std::nullopt;
-  const auto dirs = step_dirs(root);
+  const auto dirs = checkpoint_dirs(root);
   if (dirs.empty()) return std::nullopt;
   check_checkpoint_dir(dirs.front().second, dirs.front().first);
   return dirs.front().second.string();
@@ -440,10 +419,10 @@ std::optional<std::string> find_latest_checkpoint(const std::string& run_dir) {
 std::string find_checkpoint(const std::string& run_dir, const std::string& name) {
   fs::path dir = fs::path(run_dir) / "checkpoints" / name;
   if (!fs::is_directory(dir) && fs::is_directory(name)) dir = name;  // a path given as it is
-  const int64_t step = step_of(dir);
+  const int64_t step = checkpoint_step(dir);
   if (!fs::is_directory(dir) || step < 0) {
     std::string have;
-    for (const auto& [s, d] : step_dirs(fs::path(run_dir) / "checkpoints"))
+    for (const auto& [s, d] : checkpoint_dirs(fs::path(run_dir) / "checkpoints"))
       have += (have.empty() ? "" : ", ") + d.filename().string();
     throw UserError("--resume " + name + ": no checkpoint of that name in '" +
                     (fs::path(run_dir) / "checkpoints").string() + "'" +

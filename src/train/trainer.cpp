@@ -23,6 +23,7 @@
 #include "data/mixture.h"
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
+#include "io/checkpoint_names.h"
 #include "io/text_file.h"
 #include "model/transformer.h"
 #include "train/checkpoint.h"
@@ -346,24 +347,11 @@ bool eval_logged(const fs::path& run_dir, int64_t step) {
   return false;
 }
 
-int64_t step_number(const std::string& checkpoint) {
-  return std::stoll(fs::path(checkpoint).filename().string().substr(5));
-}
-
 // The newest checkpoint of the run with a step at most `step`.
 std::optional<std::string> newest_checkpoint_at_most(const fs::path& run_dir, int64_t step) {
-  std::optional<std::string> best;
-  int64_t best_step = -1;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(run_dir / "checkpoints", ec)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.size() < 12 || name.rfind("step_", 0) != 0 ||
-        name.find_first_not_of("0123456789", 5) != std::string::npos)
-      continue;
-    const int64_t s = step_number(name);
-    if (s <= step && s > best_step) best_step = s, best = e.path().string();
-  }
-  return best;
+  for (const auto& [s, d] : checkpoint_dirs(run_dir / "checkpoints"))  // newest first
+    if (s <= step) return d.string();
+  return std::nullopt;
 }
 
 // Where the run starts: step 0, or the checkpoint's step, tokens and loader position.
@@ -503,7 +491,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
                           {{"recent_median", w->median},
                            {"kept_checkpoint", path_to_json(kept ? *kept : std::string())}});
       if (kept)
-        protect_checkpoint(dir.path.string(), step_number(*kept),
+        protect_checkpoint(dir.path.string(), checkpoint_step(*kept),
                            fmt::format("the newest checkpoint before the divergence warning at "
                                        "step {}",
                                        step));
