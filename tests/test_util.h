@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -44,6 +45,15 @@ class ScopedEnv {
 
 // Records checksums.json anew for a directory whose files a test changed on purpose (as if lmtrain
 // had written them so): what reads the files is then tested, not the checksum that guards them.
+// A metrics.jsonl line less what differs from run to run of the same computation: the wall-clock
+// fields and the process's and device's memory.
+inline nlohmann::json without_run_dependent_metrics(nlohmann::json j) {
+  for (const char* k : {"tokens_per_s", "step_ms", "mfu", "rss_bytes", "rss_peak_bytes",
+                        "device_bytes_in_use", "device_peak_bytes"})
+    j.erase(k);
+  return j;
+}
+
 inline void reseal_checksums(const std::filesystem::path& dir) {
   std::filesystem::remove(dir / kChecksumsFile);
   ChecksumRecorder checksums(dir.string());

@@ -83,11 +83,7 @@ class Resume : public ::testing::Test {
     std::vector<std::string> lines;
     std::string l;
     while (std::getline(f, l)) {
-      auto j = nlohmann::json::parse(l);
-      j.erase("tokens_per_s");  // timing differs run to run
-      j.erase("step_ms");
-      j.erase("mfu");
-      lines.push_back(j.dump());
+      lines.push_back(test::without_run_dependent_metrics(nlohmann::json::parse(l)).dump());
     }
     return lines;
   }
