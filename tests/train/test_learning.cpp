@@ -201,7 +201,7 @@ TEST(Learning, ADivergingRunIsFlaggedAndItsLastGoodCheckpointKept) {
   std::filesystem::remove_all(dir);
 }
 
-// Each loss of the loss section trains the demo: a short run (80 steps) of the plain
+// Each loss of the loss section trains the demo: a short run (60 steps) of the plain
 // cross-entropy, label smoothing 0.1, z-loss 1e-4 and focal (gamma 2) on the same data and order,
 // each ending with a plain evaluation cross-entropy within 3% of the plain run's; the cut
 // cross-entropy computes the plain loss, so its run equals the plain one to rounding. The
@@ -211,7 +211,8 @@ TEST(Learning, EachLossLearnsTheDemoWithinThreePercentOfThePlainLoss) {
   const fs::path dir = fs::temp_directory_path() / ("lmtrain_losses_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   auto run = [&](const std::string& name, std::vector<std::string> sets) {
-    sets.insert(sets.end(), {"train.max_steps=80", "train.eval_every=80", "train.log_every=20"});
+    sets.insert(sets.end(), {"train.max_steps=60", "train.eval_every=60", "train.log_every=20",
+                             "train.peak_tflops=1"});  // no GEMM measured for MFU
     const TrainResult r = train(test::demo_run_config(dir, name, sets), false);
     std::printf("%s: val cross-entropy %.4f, last loss %.4f\n", name.c_str(), r.last_val_loss,
                 r.last_loss);
@@ -236,7 +237,7 @@ TEST(Learning, EachLossLearnsTheDemoWithinThreePercentOfThePlainLoss) {
       const auto j = nlohmann::json::parse(line);
       if (j.contains("loss")) with_ce += j.contains("ce") && j["ce"].get<double>() > 0;
     }
-    EXPECT_EQ(with_ce, 4) << "every training line carries the plain cross-entropy";
+    EXPECT_EQ(with_ce, 3) << "every training line carries the plain cross-entropy";
   }
   const TrainResult cut = run("cut", {"loss.impl=cut", "loss.vocab_tile=300"});
   EXPECT_NEAR(cut.last_val_loss, plain.last_val_loss, 1e-4 * plain.last_val_loss);
