@@ -156,8 +156,16 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     refuse(fmt::format("{} state ({})", state.optimizer,
                        optimizer[i].prefix.substr(0, optimizer[i].prefix.size() - 1)),
            optimizer[i].params, host_state[i].data(), DType::f32);
-  // Each file is hashed as soon as it is complete, while the next is written.
+  // Each file is hashed as soon as it is complete, while the next is written: the largest (the
+  // optimizer's state) first, so that the hash left running when the writing ends is a smaller
+  // one's.
   ChecksumRecorder checksums(tmp.string());
+  SafetensorsWriter ow;
+  for (size_t i = 0; i < optimizer.size(); ++i)
+    for (const ParamInfo& p : optimizer[i].params)
+      ow.add(optimizer[i].prefix + p.name, DType::f32, p.shape, host_state[i].data() + p.offset);
+  ow.write((tmp / "optimizer.safetensors").string());
+  checksums.add("optimizer.safetensors");
   if (model.has_lora()) {  // a PEFT adapter directory
     save_peft_adapter(tmp.string(), model, state.base_init_from, dt);
     checksums.add("adapter_model.safetensors");
@@ -171,12 +179,6 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
     checksums.add("model.safetensors");
   }
 
-  SafetensorsWriter ow;
-  for (size_t i = 0; i < optimizer.size(); ++i)
-    for (const ParamInfo& p : optimizer[i].params)
-      ow.add(optimizer[i].prefix + p.name, DType::f32, p.shape, host_state[i].data() + p.offset);
-  ow.write((tmp / "optimizer.safetensors").string());
-  checksums.add("optimizer.safetensors");
   write_text_file((tmp / "config.json").string(),
                   model_config_to_hf(model.config()).dump(2) + "\n");
   checksums.add("config.json");
