@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/path_json.h"
 #include "core/regular_file.h"
 #include "core/remove_on_error.h"
@@ -386,7 +387,9 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
       lora.contains("base_init_from")
           ? path_from_json(lora["base_init_from"], dir + "/state.json: lora.base_init_from")
           : std::string();
-  auto model = std::make_unique<Transformer>(be, read_hf_model_config(dir));
+  const ModelConfig base_cfg = read_hf_model_config(dir);
+  Transformer::check_weights_fit(base_cfg, DType::f32, physical_memory_bytes());  // first
+  auto model = std::make_unique<Transformer>(be, base_cfg);
   int64_t seed = TrainConfig{}.seed;  // the run's train.seed, for a base initialised from it
   if (base.empty()) {
     try {
