@@ -248,7 +248,7 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
               }(),
               line);
         },
-        &consumed);
+        &consumed, spec.max_record_bytes, skipped);
   }
   return stats;
 }

@@ -172,7 +172,7 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
                       spec.max_record_bytes);
     } else if (csv) {
       csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped,
-                    take_and_release, &consumed);
+                    take_and_release, &consumed, spec.max_record_bytes);
     } else {
       // Text must be text: a NUL byte near the start marks a binary file (git's rule), and a
       // document that is not valid UTF-8 is a bad record, as in the other formats.

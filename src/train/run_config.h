@@ -67,8 +67,9 @@ struct SourceConfig {
     v("input_field", input_field, "instruction: the (optional) field holding the input");
     v("output_field", output_field, "instruction: the field holding the response");
     v("max_record_bytes", max_record_bytes,
-      "jsonl: the longest record (line) read, in bytes; a longer one is a bad record (its parse "
-      "would take many times its size in memory)");
+      "jsonl, csv and tsv: the longest record read, in bytes; a longer one is a bad record (a "
+      "JSON parse takes many times its size in memory; a CSV row is read through without being "
+      "held)");
   }
 };
 

@@ -63,5 +63,54 @@ TEST(Csv, SkipCountsBadRecords) {
   EXPECT_EQ(skipped.by_reason["invalid UTF-8"], 1);
 }
 
+// A record past max_record_bytes is a bad record named with its size and the limit, skipped and
+// counted under on_error skip; a quoted field holding line breaks counts whole; the records after
+// it read on (its line count is kept); a header that long is an error.
+TEST(Csv, ARecordPastMaxRecordBytesIsABadRecord) {
+  const std::string big(200, 'x');
+  const std::string text = "text,n\na,1\n\"" + big + "\nmore " + big + "\",2\nb,3\n";
+  Docs out;
+  auto run = [&](SkippedRecords* skipped) {
+    out.clear();
+    csv_documents(
+        text, ',', "f.csv", "text", skipped, [&](std::string_view d) { out.emplace_back(d); },
+        nullptr, 100);
+  };
+  try {
+    run(nullptr);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "f.csv:3: a record of 411 bytes, more than the 100 of the source's "
+                  "max_record_bytes"),
+              std::string::npos)
+        << e.what();
+  }
+  SkippedRecords skipped;
+  run(&skipped);
+  EXPECT_EQ(out, (Docs{"a", "b"}));
+  EXPECT_EQ(skipped.by_reason["record too long"], 1);
+  // The lines of the long record are counted: a bad record after it is named at its own line.
+  skipped = {};
+  try {
+    csv_documents(
+        text + ",4\n", ',', "f.csv", "text", &skipped, [](std::string_view) {}, nullptr, 100);
+  } catch (const UserError& e) {
+    ADD_FAILURE() << e.what();
+  }
+  EXPECT_EQ(skipped.total, 2);
+  EXPECT_NE(error_of(text + ",4\n").find("f.csv:6: empty document"), std::string::npos);
+  try {
+    csv_documents(
+        "text" + big + "\nx\n", ',', "f.csv", "text" + big, nullptr, [](std::string_view) {},
+        nullptr, 100);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("f.csv:1: the header row is a record of"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace lmt
