@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -14,7 +15,7 @@
 namespace lmt {
 
 namespace {
-constexpr size_t kReleaseStep = size_t{8} << 20;  // hand pages back in 8 MiB steps
+constexpr size_t kReleaseStep = size_t{4} << 20;  // hand pages back in 4 MiB steps
 }
 
 MappedFile::MappedFile(const std::string& path, const std::string& key) {
@@ -31,8 +32,10 @@ MappedFile::MappedFile(const std::string& path, const std::string& key) {
     }
     ::madvise(p, size_, MADV_SEQUENTIAL);
     data_ = static_cast<const char*>(p);
+    guard_.watch(data_, size_, path);
   }
   ::close(fd);
+  path_ = path;
 }
 
 MappedFile::~MappedFile() {
@@ -47,6 +50,14 @@ void MappedFile::release_before(const char* p) {
   if (upto < released_ + kReleaseStep) return;
   ::madvise(const_cast<char*>(data_) + released_, upto - released_, MADV_DONTNEED);
   released_ = upto;
+  // Test hook: with LMT_TEST_TRUNCATE_INPUT=PATH, the first release of PATH's pages truncates the
+  // file to what was read so far: a truncation in the middle of a read.
+  static const char* const target = std::getenv("LMT_TEST_TRUNCATE_INPUT");
+  if (target && path_ == target && !truncated_for_test_) {
+    truncated_for_test_ = true;
+    if (::truncate(path_.c_str(), static_cast<off_t>(upto)) != 0)
+      throw UserError("test hook: cannot truncate '" + path_ + "': " + std::strerror(errno));
+  }
 }
 
 }  // namespace lmt

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/truncation_guard.h"
+
 namespace lmt {
 
 class MappedFile {
@@ -20,6 +22,9 @@ class MappedFile {
 
   std::string_view text() const { return {data_, size_}; }
   size_t size() const { return size_; }
+  // A file truncated while it is read: the pages past its new end read as zeros (no SIGBUS), and
+  // check() is a UserError naming the file. Readers call it before they pass on what they read.
+  void check() const { guard_.check(); }
   // Drops the resident pages wholly before `p` (a pointer into text()), at most once per few MB.
   void release_before(const char* p);
 
@@ -27,6 +32,9 @@ class MappedFile {
   const char* data_ = nullptr;
   size_t size_ = 0;
   size_t released_ = 0;  // bytes already handed back
+  std::string path_;
+  TruncationGuard guard_;
+  bool truncated_for_test_ = false;
 };
 
 }  // namespace lmt

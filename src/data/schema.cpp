@@ -199,56 +199,64 @@ TextSourceStats for_each_source_document(const TextSourceSpec& spec, int index,
     size_t consumed = 0;
     // Passes a rendered record on (or reports why it cannot be), then hands back read pages.
     auto finish = [&](const Problem& p, int64_t line) {
+      mapped.check();  // the file truncated under the read: its zeros are not passed on
       pass_on(p, file, ":", line);
       mapped.release_before(text.data() + consumed);
     };
-    if (jsonl) {
-      jsonl_objects(
-          text, file, skipped,
-          [&](const simdjson::dom::object& obj, int64_t line) {
-            finish(reader.from_json(obj), line);
+    try {
+      if (jsonl) {
+        jsonl_objects(
+            text, file, skipped,
+            [&](const simdjson::dom::object& obj, int64_t line) {
+              finish(reader.from_json(obj), line);
+            },
+            &consumed, spec.max_record_bytes);
+        mapped.check();
+        continue;
+      }
+      size_t instruction_col = 0, input_col = 0, output_col = 0, messages_col = 0;
+      simdjson::dom::parser parser;  // chat: the messages column holds JSON
+      csv_rows(
+          text, spec.format == "csv" ? ',' : '\t', file,
+          [&](const std::vector<std::string>& names, int64_t line) {
+            if (reader.chat) {
+              messages_col = csv_column(names, spec.messages_field, file, line);
+              return;
+            }
+            instruction_col = csv_column(names, spec.instruction_field, file, line);
+            input_col = csv_column(names, spec.input_field, file, line, /*optional=*/true);
+            output_col = csv_column(names, spec.output_field, file, line);
           },
-          &consumed, spec.max_record_bytes);
-      continue;
+          [&](const std::vector<std::string>& f, int64_t line) {
+            finish(
+                [&]() -> Problem {
+                  if (reader.chat) {
+                    const std::string& cell = f[messages_col];
+                    if (Problem p = utf8(cell, spec.messages_field)) return p;
+                    simdjson::dom::element list;
+                    if (parser.parse(cell).get(list))
+                      return problem("malformed JSON",
+                                     "column '" + spec.messages_field + "': malformed JSON");
+                    if (Problem p = read_messages(list, spec.messages_field, reader.messages))
+                      return p;
+                    return tmpl.render_chat(reader.messages, reader.loss_all, reader.doc,
+                                            spec.messages_field);
+                  }
+                  static const std::string kNone;
+                  const std::string& input = input_col < f.size() ? f[input_col] : kNone;
+                  if (Problem p = utf8(f[instruction_col], spec.instruction_field)) return p;
+                  if (Problem p = utf8(input, spec.input_field)) return p;
+                  if (Problem p = utf8(f[output_col], spec.output_field)) return p;
+                  return reader.render_instruction(f[instruction_col], input, f[output_col]);
+                }(),
+                line);
+          },
+          &consumed, spec.max_record_bytes, skipped);
+    } catch (const UserError&) {
+      mapped.check();  // a record the truncation's zeros broke: the truncation is the error
+      throw;
     }
-    size_t instruction_col = 0, input_col = 0, output_col = 0, messages_col = 0;
-    simdjson::dom::parser parser;  // chat: the messages column holds JSON
-    csv_rows(
-        text, spec.format == "csv" ? ',' : '\t', file,
-        [&](const std::vector<std::string>& names, int64_t line) {
-          if (reader.chat) {
-            messages_col = csv_column(names, spec.messages_field, file, line);
-            return;
-          }
-          instruction_col = csv_column(names, spec.instruction_field, file, line);
-          input_col = csv_column(names, spec.input_field, file, line, /*optional=*/true);
-          output_col = csv_column(names, spec.output_field, file, line);
-        },
-        [&](const std::vector<std::string>& f, int64_t line) {
-          finish(
-              [&]() -> Problem {
-                if (reader.chat) {
-                  const std::string& cell = f[messages_col];
-                  if (Problem p = utf8(cell, spec.messages_field)) return p;
-                  simdjson::dom::element list;
-                  if (parser.parse(cell).get(list))
-                    return problem("malformed JSON",
-                                   "column '" + spec.messages_field + "': malformed JSON");
-                  if (Problem p = read_messages(list, spec.messages_field, reader.messages))
-                    return p;
-                  return tmpl.render_chat(reader.messages, reader.loss_all, reader.doc,
-                                          spec.messages_field);
-                }
-                static const std::string kNone;
-                const std::string& input = input_col < f.size() ? f[input_col] : kNone;
-                if (Problem p = utf8(f[instruction_col], spec.instruction_field)) return p;
-                if (Problem p = utf8(input, spec.input_field)) return p;
-                if (Problem p = utf8(f[output_col], spec.output_field)) return p;
-                return reader.render_instruction(f[instruction_col], input, f[output_col]);
-              }(),
-              line);
-        },
-        &consumed, spec.max_record_bytes, skipped);
+    mapped.check();
   }
   return stats;
 }

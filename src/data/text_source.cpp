@@ -157,6 +157,7 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
     std::string_view text = mapped.text();
     ++stats.files;
     auto take = [&](std::string_view doc) {
+      mapped.check();  // the file truncated under the read: its zeros are not passed on
       ++stats.documents;
       stats.bytes += static_cast<int64_t>(doc.size());
       fn(doc);
@@ -167,34 +168,40 @@ TextSourceStats for_each_document(const TextSourceSpec& spec, int index,
       take(doc);
       mapped.release_before(text.data() + consumed);
     };
-    if (jsonl) {
-      jsonl_documents(text, file, spec.field, skipped, take_and_release, &consumed,
-                      spec.max_record_bytes);
-    } else if (csv) {
-      csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped,
-                    take_and_release, &consumed, spec.max_record_bytes);
-    } else {
-      // Text must be text: a NUL byte near the start marks a binary file (git's rule), and a
-      // document that is not valid UTF-8 is a bad record, as in the other formats.
-      const std::string_view head = text.substr(0, kBinaryProbeBytes);
-      if (const size_t nul = head.find('\0'); nul != std::string_view::npos) {
-        report_bad_record(skipped, file, "binary file",
-                          "a binary file (a NUL byte at offset " + std::to_string(nul) +
-                              "); leave it out with " + key + ".exclude");
-        continue;
-      }
-      LineCounter lines(text);
-      split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {
-        consumed = static_cast<size_t>(doc.data() + doc.size() - text.data());
-        if (simdjson::validate_utf8(doc.data(), doc.size())) {
-          take_and_release(doc);
-        } else {
-          report_bad_record(skipped, file, lines.line_of(doc.data()), "invalid UTF-8",
-                            "the document starting on this line is not valid UTF-8");
-          mapped.release_before(text.data() + consumed);
+    try {
+      if (jsonl) {
+        jsonl_documents(text, file, spec.field, skipped, take_and_release, &consumed,
+                        spec.max_record_bytes);
+      } else if (csv) {
+        csv_documents(text, spec.format == "csv" ? ',' : '\t', file, spec.field, skipped,
+                      take_and_release, &consumed, spec.max_record_bytes);
+      } else {
+        // Text must be text: a NUL byte near the start marks a binary file (git's rule), and a
+        // document that is not valid UTF-8 is a bad record, as in the other formats.
+        const std::string_view head = text.substr(0, kBinaryProbeBytes);
+        if (const size_t nul = head.find('\0'); nul != std::string_view::npos) {
+          report_bad_record(skipped, file, "binary file",
+                            "a binary file (a NUL byte at offset " + std::to_string(nul) +
+                                "); leave it out with " + key + ".exclude");
+          continue;
         }
-      });
+        LineCounter lines(text);
+        split_documents(text, spec.split, spec.delimiter, key, [&](std::string_view doc) {
+          consumed = static_cast<size_t>(doc.data() + doc.size() - text.data());
+          if (simdjson::validate_utf8(doc.data(), doc.size())) {
+            take_and_release(doc);
+          } else {
+            report_bad_record(skipped, file, lines.line_of(doc.data()), "invalid UTF-8",
+                              "the document starting on this line is not valid UTF-8");
+            mapped.release_before(text.data() + consumed);
+          }
+        });
+      }
+    } catch (const UserError&) {
+      mapped.check();  // a record the truncation's zeros broke: the truncation is the error
+      throw;
     }
+    mapped.check();
   }
   return stats;
 }

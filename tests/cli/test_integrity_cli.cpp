@@ -323,6 +323,25 @@ TEST_F(Integrity, AStoreTruncatedMidReadIsANamedError) {
 
 namespace {
 
+// A prepare input truncated while prepare reads it (through a hook, once the first 4 MiB are read
+// and handed back): a named error, exit 2, and no store.
+TEST_F(Integrity, APrepareInputTruncatedMidReadIsANamedError) {
+  const fs::path data = dir_ / "data.txt";
+  const size_t bytes = size_t{24} << 20;
+  {
+    std::ofstream f(data);
+    const std::string doc = std::string(200, 'a') + " lorem ipsum\n%\n";
+    for (size_t n = 0; n < bytes / doc.size(); ++n) f << doc;
+  }
+  const fs::path store = dir_ / "store";
+  const Result r =
+      capture("LMT_TEST_TRUNCATE_INPUT=" + data.string() + " " + std::string(LMT_BINARY) +
+              " prepare --quiet --config " + config() + " --out " + store.string());
+  expect_named(r, {"'" + data.string() + "' was truncated while lmtrain was reading it"});
+  EXPECT_LT(fs::file_size(data), bytes / 2);  // the hook did truncate it
+  EXPECT_FALSE(fs::exists(store / "manifest.json"));
+}
+
 // A store's tokens zeroed in place under a running train (same size, same file) stop the run at
 // its next step, naming the file, instead of training on zeros.
 TEST_F(Integrity, AStoreWrittenToUnderARunningTrainStopsIt) {
