@@ -23,8 +23,6 @@
 
 namespace lmt {
 
-namespace {
-
 nlohmann::json program_memory(const PjrtProgramMemory& m) {
   return {{"argument_bytes", m.argument},
           {"output_bytes", m.output},
@@ -32,6 +30,8 @@ nlohmann::json program_memory(const PjrtProgramMemory& m) {
           {"temp_bytes", m.temp},
           {"argument_plus_temp_bytes", m.argument + m.temp}};
 }
+
+namespace {
 
 // What the PJRT backend counted: compiles, the step program's planned memory, the device's peak.
 nlohmann::json pjrt_report(const Backend& be) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
+#include "backend/pjrt/pjrt_backend.h"
 #include "train/run_config.h"
 
 namespace lmt {
@@ -14,6 +15,9 @@ namespace lmt {
 // the weights, and reports the memory XLA planned for it (arguments, outputs, temporaries): what
 // a step needs of a device that is not at hand.
 nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only = false);
+
+// What XLA planned for one run of a program, as both benchmarks report it.
+nlohmann::json program_memory(const PjrtProgramMemory& m);
 
 // The output head and its loss alone, forward and backward (Backend::head_loss), on the config's
 // head (model.vocab_size x model.hidden_size) for micro_batch_size x seq_len tokens of random

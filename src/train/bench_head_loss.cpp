@@ -132,11 +132,7 @@ nlohmann::json run_head_loss_bench(const RunConfig& cfg, const std::string& mode
     const PjrtBackendStats st = pjrt_backend_stats(*be);
     j["platform"] = st.platform;
     j["device_kind"] = st.device_kind;
-    if (st.last_memory)
-      j["program_memory"] = {{"argument_bytes", st.last_memory->argument},
-                             {"output_bytes", st.last_memory->output},
-                             {"alias_bytes", st.last_memory->alias},
-                             {"temp_bytes", st.last_memory->temp}};
+    if (st.last_memory) j["program_memory"] = program_memory(*st.last_memory);
     if (st.device_peak_bytes) j["device_peak_bytes"] = *st.device_peak_bytes;
   } else {  // what the call holds beside its inputs and gradients, by construction
     j["loss_scratch_bytes"] =

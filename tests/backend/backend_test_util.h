@@ -10,16 +10,29 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/rng.h"
 
 namespace lmt::test {
+
+// Every backend this build has, the CPU backend first: what the backend tests run each case on
+// (PJRT on XLA's CPU plugin here; the same code drives a GPU or TPU). A new backend joins here.
+inline std::vector<std::unique_ptr<Backend>> parity_backends() {
+  std::vector<std::unique_ptr<Backend>> b;
+  b.push_back(make_backend("cpu"));
+#ifdef LMTRAIN_HAVE_PJRT
+  b.push_back(make_backend("pjrt"));
+#endif
+  return b;
+}
 
 // n numbers from N(mean, std), a pure function of (seed, stream).
 inline std::vector<double> randn(int64_t n, uint64_t seed, uint64_t stream = 0, double std = 1.0,

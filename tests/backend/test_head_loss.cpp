@@ -76,15 +76,6 @@ HeadLossResult run_head_loss(Backend* be, DType dt, const HeadLossInputs& in, He
   return r;
 }
 
-std::vector<std::unique_ptr<Backend>> backends() {
-  std::vector<std::unique_ptr<Backend>> b;
-  b.push_back(make_backend("cpu"));
-#ifdef LMTRAIN_HAVE_PJRT
-  b.push_back(make_backend("pjrt"));
-#endif
-  return b;
-}
-
 TEST(HeadLoss, CutCrossEntropyEqualsTheChunkedLossOnEveryBackend) {
   const uint32_t seed = test::fresh_seed("HeadLoss.CutCrossEntropyEqualsTheChunkedLoss");
   HeadLossInputs in{37, 16, 103, {}, {}, {}};
@@ -103,7 +94,7 @@ TEST(HeadLoss, CutCrossEntropyEqualsTheChunkedLossOnEveryBackend) {
       a.softcap = cap;
       a.loss = spec;
       const HeadLossResult want = run_head_loss(cpu.get(), DType::f64, in, a);
-      for (const std::unique_ptr<Backend>& be : backends())
+      for (const std::unique_ptr<Backend>& be : test::parity_backends())
         for (int64_t tile : {int64_t{0}, int64_t{24}, int64_t{100}}) {
           SCOPED_TRACE(::testing::Message()
                        << "seed " << seed << ", " << be->name() << ", softcap " << cap

@@ -6,7 +6,8 @@
 //   L = sum_k R_k * out_k (R random; a case whose kernel takes one scale for all rows, such as
 //   cross-entropy, uses a constant R);
 // - every backend's float32 backward matches the CPU backend's float64 one.
-// A new backend joins by being added to parity_backends(); a new kernel, by a row in cases().
+// A new backend joins by being added to test::parity_backends() (backend_test_util.h); a new
+// kernel, by a row in cases().
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -61,15 +62,6 @@ struct Case {
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
-}
-
-std::vector<std::unique_ptr<Backend>> parity_backends() {
-  std::vector<std::unique_ptr<Backend>> b;
-  b.push_back(make_backend("cpu"));
-#ifdef LMTRAIN_HAVE_PJRT
-  b.push_back(make_backend("pjrt"));  // XLA's CPU plugin here; the same code drives a GPU or TPU
-#endif
-  return b;
 }
 
 // The dtype a tensor of a case has in a run of dtype dt: ids i32, RoPE's table f32, statistics
@@ -571,7 +563,7 @@ TEST_P(Parity, BackendsMatchTheCpuInDoubleAndGradientsMatchFiniteDifferences) {
                                    c.name + ": d/d input " + std::to_string(i), {}, 60);
     }
   }
-  for (auto& be : parity_backends()) {
+  for (auto& be : test::parity_backends()) {
     SCOPED_TRACE(be->name());
     const Result got = run(c, *be, DType::f32, in, c.backward ? &dout : nullptr);
     for (size_t k = 0; k < c.out.size(); ++k)

@@ -48,11 +48,7 @@ TEST(LossReference, LabelSmoothingMatchesPyTorchOnEveryBackend) {
     f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(x.size() * 8));
     f.write(reinterpret_cast<const char*>(labels.data()), static_cast<std::streamsize>(N * 4));
   }
-  std::vector<std::unique_ptr<Backend>> backends;
-  backends.push_back(make_backend("cpu"));
-#ifdef LMTRAIN_HAVE_PJRT
-  backends.push_back(make_backend("pjrt"));
-#endif
+  const std::vector<std::unique_ptr<Backend>> backends = test::parity_backends();
   for (double eps : {0.1, 0.35}) {
     SCOPED_TRACE(::testing::Message() << "seed " << seed << ", label_smoothing " << eps);
     ASSERT_NO_FATAL_FAILURE(test::run_reference_script(

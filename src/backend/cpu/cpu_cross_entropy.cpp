@@ -9,43 +9,10 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_dispatch.h"
+#include "backend/cpu/cpu_row_logsumexp.h"
 #include "backend/loss.h"
 
 namespace lmt {
-
-namespace {
-
-// One row: z = softcap(logits) into `z`, exp(z - max) into `e` (both in the compute type C);
-// returns (log-sum-exp, sum).
-template <class T, class C>
-double row_logsumexp(const T* logits, C* z, C* e, int64_t V, double softcap, double* sum_out) {
-  if (softcap > 0) {
-    const C cap = static_cast<C>(softcap), inv = static_cast<C>(1.0 / softcap);
-    for (int64_t j = 0; j < V; ++j) z[j] = cap * cpu::tanh_t(C(logits[j]) * inv);
-  } else {
-    std::copy(logits, logits + V, z);
-  }
-  C mx = -std::numeric_limits<C>::infinity();
-  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, z[j]);
-  constexpr int kLanes = 8;
-  double lane[kLanes] = {};
-  int64_t j = 0;
-  for (; j + kLanes <= V; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      e[j + l] = cpu::exp_t(z[j + l] - mx);
-      lane[l] += e[j + l];
-    }
-  for (; j < V; ++j) {
-    e[j] = cpu::exp_t(z[j] - mx);
-    lane[0] += e[j];
-  }
-  double sum = 0;
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
-  *sum_out = sum;
-  return static_cast<double>(mx) + std::log(sum);
-}
-
-}  // namespace
 
 // logits[N,V] (overwritten by the gradient when grad_scale != 0), losses[N], labels[N].
 void CpuBackend::cross_entropy(DType dt, void* logits, void* losses, const int32_t* labels,
@@ -77,7 +44,7 @@ void CpuBackend::cross_entropy(DType dt, void* logits, void* losses, const int32
           continue;
         }
         double sum = 0;
-        const double lse = row_logsumexp(row, z.data(), e.data(), V, softcap, &sum);
+        const double lse = cpu::row_logsumexp(row, z.data(), e.data(), V, softcap, &sum);
         double z_sum = 0;
         if (want_sum)
           for (int64_t j = 0; j < V; ++j) z_sum += static_cast<double>(z[j]);

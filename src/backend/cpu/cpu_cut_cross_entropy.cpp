@@ -1,7 +1,7 @@
 // The cut cross-entropy on the CPU backend (Backend::head_loss with a.cut()): the head's product
 // fused with the loss, a tile of `chunk` rows by `vocab_tile` token ids at a time. A first walk
-// over the vocabulary keeps each row's running maximum, sum of exponentials (rescaled when the
-// maximum grows: the online log-sum-exp), sum of logits and label logit; the row's loss follows
+// over the vocabulary keeps each row's running log-sum-exp (each tile's added in: the online
+// log-sum-exp), sum of logits and label logit; the row's loss follows
 // (backend/loss.h). With a gradient a second walk computes each tile's logits again, turns them
 // into d loss / d logits (a p_j + b [j == y] + c) and adds their products into dh and dw, so no
 // more than one tile of logits ever exists. Row statistics accumulate in double, each row on one
@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_dispatch.h"
+#include "backend/cpu/cpu_row_logsumexp.h"
 #include "backend/loss.h"
 
 namespace lmt {
@@ -21,8 +22,14 @@ namespace {
 
 // A row's statistics over the vocabulary walked so far.
 struct RowStats {
-  double max = -std::numeric_limits<double>::infinity(), sum = 0, z_sum = 0, z_label = 0;
+  double lse = -std::numeric_limits<double>::infinity(), z_sum = 0, z_label = 0;
 };
+
+// log(exp(a) + exp(b)), a possibly -inf (nothing walked yet).
+double log_add_exp(double a, double b) {
+  if (a == -std::numeric_limits<double>::infinity()) return b;
+  return std::max(a, b) + std::log1p(std::exp(-std::fabs(a - b)));
+}
 
 // The soft-capped logit (or the logit) and d capped / d logit.
 template <class C>
@@ -68,37 +75,28 @@ void CpuBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const
       for (int64_t v0 = 0; v0 < V; v0 += VT) {
         const int64_t vt = std::min(VT, V - v0);
         gemm(dt, false, true, n, vt, C, 1.0, hs, C, at(w, v0 * C), C, 0.0, tile, vt);
-#pragma omp parallel for schedule(static) if (n * vt >= cpu::kParallelMin)
-        for (int64_t i = 0; i < n; ++i) {
-          if (lab[i] == a.ignore_index) continue;
-          const T* row = tile + i * vt;
-          RowStats& r = st[static_cast<size_t>(i)];
-          Cm d;
-          double mx = r.max, z_sum = 0;
-          for (int64_t j = 0; j < vt; ++j)
-            mx = std::max(mx, static_cast<double>(capped(Cm(row[j]), a.softcap, &d)));
-          double sum = 0;
-          for (int64_t j = 0; j < vt; ++j) {
-            const Cm z = capped(Cm(row[j]), a.softcap, &d);
-            sum += static_cast<double>(cpu::exp_t(static_cast<Cm>(z - static_cast<Cm>(mx))));
-            z_sum += static_cast<double>(z);
+#pragma omp parallel if (n * vt >= cpu::kParallelMin)
+        {
+          std::vector<Cm> z(static_cast<size_t>(vt)), e(static_cast<size_t>(vt));
+#pragma omp for schedule(static)
+          for (int64_t i = 0; i < n; ++i) {
+            if (lab[i] == a.ignore_index) continue;
+            RowStats& r = st[static_cast<size_t>(i)];
+            double sum = 0;  // the tile's log-sum-exp, added into the row's online
+            r.lse = log_add_exp(
+                r.lse, cpu::row_logsumexp(tile + i * vt, z.data(), e.data(), vt, a.softcap, &sum));
+            for (int64_t j = 0; j < vt; ++j) r.z_sum += static_cast<double>(z[j]);
+            if (lab[i] >= v0 && lab[i] < v0 + vt) r.z_label = static_cast<double>(z[lab[i] - v0]);
           }
-          r.sum = r.sum * std::exp(r.max - mx) + sum;
-          r.max = mx;
-          r.z_sum += z_sum;
-          if (lab[i] >= v0 && lab[i] < v0 + vt)
-            r.z_label = static_cast<double>(capped(Cm(row[lab[i] - v0]), a.softcap, &d));
         }
       }
       // Each row's loss and the coefficients of its gradient.
       std::vector<RowLoss<double>> rl(static_cast<size_t>(n));
-      std::vector<double> lse(static_cast<size_t>(n), 0.0);
       double objective = 0, ce = 0;
       for (int64_t i = 0; i < n; ++i) {
         if (lab[i] == a.ignore_index) continue;
         const RowStats& r = st[static_cast<size_t>(i)];
-        lse[i] = r.max + std::log(r.sum);
-        rl[i] = row_loss(a.loss, lse[i], r.z_label, r.z_sum, V);
+        rl[i] = row_loss(a.loss, r.lse, r.z_label, r.z_sum, V);
         objective += rl[i].objective;
         ce += rl[i].ce;
       }
@@ -119,7 +117,7 @@ void CpuBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const
           const RowLoss<double>& r = rl[static_cast<size_t>(i)];
           const Cm ga = static_cast<Cm>(a.grad_scale * r.a),
                    gc = static_cast<Cm>(a.grad_scale * r.c);
-          const Cm l = static_cast<Cm>(lse[i]);
+          const Cm l = static_cast<Cm>(st[static_cast<size_t>(i)].lse);
           const bool has_label = lab[i] >= v0 && lab[i] < v0 + vt;
           const Cm label_logit = has_label ? Cm(row[lab[i] - v0]) : Cm(0);
           Cm d;
