@@ -79,7 +79,7 @@ Run add_generate(CLI::App& app) {
     CheckpointHold hold;
     const std::filesystem::path dir = resolve_model_dir(o->checkpoint, "--checkpoint", hold);
     const ModelConfig mc = read_hf_model_config(dir.string());  // a bad shape before all else
-    Transformer::check_weights_fit(mc, DType::f32, physical_memory_bytes());
+    ModelWeights::check_fits(mc, DType::f32, physical_memory_bytes());
     std::unique_ptr<Tokenizer> tok = load_tokenizer(tokenizer_spec(dir));
     set_threads(o->threads);
     if (tok->vocab_size() > mc.vocab_size)

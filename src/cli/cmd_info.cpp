@@ -66,7 +66,7 @@ struct ParamCounts {
 // once.
 ParamCounts count_params(const ModelConfig& cfg) {
   ParamCounts c;
-  for (const ParamInfo& p : Transformer::param_layout(cfg, &c.flat)) {
+  for (const ParamInfo& p : param_layout(cfg, &c.flat)) {
     c.total += p.numel();
     if (p.kind == ParamKind::embedding) c.embedding += p.numel();
   }
@@ -209,8 +209,8 @@ Run add_info(CLI::App& app) {
     // (recomputed per layer) with it; the rest of the arena is the residual stream of every
     // layer, the head's loss chunk and the backward's scratch.
     const DType act_dt = o->precision == "bf16" ? DType::bf16 : DType::f32;
-    const Transformer::LayerBytes layer =
-        Transformer::layer_activation_bytes(cfg, act_dt, B, T, o->activation_bits);
+    const ActivationPlan::LayerBytes layer =
+        ActivationPlan::layer_bytes(cfg, act_dt, B, T, o->activation_bits);
     const uint64_t sets = o->checkpointing ? 1 : static_cast<uint64_t>(cfg.num_hidden_layers);
     // What the MLP keeps of its pre-activation, and its output (the down projection's input),
     // which every setting keeps.

@@ -93,7 +93,7 @@ Run add_init(CLI::App& app) {
       opt.tokenizer = tokenizer_file(o->tokenizer);  // a directory names its tokenizer file
     }
     const ModelConfig cfg = init_model_config(o->family, o->sets, tok.get());
-    Transformer::check_weights_fit(cfg, DType::f32, physical_memory_bytes());
+    ModelWeights::check_fits(cfg, DType::f32, physical_memory_bytes());
     auto be = make_backend("cpu");
     Transformer model(be.get(), cfg);
     model.init_weights(o->seed);

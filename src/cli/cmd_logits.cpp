@@ -70,7 +70,7 @@ Run add_logits(CLI::App& app) {
     std::vector<int32_t> labels(ids.size(), Transformer::kIgnoreIndex);
     for (int64_t t = 0; t + 1 < T; ++t) labels[t] = ids[t + 1];
     const std::vector<double> logits = model->forward_logits(ids.data(), 1, T);
-    const LossSum loss = model->forward_loss(ids.data(), labels.data(), 1, T);
+    const LossSum loss = batch_loss(*model, ids.data(), labels.data(), 1, T);
     std::vector<float> f(logits.begin(), logits.end());
     SafetensorsWriter w;
     w.add("logits", DType::f32, Shape{T, V}, f.data());

@@ -297,7 +297,7 @@ fs::path output_path(const std::string& out_dir) {
 
 void check_export_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors) {
   std::map<std::string, Shape> want;
-  for (const ParamInfo& p : Transformer::param_layout(cfg)) want[p.name] = p.shape;
+  for (const ParamInfo& p : param_layout(cfg)) want[p.name] = p.shape;
   std::set<std::string> seen;
   for (const HfTensor& t : tensors) {
     auto it = want.find(t.name);

@@ -44,7 +44,7 @@ struct HfExportResult {
 };
 
 // Writes the directory `out_dir` for a model of `cfg` whose parameters are `tensors` (exactly
-// the names and shapes of Transformer::param_layout(cfg), in any order). Refuses (UserError) a
+// the names and shapes of param_layout(cfg), in any order). Refuses (UserError) a
 // config that lmtrain could not read back, a tensor list that does not match the config, an f16
 // export of values beyond f16's range, a tokenizer larger than the vocabulary, and an existing
 // non-empty `out_dir` unless it is a previous lmtrain export (which it then replaces).
@@ -57,7 +57,7 @@ std::vector<HfTensor> model_hf_tensors(const Transformer& model, std::vector<flo
 HfExportResult save_hf_model(const std::string& out_dir, const Transformer& model,
                              const HfExportOptions& opt);
 
-// Refuses (UserError) a tensor list that is not exactly Transformer::param_layout(cfg)'s names and
+// Refuses (UserError) a tensor list that is not exactly param_layout(cfg)'s names and
 // shapes.
 void check_export_tensors(const ModelConfig& cfg, const std::vector<HfTensor>& tensors);
 

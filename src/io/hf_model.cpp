@@ -135,7 +135,7 @@ HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg) {
   HfWeights out;
   out.files = std::move(w.files);  // a map's nodes, and so the pointers below, survive the move
   std::set<std::string> wanted;
-  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
+  for (const ParamInfo& p : param_layout(cfg)) {
     const std::string name = stored_name(w.where, p.name);
     wanted.insert(name);
     auto it = w.where.find(name);
@@ -184,7 +184,7 @@ std::unique_ptr<Transformer> load_hf_model(const std::string& dir, Backend* be, 
   std::unique_ptr<Transformer> model;
   load_verified(dir, [&] {
     const ModelConfig cfg = read_hf_model_config(dir);
-    Transformer::check_weights_fit(cfg, dt, physical_memory_bytes());  // before any allocation
+    ModelWeights::check_fits(cfg, dt, physical_memory_bytes());  // before any allocation
     model = std::make_unique<Transformer>(be, cfg, dt);
     load_hf_weights_unverified(dir, *model);
   });

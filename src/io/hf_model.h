@@ -24,7 +24,7 @@ ModelConfig read_hf_model_config(const std::string& dir);
 std::map<std::string, SafetensorsFile> open_hf_weight_files(const std::string& dir);
 
 // The weights of `dir` matched to the parameters of `cfg`, mapped, not read: for each parameter
-// (Transformer::param_layout order) the file and the name it is stored under (lmtrain's name, a
+// (param_layout order) the file and the name it is stored under (lmtrain's name, a
 // bare gpt2's, or a multimodal gemma3's language-model name), checked present, floating point and
 // of the parameter's shape. Any other tensor is refused unless it is a known non-parameter (RoPE
 // caches, gpt2's mask buffers, a tied model's copy of the head, a multimodal gemma3's vision

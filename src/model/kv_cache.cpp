@@ -11,7 +11,7 @@ namespace lmt {
 std::unique_ptr<KvCache> Transformer::make_kv_cache(int64_t max_len) const {
   auto c = std::make_unique<KvCache>();
   c->max_len = max_len;
-  const size_t row = static_cast<size_t>(dims_.KV) * es_;
+  const size_t row = static_cast<size_t>(dims_.KV) * dtype_size(compute_dt_);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     c->k.emplace_back(be_, row * static_cast<size_t>(max_len));
     c->v.emplace_back(be_, row * static_cast<size_t>(max_len));
@@ -25,7 +25,7 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
     throw UserError("generate: " + std::to_string(cache.length + n) +
                     " tokens exceed the KV cache of " + std::to_string(cache.max_len) +
                     " (max_position_embeddings or --max-new-tokens)");
-  if (tr_.learned_positions && cache.length + n > cfg_.max_position_embeddings)
+  if (traits_.learned_positions && cache.length + n > cfg_.max_position_embeddings)
     throw UserError("generate: " + std::to_string(cache.length + n) +
                     " tokens exceed max_position_embeddings (" +
                     std::to_string(cfg_.max_position_embeddings) + ")");
@@ -33,10 +33,10 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
     if (ids[i] < 0 || ids[i] >= cfg_.vocab_size)
       throw UserError("generate: token id " + std::to_string(ids[i]) +
                       " is outside the vocabulary");
-  const Dims& d = dims_;
+  const ModelDims& d = dims_;
   const int64_t C = d.C, V = d.V, Q = d.Q, KV = d.KV, QKV = d.QKV;
   const int64_t past = cache.length;
-  auto e = [&](int64_t k) { return static_cast<size_t>(k) * es_; };
+  auto e = [&](int64_t k) { return static_cast<size_t>(k) * dtype_size(compute_dt_); };
 
   Buffer ids_d(be_, sizeof(int32_t) * n), pos_d(be_, sizeof(int32_t) * n);
   std::vector<int32_t> pos(static_cast<size_t>(n));
@@ -44,9 +44,9 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   be_->from_host(ids_d.data(), ids, sizeof(int32_t) * n);
   be_->from_host(pos_d.data(), pos.data(), sizeof(int32_t) * n);
   set_rope(past + n);
-  sync_compute_weights();
+  weights_.to_compute();
   Buffer x(be_, e(n * C)), scratch(be_, e(n * C)), arena;
-  const LayerActs a = alloc_layer_acts(arena, n);
+  const LayerActs a = ActivationPlan::one_layer(be_, cfg_, compute_dt_, arena, n);
   embed(x.data(), ids_d.as<int32_t>(), pos_d.as<int32_t>(), scratch.data(), n);
   for (int64_t l = 0; l < cfg_.num_hidden_layers; ++l) {
     AttentionArgs args = attention_args(l, 1, n);
@@ -65,8 +65,9 @@ std::vector<float> Transformer::feed(KvCache& cache, const int32_t* ids, int64_t
   }
   cache.length += n;
   // Only the last position's logits are needed.
-  Buffer h(be_, e(C)), stats(be_, 2 * ss_);
-  final_norm(h.data(), stats.data(), static_cast<char*>(stats.data()) + ss_,
+  const size_t ss = stat_size(compute_dt_);
+  Buffer h(be_, e(C)), stats(be_, 2 * ss);
+  final_norm(h.data(), stats.data(), static_cast<char*>(stats.data()) + ss,
              at(x.data(), (n - 1) * C), 1);
   Buffer logits(be_, e(V));
   head_forward(h.data(), logits.data(), 1);

@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/transformer.h"
 
 namespace lmt {
 
@@ -23,7 +22,7 @@ bool matches(const std::string& path, const std::string& target) {
 // that weight decay treats it as full training would), after offset `off`.
 void add_saved_modules(const ModelConfig& cfg, const LoraSpec& spec, LoraLayout& out,
                        int64_t& off) {
-  const std::vector<ParamInfo> base = Transformer::param_layout(cfg);
+  const std::vector<ParamInfo> base = param_layout(cfg);
   auto module_of = [](const std::string& name) { return name.substr(0, name.rfind('.')); };
   std::vector<bool> chosen(base.size(), false);
   for (const std::string& target : spec.modules_to_save) {

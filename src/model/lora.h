@@ -79,4 +79,10 @@ LoraLayout lora_layout(const ModelConfig& cfg, const LoraSpec& spec);
 // The block module prefix of layer l ("model.layers.3." / "transformer.h.3.").
 std::string block_prefix(const ModelConfig& cfg, int64_t layer);
 
+// Elements of the scratch the adapters of a pass take for N tokens through adapters of `rank`
+// on an input `in` wide: u = x A^T and its gradient, and with dropout the dropped input.
+constexpr int64_t lora_scratch_elems(int64_t N, int64_t rank, int64_t in, bool dropout) {
+  return 2 * N * rank + (dropout ? N * in : 0);
+}
+
 }  // namespace lmt

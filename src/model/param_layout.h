@@ -1,12 +1,16 @@
-// The named views into the flat parameter buffer. Names are Hugging Face names, so import,
-// export, checkpoints, optimizer state and (later) LoRA targets and sharding share one language.
+// The parameters of a model as named views into one flat buffer. Names are Hugging Face names, so
+// import, export, checkpoints, optimizer state, LoRA targets and sharding share one language.
+// Tensors that feed one GEMM sit next to each other (q|k|v, gate|up); the others start 64-element
+// aligned.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "model/model_config.h"
 
 namespace lmt {
 
@@ -24,5 +28,20 @@ struct ParamInfo {
 
   int64_t numel() const { return shape.numel(); }
 };
+
+// The parameters of a config in flat-buffer order (names, Hugging Face shapes, offsets), and the
+// flat buffer's size in elements, without allocating anything. gpt2 keeps its Conv1D weights as
+// Hugging Face stores them ([in, out]).
+std::vector<ParamInfo> param_layout(const ModelConfig& cfg, int64_t* flat_size = nullptr);
+
+// [begin, end) of each layer's parameters in the flat buffer.
+std::vector<std::pair<int64_t, int64_t>> layer_ranges(const std::vector<ParamInfo>& params,
+                                                      const ModelConfig& cfg);
+
+// Where a parameter of `elems` elements ends and the next unfused one may start.
+constexpr int64_t kParamAlignElems = 64;
+constexpr int64_t align_param(int64_t elems) {
+  return (elems + kParamAlignElems - 1) / kParamAlignElems * kParamAlignElems;
+}
 
 }  // namespace lmt

@@ -388,7 +388,7 @@ std::unique_ptr<Transformer> load_model_for_inference(const std::string& dir,
           ? path_from_json(lora["base_init_from"], dir + "/state.json: lora.base_init_from")
           : std::string();
   const ModelConfig base_cfg = read_hf_model_config(dir);
-  Transformer::check_weights_fit(base_cfg, DType::f32, physical_memory_bytes());  // first
+  ModelWeights::check_fits(base_cfg, DType::f32, physical_memory_bytes());  // first
   auto model = std::make_unique<Transformer>(be, base_cfg);
   int64_t seed = TrainConfig{}.seed;  // the run's train.seed, for a base initialised from it
   if (base.empty()) {

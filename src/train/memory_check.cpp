@@ -12,7 +12,8 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "model/transformer.h"
+#include "model/activation_plan.h"
+#include "model/model_weights.h"
 #include "optim/optimizer.h"
 
 namespace lmt {
@@ -45,7 +46,7 @@ uint64_t TrainingMemory::total() const {
 TrainingMemory training_memory(const RunConfig& cfg) {
   TrainingMemory m;
   int64_t flat = 0;
-  std::vector<ParamInfo> params = Transformer::param_layout(cfg.model, &flat);
+  std::vector<ParamInfo> params = param_layout(cfg.model, &flat);
   int64_t trained_flat = flat;
   m.weights = mul(static_cast<uint64_t>(flat), sizeof(float));
   uint64_t trained = m.weights;  // what has gradients and optimizer state
@@ -54,7 +55,7 @@ TrainingMemory training_memory(const RunConfig& cfg) {
     trained_flat = lora.flat_size;
     params = std::move(lora.params);
     trained = mul(static_cast<uint64_t>(trained_flat), sizeof(float));
-    if (cfg.lora.base_dtype == "bf16") m.weights = Transformer::base_bytes(cfg.model, DType::bf16);
+    if (cfg.lora.base_dtype == "bf16") m.weights = ModelWeights::base_bytes(cfg.model, DType::bf16);
     m.weights = add(m.weights, trained);
   }
   m.gradients = trained;
@@ -66,17 +67,18 @@ TrainingMemory training_memory(const RunConfig& cfg) {
     if (cfg.lora.rank > 0) m.weights = add(m.weights, trained / 2);
     m.gradients = add(m.gradients, trained / 2);
   }
-  m.activations = Transformer::activation_bytes(
-      cfg.model, bf16 ? DType::bf16 : DType::f32, t.micro_batch_size, cfg.data.seq_len,
-      t.activation_checkpointing, t.loss_chunk_tokens, static_cast<int>(t.activation_bits),
-      cfg.loss.head_vocab_tile());
-  if (cfg.lora.rank > 0) {  // Transformer::lora_scratch at its largest input width
+  const ActivationSettings settings{t.activation_checkpointing,
+                                    static_cast<int>(t.activation_bits), t.loss_chunk_tokens,
+                                    cfg.loss.head_vocab_tile()};
+  m.activations = ActivationPlan::bytes(cfg.model, bf16 ? DType::bf16 : DType::f32,
+                                        t.micro_batch_size, cfg.data.seq_len, settings);
+  if (cfg.lora.rank > 0) {  // the adapters' scratch at its largest input width
     const ModelConfig& mc = cfg.model;
     const int64_t N = t.micro_batch_size * cfg.data.seq_len;
     const int64_t widest =
         std::max({mc.hidden_size, mc.intermediate_size, mc.num_attention_heads * mc.head_size()});
     const int64_t elems =
-        Transformer::lora_scratch_elems(N, cfg.lora.rank, widest, cfg.lora.dropout > 0);
+        lora_scratch_elems(N, cfg.lora.rank, widest, cfg.lora.dropout > 0);
     m.lora_scratch = mul(static_cast<uint64_t>(elems), bf16 ? 2 : 4);
   }
   const uint64_t tokens =

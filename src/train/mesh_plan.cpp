@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "model/sharding_plan.h"
-#include "model/transformer.h"
+#include "model/param_layout.h"
 #include "train/flops.h"
 
 namespace lmt {
@@ -27,7 +27,7 @@ Sizes sizes_of(const ModelConfig& cfg, const Mesh& mesh) {
   for (MeshAxis& a : tensor_only.axes)
     if (a.name != "tensor") a.size = 1;
   Sizes s;
-  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
+  for (const ParamInfo& p : param_layout(cfg)) {
     const std::vector<int64_t> dims = p.shape.dims();
     const TensorSharding sh = plan_sharding(p.name, dims);
     int64_t whole = 1, local = 1;

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "model/sharding_plan.h"
-#include "model/transformer.h"
+#include "model/param_layout.h"
 
 namespace lmt {
 namespace {
@@ -97,7 +97,7 @@ ParamShards param_shards(const ModelConfig& cfg, const Mesh& mesh, const std::st
     if (a.name == "fsdp") a.size = 1;
   const std::string layer0 = ".layers.0.", gpt2_layer0 = "h.0.";
   ParamShards s;
-  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
+  for (const ParamInfo& p : param_layout(cfg)) {
     const std::vector<int64_t> dims = p.shape.dims();
     const TensorSharding sh = plan_sharding(p.name, dims);
     const int64_t n = local_numel(mesh, sh, dims);

@@ -20,7 +20,8 @@ TrainStep::TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg)
       ids_(static_cast<size_t>(B_ * T_ * tc_.grad_accum_steps)),
       labels_(ids_.size()),
       doc_start_(ids_.size()),
-      positions_(ids_.size()) {
+      positions_(ids_.size()),
+      loss_sums_(model.make_loss_sums()) {
   Backend* be = model_.backend();
   for (int i = 0; i < kMaxQueued; ++i) {
     slots_[i] = Buffer(be, 3 * sizeof(double));
@@ -52,21 +53,20 @@ void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_m
   // The step reads nothing back (one program on pjrt). A non-finite loss makes a non-finite
   // gradient, so the update is skipped on the device.
   model_.zero_grads();
+  loss_sums_.zero();
   for (int64_t a = 0; a < accum; ++a) {
     const Transformer::Packing packing{&positions_[a * N], &doc_start_[a * N]};
     model_.set_dropout(static_cast<uint64_t>(tc_.seed), static_cast<uint64_t>(step * accum + a));
-    q.loss_tokens += model_
-                         .forward_backward(&ids_[a * N], &labels_[a * N], B_, T_,
-                                           1.0 / static_cast<double>(labelled),
-                                           tc_.document_masking ? &packing : nullptr, false)
-                         .tokens;
+    q.loss_tokens += model_.forward_backward(&ids_[a * N], &labels_[a * N], B_, T_,
+                                             1.0 / static_cast<double>(labelled), loss_sums_,
+                                             tc_.document_masking ? &packing : nullptr);
   }
   opt_.step(static_cast<float*>(model_.trainable_data()),
             static_cast<float*>(model_.trainable_grads_data()), q.report.lr, tc_.grad_clip);
   model_.discard_grads();  // dead from here: on pjrt they stay inside the step's program
   auto* slot = slots_[q.slot].as<double>();
   opt_.copy_sum_squares(slot);
-  model_.copy_loss_sum(slot + 1);
+  loss_sums_.copy_to(slot + 1);
   model_.backend()->synchronize();  // pjrt: the step's program starts; nothing waits for it
   queued_.push_back(q);
 }

@@ -5,8 +5,9 @@
 // sum): on pjrt the whole step is one program. A loss or gradient norm that is not finite is a
 // NonFiniteError; the update was then skipped on the device.
 //
-// A step can also be launched and reported later (launch, report): its norm and loss sum are
-// copied on the device into a slot of their own, so the next step can be queued before they are
+// The step owns the loss sums its micro-batches add to (model/loss_sums.h). A step can also be
+// launched and reported later (launch, report): its norm and loss sums are copied on the device
+// into a slot of their own, so the next step can be queued before they are
 // read. On pjrt the host then builds step s + 1 while the device runs step s, as JAX's
 // asynchronous dispatch does; on the CPU backend launch runs the step and report only reads.
 #pragma once
@@ -19,6 +20,7 @@
 
 #include "backend/backend.h"
 #include "data/loader.h"
+#include "model/loss_sums.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "train/run_config.h"
@@ -83,6 +85,7 @@ class TrainStep {
   // The step's micro-batches, [grad_accum_steps, B, T] each; doc_start_ and positions_ are the
   // packed layout (data/packing.h), read with train.document_masking.
   std::vector<int32_t> ids_, labels_, doc_start_, positions_;
+  LossSums loss_sums_;  // of the micro-batches of the step being queued
   Buffer slots_[kMaxQueued];  // device f64[3] each, one per queued step
   std::deque<Queued> queued_;
   int next_slot_ = 0;

@@ -114,8 +114,8 @@ std::optional<std::string> resume_point(const fs::path& run_dir, bool resume,
 
 // The loss sum and labelled tokens over the evaluation batches.
 // Stops early (a partial sum) once a stop signal has arrived.
-LossSum evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_t B, int64_t T,
-                 bool masking) {
+LossSum evaluate(Transformer& model, LossSums& sums, EvalLoader& loader, int64_t batches,
+                 int64_t B, int64_t T, bool masking) {
   loader.reset();
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size()), starts(ids.size()),
       pos(ids.size());
@@ -123,7 +123,10 @@ LossSum evaluate(Transformer& model, EvalLoader& loader, int64_t batches, int64_
   for (int64_t i = 0; i < batches && g_stop_signal.load() == 0; ++i) {
     loader.next(ids.data(), labels.data(), starts.data(), pos.data());
     const Transformer::Packing packing{pos.data(), starts.data()};
-    LossSum s = model.forward_loss(ids.data(), labels.data(), B, T, masking ? &packing : nullptr);
+    sums.zero();
+    const int64_t tokens = model.forward_loss(ids.data(), labels.data(), B, T, sums,
+                                              masking ? &packing : nullptr);
+    const LossSum s = sums.read(tokens);
     total.sum += s.ce;  // the evaluation is the plain cross-entropy, whatever the objective
     total.tokens += s.tokens;
   }
@@ -139,7 +142,8 @@ double mean(const LossSum& s) {
 // of batches, or one pass over a smaller source), named as data.sources names them.
 class Evaluation {
  public:
-  Evaluation(const RunConfig& cfg, const TrainData& data) : tc_(cfg.train), T_(cfg.data.seq_len) {
+  Evaluation(const RunConfig& cfg, const TrainData& data, Transformer& model)
+      : tc_(cfg.train), T_(cfg.data.seq_len), model_(model), sums_(model.make_loss_sums()) {
     const SampleSet& val = *data.validation;
     if ((tc_.eval_every <= 0 && tc_.eval_steps <= 0) || val.num_samples() == 0) return;
     all_ = std::make_unique<EvalLoader>(val, tc_.micro_batch_size);
@@ -156,15 +160,17 @@ class Evaluation {
 
   // Logs the evaluation at `step` and keeps its loss in result.last_val_loss. A stop signal ends
   // it after the batch in flight, with nothing logged.
-  void run(Transformer& model, Metrics& metrics, int64_t step, TrainResult& result) {
+  void run(Metrics& metrics, int64_t step, TrainResult& result) {
     if (!all_ || g_stop_signal.load() != 0) return;
     const int64_t B = tc_.micro_batch_size;
     const int64_t batches = tc_.eval_steps > 0 ? tc_.eval_steps : all_->batches_per_pass();
-    result.last_val_loss = mean(evaluate(model, *all_, batches, B, T_, tc_.document_masking));
+    result.last_val_loss =
+        mean(evaluate(model_, sums_, *all_, batches, B, T_, tc_.document_masking));
     std::vector<SourceEval> sources;
     for (auto& [name, loader] : sources_) {
-      const LossSum s = evaluate(model, *loader, std::min(batches, loader->batches_per_pass()), B,
-                                 T_, tc_.document_masking);
+      const LossSum s = evaluate(model_, sums_, *loader,
+                                 std::min(batches, loader->batches_per_pass()), B, T_,
+                                 tc_.document_masking);
       sources.push_back({name, mean(s), s.tokens});
     }
     if (g_stop_signal.load() != 0) return;  // cut short: not an evaluation
@@ -174,6 +180,8 @@ class Evaluation {
  private:
   const TrainConfig& tc_;
   const int64_t T_;
+  Transformer& model_;
+  LossSums sums_;  // of the batches of one evaluation
   std::unique_ptr<EvalLoader> all_;
   std::vector<std::pair<std::string, std::unique_ptr<EvalLoader>>> sources_;
 };
@@ -435,9 +443,9 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   dir.data_fingerprint = data.fingerprint;
   dir.tokenizer_fingerprint = tokenizer_fingerprint(cfg.data.tokenizer);
   Loader loader(*data.train, tc.micro_batch_size, static_cast<uint64_t>(tc.seed));
-  Evaluation evaluation(cfg, data);
   const BuiltModel built = build_model(cfg, {StartFrom::run, false, ckpt.value_or("")});
   Transformer& model = *built.model;
+  Evaluation evaluation(cfg, data, model);
   const std::string data_change =
       built.resumed ? check_same_data(*built.resumed, dir, cfg, *ckpt, allow_data_change) : "";
   const Position at = resume_position(built, loader, dir, ckpt);
@@ -508,7 +516,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
       // run killed and resumed logs what an uninterrupted one does (a signal during it still
       // stops the run with this step's checkpoint).
       if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
-        evaluation.run(model, metrics, step, result);
+        evaluation.run(metrics, step, result);
       if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
     }
     t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
@@ -530,7 +538,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     // The checkpoint first: a signal during the evaluation (and a scheduler's SIGKILL after it)
     // then costs nothing but the evaluation.
     save_now();
-    evaluation.run(model, metrics, step, result);
+    evaluation.run(metrics, step, result);
     if (signals.received()) return stopped();
   } else if (resume_from.empty()) {
     // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
@@ -538,7 +546,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     // final evaluation (written after the final checkpoint) evaluates.
     prune_checkpoints(dir.path.string(), tc.keep_last);
     if (step == tc.max_steps && !eval_logged(dir.path, step)) {
-      evaluation.run(model, metrics, step, result);
+      evaluation.run(metrics, step, result);
       if (signals.received()) return stopped();
     }
   }

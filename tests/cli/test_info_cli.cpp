@@ -118,29 +118,29 @@ TEST(InfoCli, MemoryLinesAreTheModelsBuffers) {
       const auto j = info_json(dir, std::string(" --micro-batch 3 --seq-len 37") +
                                         (ckpt ? " --activation-checkpointing" : ""));
       int64_t flat = 0;
-      Transformer::param_layout(cfg, &flat);
+      param_layout(cfg, &flat);
       const auto& m = j["training_step"];
       EXPECT_EQ(m["micro_batch"], 3);
       EXPECT_EQ(m["seq_len"], 37);
       for (const char* k : {"weights", "gradients", "adamw_m", "adamw_v"})
         EXPECT_EQ(m[k].get<int64_t>(), flat * 4) << k;
       EXPECT_EQ(m["activations"].get<uint64_t>(),
-                Transformer::activation_bytes(cfg, DType::f32, 3, 37, ckpt, 1024));
+                ActivationPlan::bytes(cfg, DType::f32, 3, 37, {ckpt, 0, 1024}));
       EXPECT_EQ(m["total"].get<uint64_t>(), 4 * flat * 4 + m["activations"].get<uint64_t>());
     }
     // bf16 compute: the f32 weights and gradients each gain a bf16 copy (Transformer's compute
     // copies); the moments stay f32; activations are bf16, their saved statistics f32.
     const auto j = info_json(dir, " --micro-batch 3 --seq-len 37 --precision bf16");
     int64_t flat = 0;
-    Transformer::param_layout(cfg, &flat);
+    param_layout(cfg, &flat);
     const auto& m = j["training_step"];
     EXPECT_EQ(m["precision"], "bf16");
     EXPECT_EQ(m["weights"].get<int64_t>(), flat * 6);
     EXPECT_EQ(m["gradients"].get<int64_t>(), flat * 6);
     EXPECT_EQ(m["adamw_m"].get<int64_t>(), flat * 4);
-    const uint64_t f32_acts = Transformer::activation_bytes(cfg, DType::f32, 3, 37, false, 1024);
+    const uint64_t f32_acts = ActivationPlan::bytes(cfg, DType::f32, 3, 37, {false, 0, 1024});
     EXPECT_EQ(m["activations"].get<uint64_t>(),
-              Transformer::activation_bytes(cfg, DType::bf16, 3, 37, false, 1024));
+              ActivationPlan::bytes(cfg, DType::bf16, 3, 37, {false, 0, 1024}));
     EXPECT_LT(m["activations"].get<uint64_t>(), f32_acts * 6 / 10);
     EXPECT_GT(m["activations"].get<uint64_t>(), f32_acts / 2);
   }
@@ -163,7 +163,7 @@ TEST(InfoCli, OptimizerStateFollowsTheOptimizer) {
   cfg.max_position_embeddings = 64;
   const fs::path dir = config_dir("opt_llama", model_config_to_hf(cfg));
   int64_t flat = 0;
-  const std::vector<ParamInfo> params = Transformer::param_layout(cfg, &flat);
+  const std::vector<ParamInfo> params = param_layout(cfg, &flat);
   for (const char* name : {"adamw", "lion", "sgd", "muon"}) {
     SCOPED_TRACE(name);
     const auto m = info_json(dir, std::string(" --optimizer ") + name)["training_step"];
@@ -204,7 +204,7 @@ TEST(InfoCli, ActivationBitsShrinkEachLayersSet) {
         info_json(dir, " --micro-batch 3 --seq-len 37 --activation-bits 1")["training_step"];
     EXPECT_EQ(bits["activation_bits"], 1);
     EXPECT_EQ(bits["activations"].get<uint64_t>(),
-              Transformer::activation_bytes(cfg, DType::f32, 3, 37, false, 1024, 1));
+              ActivationPlan::bytes(cfg, DType::f32, 3, 37, {false, 1, 1024}));
     const auto r64 = [](uint64_t x) { return (x + 63) / 64 * 64; };
     const uint64_t pre = r64(3 * 37 * cfg.intermediate_size * 4);
     const uint64_t mask =
@@ -221,7 +221,7 @@ TEST(InfoCli, ActivationBitsShrinkEachLayersSet) {
                                 "--activation-checkpointing")["training_step"];
     EXPECT_EQ(ckpt["layer_sets"], 1);
     EXPECT_EQ(ckpt["activations"].get<uint64_t>(),
-              Transformer::activation_bytes(cfg, DType::f32, 3, 37, true, 1024, 1));
+              ActivationPlan::bytes(cfg, DType::f32, 3, 37, {true, 1, 1024}));
     Result r = run("info --model " + dir.string() + " --activation-bits 1");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(r.out.find("activation_bits 1"), std::string::npos) << r.out;

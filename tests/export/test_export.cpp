@@ -276,7 +276,7 @@ TEST(SaveHfModel, ReplacesOnlyAPreviousExport) {
 
 TEST(SaveHfModel, TensorsMustMatchTheConfig) {
   const ModelConfig cfg = test::tiny_config("llama");
-  std::vector<ParamInfo> layout = Transformer::param_layout(cfg);
+  std::vector<ParamInfo> layout = param_layout(cfg);
   std::vector<float> data(1 << 20);
   std::vector<HfTensor> tensors;
   for (const ParamInfo& p : layout) tensors.push_back({p.name, p.shape, data.data()});

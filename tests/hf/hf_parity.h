@@ -18,6 +18,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
+#include "model_passes.h"
 
 namespace lmt::test {
 
@@ -99,7 +100,7 @@ inline ParityErrors check_hf_parity(const std::string& dir, const std::string& r
 
   // Loss and gradients of the mean loss.
   m->zero_grads();
-  const LossSum s = m->forward_backward(ids.data(), labels.data(), 1, T, 1.0 / (T - 1), pk);
+  const LossSum s = lmt::test::train_batch(*m, ids.data(), labels.data(), 1, T, 1.0 / (T - 1), pk);
   EXPECT_EQ(s.tokens, T - 1) << what;
   e.loss = std::abs(s.sum / (T - 1) - ref_loss) / std::abs(ref_loss);
   EXPECT_LT(e.loss, bound.loss) << what << ": loss ours " << s.sum / (T - 1) << " ref " << ref_loss;

@@ -71,7 +71,7 @@ TEST(HfFamilies, WrittenConfigsReadBackToTheSameModel) {
     const ModelConfig back = model_config_from_hf(j, "x/config.json");
     EXPECT_EQ(model_config_to_hf(back), j);
     // Same parameters, same attention everywhere.
-    const auto a = Transformer::param_layout(c), b = Transformer::param_layout(back);
+    const auto a = param_layout(c), b = param_layout(back);
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i)
       EXPECT_EQ(a[i].name + a[i].shape.str(), b[i].name + b[i].shape.str());

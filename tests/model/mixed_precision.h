@@ -84,12 +84,13 @@ inline Outputs run(Backend& be, const ModelConfig& cfg, bool bf16, bool lora, bo
   const auto ids = random_ids(2 * B * T, cfg.vocab_size, 5);
   const auto labels = random_ids(2 * B * T, cfg.vocab_size, 6);
   m.zero_grads();
+  LossSums sums = m.make_loss_sums();
+  sums.zero();
   Outputs o;
   for (int64_t mb = 0; mb < 2; ++mb)
     o.loss.tokens += m.forward_backward(&ids[mb * B * T], &labels[mb * B * T], B, T,
-                                        1.0 / (2 * B * T), nullptr, false)
-                         .tokens;
-  o.loss.sum = m.take_loss_sum();
+                                        1.0 / (2 * B * T), sums, nullptr);
+  o.loss.sum = sums.read(o.loss.tokens).sum;
   o.grads.resize(static_cast<size_t>(m.trainable_flat_size()));
   be.to_host(o.grads.data(), m.trainable_grads_data(), o.grads.size() * sizeof(float));
   o.logits = m.forward_logits(ids.data(), 1, T, nullptr);

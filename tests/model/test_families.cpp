@@ -14,6 +14,7 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
+#include "model_passes.h"
 
 namespace lmt {
 namespace {
@@ -63,11 +64,11 @@ TEST_P(Family, GradientsMatchFiniteDifferences) {
     auto labels = random_ids(B * T, 11, 6);
     labels[4] = Transformer::kIgnoreIndex;
     m.zero_grads();
-    const LossSum s = m.forward_backward(ids.data(), labels.data(), B, T, 1.0);
+    const LossSum s = lmt::test::train_batch(m, ids.data(), labels.data(), B, T, 1.0);
     std::vector<double> grad(static_cast<size_t>(m.flat_size()));
     be.to_host(grad.data(), m.grads_data(), grad.size() * sizeof(double));
     auto* w = static_cast<double*>(m.params_data());
-    auto loss = [&] { return m.forward_loss(ids.data(), labels.data(), B, T).sum; };
+    auto loss = [&] { return batch_loss(m, ids.data(), labels.data(), B, T).sum; };
     EXPECT_NEAR(loss(), s.sum, 1e-12);
     expect_gradients_match(m.params(), w, grad, loss);
   }
@@ -166,16 +167,16 @@ TEST_P(Family, LoraGradientsMatchFiniteDifferences) {
       be.from_host(m.lora_data(), lw.data(), lw.size() * sizeof(double));
 
       m.zero_grads();
-      const LossSum s = m.forward_backward(ids.data(), labels.data(), B, T, 1.0, &packing);
+      const LossSum s = lmt::test::train_batch(m, ids.data(), labels.data(), B, T, 1.0, &packing);
       std::vector<double> grad(static_cast<size_t>(m.lora_flat_size()));
       be.to_host(grad.data(), m.lora_grads_data(), grad.size() * sizeof(double));
       auto* w = static_cast<double*>(m.lora_data());
       // With dropout the loss of forward_backward (fixed masks) is the function differentiated;
       // forward_loss (evaluation) applies none.
-      const double eval_loss = m.forward_loss(ids.data(), labels.data(), B, T, &packing).sum;
+      const double eval_loss = batch_loss(m, ids.data(), labels.data(), B, T, &packing).sum;
       auto loss = [&] {
-        if (spec.dropout == 0) return m.forward_loss(ids.data(), labels.data(), B, T, &packing).sum;
-        return m.forward_backward(ids.data(), labels.data(), B, T, 1.0, &packing).sum;
+        if (spec.dropout == 0) return batch_loss(m, ids.data(), labels.data(), B, T, &packing).sum;
+        return lmt::test::train_batch(m, ids.data(), labels.data(), B, T, 1.0, &packing).sum;
       };
       EXPECT_NEAR(loss(), s.sum, 1e-12);
       if (spec.dropout > 0) EXPECT_GT(std::abs(eval_loss - s.sum), 1e-6);

@@ -12,6 +12,7 @@
 #include "model/lora.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
+#include "model_passes.h"
 
 namespace lmt {
 namespace {
@@ -255,7 +256,7 @@ TEST(Lora, Bf16BaseComputesWhatAnF32BaseOfTheSameWeightsDoes) {
     if (name == "llama_untied") c.tie_word_embeddings = false;
     CpuBackend be;
     int64_t flat = 0;
-    const std::vector<ParamInfo> params = Transformer::param_layout(c, &flat);
+    const std::vector<ParamInfo> params = param_layout(c, &flat);
     std::vector<double> wd(static_cast<size_t>(flat));
     fill_normal(wd.data(), flat, 0.0, 0.3, 21, 0);
     for (const ParamInfo& p : params)
@@ -288,8 +289,8 @@ TEST(Lora, Bf16BaseComputesWhatAnF32BaseOfTheSameWeightsDoes) {
     for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << i;
     f32->zero_grads();
     bf->zero_grads();
-    const LossSum lw = f32->forward_backward(ids.data(), labels.data(), B, T, 1.0);
-    const LossSum lb = bf->forward_backward(ids.data(), labels.data(), B, T, 1.0);
+    const LossSum lw = lmt::test::train_batch(*f32, ids.data(), labels.data(), B, T, 1.0);
+    const LossSum lb = lmt::test::train_batch(*bf, ids.data(), labels.data(), B, T, 1.0);
     EXPECT_NEAR(lb.sum, lw.sum, 1e-5 * std::abs(lw.sum));
     std::vector<float> gw(static_cast<size_t>(f32->lora_flat_size())), gb(gw.size());
     be.to_host(gw.data(), f32->lora_grads_data(), gw.size() * sizeof(float));
@@ -305,8 +306,8 @@ TEST(Lora, Bf16BaseComputesWhatAnF32BaseOfTheSameWeightsDoes) {
   ModelConfig g = family_defaults("gemma3");  // Gemma 3 270M's sizes
   g.vocab_size = 262144, g.hidden_size = 640, g.intermediate_size = 2048;
   g.num_hidden_layers = 18, g.num_attention_heads = 4, g.num_key_value_heads = 1, g.head_dim = 256;
-  const double ratio = static_cast<double>(Transformer::base_bytes(g, DType::bf16)) /
-                       static_cast<double>(Transformer::base_bytes(g, DType::f32));
+  const double ratio = static_cast<double>(ModelWeights::base_bytes(g, DType::bf16)) /
+                       static_cast<double>(ModelWeights::base_bytes(g, DType::f32));
   EXPECT_GT(ratio, 0.5);
   EXPECT_LT(ratio, 0.53);
 }

@@ -43,7 +43,7 @@ TEST(ShapeBounds, ParameterCountMatchesTheLayout) {
       ModelConfig c = small(f);
       c.tie_word_embeddings = tied;
       int64_t sum = 0;
-      for (const ParamInfo& p : Transformer::param_layout(c)) sum += p.numel();
+      for (const ParamInfo& p : param_layout(c)) sum += p.numel();
       EXPECT_EQ(c.parameter_count(), sum) << f << (tied ? " tied" : "");
     }
 }
@@ -83,10 +83,10 @@ TEST(ShapeBounds, WidthsLayersAndProductsPastTheBoundsNameTheirKeys) {
 TEST(ShapeBounds, WeightsLargerThanTheMemoryAreRefusedBeforeTheModel) {
   const ModelConfig c = small("llama");
   const uint64_t bytes = static_cast<uint64_t>(c.parameter_count()) * 4;
-  EXPECT_NO_THROW(Transformer::check_weights_fit(c, DType::f32, bytes));
-  EXPECT_NO_THROW(Transformer::check_weights_fit(c, DType::f32, 0));  // unknown: no check
+  EXPECT_NO_THROW(ModelWeights::check_fits(c, DType::f32, bytes));
+  EXPECT_NO_THROW(ModelWeights::check_fits(c, DType::f32, 0));  // unknown: no check
   try {
-    Transformer::check_weights_fit(c, DType::f32, bytes - 1);
+    ModelWeights::check_fits(c, DType::f32, bytes - 1);
     FAIL() << "no error";
   } catch (const UserError& e) {
     const std::string m = e.what();
@@ -102,7 +102,7 @@ TEST(ShapeBounds, ADeepModelsLayoutIsLinearInItsSize) {
   ModelConfig c = small("llama");
   c.num_hidden_layers = 20000;
   const auto start = std::chrono::steady_clock::now();
-  const size_t bytes = Transformer::base_bytes(c, DType::bf16);
+  const size_t bytes = ModelWeights::base_bytes(c, DType::bf16);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GT(bytes, static_cast<size_t>(c.parameter_count()) * 2);
   EXPECT_LT(s, 2.0);

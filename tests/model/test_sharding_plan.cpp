@@ -82,7 +82,7 @@ TEST(ShardingPlan, EveryFamilysMatricesAreSplit) {
     c.num_attention_heads = 4, c.num_key_value_heads = c.family == "gpt2" ? 0 : 2;
     c.head_dim = c.family == "gpt2" ? 0 : 8;
     c.max_position_embeddings = 64;
-    for (const ParamInfo& p : Transformer::param_layout(c, nullptr)) {
+    for (const ParamInfo& p : param_layout(c, nullptr)) {
       const S s = plan_sharding(p.name, p.shape.dims());
       if (p.shape.dims().size() == 2)
         EXPECT_FALSE(is_replicated(s)) << p.name;

@@ -11,6 +11,7 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "model_test_util.h"
+#include "model_passes.h"
 
 namespace lmt {
 namespace {
@@ -35,7 +36,7 @@ ModelConfig tiny_config(bool tied) {
 
 double loss_of(Transformer& m, const std::vector<int32_t>& ids, const std::vector<int32_t>& labels,
                int64_t B, int64_t T) {
-  LossSum s = m.forward_loss(ids.data(), labels.data(), B, T);
+  LossSum s = batch_loss(m, ids.data(), labels.data(), B, T);
   return s.sum / static_cast<double>(s.tokens);
 }
 
@@ -54,7 +55,7 @@ void gradient_check(bool tied, bool checkpointing) {
   for (int32_t l : labels) valid += l != Transformer::kIgnoreIndex;
 
   m.zero_grads();
-  LossSum s = m.forward_backward(ids.data(), labels.data(), B, T, 1.0 / static_cast<double>(valid));
+  LossSum s = lmt::test::train_batch(m, ids.data(), labels.data(), B, T, 1.0 / static_cast<double>(valid));
   ASSERT_EQ(s.tokens, valid);
   std::vector<double> grad(static_cast<size_t>(m.flat_size()));
   be.to_host(grad.data(), m.grads_data(), grad.size() * sizeof(double));
@@ -121,8 +122,8 @@ TEST(Transformer, CheckpointingGivesBitIdenticalGradients) {
   auto ids = random_ids(3 * 9, 11, 8), labels = random_ids(3 * 9, 11, 9);
   a.zero_grads();
   b.zero_grads();
-  LossSum la = a.forward_backward(ids.data(), labels.data(), 3, 9, 0.01);
-  LossSum lb = b.forward_backward(ids.data(), labels.data(), 3, 9, 0.01);
+  LossSum la = lmt::test::train_batch(a, ids.data(), labels.data(), 3, 9, 0.01);
+  LossSum lb = lmt::test::train_batch(b, ids.data(), labels.data(), 3, 9, 0.01);
   EXPECT_EQ(la.sum, lb.sum);
   std::vector<float> ga(static_cast<size_t>(a.flat_size())), gb(ga.size());
   be.to_host(ga.data(), a.grads_data(), ga.size() * 4);
@@ -166,7 +167,7 @@ TEST(Transformer, ActivationBitsGiveBitIdenticalGradients) {
           }
           auto ids = random_ids(3 * 9, 11, 8), labels = random_ids(3 * 9, 11, 9);
           m.zero_grads();
-          ls[i] = m.forward_backward(ids.data(), labels.data(), 3, 9, 0.01);
+          ls[i] = lmt::test::train_batch(m, ids.data(), labels.data(), 3, 9, 0.01);
           const int64_t n = lora ? m.lora_flat_size() : m.flat_size();
           gs[i].resize(static_cast<size_t>(n));
           be.to_host(gs[i].data(), lora ? m.lora_grads_data() : m.grads_data(), gs[i].size() * 4);
@@ -261,7 +262,7 @@ TEST(Transformer, PackedRowEqualsSeparateDocuments) {
     const Transformer::Packing packing{pos.data(), start.data()};
     std::vector<double> packed = m.forward_logits(ids.data(), 1, T, &packing);
     m.zero_grads();
-    LossSum ls = m.forward_backward(ids.data(), labels.data(), 1, T, 1.0, &packing);
+    LossSum ls = lmt::test::train_batch(m, ids.data(), labels.data(), 1, T, 1.0, &packing);
     std::vector<double> g_packed(static_cast<size_t>(m.flat_size())), g_sep(g_packed.size());
     be.to_host(g_packed.data(), m.grads_data(), g_packed.size() * sizeof(double));
 
@@ -272,7 +273,7 @@ TEST(Transformer, PackedRowEqualsSeparateDocuments) {
       std::vector<double> alone = m.forward_logits(&ids[at], 1, len);
       for (int64_t i = 0; i < len * 11; ++i)
         ASSERT_NEAR(packed[at * 11 + i], alone[i], 1e-12) << "token " << at + i / 11;
-      sep_sum += m.forward_backward(&ids[at], &labels[at], 1, len, 1.0).sum;
+      sep_sum += lmt::test::train_batch(m, &ids[at], &labels[at], 1, len, 1.0).sum;
       at += len;
     }
     be.to_host(g_sep.data(), m.grads_data(), g_sep.size() * sizeof(double));
@@ -292,12 +293,12 @@ TEST(Transformer, LossDoesNotDependOnMicroBatchSplit) {
   auto ids = random_ids(B * T, 11, 32), labels = random_ids(B * T, 11, 33);
   const double scale = 1.0 / (B * T);
   m.zero_grads();
-  m.forward_backward(ids.data(), labels.data(), B, T, scale);
+  lmt::test::train_batch(m, ids.data(), labels.data(), B, T, scale);
   std::vector<double> whole(static_cast<size_t>(m.flat_size())), split(whole.size());
   be.to_host(whole.data(), m.grads_data(), whole.size() * 8);
   m.zero_grads();
-  m.forward_backward(ids.data(), labels.data(), 2, T, scale);
-  m.forward_backward(ids.data() + 2 * T, labels.data() + 2 * T, 2, T, scale);
+  lmt::test::train_batch(m, ids.data(), labels.data(), 2, T, scale);
+  lmt::test::train_batch(m, ids.data() + 2 * T, labels.data() + 2 * T, 2, T, scale);
   be.to_host(split.data(), m.grads_data(), split.size() * 8);
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_NEAR(whole[i], split[i], 1e-13);
 }
@@ -306,7 +307,7 @@ TEST(Transformer, RejectsTokenOutsideVocabulary) {
   CpuBackend be;
   Transformer m(&be, tiny_config(false));
   std::vector<int32_t> ids = {1, 2, 11}, labels = {1, 2, 3};
-  EXPECT_THROW(m.forward_loss(ids.data(), labels.data(), 1, 3), UserError);
+  EXPECT_THROW(batch_loss(m, ids.data(), labels.data(), 1, 3), UserError);
 }
 
 }  // namespace

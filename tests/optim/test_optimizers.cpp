@@ -339,7 +339,7 @@ TEST(Optimizers, OptimizerBytesIsWhatTheOptimizerHolds) {
   gpt2.max_position_embeddings = 16;
   int64_t test_total = 0, gpt2_total = 0;
   const std::vector<ParamInfo> test_params = muon_layout(&test_total);
-  const std::vector<ParamInfo> gpt2_params = Transformer::param_layout(gpt2, &gpt2_total);
+  const std::vector<ParamInfo> gpt2_params = param_layout(gpt2, &gpt2_total);
   for (const char* name : {"adamw", "lion", "sgd", "muon"}) {
     OptimizerSpec spec;
     spec.name = name;

@@ -13,6 +13,7 @@
 #include "model/sharding_plan.h"
 #include "model/transformer.h"
 #include "pjrt_test_util.h"
+#include "model_passes.h"
 
 namespace lmt {
 namespace {
@@ -41,7 +42,7 @@ Outputs step(const Mesh& mesh, const ModelConfig& cfg, bool checkpointing, bool 
   const auto labels = test::random_ids(B * T, cfg.vocab_size, 6);
   m.zero_grads();
   Outputs out;
-  out.loss = m.forward_backward(ids.data(), labels.data(), B, T, 1.0 / (B * T), nullptr);
+  out.loss = lmt::test::train_batch(m, ids.data(), labels.data(), B, T, 1.0 / (B * T), nullptr);
   out.grads.resize(static_cast<size_t>(m.flat_size()));
   be->to_host(out.grads.data(), m.grads_data(), out.grads.size() * sizeof(float));
   return out;

@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "pjrt_test_util.h"
+#include "model_passes.h"
 
 namespace lmt {
 namespace {
@@ -73,7 +74,7 @@ Outputs run(Backend& be, const ModelConfig& cfg, const Mode& s) {
   m.zero_grads();
   Outputs o;
   o.loss =
-      m.forward_backward(ids.data(), labels.data(), B, T, 1.0 / 13, s.packed ? &packing : nullptr);
+      lmt::test::train_batch(m, ids.data(), labels.data(), B, T, 1.0 / 13, s.packed ? &packing : nullptr);
   o.grads.resize(static_cast<size_t>(m.trainable_flat_size()));
   be.to_host(o.grads.data(), m.trainable_grads_data(), o.grads.size() * sizeof(float));
   o.logits = m.forward_logits(ids.data(), 1, T, nullptr);

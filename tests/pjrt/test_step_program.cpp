@@ -41,14 +41,16 @@ PjrtBackendStats run_steps(Backend& be, Transformer& m, const Step& s, Optimizer
     starts[i] = static_cast<int32_t>(d0), pos[i] = static_cast<int32_t>(t - d0);
   }
   const Transformer::Packing packing{pos.data(), starts.data()};
+  LossSums sums = m.make_loss_sums();
   for (int step = 0; step < 2; ++step) {
     m.zero_grads();
-    m.forward_backward(ids.data(), ids.data(), s.B, s.T, 1.0 / N, s.packed ? &packing : nullptr,
-                       false);
+    sums.zero();
+    m.forward_backward(ids.data(), ids.data(), s.B, s.T, 1.0 / N, sums,
+                       s.packed ? &packing : nullptr);
     opt.clip_and_step(static_cast<float*>(m.trainable_data()),
                       static_cast<float*>(m.trainable_grads_data()), 1e-3, 1.0);
     m.discard_grads();
-    m.take_loss_sum();
+    sums.read(0);
     be.synchronize();
   }
   return pjrt_backend_stats(be);
@@ -123,7 +125,8 @@ TEST_F(StepProgram, CachedProgramReadsUpdatedDonatedWeights) {
   const std::vector<int32_t> ids = test::random_ids(N, cfg.vocab_size, seed_);
   auto grads = [&](Backend& be, Transformer& m) {
     m.zero_grads();
-    m.forward_backward(ids.data(), ids.data(), B, T, 1.0 / N, nullptr, false);
+    LossSums sums = m.make_loss_sums();
+    m.forward_backward(ids.data(), ids.data(), B, T, 1.0 / N, sums);
     std::vector<float> g(m.flat_size());
     be.to_host(g.data(), m.grads_data(), g.size() * 4);
     return g;

@@ -42,12 +42,11 @@ TEST(MemoryCheck, TermsMatchTheModel) {
   const RunConfig c = small();
   const TrainingMemory m = training_memory(c);
   int64_t flat = 0;
-  Transformer::param_layout(c.model, &flat);
+  param_layout(c.model, &flat);
   EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4);
   EXPECT_EQ(m.gradients, m.weights);
   EXPECT_EQ(m.optimizer, 2 * m.weights);  // AdamW, the default
-  EXPECT_EQ(m.activations, Transformer::activation_bytes(c.model, DType::f32, 3, 16, false,
-                                                         c.train.loss_chunk_tokens));
+  EXPECT_EQ(m.activations, ActivationPlan::bytes(c.model, DType::f32, 3, 16, {false, 0, c.train.loss_chunk_tokens}));
   EXPECT_EQ(m.step_tokens, 3u * 16 * 5 * 4 * sizeof(int32_t));
   EXPECT_EQ(m.total(), m.weights * 4 + m.activations + m.step_tokens);
   EXPECT_EQ(refusal(c, m.total()), "");
@@ -78,7 +77,7 @@ TEST(MemoryCheck, LoraCountsTheAdaptersGradientsAndMomentsOnly) {
   c.validate();
   const TrainingMemory m = training_memory(c);
   int64_t flat = 0;
-  Transformer::param_layout(c.model, &flat);
+  param_layout(c.model, &flat);
   const uint64_t adapters =
       static_cast<uint64_t>(lora_layout(c.model, lora_spec(c.lora)).flat_size) * 4;
   EXPECT_GT(adapters, 0u);
@@ -87,7 +86,7 @@ TEST(MemoryCheck, LoraCountsTheAdaptersGradientsAndMomentsOnly) {
   EXPECT_EQ(m.optimizer, 2 * adapters);
   EXPECT_LT(m.total(), training_memory(small()).total());
   c.lora.base_dtype = "bf16";  // the base as Transformer::set_base_dtype holds it
-  EXPECT_EQ(training_memory(c).weights, Transformer::base_bytes(c.model, DType::bf16) + adapters);
+  EXPECT_EQ(training_memory(c).weights, ModelWeights::base_bytes(c.model, DType::bf16) + adapters);
 }
 
 TEST(MemoryCheck, TooBigNamesTheKeysAndBothNumbers) {

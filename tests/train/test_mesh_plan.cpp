@@ -43,7 +43,7 @@ ModelConfig small_llama() {
 // Elements of the tensors the plan splits over `axis` (on any dimension) and of the rest.
 std::pair<int64_t, int64_t> split_and_whole(const ModelConfig& cfg, const std::string& axis) {
   int64_t split = 0, whole = 0;
-  for (const ParamInfo& p : Transformer::param_layout(cfg)) {
+  for (const ParamInfo& p : param_layout(cfg)) {
     bool by = false;
     for (const std::vector<std::string>& dim : plan_sharding(p.name, p.shape.dims()))
       for (const std::string& a : dim) by |= a == axis;
@@ -81,7 +81,7 @@ TEST(MeshPlan, TensorHalvesTheSplitMatrices) {
   EXPECT_EQ(param_shards(cfg, mesh_of(1, 1, 2), "adamw").total, split / 2 + whole);
   // q, k, v, gate, up, o, down, the embedding and the head are all split: only norms stay.
   int64_t norms = 0;
-  for (const ParamInfo& p : Transformer::param_layout(cfg))
+  for (const ParamInfo& p : param_layout(cfg))
     if (p.kind == ParamKind::norm) norms += p.numel();
   EXPECT_EQ(whole, norms);
   // Lion and SGD keep one moment, Muon one for hidden matrices and two for the rest.
