@@ -5,7 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "train/plot.h"
+#include "plot/plot.h"
 
 namespace lmt::cli {
 

@@ -1,6 +1,6 @@
 // Reading metrics.jsonl for `lmtrain plot`, and the choices that need no drawing library: which
 // panels, which series, log or linear, where the ticks go and how they read.
-#include "train/plot.h"
+#include "plot/plot.h"
 
 #include <fmt/core.h>
 

@@ -1,7 +1,7 @@
-// `lmtrain plot`: runs' metrics.jsonl read into series and drawn as one figure for a report.
-// Reading, the choice of panels, scales and ticks live here (plot.cpp, no drawing library);
-// plot_render.cpp lays the figure out and draws it with cairo, to SVG or PNG, so the same code
-// makes both. Without cairo at build time render_plot says so (a UserError naming setup.sh).
+// `lmtrain plot`: runs' metrics.jsonl read into series and drawn as one figure for a report. It
+// uses no training code: it reads what a run wrote. Reading lives in plot.cpp, the choice of
+// panels, scales and ticks in panels.cpp (no drawing library in either); render.cpp lays the
+// figure out and draws it with cairo, to SVG or PNG, so the same code makes both. Without cairo at build time render_plot says so (a UserError naming setup.sh).
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "io/io_test_util.h"
-#include "train/plot.h"
+#include "plot/plot.h"
 
 namespace lmt {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "io/text_file.h"
-#include "train/plot.h"
+#include "plot/plot.h"
 
 #ifdef LMTRAIN_HAVE_CAIRO
 #include <cairo-svg.h>

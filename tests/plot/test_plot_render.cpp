@@ -16,7 +16,7 @@
 #include "cli/cli_util.h"
 #include "cli/test_seed.h"
 #include "io/io_test_util.h"
-#include "train/plot.h"
+#include "plot/plot.h"
 
 #ifdef LMTRAIN_HAVE_CAIRO
 #include <cairo.h>

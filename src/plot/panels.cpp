@@ -1,5 +1,5 @@
 // The panels of `lmtrain plot` and their axes: which series go where, log or linear, round ticks
-// and their labels. No drawing here (plot_render.cpp does that).
+// and their labels. No drawing here (render.cpp does that).
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -7,7 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "train/plot.h"
+#include "plot/plot.h"
 
 namespace lmt {
 
