@@ -33,6 +33,7 @@
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/model_builder.h"
+#include "train/run_schedule.h"
 #include "train/train_data.h"
 
 namespace lmt {
@@ -472,12 +473,12 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   auto save_now = [&]() { result.last_checkpoint = save(dir, cfg, built, loader, step, tokens); };
   StopSignals signals;
   auto stop_requested = [&](int64_t s) { return stop_after > 0 && s >= stop_after; };
+  const RunSchedule schedule{tc.max_steps, tc.eval_every, tc.save_every};
   // Step s may be queued before the previous step's report is read (on pjrt the host builds it
   // while the device runs that one) unless the host needs the model of the s steps before it.
   auto may_queue = [&](int64_t s) {
-    const bool eval = tc.eval_every > 0 && s % tc.eval_every == 0;
-    const bool save = tc.save_every > 0 && s % tc.save_every == 0;
-    return s < tc.max_steps && !eval && !save && !stop_requested(s) && !signals.received();
+    return s < tc.max_steps && !schedule.at(s).any() && !stop_requested(s) &&
+           !signals.received();
   };
   auto next = [&]() -> const Batch& { return loader.next(); };
   Timer t;
@@ -512,12 +513,10 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
       metrics.log_step(m);
     }
     if (train_step.queued() == 0) {  // the model is this step's
-      // Evaluation first: a checkpoint at step N then means step N's evaluation is logged, so a
-      // run killed and resumed logs what an uninterrupted one does (a signal during it still
-      // stops the run with this step's checkpoint).
-      if (tc.eval_every > 0 && step % tc.eval_every == 0 && step != tc.max_steps)
-        evaluation.run(metrics, step, result);
-      if (tc.save_every > 0 && step % tc.save_every == 0 && step != tc.max_steps) save_now();
+      const RunSchedule::Point point = schedule.at(step);
+      if (point.save && point.save_first) save_now();
+      if (point.evaluate) evaluation.run(metrics, step, result);
+      if (point.save && !point.save_first) save_now();
     }
     t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
   }
@@ -534,13 +533,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     if (step > result.first_step && !saved) save_now();
     return stopped();
   }
-  if (step > result.first_step || !ckpt) {
-    // The checkpoint first: a signal during the evaluation (and a scheduler's SIGKILL after it)
-    // then costs nothing but the evaluation.
-    save_now();
-    evaluation.run(metrics, step, result);
-    if (signals.received()) return stopped();
-  } else if (resume_from.empty()) {
+  if (step == result.first_step && resume_from.empty()) {
     // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
     // and pruning the oldest ones is tidied as the save would have, and one killed during its
     // final evaluation (written after the final checkpoint) evaluates.
