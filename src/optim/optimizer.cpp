@@ -140,7 +140,8 @@ std::vector<StateBuffer> Sgd::state() const {
 namespace {
 
 std::unique_ptr<Optimizer> construct(Backend* be, const std::vector<ParamInfo>& params,
-                                     int64_t total, const OptimizerSpec& spec, double weight_decay) {
+                                     int64_t total, const OptimizerSpec& spec,
+                                     double weight_decay) {
   if (spec.name == "adamw") return std::make_unique<AdamW>(be, params, total, spec, weight_decay);
   if (spec.name == "lion") return std::make_unique<Lion>(be, params, total, spec, weight_decay);
   if (spec.name == "sgd") return std::make_unique<Sgd>(be, params, total, spec, weight_decay);

@@ -26,8 +26,7 @@ std::string start_weights(Transformer& model, const RunConfig& cfg, const BuildO
     // The model section is the directory's: load_run_config imported it, or the code that built
     // the config did (import_init_from).
     LMT_CHECK(cfg.imported_init_from == from,
-              "train.init_from '" + from + "' was not imported into the config (call "
-              "import_init_from(cfg) on a RunConfig built in code)");
+              "a RunConfig built in code with train.init_from must call import_init_from(cfg)");
     load_hf_weights(from, model);
     return fmt::format(
         "init: weights of Hugging Face model '{}' ({}, from its config.json); tokenizer {}", from,

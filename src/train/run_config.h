@@ -59,8 +59,9 @@ struct RunConfig {
 // Loads a YAML file with its base_config files (io/config_base.h), applies "section.key=value"
 // overrides in order, fills a RunConfig (the model and optimizer sections starting from the
 // defaults of their family and name), imports train.init_from and lora.init_from (the model keys
-// and data.tokenizer taken as given when the file or an override names them) and validates it. Every problem is a UserError naming the file, the key or the
-// override; a key a base gave is named at that base's file and line.
+// and data.tokenizer taken as given when the file or an override names them) and validates it.
+// Every problem is a UserError naming the file, the key or the override; a key a base gave is named
+// at that base's file and line.
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 // The name of each data source (data.sources[i].name, else its path's stem), unique: a repeated
 // default gets _2, _3, ...; repeated given names are refused by validation.

@@ -7,8 +7,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -87,8 +87,8 @@ std::string checkpoint_hash(const std::string& run) {
 }
 
 TEST_F(SavedRuns, ConfigsLoadToTheSavedYamlAndHash) {
-  for (const char* run : kRuns) expect_loads_as_saved("runs/" + std::string(run) + "/config.yaml",
-                                                       checkpoint_hash(run));
+  for (const char* run : kRuns)
+    expect_loads_as_saved("runs/" + std::string(run) + "/config.yaml", checkpoint_hash(run));
   for (const char* config : {"demo", "sft-lora"}) {
     std::string hash = read_text("runs/" + std::string(config) + ".hash");
     hash.erase(hash.find_last_not_of('\n') + 1);
@@ -117,8 +117,8 @@ TEST_F(SavedRuns, ResumeToTheSavedLosses) {
     SCOPED_TRACE(run);
     const std::string metrics = "runs/" + std::string(run) + "/metrics.jsonl";
     const auto saved = step_metrics(metrics);
-    const Result r = run_shell("cd \"" + dir_.string() + "\" && " + LMT_BINARY + " train --config " +
-                               run + ".yaml --resume");
+    const Result r = run_shell("cd \"" + dir_.string() + "\" && " + LMT_BINARY +
+                               " train --config " + run + ".yaml --resume");
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_EQ(r.out.find("config differs"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("done: 4 steps"), std::string::npos) << r.out;
