@@ -115,7 +115,6 @@ void import_init_from(RunConfig& cfg, const std::vector<std::string>& given_mode
         where, key, given, b->second, (fs::path(dir) / "config.json").string(), key));
   }
   cfg.model = hf;
-  cfg.imported_init_from = cfg.train.init_from;
   if (!tokenizer_given || cfg.data.tokenizer.empty()) {
     if (fs::exists(fs::path(dir) / "tokenizer.json") ||
         fs::exists(fs::path(dir) / "tokenizer.model"))
@@ -126,6 +125,7 @@ void import_init_from(RunConfig& cfg, const std::vector<std::string>& given_mode
           "tokenizer.model: name the tokenizer in data.tokenizer",
           where, dir));
   }
+  cfg.imported_init_from = cfg.train.init_from;
 }
 
 void import_init_from(RunConfig& cfg) {
