@@ -1,6 +1,6 @@
 // The training objective of one labelled row, written once for every backend: the CPU kernels
 // evaluate it in double, the PJRT lowering as StableHLO on a vector of rows, through the same
-// template. A new loss is added here (and to LossConfig in train/run_config.h).
+// template. A new loss is added here (and to LossConfig in train/config_sections.h).
 //
 // From a row's logits z (after the soft-cap), its label y, the vocabulary size V,
 //   lse       = log sum_j exp(z_j)

@@ -407,7 +407,9 @@ std::string format_config_keys(const std::vector<ConfigKey>& keys) {
     std::string line = k.path + std::string(w_path - k.path.size() + 2, ' ') + k.type +
                        std::string(w_type - k.type.size() + 2, ' ') + k.value;
     line += std::string(k.value.size() < w_value ? w_value - k.value.size() + 2 : 2, ' ');
-    out += line + k.help + "\n";
+    std::string choices;
+    for (const std::string& c : k.choices) choices += (choices.empty() ? "" : ", ") + c;
+    out += line + k.help + (choices.empty() ? "" : " (one of: " + choices + ")") + "\n";
   }
   return out;
 }

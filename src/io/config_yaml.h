@@ -1,5 +1,6 @@
-// Config structs <-> YAML, driven by each struct's visit() list (name, field, help), so a field is
-// declared once and reading, saving, --set overrides and the key listing follow. Field types:
+// Config structs <-> YAML, driven by each struct's visit() list (name, field, help and, for a
+// string of a few values, its choices: core/config_checks.h), so a field is declared once and
+// reading, saving, --set overrides and the key listing follow. Field types:
 // std::string, int64_t, double, bool, any struct with visit(), and std::vector of any of those.
 // Reading is strict: unknown keys, wrong types and strings where numbers belong are UserErrors that
 // name the file, line and dotted key (data.sources[1].path), or the --set argument responsible.
@@ -12,6 +13,8 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+
+#include "core/config_checks.h"
 
 namespace lmt {
 
@@ -40,6 +43,7 @@ struct ConfigKey {
   std::string type;   // "integer", "number", "bool", "string", "list", "section"
   std::string value;  // the default, as YAML
   std::string help;
+  std::vector<std::string> choices;  // the values it takes, when visit() declares them
 };
 
 // Applies "section.key=value" to `root`, creating sections on the way. The value is read as YAML
@@ -57,14 +61,14 @@ std::string yaml_error_text(const YAML::Exception& e);
 // --set is applied too, so that a file of the wrong shape is not blamed on an --set argument.
 void check_config_root(const YAML::Node& root, const ConfigSource& src);
 
-// An aligned table of keys, types, defaults and help text.
+// An aligned table of keys, types, defaults and help text (and the choices after it).
 std::string format_config_keys(const std::vector<ConfigKey>& keys);
 
 namespace config_detail {
 
 struct NullVisitor {
   template <class T>
-  void operator()(const char*, T&, const char*) {}
+  void operator()(const char*, T&, const char*, Choices = {}) {}
 };
 template <class T>
 concept Visitable = requires(T& t, NullVisitor& v) {
@@ -113,7 +117,7 @@ class MapReader {
   MapReader(const YAML::Node& map, const std::string& path, const ConfigSource& src)
       : map_(map), path_(path), src_(src) {}
   template <class T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, Choices = {}) {
     known_.emplace_back(key);
     const YAML::Node& map = map_;  // const: a missing key must not be inserted
     if (YAML::Node child = map[key]) read_value(child, field, join(path_, key), src_);
@@ -154,7 +158,7 @@ void emit_value(YAML::Emitter& out, T& v);
 struct EmitVisitor {
   YAML::Emitter& out;
   template <class T>
-  void operator()(const char* key, T& field, const char*) {
+  void operator()(const char* key, T& field, const char*, Choices = {}) {
     out << YAML::Key << key << YAML::Value;
     emit_value(out, field);
   }
@@ -181,15 +185,15 @@ struct KeyLister {
   std::string prefix;
   std::vector<ConfigKey>& keys;
   template <class T>
-  void operator()(const char* key, T& field, const char* help) {
+  void operator()(const char* key, T& field, const char* help, Choices choices = {}) {
     const std::string path = join(prefix, key);
     if constexpr (Visitable<T>) {
-      keys.push_back({path, "section", "", help});
+      keys.push_back({path, "section", "", help, {}});
       KeyLister sub{path, keys};
       field.visit(sub);
     } else if constexpr (IsVector<T>::value) {
       using E = typename IsVector<T>::Element;
-      keys.push_back({path, "list", "[]", help});
+      keys.push_back({path, "list", "[]", help, {}});
       if constexpr (Visitable<E>) {
         E element{};
         KeyLister sub{path + "[]", keys};
@@ -198,7 +202,8 @@ struct KeyLister {
     } else {
       YAML::Emitter out;
       emit_scalar(out, field);
-      keys.push_back({path, scalar_type(field), out.c_str(), help});
+      keys.push_back({path, scalar_type(field), out.c_str(), help, {}});
+      for (const char* c : choices) keys.back().choices.emplace_back(c);
     }
   }
 };

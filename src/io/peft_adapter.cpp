@@ -79,6 +79,7 @@ LoraSpec read_peft_adapter_config(const std::string& dir) {
     refuse("target_modules is a regular expression (" + excerpt(tm.get<std::string>()) +
            "); lmtrain reads adapters whose target_modules is a list of module names");
   if (!tm.is_array()) refuse("field 'target_modules' must be a list of module names");
+  s.target_modules.clear();  // the config's default is all-linear; the file's list replaces it
   for (const auto& t : tm) {
     if (!t.is_string()) refuse("target_modules holds " + t.dump() + ", not a module name");
     s.target_modules.push_back(t.get<std::string>());

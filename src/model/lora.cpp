@@ -69,11 +69,6 @@ void add_saved_modules(const ModelConfig& cfg, const LoraSpec& spec, LoraLayout&
 
 }  // namespace
 
-double LoraSpec::scaling() const {
-  const double r = static_cast<double>(rank);
-  return use_rslora ? alpha / std::sqrt(r) : alpha / r;
-}
-
 std::string block_prefix(const ModelConfig& cfg, int64_t layer) {
   return (cfg.traits().conv1d ? "transformer.h." : "model.layers.") + std::to_string(layer) + ".";
 }

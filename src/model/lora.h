@@ -10,29 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "model/lora_spec.h"
 #include "model/model_config.h"
 #include "model/param_layout.h"
 
 namespace lmt {
-
-struct LoraSpec {
-  int64_t rank = 0;  // 0: no adapters
-  double alpha = 16;
-  // Hugging Face module names, matched as PEFT does (the name, or a suffix after a '.': "q_proj",
-  // "self_attn.q_proj", "attn.c_proj"), or the single entry "all-linear" (every projection of
-  // the blocks, not the output head).
-  std::vector<std::string> target_modules;
-  bool use_rslora = false;
-  // PEFT's lora_dropout: in training, each adapter reads its input through its own dropout mask
-  // (the base projection reads it unchanged). Evaluation and inference use no dropout.
-  double dropout = 0;
-  // PEFT's modules_to_save: base modules trained in full beside the adapters, matched as PEFT
-  // does (the module name ends with the entry: "norm" takes every norm, "input_layernorm",
-  // "model.norm", "lm_head"). Norms, and the embeddings and head of an untied model.
-  std::vector<std::string> modules_to_save;
-
-  double scaling() const;
-};
 
 // Which group of a block's weights a projection belongs to (the layer code's fused GEMMs).
 enum class LoraGroup : uint8_t { qkv, o, up, down };

@@ -28,9 +28,9 @@ std::vector<OptimStateView> state_views(const std::vector<StateBuffer>& state) {
 
 namespace {
 
+// What make_spans reads: the decay choices.
 OptimizerSpec spec_of(const AdamWConfig& c) {
   OptimizerSpec s;
-  s.beta1 = c.beta1, s.beta2 = c.beta2, s.eps = c.eps, s.weight_decay = c.weight_decay;
   s.decay_embeddings = c.decay_embeddings, s.decay_norms_and_biases = c.decay_norms_and_biases;
   return s;
 }

@@ -55,14 +55,12 @@ class AdamW : public Optimizer {
   // inside [0, total_params)); elements outside every parameter (padding) are never touched.
   AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_params,
         const AdamWConfig& cfg);
-  // From train's OptimizerConfig (any struct with beta1, beta2, eps, decay_embeddings,
-  // decay_norms_and_biases) and train.weight_decay.
-  template <class C>
-  AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_params, const C& c,
-        double weight_decay)
+  // From the optimizer section and train.weight_decay.
+  AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_params,
+        const OptimizerSpec& s, double weight_decay)
       : AdamW(be, params, total_params,
-              AdamWConfig{c.beta1, c.beta2, c.eps, weight_decay, c.decay_embeddings,
-                          c.decay_norms_and_biases}) {}
+              AdamWConfig{s.beta1, s.beta2, s.eps, weight_decay, s.decay_embeddings,
+                          s.decay_norms_and_biases}) {}
 
   const char* name() const override { return "adamw"; }
   float* m_data() const { return m_.as<float>(); }  // [total_params], backend memory

@@ -25,8 +25,9 @@ size_t f32_bytes(int64_t n) {
 
 }  // namespace
 
-Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s)
-    : Optimizer(be, params, total), spec_(s) {
+Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s,
+           double weight_decay)
+    : Optimizer(be, params, total), spec_(s), weight_decay_(weight_decay) {
   std::vector<ParamInfo> hidden, rest;
   for (const ParamInfo& p : params) (hidden_matrix(p) ? hidden : rest).push_back(p);
   if (hidden.empty())
@@ -163,10 +164,10 @@ void Muon::update(float* params, const float* grads, double lr, const double* gr
     // Step lr * scale along X; the decay stays 1 - lr wd (muon_apply decays by its lr times wd).
     const double scale = kRmsMatch * std::sqrt(static_cast<double>(std::max(b.rows, b.cols)));
     be_->muon_apply(params + b.param, b.ld, out, b.rows, b.cols, lr * scale,
-                    b.decay ? spec_.weight_decay / scale : 0.0, grad_scale);
+                    b.decay ? weight_decay_ / scale : 0.0, grad_scale);
   }
   adamw_spans(be_, adamw_spans_, params, grads, m_.as<float>(), v_.as<float>(), lr, spec_.beta1,
-              spec_.beta2, spec_.eps, spec_.weight_decay, update_count(), grad_scale);
+              spec_.beta2, spec_.eps, weight_decay_, update_count(), grad_scale);
   for (const Buffer* s : {&u_, &x_, &work_}) be_->discard(s->data());
 }
 

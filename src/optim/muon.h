@@ -23,7 +23,8 @@ class Muon : public Optimizer {
   // The Newton-Schulz coefficients and the update's shape factor.
   static constexpr double kA = 3.4445, kB = -4.7750, kC = 2.0315, kRmsMatch = 0.2;
 
-  Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
+  Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s,
+       double weight_decay);
   const char* name() const override { return "muon"; }
   // momentum_buffer.<matrix> (Muon), exp_avg. and exp_avg_sq.<other> (AdamW); each compact.
   std::vector<StateBuffer> state() const override;
@@ -56,6 +57,7 @@ class Muon : public Optimizer {
   void update(float* params, const float* grads, double lr, const double* grad_scale) override;
 
   OptimizerSpec spec_;
+  double weight_decay_;
   std::vector<ParamInfo> muon_params_, adamw_params_;  // offsets into their state buffers
   std::vector<Span> muon_spans_, adamw_spans_;
   std::vector<Block> blocks_;

@@ -99,16 +99,18 @@ void Optimizer::confirm_step(bool finite) {
 
 // ---- Lion ----
 
-Lion::Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s)
+Lion::Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s,
+           double weight_decay)
     : Optimizer(be, params, total),
       spec_(s),
+      weight_decay_(weight_decay),
       m_(be, static_cast<size_t>(total) * sizeof(float)),
       spans_(make_spans(params, total, false, s)) {}
 
 void Lion::update(float* params, const float* grads, double lr, const double* grad_scale) {
   for (const Span& s : spans_)
     be_->lion_step(params + s.param, grads + s.param, m_data() + s.state, s.n, lr, spec_.beta1,
-                   spec_.beta2, s.decay ? spec_.weight_decay : 0.0, grad_scale);
+                   spec_.beta2, s.decay ? weight_decay_ : 0.0, grad_scale);
 }
 
 std::vector<StateBuffer> Lion::state() const {
@@ -117,16 +119,18 @@ std::vector<StateBuffer> Lion::state() const {
 
 // ---- SGD ----
 
-Sgd::Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s)
+Sgd::Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s,
+         double weight_decay)
     : Optimizer(be, params, total),
       spec_(s),
+      weight_decay_(weight_decay),
       buf_(be, static_cast<size_t>(total) * sizeof(float)),
       spans_(make_spans(params, total, false, s)) {}
 
 void Sgd::update(float* params, const float* grads, double lr, const double* grad_scale) {
   for (const Span& s : spans_)
     be_->sgd_step(params + s.param, grads + s.param, momentum_data() + s.state, s.n, lr,
-                  spec_.momentum, spec_.nesterov, s.decay ? spec_.weight_decay : 0.0, grad_scale);
+                  spec_.momentum, spec_.nesterov, s.decay ? weight_decay_ : 0.0, grad_scale);
 }
 
 std::vector<StateBuffer> Sgd::state() const {
@@ -136,22 +140,21 @@ std::vector<StateBuffer> Sgd::state() const {
 namespace {
 
 std::unique_ptr<Optimizer> construct(Backend* be, const std::vector<ParamInfo>& params,
-                                     int64_t total, const OptimizerSpec& spec) {
-  if (spec.name == "adamw")
-    return std::make_unique<AdamW>(be, params, total,
-                                   AdamWConfig{spec.beta1, spec.beta2, spec.eps, spec.weight_decay,
-                                               spec.decay_embeddings, spec.decay_norms_and_biases});
-  if (spec.name == "lion") return std::make_unique<Lion>(be, params, total, spec);
-  if (spec.name == "sgd") return std::make_unique<Sgd>(be, params, total, spec);
-  if (spec.name == "muon") return std::make_unique<Muon>(be, params, total, spec);
+                                     int64_t total, const OptimizerSpec& spec,
+                                     double weight_decay) {
+  if (spec.name == "adamw") return std::make_unique<AdamW>(be, params, total, spec, weight_decay);
+  if (spec.name == "lion") return std::make_unique<Lion>(be, params, total, spec, weight_decay);
+  if (spec.name == "sgd") return std::make_unique<Sgd>(be, params, total, spec, weight_decay);
+  if (spec.name == "muon") return std::make_unique<Muon>(be, params, total, spec, weight_decay);
   throw UserError("optimizer.name '" + spec.name + "' is not one of adamw, lion, sgd, muon");
 }
 
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
-                                          int64_t total, const OptimizerSpec& spec) {
-  std::unique_ptr<Optimizer> opt = construct(be, params, total, spec);
+                                          int64_t total, const OptimizerSpec& spec,
+                                          double weight_decay) {
+  std::unique_ptr<Optimizer> opt = construct(be, params, total, spec, weight_decay);
   for (const StateBuffer& s : opt->state())  // each moment its own tensor, named as saved
     for (const ParamInfo& p : s.params)
       if (p.numel() > 0)

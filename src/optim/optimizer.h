@@ -12,21 +12,9 @@
 
 #include "backend/backend.h"
 #include "model/param_layout.h"
+#include "optim/optimizer_spec.h"
 
 namespace lmt {
-
-// The optimizer section's fields (train's OptimizerConfig and train.weight_decay); src/optim does
-// not include src/train.
-struct OptimizerSpec {
-  std::string name = "adamw";                    // adamw | lion | sgd | muon
-  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // adamw (and muon's adamw part); lion's betas
-  double momentum = 0.9;                         // sgd; muon's momentum
-  bool nesterov = false;                         // sgd; muon
-  int64_t ns_steps = 5;                          // muon: Newton-Schulz iterations
-  double weight_decay = 0.0;
-  bool decay_embeddings = false;
-  bool decay_norms_and_biases = false;
-};
 
 // Whether a parameter of this kind gets weight decay: matrices always, embeddings and
 // norms/biases only when asked.
@@ -112,11 +100,13 @@ class Optimizer {
   std::vector<Span> norm_spans_;  // every parameter
 };
 
-// The optimizer `spec.name` over `params` (named views of a flat buffer of `total` elements).
-// Throws UserError for an unknown name, or muon over parameters without hidden matrices.
+// The optimizer `spec.name` over `params` (named views of a flat buffer of `total` elements),
+// decaying with `weight_decay` (train.weight_decay) the parameters `spec` decays. Throws UserError
+// for an unknown name, or muon over parameters without hidden matrices.
 std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamInfo>& params,
-                                          int64_t total, const OptimizerSpec& spec);
-// The bytes() of make_optimizer(be, params, total, spec), computed without allocating (memory
+                                          int64_t total, const OptimizerSpec& spec,
+                                          double weight_decay);
+// The bytes() of make_optimizer(be, params, total, spec, ...), computed without allocating (memory
 // estimates: lmtrain info, train's memory check). AdamW: 2 x total f32; Lion and SGD: 1 x total;
 // Muon: a momentum and its step's output per hidden-matrix element, AdamW's two moments per
 // other element, and Newton-Schulz's scratch.
@@ -128,7 +118,8 @@ uint64_t optimizer_bytes(const OptimizerSpec& spec, const std::vector<ParamInfo>
 // decay as many times larger) for the same effect: its steps are +-lr in every coordinate.
 class Lion : public Optimizer {
  public:
-  Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
+  Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s,
+       double weight_decay);
   const char* name() const override { return "lion"; }
   std::vector<StateBuffer> state() const override;
   uint64_t bytes() const override { return m_.bytes(); }
@@ -137,6 +128,7 @@ class Lion : public Optimizer {
  private:
   void update(float* params, const float* grads, double lr, const double* grad_scale) override;
   OptimizerSpec spec_;
+  double weight_decay_;
   Buffer m_;
   std::vector<Span> spans_;
 };
@@ -144,7 +136,8 @@ class Lion : public Optimizer {
 // SGD with momentum, as torch.optim.SGD with dampening 0 (weight decay added to the gradient).
 class Sgd : public Optimizer {
  public:
-  Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s);
+  Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const OptimizerSpec& s,
+      double weight_decay);
   const char* name() const override { return "sgd"; }
   std::vector<StateBuffer> state() const override;
   uint64_t bytes() const override { return buf_.bytes(); }
@@ -153,6 +146,7 @@ class Sgd : public Optimizer {
  private:
   void update(float* params, const float* grads, double lr, const double* grad_scale) override;
   OptimizerSpec spec_;
+  double weight_decay_;
   Buffer buf_;
   std::vector<Span> spans_;
 };

@@ -51,7 +51,7 @@ TrainingMemory training_memory(const RunConfig& cfg) {
   m.weights = mul(static_cast<uint64_t>(flat), sizeof(float));
   uint64_t trained = m.weights;  // what has gradients and optimizer state
   if (cfg.lora.rank > 0) {       // a frozen base and its adapters
-    LoraLayout lora = lora_layout(cfg.model, lora_spec(cfg.lora));
+    LoraLayout lora = lora_layout(cfg.model, cfg.lora);
     trained_flat = lora.flat_size;
     params = std::move(lora.params);
     trained = mul(static_cast<uint64_t>(trained_flat), sizeof(float));
@@ -59,7 +59,7 @@ TrainingMemory training_memory(const RunConfig& cfg) {
     m.weights = add(m.weights, trained);
   }
   m.gradients = trained;
-  m.optimizer = optimizer_bytes(optimizer_spec(cfg), params, trained_flat);
+  m.optimizer = optimizer_bytes(cfg.optimizer, params, trained_flat);
   const TrainConfig& t = cfg.train;
   const bool bf16 = t.precision == "bf16";
   if (bf16) {  // the bf16 compute copies of every weight and of the trained gradients

@@ -23,9 +23,10 @@ std::string start_weights(Transformer& model, const RunConfig& cfg, const BuildO
     return "";
   }
   if (o.resume.empty()) {
-    // load_run_config took the shape from init_from; a config built in code must match it too.
-    RunConfig probe = cfg;
-    apply_init_from(probe, model_key_names(), true, "train");
+    // The model section is the directory's: load_run_config imported it, or the code that built
+    // the config did (import_init_from).
+    LMT_CHECK(cfg.imported_init_from == from,
+              "a RunConfig built in code with train.init_from must call import_init_from(cfg)");
     load_hf_weights(from, model);
     return fmt::format(
         "init: weights of Hugging Face model '{}' ({}, from its config.json); tokenizer {}", from,
@@ -43,14 +44,14 @@ std::string start_weights(Transformer& model, const RunConfig& cfg, const BuildO
 // lora.base_dtype, and for a run the base's hash and the lines of its log.
 void add_adapters(BuiltModel& b, const RunConfig& cfg, const BuildOptions& o) {
   Transformer& model = *b.model;
-  const LoraConfig& lc = cfg.lora;
+  const LoraSpec& lc = cfg.lora;
   const bool run = o.start == StartFrom::run;
   if (run) b.base_hash = base_weights_hash(model);
   if (run && !lc.init_from.empty() && o.resume.empty()) {  // continue from an existing adapter
     load_peft_adapter(lc.init_from, model);
     add_line(b.init_line, fmt::format("init: LoRA adapters of '{}'", lc.init_from));
   } else {
-    model.add_lora(lora_spec(lc), static_cast<uint64_t>(cfg.train.seed));
+    model.add_lora(lc, static_cast<uint64_t>(cfg.train.seed));
   }
   if (lc.base_dtype == "bf16") model.set_base_dtype(DType::bf16);
   if (!run) return;
@@ -108,7 +109,7 @@ BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
   if (cfg.lora.rank > 0) add_adapters(b, cfg, options);
   if (tc.precision == "bf16") model.set_compute_dtype(DType::bf16);
   b.optimizer = make_optimizer(b.backend.get(), model.trainable_params(),
-                               model.trainable_flat_size(), optimizer_spec(cfg));
+                               model.trainable_flat_size(), cfg.optimizer, tc.weight_decay);
   if (!options.resume.empty()) load_resume_point(b, cfg, options.resume);
   return b;
 }

@@ -287,10 +287,9 @@ TEST(RunConfig, OptimizerDefaultsFollowTheName) {
   c = load_run_config(f, {"optimizer.name=sgd"});
   EXPECT_EQ(c.optimizer.momentum, 0.9);
   EXPECT_FALSE(c.optimizer.nesterov);
-  const OptimizerSpec s =
-      optimizer_spec(load_run_config(f, {"optimizer.name=sgd", "train.weight_decay=0.3"}));
-  EXPECT_EQ(s.name, "sgd");
-  EXPECT_EQ(s.weight_decay, 0.3);
+  c = load_run_config(f, {"optimizer.name=sgd", "train.weight_decay=0.3"});
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_EQ(c.train.weight_decay, 0.3);
 }
 
 TEST(RunConfig, ValidationNamesKeys) {

@@ -1,5 +1,6 @@
 // The generic visit()-driven YAML layer on a small struct of its own: lists of strings, lists of
-// structs inside lists, emitting, the key listing and the override tree edits.
+// structs inside lists, emitting, the key listing (with a key's choices) and the override tree
+// edits.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -132,6 +133,28 @@ TEST(ConfigYaml, ListsKeysWithHelp) {
   EXPECT_NE(table.find("leaves[].name"), std::string::npos);
   EXPECT_NE(table.find("the leaf's name"), std::string::npos);
   EXPECT_NE(table.find("integer"), std::string::npos);
+}
+
+// A key declared with its choices: the listing shows them and require_choices checks them, from
+// the one list in visit().
+struct Outline {
+  std::string kind = "round";
+  template <class V>
+  void visit(V& v) {
+    v("kind", kind, "its outline", {"round", "square"});
+  }
+};
+
+TEST(ConfigYaml, ChoicesDeclaredInVisitAreListedAndChecked) {
+  Outline o;
+  const std::vector<ConfigKey> keys = config_keys(o);
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys[0].choices, (std::vector<std::string>{"round", "square"}));
+  EXPECT_EQ(format_config_keys(keys), "kind  string  round  its outline (one of: round, square)\n");
+  require_choices(o, "outline.");
+  o.kind = "oval";
+  expect_user_error([&] { require_choices(o, "outline."); },
+                    {"outline.kind must be one of round, square (got 'oval')"});
 }
 
 }  // namespace

@@ -167,8 +167,8 @@ TEST(AdamW, DecayRangesFollowParamKinds) {
                                      {27, 30, false},
                                      {30, 72, true},
                                      {75, 78, false}}));
-  // The template constructor reads train's OptimizerConfig.
-  OptimizerConfig oc;
+  // From the optimizer section and train.weight_decay beside it.
+  OptimizerSpec oc;
   oc.beta2 = 0.99;
   oc.decay_embeddings = true;
   AdamW from_cfg(&be, params, kTotal, oc, 0.25);

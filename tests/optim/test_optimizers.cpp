@@ -198,8 +198,8 @@ TEST(Muon, StepsMatchTheDoubleReferenceWithAdamWForTheRest) {
   spec.name = "muon";
   spec.momentum = 0.95;
   spec.nesterov = true;
-  spec.weight_decay = 0.1;
-  auto opt = make_optimizer(&be, params, total, spec);
+  const double weight_decay = 0.1;
+  auto opt = make_optimizer(&be, params, total, spec, weight_decay);
   EXPECT_STREQ(opt->name(), "muon");
   std::vector<float> p = normal_floats(total, 40, 0.5);
   const std::vector<float> p0 = p;
@@ -209,7 +209,7 @@ TEST(Muon, StepsMatchTheDoubleReferenceWithAdamWForTheRest) {
   for (const ParamInfo& q : params)
     if (q.kind != ParamKind::matrix || q.name == "lm_head.weight") rest.push_back(q);
   AdamW adamw(&be, rest, total,
-              AdamWConfig{spec.beta1, spec.beta2, spec.eps, spec.weight_decay, false, false});
+              AdamWConfig{spec.beta1, spec.beta2, spec.eps, weight_decay, false, false});
   std::vector<float> pa = p;
   const double lr = 0.02;
   for (int t = 1; t <= 3; ++t) {
@@ -283,8 +283,7 @@ TEST(Optimizers, DecayOnlyWhereAdamWDecays) {
     SCOPED_TRACE(name);
     OptimizerSpec spec;
     spec.name = name;
-    spec.weight_decay = 0.5;
-    auto opt = make_optimizer(&be, params, total, spec);
+    auto opt = make_optimizer(&be, params, total, spec, 0.5);
     std::vector<float> p = normal_floats(total, 60);
     const std::vector<float> before = p, zero(static_cast<size_t>(total), 0.f);
     opt->clip_and_step(p.data(), zero.data(), 0.1, 1.0);
@@ -307,7 +306,7 @@ TEST(Optimizers, NonFiniteGradientChangesNothingAndStateIsNamed) {
     SCOPED_TRACE(name);
     OptimizerSpec spec;
     spec.name = name;
-    auto opt = make_optimizer(&be, params, total, spec);
+    auto opt = make_optimizer(&be, params, total, spec, 0.0);
     std::vector<float> p = normal_floats(total, 70), g = normal_floats(total, 71);
     opt->clip_and_step(p.data(), g.data(), 0.01, 1.0);
     const std::vector<float> p1 = p;
@@ -346,7 +345,7 @@ TEST(Optimizers, OptimizerBytesIsWhatTheOptimizerHolds) {
     for (const auto& [params, total] :
          {std::pair{test_params, test_total}, std::pair{gpt2_params, gpt2_total}}) {
       SCOPED_TRACE(std::string(name) + " over " + params.front().name);
-      const uint64_t held = make_optimizer(&be, params, total, spec)->bytes();
+      const uint64_t held = make_optimizer(&be, params, total, spec, 0.0)->bytes();
       EXPECT_EQ(optimizer_bytes(spec, params, total), held);
       const uint64_t f32 = static_cast<uint64_t>(total) * 4;
       const std::string n = name;
@@ -365,9 +364,9 @@ TEST(Optimizers, UnknownNameAndMuonWithoutMatricesAreUserErrors) {
   const std::vector<ParamInfo> norms = {{"model.norm.weight", Shape{4}, 0, ParamKind::norm}};
   OptimizerSpec spec;
   spec.name = "adafactor";
-  EXPECT_THROW(make_optimizer(&be, norms, 4, spec), UserError);
+  EXPECT_THROW(make_optimizer(&be, norms, 4, spec, 0.0), UserError);
   spec.name = "muon";
-  EXPECT_THROW(make_optimizer(&be, norms, 4, spec), UserError);
+  EXPECT_THROW(make_optimizer(&be, norms, 4, spec, 0.0), UserError);
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ class CudnnStep : public test::TestPluginTest {
       Transformer m(be.get(), s.cfg);
       m.set_compute_dtype(s.compute);
       m.set_activation_checkpointing(s.checkpointing);
-      auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {});
+      auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {}, 0.0);
       const int64_t N = s.B * s.T;
       const std::vector<int32_t> ids = test::random_ids(N, s.cfg.vocab_size, seed_);
       std::vector<int32_t> starts(N), pos(N);

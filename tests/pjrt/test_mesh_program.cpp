@@ -46,7 +46,7 @@ PjrtBackendStats compile_step(const Mesh& mesh) {
   m.init_weights(3);
   const int64_t B = 4, T = 8;
   const std::vector<int32_t> ids = test::random_ids(B * T, model().vocab_size, 5);
-  auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {});
+  auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {}, 0.0);
   m.zero_grads();
   LossSums sums = m.make_loss_sums();
   sums.zero();

@@ -66,9 +66,8 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
     auto be = make_pjrt_backend("");
     Transformer m(be.get(), s.cfg);
     m.init_weights(3);
-    OptimizerSpec spec;
-    spec.weight_decay = 0.1;
-    auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), spec);
+    auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(),
+                              OptimizerSpec{}, /*weight_decay=*/0.1);
     const PjrtBackendStats st = run_steps(*be, m, s, *opt);
     EXPECT_EQ(st.programs_compiled, 1) << "the second step compiled a program of its own";
 
@@ -188,7 +187,7 @@ TEST_F(StepProgram, LoraComputesNoFrozenWeightGradient) {
       spec.rank = 2, spec.alpha = 4, spec.target_modules = {"all-linear"};
       m.add_lora(spec, 5);
     }
-    auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {});
+    auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {}, 0.0);
     const PjrtBackendStats st = run_steps(*be, m, s, *opt);
     const std::map<std::string, int> dots = dot_result_shapes(st.last_program);
     // Every base matrix's shape, and those of the fused q|k|v and gate|up products.

@@ -2,9 +2,10 @@
 // first step's loss is the loss the directory's model gives, through Transformer::forward_loss,
 // on the same batch (so the weights really were loaded); the shape comes from config.json and a
 // YAML model key that disagrees is an error naming it; a missing directory is an error; a resumed
-// run continues from its checkpoint without reading the weights again. The tokenizer is
-// transformers' byte-level BPE fixture cut to its 256 byte tokens (id 0 <|endoftext|>), so every
-// id fits the model's 256 embeddings.
+// run continues from its checkpoint without reading the weights again. A config built in code
+// imports the directory itself (import_init_from, the check of every model key), once. The
+// tokenizer is transformers' byte-level BPE fixture cut to its 256 byte tokens (id 0
+// <|endoftext|>), so every id fits the model's 256 embeddings.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include "data/loader.h"
 #include "io/hf_model.h"
 #include "model/transformer.h"
+#include "train/init_from.h"
 #include "train/run_config.h"
 #include "train/train_data.h"
 #include "train/trainer.h"
@@ -116,6 +118,35 @@ TEST_F(InitFrom, FirstStepLossIsTheLoadedModels) {
   fresh.init_weights(static_cast<uint64_t>(cfg.train.seed));
   const LossSum f = batch_loss(fresh, b.ids.data(), b.labels.data(), 2, 16);
   EXPECT_GT(std::abs(f.sum / static_cast<double>(f.tokens) - want), 1e-4 * want);  // can fail
+}
+
+// A config built in code goes through the same import as a loaded one, every model key it holds
+// checked against config.json; training refuses one that skipped it (a bug in the calling code,
+// not a user's error), rather than importing a second time.
+TEST_F(InitFrom, AConfigBuiltInCodeIsImportedByItsAuthor) {
+  RunConfig cfg;
+  cfg.model.vocab_size = 256;
+  cfg.data.sources.resize(1);
+  cfg.data.sources[0].path = (dir_ / "docs.txt").string();
+  cfg.data.seq_len = 16;
+  cfg.data.val_fraction = 0.1;
+  cfg.train.init_from = hf();
+  cfg.train.micro_batch_size = 2;
+  cfg.train.max_steps = 1;
+  cfg.train.eval_every = 0;
+  cfg.train.out_dir = (dir_ / "code").string();
+  cfg.logging.console = false;
+  test::expect_user_error([&] { import_init_from(cfg); },
+                          {"train: model.", " here but ", " in " + hf() + "/config.json"});
+  EXPECT_EQ(cfg.imported_init_from, "");
+  cfg.model = read_hf_model_config(hf());
+  cfg.data.tokenizer = hf();
+  RunConfig skipped = cfg;
+  import_init_from(cfg);
+  EXPECT_EQ(cfg.imported_init_from, hf());
+  EXPECT_EQ(train(cfg, false).steps, 1);
+  skipped.train.out_dir = (dir_ / "skipped").string();
+  EXPECT_THROW(train(skipped, false), InternalError);
 }
 
 TEST_F(InitFrom, ModelKeysMustAgreeWithConfigJson) {

@@ -78,8 +78,7 @@ TEST(MemoryCheck, LoraCountsTheAdaptersGradientsAndMomentsOnly) {
   const TrainingMemory m = training_memory(c);
   int64_t flat = 0;
   param_layout(c.model, &flat);
-  const uint64_t adapters =
-      static_cast<uint64_t>(lora_layout(c.model, lora_spec(c.lora)).flat_size) * 4;
+  const uint64_t adapters = static_cast<uint64_t>(lora_layout(c.model, c.lora).flat_size) * 4;
   EXPECT_GT(adapters, 0u);
   EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4 + adapters);
   EXPECT_EQ(m.gradients, adapters);
