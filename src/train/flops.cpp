@@ -62,15 +62,6 @@ double measure_gemm_peak(Backend* be, DType dt, int64_t n, int reps) {
   return 2.0 * static_cast<double>(n * n * n) / best;
 }
 
-namespace {
-
-// The measured peak: GEMMs large enough to reach the backend's peak (1024^3 reads a CPU's low),
-// the best of several runs, as the machine may be shared.
-constexpr int64_t kPeakGemmSize = 2048;
-constexpr int kPeakGemmReps = 9;
-
-}  // namespace
-
 std::optional<PeakFlops> nominal_peak(const DeviceSpec* spec, DType dt) {
   if (!spec) return std::nullopt;
   const bool bf16 = dt == DType::bf16;
@@ -86,6 +77,11 @@ std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt) 
 }
 
 namespace {
+
+// The measured peak: GEMMs large enough to reach the backend's peak (1024^3 reads a CPU's low),
+// the best of several runs, as the machine may be shared.
+constexpr int64_t kPeakGemmSize = 2048;
+constexpr int kPeakGemmReps = 9;
 
 // measure_gemm_peak once per process and backend setup: a process that starts several runs (a
 // sweep, the test suite) measures at the first, not at every start (20 GEMMs of 2048^3 take about

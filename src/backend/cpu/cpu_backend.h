@@ -18,7 +18,11 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
   // The host's cores through its own kernels: no device kind, nothing compiled.
-  DeviceInfo device() const override { return DeviceInfo{.platform = "cpu"}; }
+  DeviceInfo device() const override {
+    DeviceInfo d;
+    d.platform = "cpu";
+    return d;
+  }
   std::string kernels() const override;
   std::string unsupported(DType dt) const override;
 

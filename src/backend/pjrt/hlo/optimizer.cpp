@@ -1,6 +1,8 @@
 // The optimizer section of backend.h as StableHLO (see lowering.h): the clipping scale and the
 // AdamW, Lion, SGD and Muon steps, each as the CPU backend computes it, a step whose scale is not
 // finite leaving the parameters and their state as they were.
+#include <cmath>
+
 #include "backend/pjrt/hlo/lowering_helpers.h"
 #include "core/error.h"
 
