@@ -41,15 +41,16 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
   if (name == "cpu" || name == "auto") return std::make_unique<CpuBackend>();
   // GPUs are trained on through PJRT: src/backend/cuda holds the device query only.
   if (name == "cuda")
-    throw UserError("train.backend: 'cuda' is not a backend of lmtrain's own" +
-                    (cuda_built() ? " (" + cuda_device_summary() + ")" : std::string()) +
-                    ": GPUs are trained on through train.backend: pjrt with the CUDA PJRT plugin "
-                    "(train.pjrt_plugin: the .so the jax-cuda13-pjrt wheel installs; docs/pjrt.md)");
+    throw UserError(
+        "train.backend: 'cuda' is not a backend of lmtrain's own" +
+        (cuda_built() ? " (" + cuda_device_summary() + ")" : std::string()) +
+        ": GPUs are trained on through train.backend: pjrt with the CUDA PJRT plugin "
+        "(train.pjrt_plugin: the .so the jax-cuda13-pjrt wheel installs; docs/pjrt.md)");
   if (name == "pjrt")
-    return make_pjrt_backend(options.pjrt_plugin,
-                             PjrtOptions{options.compile_only, options.deterministic, options.mesh,
-                                         options.devices, options.coordination_dir,
-                                         options.coordination_timeout, options.sharding});
+    return make_pjrt_backend(
+        options.pjrt_plugin,
+        PjrtOptions{options.compile_only, options.deterministic, options.mesh, options.devices,
+                    options.coordination_dir, options.coordination_timeout, options.sharding});
   if (!options.mesh.single())
     throw UserError("parallel: a mesh of " + std::to_string(options.mesh.size()) +
                     " devices needs backend pjrt (it is '" + name + "')");

@@ -32,10 +32,10 @@ struct DeviceSpec {
   // as there (f32_as: TF32 on NVIDIA GPUs, XLA's default for f32 products; bf16 passes on TPUs).
   double bf16_tflops = 0, f32_tflops = 0;
   std::string f32_as;
-  double bf16_flops = 0;   // bf16_tflops in FLOP/s
-  uint64_t memory = 0;     // HBM per chip, bytes (0: not given here)
-  double link_bytes = 0;   // bytes/s a ring collective moves per chip, one direction
-  std::string link_what;   // how link_bytes follows from the published figure
+  double bf16_flops = 0;  // bf16_tflops in FLOP/s
+  uint64_t memory = 0;    // HBM per chip, bytes (0: not given here)
+  double link_bytes = 0;  // bytes/s a ring collective moves per chip, one direction
+  std::string link_what;  // how link_bytes follows from the published figure
 };
 
 const std::vector<DeviceSpec>& device_specs();
@@ -77,11 +77,11 @@ struct ProgramReport {
 
 // The device a backend computes on (Backend::device).
 struct DeviceInfo {
-  std::string platform;  // as the runtime names it ("cpu", "cuda", "tpu"); "cpu" for the CPU backend
+  std::string platform;  // as PJRT names it ("cpu", "cuda", "tpu"); the CPU backend: "cpu"
   std::string kind;      // the device kind PJRT reports ("NVIDIA H100 80GB HBM3"); "" for none
   int64_t devices = 1;   // the devices a step runs on (a mesh's)
   const DeviceSpec* spec = nullptr;  // the table's row for `kind` (its nominal peaks), or none
-  bool compiles = false;  // whether it compiles programs (then `programs` counts them)
+  bool compiles = false;             // whether it compiles programs (`programs` counts them)
   // The device's peak memory in use so far, where its allocator keeps statistics (the CUDA
   // plugin does; XLA's CPU plugin and the CPU backend do not).
   std::optional<int64_t> peak_bytes;

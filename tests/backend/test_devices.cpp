@@ -16,12 +16,12 @@ TEST(DeviceTable, MatchesPjrtsDeviceKindsInTheTablesOrder) {
     const char* kind;
     const char* name;  // the row's, or nullptr: not in the table
   };
-  for (const Case& c : {Case{"NVIDIA H100 PCIe", "NVIDIA H100 PCIe"},  // before the SXM row
-                        Case{"NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"},
-                        Case{"NVIDIA A100-SXM4-40GB", "NVIDIA A100 SXM 80GB"},
-                        Case{"TPU v5 lite", "Cloud TPU v5e"}, Case{"TPU v5", "Cloud TPU v5p"},
-                        Case{"TPU v6 lite", "Cloud TPU v6e"}, Case{"cpu", nullptr},
-                        Case{"", nullptr}, Case{"NVIDIA GeForce RTX 4090", nullptr}}) {
+  for (const Case& c :
+       {Case{"NVIDIA H100 PCIe", "NVIDIA H100 PCIe"},  // before the SXM row
+        Case{"NVIDIA H100 80GB HBM3", "NVIDIA H100 SXM"},
+        Case{"NVIDIA A100-SXM4-40GB", "NVIDIA A100 SXM 80GB"}, Case{"TPU v5 lite", "Cloud TPU v5e"},
+        Case{"TPU v5", "Cloud TPU v5p"}, Case{"TPU v6 lite", "Cloud TPU v6e"}, Case{"cpu", nullptr},
+        Case{"", nullptr}, Case{"NVIDIA GeForce RTX 4090", nullptr}}) {
     SCOPED_TRACE(c.kind);
     const DeviceSpec* d = device_spec_of_kind(c.kind);
     if (!c.name) {

@@ -115,8 +115,8 @@ TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
     const ProgramReport st = pjrt->device().programs;
     EXPECT_GT(st.run, 0);
     std::printf("%s: %lld programs run, %lld compiled in %.2f s\n", name.c_str(),
-                static_cast<long long>(st.run),
-                static_cast<long long>(st.compiled), st.compile_seconds);
+                static_cast<long long>(st.run), static_cast<long long>(st.compiled),
+                st.compile_seconds);
   }
 }
 

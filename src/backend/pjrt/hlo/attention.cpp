@@ -42,8 +42,8 @@ AttentionCore attention_core(StablehloBuilder& b, const AttentionArgsHlo& a, con
   c.vh = repeat_kv(b, v, H);
   const std::vector<int64_t> S = {B, H, T, T};
   const DType f = compute_of(q.dtype);
-  Value s = b.multiply(b.dot_general(c.qh, c.kh, {0, 1}, {0, 1}, {3}, {3}, f),
-                       b.constant(a.scale, f, S));
+  Value s =
+      b.multiply(b.dot_general(c.qh, c.kh, {0, 1}, {0, 1}, {3}, {3}, f), b.constant(a.scale, f, S));
   if (a.softcap > 0) {
     c.t = b.tanh(b.divide(s, b.constant(a.softcap, f, S)));
     s = b.multiply(b.constant(a.softcap, f, S), c.t);

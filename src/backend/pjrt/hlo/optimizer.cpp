@@ -32,14 +32,14 @@ AdamWOut adamw_step(StablehloBuilder& b, const Value& p, const Value& g, const V
   // and step 0, which leave p, m and v exactly as they are. The moments are formed as plain
   // updates and the weights from the new moments, so XLA reads each old moment once, in the
   // fusion that overwrites it, instead of copying it for the weights' fusion.
-  const Value ok = b.compare(b.subtract(grad_scale, grad_scale), scalar(b, 0.0, grad_scale),
-                             CompareDir::eq);
+  const Value ok =
+      b.compare(b.subtract(grad_scale, grad_scale), scalar(b, 0.0, grad_scale), CompareDir::eq);
   auto pick = [&](const Value& x, double skipped) {  // x where the step runs, else `skipped`
     return all(b.select(ok, x, scalar(b, skipped, x)));
   };
   auto factor = [&](double x) { return pick(scalar(b, x, grad_scale), 1.0); };
-  const Value gi = b.select(b.broadcast_in_dim(ok, p.dims, {}), b.multiply(g, all(grad_scale)),
-                            c(0.0));
+  const Value gi =
+      b.select(b.broadcast_in_dim(ok, p.dims, {}), b.multiply(g, all(grad_scale)), c(0.0));
   const Value mo = b.add(b.multiply(factor(beta1), m), b.multiply(c(1.0 - beta1), gi));
   const Value vo =
       b.add(b.multiply(factor(beta2), v), b.multiply(b.multiply(c(1.0 - beta2), gi), gi));
