@@ -4,7 +4,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_info.h"
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "core/error.h"
 
 namespace lmt {
@@ -36,19 +36,21 @@ void Backend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const vo
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
-  if (name == "cpu") return std::make_unique<CpuBackend>();
-  if (name == "auto") return std::make_unique<CpuBackend>();  // until the CUDA backend lands
-  if (name == "cuda") {
-    if (!cuda_built())
-      throw UserError("train.backend: 'cuda' requested, but this lmtrain was built without CUDA");
-    throw UserError("train.backend: 'cuda' is not implemented yet (" + cuda_device_summary() +
-                    "); use 'cpu'");
-  }
+  // "auto" is the CPU backend: a PJRT plugin is never chosen for the user (which plugin, which
+  // devices), and there is no CUDA backend to choose.
+  if (name == "cpu" || name == "auto") return std::make_unique<CpuBackend>();
+  // GPUs are trained on through PJRT: src/backend/cuda holds the device query only.
+  if (name == "cuda")
+    throw UserError(
+        "train.backend: 'cuda' is not a backend of lmtrain's own" +
+        (cuda_built() ? " (" + cuda_device_summary() + ")" : std::string()) +
+        ": GPUs are trained on through train.backend: pjrt with the CUDA PJRT plugin "
+        "(train.pjrt_plugin: the .so the jax-cuda13-pjrt wheel installs; docs/pjrt.md)");
   if (name == "pjrt")
-    return make_pjrt_backend(options.pjrt_plugin,
-                             PjrtOptions{options.compile_only, options.deterministic, options.mesh,
-                                         options.devices, options.coordination_dir,
-                                         options.coordination_timeout, options.sharding});
+    return make_pjrt_backend(
+        options.pjrt_plugin,
+        PjrtOptions{options.compile_only, options.deterministic, options.mesh, options.devices,
+                    options.coordination_dir, options.coordination_timeout, options.sharding});
   if (!options.mesh.single())
     throw UserError("parallel: a mesh of " + std::to_string(options.mesh.size()) +
                     " devices needs backend pjrt (it is '" + name + "')");

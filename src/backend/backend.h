@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/devices.h"
 #include "backend/loss.h"
 #include "backend/mesh.h"
 #include "core/dtype.h"
@@ -109,6 +110,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The device it computes on (its platform and kind, how many, the table's figures for it),
+  // whether it compiles programs and what it counted of them: what MFU, bench and the log ask of
+  // a backend instead of its name. The CPU backend: platform "cpu", no kind, compiles nothing.
+  virtual DeviceInfo device() const = 0;
   // The memory of the device programs run on (the first of a mesh), for the metrics; nullopt
   // where the backend has no memory apart from the process's (the CPU backend) or its PJRT plugin
   // keeps no allocator statistics (XLA's CPU plugin).
@@ -149,8 +154,9 @@ class Backend {
   // tokens' rows) are one array the program keeps, not a sum its compiler may recompute in every
   // reader. XLA's CPU compiler fuses a chain of residual additions into each consumer instead,
   // keeping every layer's products alive until the last reader (19 GiB at 1B, T = 32768). On a
-  // mesh the rows stay split over the batch axes there, as the batch is. Values stay what they
-  // are; the CPU backend's arrays are memory already.
+  // mesh the rows [rows, features] are split as the sharding plan splits "activation.residual"
+  // (model/sharding_plan.h: over the batch axes, as the batch is). Values stay what they are;
+  // the CPU backend's arrays are memory already.
   virtual void keep(const MemoryRange& value, int64_t rows) {}
   virtual void synchronize() {}
   // Whether work handed to the backend runs after the call returns (pjrt: a queued program), so
@@ -353,8 +359,9 @@ struct BackendOptions {
       sharding;
 };
 
-// Makes a backend by name: "cpu", "pjrt", "cuda" or "auto" (cuda when built with it and a GPU is
-// present). Throws UserError naming the backend when it is not available.
+// Makes a backend by name: "cpu", "pjrt" or "auto" (the CPU backend). "cuda" is refused with a
+// UserError saying that GPUs are trained on through "pjrt" with the CUDA PJRT plugin; so is a
+// backend that is not available (pjrt in a build without it).
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options = {});
 
 // Owns one allocation of a backend.

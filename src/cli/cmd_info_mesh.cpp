@@ -2,10 +2,10 @@
 // device, the collectives and the estimated step time, as a table or as JSON.
 #include <fmt/core.h>
 
+#include "backend/devices.h"
 #include "cli/commands.h"
 #include "cli/info_mesh.h"
 #include "core/error.h"
-#include "train/device_specs.h"
 #include "train/mesh_plan.h"
 
 namespace lmt::cli {

@@ -41,7 +41,10 @@ bool ends_with(const std::string& s, const std::string& end) {
 }  // namespace
 
 TensorSharding plan_sharding(const std::string& name, const std::vector<int64_t>& dims) {
-  if (name.rfind("batch.", 0) == 0 && dims.size() == 2) return {kBatch, kNone};
+  // The batch's arrays [sequences, positions] and the activations [rows, features] the model
+  // names at a layer's boundary (Backend::keep: "activation.residual"): rows over the batch axes.
+  if ((name.rfind("batch.", 0) == 0 || name.rfind("activation.", 0) == 0) && dims.size() == 2)
+    return {kBatch, kNone};
   if (ends_with(name, "wte.weight") && dims.size() == 2) return {kTensor, kFsdp};
   if (ends_with(name, "wpe.weight") && dims.size() == 2) return {kNone, kFsdp};
   for (const Module& m : kModules) {

@@ -1,6 +1,9 @@
 // The sharding plan: for every tensor a training step holds, by its Hugging Face name, the mesh
 // axes each dimension is split on. One table (sharding_plan.cpp) for every family:
-//   - the batch over data x fsdp (its sequences);
+//   - the batch over data x fsdp (its sequences), and so the activations the backend is told to
+//     keep whole between layers ("activation.residual": the residual stream and its gradient,
+//     rows of tokens): their rows over data x fsdp, as MaxText's logical axis rules put weights
+//     and activations in one table;
 //   - every parameter, its gradient ("grad.<name>") and its optimizer state ("exp_avg.<name>",
 //     ...) alike: over fsdp (ZeRO-3: XLA gathers a layer's weights before use and reduces their
 //     gradients back), and over tensor the Megatron way: q, k, v, gate and up (gpt2: c_attn, c_fc)

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/pjrt/pjrt_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threads.h"
@@ -23,7 +22,7 @@
 
 namespace lmt {
 
-nlohmann::json program_memory(const PjrtProgramMemory& m) {
+nlohmann::json program_memory(const ProgramMemory& m) {
   return {{"argument_bytes", m.argument},
           {"output_bytes", m.output},
           {"alias_bytes", m.alias},
@@ -33,18 +32,18 @@ nlohmann::json program_memory(const PjrtProgramMemory& m) {
 
 namespace {
 
-// What the PJRT backend counted: compiles, the step program's planned memory, the device's peak.
-nlohmann::json pjrt_report(const Backend& be) {
-  const PjrtBackendStats st = pjrt_backend_stats(be);
-  nlohmann::json j = {{"platform", st.platform},
-                      {"device_kind", st.device_kind},
-                      {"attention", st.attention},
-                      {"programs_compiled", st.programs_compiled},
-                      {"compile_seconds", st.compile_seconds},
-                      {"program_chars", st.last_program_chars}};
-  j["step_memory"] = st.last_memory ? program_memory(*st.last_memory) : nlohmann::json("n/a");
-  j["device_peak_bytes"] =
-      st.device_peak_bytes ? nlohmann::json(*st.device_peak_bytes) : nlohmann::json("n/a");
+// What a compiling backend counted: compiles, the step program's planned memory, the device's
+// peak.
+nlohmann::json program_report(const DeviceInfo& d) {
+  const ProgramReport& p = d.programs;
+  nlohmann::json j = {{"platform", d.platform},
+                      {"device_kind", d.kind},
+                      {"attention", p.attention},
+                      {"programs_compiled", p.compiled},
+                      {"compile_seconds", p.compile_seconds},
+                      {"program_chars", p.last_chars}};
+  j["step_memory"] = p.last_memory ? program_memory(*p.last_memory) : nlohmann::json("n/a");
+  j["device_peak_bytes"] = d.peak_bytes ? nlohmann::json(*d.peak_bytes) : nlohmann::json("n/a");
   return j;
 }
 
@@ -116,7 +115,8 @@ Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int6
 
 // The GEMM peak of each precision the backend computes in here, and the fraction of it the
 // step's achieved FLOP/s reached: the compute dtype's is MFU's; the other's is measured too on
-// the CPU backend (nominal where PJRT names the device) unless train.peak_tflops gave the peak.
+// a backend that computes in its calls (nominal where the table knows the device) unless
+// train.peak_tflops gave the peak.
 // A precision the backend cannot compute in says why.
 nlohmann::json gemm_peaks(Backend* be, DType compute, const PeakFlops& peak, double given_tflops,
                           double achieved) {
@@ -129,8 +129,8 @@ nlohmann::json gemm_peaks(Backend* be, DType compute, const PeakFlops& peak, dou
     }
     PeakFlops p = peak;
     if (dt != compute) {
-      const PjrtBackendStats st = pjrt_backend_stats(*be);
-      const bool cheap = be->name() == "cpu" || nominal_peak(st.device_kind, dt).has_value();
+      const DeviceInfo d = be->device();  // a compiled GEMM costs a compile
+      const bool cheap = !d.compiles || nominal_peak(d.spec, dt).has_value();
       if (given_tflops > 0 || !cheap) continue;
       p = mfu_peak(be, dt, 0);
     }
@@ -170,7 +170,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
                  {"trainable_params", model.lora_num_params()}};
   j["activation_bytes"] = model.activation_bytes(cfg.train.micro_batch_size, cfg.data.seq_len);
   j["peak_rss_bytes"] = peak_rss_bytes();
-  if (be->name() == "pjrt") j["pjrt"] = pjrt_report(*be);
+  // Under the backend's name ("pjrt", the one that compiles).
+  if (const DeviceInfo d = be->device(); d.compiles) j[be->name()] = program_report(d);
   if (compile_only) return j;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size * cfg.data.seq_len *
                                             cfg.train.grad_accum_steps);

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/devices.h"
 #include "train/run_config.h"
 
 namespace lmt {
@@ -17,7 +17,7 @@ namespace lmt {
 nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only = false);
 
 // What XLA planned for one run of a program, as both benchmarks report it.
-nlohmann::json program_memory(const PjrtProgramMemory& m);
+nlohmann::json program_memory(const ProgramMemory& m);
 
 // The output head and its loss alone, forward and backward (Backend::head_loss), on the config's
 // head (model.vocab_size x model.hidden_size) for micro_batch_size x seq_len tokens of random

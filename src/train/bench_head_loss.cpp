@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/pjrt/pjrt_backend.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/threads.h"
@@ -106,9 +105,9 @@ nlohmann::json run_head_loss_bench(const RunConfig& cfg, const std::string& mode
   Timer first;
   call();  // warm-up (and the compile, on pjrt)
   const double first_s = first.seconds();
-  // pjrt: the first call's program also holds the uploads and dw's zeroing; the calls after it
-  // are another program, compiled here rather than in the first timed call.
-  if (be->name() == "pjrt" && !compile_only) call();
+  // A compiling backend (pjrt): the first call's program also holds the uploads and dw's zeroing;
+  // the calls after it are another program, compiled here rather than in the first timed call.
+  if (be->device().compiles && !compile_only) call();
   std::vector<double> times;
   for (int64_t i = 0; i < (compile_only ? 0 : steps); ++i) {
     Timer t;
@@ -128,12 +127,11 @@ nlohmann::json run_head_loss_bench(const RunConfig& cfg, const std::string& mode
   j["logits_scratch_bytes"] = static_cast<int64_t>(s.logits) * static_cast<int64_t>(es);
   j["gradient_bytes"] = static_cast<int64_t>(dh.bytes() + dw.bytes());
   j["first_call_ms"] = first_s * 1e3;
-  if (be->name() == "pjrt") {
-    const PjrtBackendStats st = pjrt_backend_stats(*be);
-    j["platform"] = st.platform;
-    j["device_kind"] = st.device_kind;
-    if (st.last_memory) j["program_memory"] = program_memory(*st.last_memory);
-    if (st.device_peak_bytes) j["device_peak_bytes"] = *st.device_peak_bytes;
+  if (const DeviceInfo d = be->device(); d.compiles) {
+    j["platform"] = d.platform;
+    j["device_kind"] = d.kind;
+    if (d.programs.last_memory) j["program_memory"] = program_memory(*d.programs.last_memory);
+    if (d.peak_bytes) j["device_peak_bytes"] = *d.peak_bytes;
   } else {  // what the call holds beside its inputs and gradients, by construction
     j["loss_scratch_bytes"] =
         static_cast<int64_t>(s.logits) * static_cast<int64_t>(es) +

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/devices.h"
 #include "core/dtype.h"
 #include "model/model_config.h"
 #include "model/transformer.h"
@@ -31,15 +32,17 @@ struct PeakFlops {
   double flops = 0;
   std::string source;  // "the nominal dense bf16 peak of ...", "a measured peak of ..."
 };
-// The nominal dense peak in dt of an accelerator by the device kind PJRT reports for it (NVIDIA
-// H100, H200, A100; Cloud TPU v4, v5e, v5p, v6e: docs/mfu.md lists the figures and their
-// sources), or nullopt for a device not in the table. f32 on NVIDIA GPUs is TF32 (XLA's default
-// precision for f32 products there); on TPUs f32 products run as bf16 passes: their bf16 peak.
+// The nominal dense peak in dt of a device of the table (backend/devices.h: NVIDIA H100, H200,
+// A100; Cloud TPU v4, v5e, v5p, v6e; docs/mfu.md lists the figures and their sources), or
+// nullopt for none (spec null). f32 on NVIDIA GPUs is TF32 (XLA's default precision for f32
+// products there); on TPUs f32 products run as bf16 passes: their bf16 peak.
+std::optional<PeakFlops> nominal_peak(const DeviceSpec* spec, DType dt);
+// The same by the device kind PJRT reports.
 std::optional<PeakFlops> nominal_peak(const std::string& device_kind, DType dt);
 // MFU's ceiling on this backend, the one train and bench divide by: `given_tflops` a device where
-// the user set it (train.peak_tflops, > 0), else the device's nominal peak where the table knows
-// it (backend pjrt), else the best of 9 GEMMs of 2048^3 measured here (4096^3 on an accelerator
-// PJRT does not name, large enough to fill it).
+// the user set it (train.peak_tflops, > 0), else the nominal peak of the device the backend
+// describes where the table knows it, else the best of 9 GEMMs of 2048^3 measured here (4096^3 on
+// an accelerator the table does not know, large enough to fill it).
 PeakFlops mfu_peak(Backend* be, DType dt, double given_tflops);
 
 }  // namespace lmt

@@ -1,6 +1,6 @@
 // A training step on paper, for a mesh lmtrain cannot run here: the collectives the sharding plan
 // implies with the bytes each moves per device, a step time estimated from FLOPs, bytes moved and
-// a device's published peaks (device_specs.h), and the smallest mesh whose step fits a device.
+// a device's published peaks (backend/devices.h), and the smallest mesh whose step fits a device.
 // Estimates, not measurements: docs/parallel.md says what each assumes.
 #pragma once
 
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "backend/devices.h"
 #include "backend/mesh.h"
 #include "model/model_config.h"
-#include "train/device_specs.h"
 #include "train/step_memory.h"
 
 namespace lmt {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "backend/attention_forms.h"
 #include "core/error.h"
 #include "model/sharding_plan.h"
 #include "model/param_layout.h"
@@ -125,12 +126,12 @@ StepMemory step_memory(const ModelConfig& cfg, const StepShape& sh, const Mesh& 
   // activations in the compute dtype. Attention statistics and logits are f32 everywhere.
   const int64_t es = cpu || !sh.bf16 ? 4 : 2;
   const bool widened = cpu && sh.bf16;  // XLA:CPU then keeps scores and rows twice
-  // Attention up to kDenseUpTo (1024) positions is dense: each layer keeps its [B, H, T, T]
+  // Attention up to kDenseAttentionUpTo positions is dense: each layer keeps its [B, H, T, T]
   // probabilities for the backward. Longer sequences go blocked: only the log-sum-exp stays,
-  // and a [B, H, 512, 512] tile is the working set.
-  const bool dense = T <= 1024;
+  // and a [B, H, kAttentionBlock, kAttentionBlock] tile is the working set.
+  const bool dense = T <= kDenseAttentionUpTo;
   const int64_t tt_keep = dense ? Bl * H * T * T * 4 : Bl * H * T * 4;
-  const int64_t tt_work = dense ? tt_keep : Bl * H * 512 * 512 * 4;
+  const int64_t tt_work = dense ? tt_keep : Bl * H * kAttentionBlock * kAttentionBlock * 4;
   const ParamShards ps = param_shards(cfg, mesh, sh.optimizer);
 
   // What one layer keeps for its backward: its input, the norms' outputs and the residual after

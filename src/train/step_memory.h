@@ -1,6 +1,6 @@
 // What one pjrt training step needs of each device, from the config alone: an analytic model of
-// the program the model code traces (src/model/transformer.cpp, src/backend/pjrt/lowering*.cpp),
-// term by term, divided over a mesh by the sharding plan (model/sharding_plan.h).
+// the program the model code traces (src/model/transformer.cpp and the pjrt backend's lowerings,
+// its hlo/ folder), term by term, divided over a mesh by the sharding plan (model/sharding_plan.h).
 //
 // The step is one program: its arguments are the state it updates (f32 weights, the optimizer's
 // moments) and the batch; its temporaries peak either where the loss head runs (every layer's

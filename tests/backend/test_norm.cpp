@@ -20,7 +20,7 @@ struct NormCase {
   int64_t N, C;
   double w_offset;  // RMSNorm only: Gemma scales by (1 + w)
 };
-const NormCase kCases[] = {{7, 13, 0.0}, {5, 64, 1.0}, {1, 3, 0.0}, {33, 300, 0.0}};
+const NormCase kNormCases[] = {{7, 13, 0.0}, {5, 64, 1.0}, {1, 3, 0.0}, {33, 300, 0.0}};
 constexpr double kEps = 1e-5;
 
 // ---- RMSNorm ----
@@ -66,7 +66,7 @@ void rms_forward_matches(const NormCase& c) {
 }
 
 TEST(RmsNorm, ForwardMatchesReference) {
-  for (const NormCase& c : kCases) {
+  for (const NormCase& c : kNormCases) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " C=" << c.C << " off=" << c.w_offset);
     rms_forward_matches<float>(c);
     rms_forward_matches<double>(c);
@@ -74,7 +74,7 @@ TEST(RmsNorm, ForwardMatchesReference) {
 }
 
 TEST(RmsNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  for (const NormCase& c : kCases) {
+  for (const NormCase& c : kNormCases) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " C=" << c.C << " off=" << c.w_offset);
     std::vector<double> x = test::randn(c.N * c.C, 3), w = test::randn(c.C, 4, 0, 0.5, 1.0);
     const std::vector<double> R = test::randn(c.N * c.C, 5);
@@ -121,7 +121,7 @@ LnRun<T> ln_run(const NormCase& c, const std::vector<double>& x, const std::vect
 }
 
 TEST(LayerNorm, ForwardMatchesReference) {
-  for (const NormCase& c : kCases) {
+  for (const NormCase& c : kNormCases) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " C=" << c.C);
     const std::vector<double> x = test::randn(c.N * c.C, 1, 0, 2.0, 0.7);
     const std::vector<double> w = test::randn(c.C, 2), b = test::randn(c.C, 3);
@@ -145,7 +145,7 @@ TEST(LayerNorm, ForwardMatchesReference) {
 }
 
 TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulates) {
-  for (const NormCase& c : kCases) {
+  for (const NormCase& c : kNormCases) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " C=" << c.C);
     std::vector<double> x = test::randn(c.N * c.C, 3), w = test::randn(c.C, 4);
     std::vector<double> b = test::randn(c.C, 5);

@@ -17,7 +17,7 @@ struct RopeCase {
   int heads, head_dim, rotary_dim;
   double attn_factor;
 };
-const RopeCase kCases[] = {
+const RopeCase kRopeCases[] = {
     {7, 3, 24, 24, 1.0}, {5, 2, 24, 16, 1.0}, {9, 4, 8, 8, 1.3}, {1, 1, 2, 2, 1.0}};
 
 struct RopeData {
@@ -64,7 +64,7 @@ std::vector<T> run(const RopeCase& c, const RopeData& d, const std::vector<doubl
 }
 
 TEST(Rope, ForwardAndInverseMatchHuggingFaceFormula) {
-  for (const RopeCase& c : kCases) {
+  for (const RopeCase& c : kRopeCases) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " heads=" << c.heads << " D=" << c.head_dim
                                       << " rotary=" << c.rotary_dim);
     const RopeData d = make_data(c);
@@ -87,7 +87,7 @@ TEST(Rope, ForwardAndInverseMatchHuggingFaceFormula) {
 }
 
 TEST(Rope, InverseIsTheBackward) {
-  for (const RopeCase& c : kCases) {
+  for (const RopeCase& c : kRopeCases) {
     SCOPED_TRACE(::testing::Message() << "N=" << c.N << " rotary=" << c.rotary_dim);
     const RopeData d = make_data(c);
     std::vector<double> x = test::randn(c.N * d.row_stride, 2);

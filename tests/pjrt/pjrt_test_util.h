@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/pjrt/lowering.h"
-#include "backend/pjrt/pjrt_client.h"
+#include "backend/pjrt/hlo/lowering.h"
+#include "backend/pjrt/runtime/client.h"
 #include "core/error.h"
 #include "test_util.h"
 

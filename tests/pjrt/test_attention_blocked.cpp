@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/pjrt/lowering.h"
+#include "backend/pjrt/hlo/lowering.h"
 #include "pjrt_test_util.h"
 
 namespace lmt {

@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "backend/pjrt/compile_options.h"
+#include "backend/pjrt/runtime/compile_options.h"
 #include "pjrt_test_util.h"
 #include "train/bench.h"
 #include "train/flops.h"
@@ -70,7 +70,7 @@ TEST(NominalPeak, DenseFiguresOfTheDatasheets) {
 }
 
 // Every compile options message the test plugin recorded: what lmtrain asks of XLA's CPU plugin
-// besides is XNNPACK off (backend/pjrt/compile_options.h).
+// besides is XNNPACK off (backend/pjrt/runtime/compile_options.h).
 void expect_compile_options(const fs::path& dir, bool deterministic, int want_programs) {
   const std::string want =
       compile_options(CompileSettings{.deterministic = deterministic, .xnnpack = false});

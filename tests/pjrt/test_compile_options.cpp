@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "backend/pjrt/compile_options.h"
+#include "backend/pjrt/runtime/compile_options.h"
 
 namespace lmt {
 namespace {

@@ -1,4 +1,4 @@
-// cuDNN's fused attention calls as lmtrain writes them (lowering_cudnn_attention.cpp), without a
+// cuDNN's fused attention calls as lmtrain writes them (hlo/attention_cudnn.cpp), without a
 // GPU: when the backend picks them, the backend_config JSON in JAX's own text form, and the whole
 // custom-call lines of a forward and a backward against those JAX wrote for GPT-2 124M on an H100
 // (tests/data/cudnn). What the kernel computes is not checked here: that needs a GPU.
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/pjrt/lowering.h"
+#include "backend/pjrt/hlo/lowering.h"
 #include "cudnn_calls.h"
 
 namespace lmt {

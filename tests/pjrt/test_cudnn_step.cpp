@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "../model/model_test_util.h"
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "cudnn_calls.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -77,7 +77,7 @@ ModelConfig small_llama() {
 
 struct RecordedStep {
   std::string program;    // the step's StableHLO
-  std::string attention;  // PjrtBackendStats::attention: "cudnn", or "xla: " and why
+  std::string attention;  // ProgramReport::attention: "cudnn", or "xla: " and why
 };
 
 class CudnnStep : public test::TestPluginTest {
@@ -94,7 +94,7 @@ class CudnnStep : public test::TestPluginTest {
     RecordedStep r;
     {
       auto be = make_pjrt_backend(LMT_TEST_PJRT_PLUGIN, PjrtOptions{.compile_only = true});
-      EXPECT_EQ(pjrt_backend_stats(*be).platform, platform.empty() ? "cpu" : platform);
+      EXPECT_EQ(be->device().platform, platform.empty() ? "cpu" : platform);
       Transformer m(be.get(), s.cfg);
       m.set_compute_dtype(s.compute);
       m.set_activation_checkpointing(s.checkpointing);
@@ -121,7 +121,7 @@ class CudnnStep : public test::TestPluginTest {
         be->synchronize();
       });
       EXPECT_NE(msg.find("lmtrain test plugin: recorded, not compiled"), std::string::npos) << msg;
-      r.attention = pjrt_backend_stats(*be).attention;
+      r.attention = be->device().programs.attention;
     }
     EXPECT_TRUE(fs::exists(record_dir_ / "program_0.mlir"));
     EXPECT_FALSE(fs::exists(record_dir_ / "program_1.mlir")) << "the step is one program";

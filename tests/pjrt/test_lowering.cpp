@@ -1,4 +1,4 @@
-// The StableHLO forms of the kernels (backend/pjrt/lowering.h), run on XLA's CPU plugin, against
+// The StableHLO forms of the kernels (backend/pjrt/hlo/lowering.h), run on XLA's CPU plugin, against
 // the CPU backend's kernels on the same fresh random inputs, in float32: outputs and gradients
 // within 2e-5 of the largest element (float32 rounding of different but equivalent orders).
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/pjrt/lowering.h"
+#include "backend/pjrt/hlo/lowering.h"
 #include "pjrt_test_util.h"
 
 namespace lmt {

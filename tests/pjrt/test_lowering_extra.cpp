@@ -1,4 +1,4 @@
-// Dropout, the per-head RMSNorm and the embedding as StableHLO (backend/pjrt/lowering.h), run on
+// Dropout, the per-head RMSNorm and the embedding as StableHLO (backend/pjrt/hlo/lowering.h), run on
 // XLA's CPU plugin against the CPU backend's kernels on fresh random inputs; and the builder's
 // integer, gather and scatter ops they rest on, against naive C++. Dropout must match bit for bit
 // (its mask is integer arithmetic, its scale one rounded multiply); the rest within 2e-5 of the
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "backend/pjrt/lowering.h"
+#include "backend/pjrt/hlo/lowering.h"
 #include "core/rng.h"
 #include "pjrt_test_util.h"
 

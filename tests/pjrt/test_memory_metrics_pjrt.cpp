@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "pjrt_test_util.h"
 #include "train/run_config.h"
 #include "train/trainer.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "../model/model_test_util.h"
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "model/sharding_plan.h"
 #include "model/transformer.h"
 #include "pjrt_test_util.h"

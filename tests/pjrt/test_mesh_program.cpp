@@ -16,7 +16,7 @@
 #include <string>
 
 #include "../model/model_test_util.h"
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "model/sharding_plan.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
@@ -36,7 +36,7 @@ ModelConfig model() {
 }
 
 // One training step compiled (not run) on a mesh; the backend's account of it.
-PjrtBackendStats compile_step(const Mesh& mesh) {
+ProgramReport compile_step(const Mesh& mesh) {
   PjrtOptions o;
   o.compile_only = true;
   o.mesh = mesh;
@@ -56,19 +56,19 @@ PjrtBackendStats compile_step(const Mesh& mesh) {
   m.discard_grads();
   sums.read(0);
   be->synchronize();
-  return pjrt_backend_stats(*be);
+  return be->device().programs;
 }
 
 class MeshProgram : public test::PjrtTest {};
 
 TEST_F(MeshProgram, FsdpFourHoldsAQuarterOfEverySplitTensor) {
-  const PjrtBackendStats one = compile_step(Mesh{});
+  const ProgramReport one = compile_step(Mesh{});
   const Mesh fsdp4{{{"fsdp", 4}}};
-  const PjrtBackendStats four = compile_step(fsdp4);
+  const ProgramReport four = compile_step(fsdp4);
   ASSERT_TRUE(one.last_memory && four.last_memory) << "the CPU plugin gave no compiled memory";
   ASSERT_EQ(one.last_arguments.size(), four.last_arguments.size());
   int64_t whole = 0, split = 0, kept_whole = 0;
-  for (const PjrtArgument& a : four.last_arguments) {
+  for (const ProgramArgument& a : four.last_arguments) {
     int64_t bytes = static_cast<int64_t>(dtype_size(a.dtype));
     for (int64_t d : a.dims) bytes *= d;
     const TensorSharding s = plan_sharding(a.name, a.dims);

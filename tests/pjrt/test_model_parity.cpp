@@ -14,7 +14,7 @@
 
 #include "../model/model_test_util.h"
 #include "backend/backend.h"
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "core/rng.h"
 #include "model/transformer.h"
 #include "pjrt_test_util.h"
@@ -113,11 +113,11 @@ TEST_P(ModelParity, LossGradientsAndLogitsMatchTheCpuBackend) {
     ASSERT_EQ(got.logits.size(), want.logits.size());
     EXPECT_LT(test::max_rel_diff(got.logits.data(), want.logits.data(), want.logits.size()), 1e-5)
         << "logits";
-    const PjrtBackendStats st = pjrt_backend_stats(*pjrt);
-    EXPECT_GT(st.programs_run, 0);
+    const ProgramReport st = pjrt->device().programs;
+    EXPECT_GT(st.run, 0);
     std::printf("%s: %lld programs run, %lld compiled in %.2f s\n", name.c_str(),
-                static_cast<long long>(st.programs_run),
-                static_cast<long long>(st.programs_compiled), st.compile_seconds);
+                static_cast<long long>(st.run), static_cast<long long>(st.compiled),
+                st.compile_seconds);
   }
 }
 

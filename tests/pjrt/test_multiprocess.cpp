@@ -21,7 +21,7 @@
 #include <string>
 #include <thread>
 
-#include "backend/pjrt/pjrt_plugin.h"
+#include "backend/pjrt/runtime/plugin.h"
 #include "pjrt_test_util.h"
 
 extern char** environ;

@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 
-#include "backend/pjrt/pjrt_client.h"
+#include "backend/pjrt/runtime/client.h"
 #include "core/error.h"
 #include "pjrt_test_util.h"
 

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "backend/pjrt/stablehlo.h"
+#include "backend/pjrt/hlo/builder.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "pjrt_test_util.h"

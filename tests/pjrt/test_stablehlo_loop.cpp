@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "backend/pjrt/stablehlo.h"
+#include "backend/pjrt/hlo/builder.h"
 #include "pjrt_test_util.h"
 
 namespace lmt {

@@ -13,7 +13,7 @@
 
 #include "../model/model_test_util.h"
 #include "backend/backend.h"
-#include "backend/pjrt/pjrt_backend.h"
+#include "backend/pjrt/backend.h"
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "pjrt_test_util.h"
@@ -32,7 +32,7 @@ struct Step {
 };
 
 // Two training steps as the trainer runs them; returns the backend's counters after them.
-PjrtBackendStats run_steps(Backend& be, Transformer& m, const Step& s, Optimizer& opt) {
+ProgramReport run_steps(Backend& be, Transformer& m, const Step& s, Optimizer& opt) {
   const int64_t N = s.B * s.T;
   const std::vector<int32_t> ids = test::random_ids(N, s.cfg.vocab_size, 7);
   std::vector<int32_t> starts(N), pos(N);
@@ -53,7 +53,7 @@ PjrtBackendStats run_steps(Backend& be, Transformer& m, const Step& s, Optimizer
     sums.read(0);
     be.synchronize();
   }
-  return pjrt_backend_stats(be);
+  return be.device().programs;
 }
 
 class StepProgram : public test::PjrtTest {};
@@ -68,8 +68,8 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
     m.init_weights(3);
     auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(),
                               OptimizerSpec{}, /*weight_decay=*/0.1);
-    const PjrtBackendStats st = run_steps(*be, m, s, *opt);
-    EXPECT_EQ(st.programs_compiled, 1) << "the second step compiled a program of its own";
+    const ProgramReport st = run_steps(*be, m, s, *opt);
+    EXPECT_EQ(st.compiled, 1) << "the second step compiled a program of its own";
 
     // What each argument may be: name -> (dtype, dims).
     std::map<std::string, std::pair<DType, Dims>> known;
@@ -87,7 +87,7 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
       known[x] = {DType::f32, {}};
 
     std::set<std::string> seen;
-    for (const PjrtArgument& a : st.last_arguments) {
+    for (const ProgramArgument& a : st.last_arguments) {
       auto it = known.find(a.name);
       ASSERT_NE(it, known.end()) << "argument '" << a.name << "' is no named tensor";
       EXPECT_EQ(a.dtype, it->second.first) << a.name;
@@ -102,7 +102,7 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
     for (const char* x : {"batch.ids", "batch.labels", "adamw.step_size", "loss.grad_scale"})
       EXPECT_TRUE(seen.count(x)) << x;
     // Every parameter and moment is donated to its own update.
-    const std::string& text = st.last_program;
+    const std::string& text = st.last_text;
     std::regex alias("tf\\.aliasing_output");
     const auto n_alias = std::distance(std::sregex_iterator(text.begin(), text.end(), alias),
                                        std::sregex_iterator());
@@ -138,7 +138,7 @@ TEST_F(StepProgram, CachedProgramReadsUpdatedDonatedWeights) {
     be->scale(DType::f32, static_cast<float*>(m.params_data()) + p.offset, 1.01, p.numel());
   be->synchronize();
   const std::vector<float> got = grads(*be, m);
-  EXPECT_EQ(pjrt_backend_stats(*be).programs_compiled, 2) << "the pass ran again as compiled";
+  EXPECT_EQ(be->device().programs.compiled, 2) << "the pass ran again as compiled";
 
   std::vector<float> w(m.flat_size());
   be->to_host(w.data(), m.params_data(), w.size() * 4);
@@ -188,8 +188,8 @@ TEST_F(StepProgram, LoraComputesNoFrozenWeightGradient) {
       m.add_lora(spec, 5);
     }
     auto opt = make_optimizer(be.get(), m.trainable_params(), m.trainable_flat_size(), {}, 0.0);
-    const PjrtBackendStats st = run_steps(*be, m, s, *opt);
-    const std::map<std::string, int> dots = dot_result_shapes(st.last_program);
+    const ProgramReport st = run_steps(*be, m, s, *opt);
+    const std::map<std::string, int> dots = dot_result_shapes(st.last_text);
     // Every base matrix's shape, and those of the fused q|k|v and gate|up products.
     const int64_t C = s.cfg.hidden_size, F = s.cfg.intermediate_size;
     const int64_t QKV = (s.cfg.num_attention_heads + 2 * s.cfg.num_key_value_heads) * 6;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/pjrt/compile_options.h"
+#include "backend/pjrt/runtime/compile_options.h"
 #include "pjrt_test_util.h"
 
 namespace lmt {

@@ -8,12 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "backend/devices.h"
 #include "cli/cli_util.h"
 #include "core/error.h"
 #include "io/hf_model.h"
 #include "model/sharding_plan.h"
 #include "model/transformer.h"
-#include "train/device_specs.h"
 #include "train/mesh_plan.h"
 #include "train/step_memory.h"
 

@@ -17,6 +17,12 @@ class CpuBackend final : public Backend {
   CpuBackend();
   ~CpuBackend() override;
   std::string name() const override { return "cpu"; }
+  // The host's cores through its own kernels: no device kind, nothing compiled.
+  DeviceInfo device() const override {
+    DeviceInfo d;
+    d.platform = "cpu";
+    return d;
+  }
   std::string kernels() const override;
   std::string unsupported(DType dt) const override;
 

@@ -1,0 +1,91 @@
+// The devices lmtrain knows by their published figures, in one table (devices.cpp): the dense
+// peaks MFU divides by (train/flops; sources in docs/mfu.md), the memory and link bandwidth that
+// `lmtrain info --mesh --device` plans with (train/mesh_plan; sources in docs/parallel.md), and
+// the row a backend's device description names (Backend::device). A figure here is a
+// datasheet's, not a measurement.
+//
+// And that description: what a backend computes on and what it counted of its programs, so that
+// callers (MFU, bench, the training log) ask the backend instead of branching on its name.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace lmt {
+
+struct DeviceSpec {
+  // What --device takes (h100, h200, a100, v4, v5e, v5p, v6e); "" for a device known here only
+  // by its peaks (the H100 PCIe), which info --mesh does not plan for.
+  std::string key;
+  // Parts of the device kind PJRT reports that name this device; the first row (in the table's
+  // order) with a part the kind contains is the device's (the PCIe H100 before the SXM one).
+  std::vector<std::string> kinds;
+  std::string name;  // "NVIDIA H100 SXM", "Cloud TPU v5p"; memory and link are this part's
+  // Whose peaks these are: the name, or the chip's where every part of it has the same peaks
+  // ("NVIDIA A100": PCIe and SXM, 40 and 80 GB).
+  std::string chip;
+  // Dense peaks per chip, TFLOP/s (no structured sparsity): bf16, and what an f32 product runs
+  // as there (f32_as: TF32 on NVIDIA GPUs, XLA's default for f32 products; bf16 passes on TPUs).
+  double bf16_tflops = 0, f32_tflops = 0;
+  std::string f32_as;
+  double bf16_flops = 0;  // bf16_tflops in FLOP/s
+  uint64_t memory = 0;    // HBM per chip, bytes (0: not given here)
+  double link_bytes = 0;  // bytes/s a ring collective moves per chip, one direction
+  std::string link_what;  // how link_bytes follows from the published figure
+};
+
+const std::vector<DeviceSpec>& device_specs();
+// The spec of --device `key` (case-insensitive; "tpu-v5p" and "v5p" alike), or a UserError
+// naming `flag` and the keys there are.
+const DeviceSpec& device_spec(const std::string& key, const std::string& flag);
+// The row naming the device PJRT reports as `device_kind`; nullptr for a device not in the table.
+const DeviceSpec* device_spec_of_kind(const std::string& device_kind);
+
+// What XLA planned for one run of a program, in bytes (PJRT's compiled-memory statistics):
+// argument + temp is what the program needs of the device beside the outputs it does not write
+// into its donated arguments (output - alias).
+struct ProgramMemory {
+  int64_t argument = 0, output = 0, alias = 0, temp = 0;
+};
+
+// One argument of a program: a described tensor's name (or what the host data is), its type.
+struct ProgramArgument {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<int64_t> dims;
+};
+
+// What a backend that compiles programs counted of them (for the tests and the benchmark).
+struct ProgramReport {
+  int64_t run = 0;       // executions
+  int64_t compiled = 0;  // distinct program texts compiled
+  double compile_seconds = 0;
+  // How the last attention traced is computed: "cudnn" (cuDNN's fused kernel) or "xla: " and why
+  // XLA's lowering is; "" before any attention.
+  std::string attention;
+  size_t last_chars = 0;                        // size of the last program's text
+  std::string last_text;                        // the last program's text
+  std::vector<ProgramArgument> last_arguments;  // the last program's arguments, in order
+  // The last program's compiled memory, and that of the compiled program needing the most
+  // (argument + temp); absent where the compiler does not say.
+  std::optional<ProgramMemory> last_memory, largest_memory;
+};
+
+// The device a backend computes on (Backend::device).
+struct DeviceInfo {
+  std::string platform;  // as PJRT names it ("cpu", "cuda", "tpu"); the CPU backend: "cpu"
+  std::string kind;      // the device kind PJRT reports ("NVIDIA H100 80GB HBM3"); "" for none
+  int64_t devices = 1;   // the devices a step runs on (a mesh's)
+  const DeviceSpec* spec = nullptr;  // the table's row for `kind` (its nominal peaks), or none
+  bool compiles = false;             // whether it compiles programs (`programs` counts them)
+  // The device's peak memory in use so far, where its allocator keeps statistics (the CUDA
+  // plugin does; XLA's CPU plugin and the CPU backend do not).
+  std::optional<int64_t> peak_bytes;
+  ProgramReport programs;
+};
+
+}  // namespace lmt

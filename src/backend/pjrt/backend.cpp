@@ -1,0 +1,352 @@
+// The PJRT backend (see backend.h): memory, running the pending program, and the kernels of
+// dense algebra, elementwise ops, embeddings, norms and RoPE.
+#include "backend/pjrt/backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "backend/pjrt/backend_impl.h"
+#include "core/error.h"
+#include "parallel/directory_store.h"
+
+namespace lmt {
+
+namespace {
+
+CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& options) {
+  CompileSettings s;
+  s.deterministic = options.deterministic;
+  s.xnnpack = client.platform_name() != "cpu";  // see CompileSettings::xnnpack
+  return s;
+}
+
+// The mesh's devices (XLA's CPU plugin makes as many as the mesh names) and, when a launcher
+// started several processes, the store where they meet before the client is made.
+PjrtClientOptions client_options(const PjrtOptions& options) {
+  PjrtClientOptions c;
+  if (!options.mesh.single()) {  // XLA's CPU plugin: as many devices as the mesh names
+    c.cpu_device_count = options.mesh.size();
+    for (int64_t id : options.devices) c.cpu_device_count = std::max(c.cpu_device_count, id + 1);
+  }
+  c.mesh = options.mesh;
+  c.devices = options.devices;
+  if (const ProcessGroup group = process_group_from_env(); group.several())
+    c.store = std::make_shared<DirectoryStore>(options.coordination_dir, group,
+                                               std::chrono::seconds(options.coordination_timeout));
+  return c;
+}
+
+}  // namespace
+
+PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
+    : client_(resolve_pjrt_plugin_path(plugin_path), client_options(options)),
+      trace_(tensors_, client_, options.compile_only, options.sharding),
+      programs_(client_, settings_for(client_, options), options.compile_only),
+      deterministic_(options.deterministic) {}
+
+DeviceInfo PjrtBackend::device() const {
+  DeviceInfo d;
+  d.platform = client_.platform_name();
+  d.kind = client_.device_kind();
+  d.devices = client_.mesh().size();
+  d.spec = device_spec_of_kind(d.kind);
+  d.compiles = true;
+  if (const std::optional<DeviceMemory> m = client_.device_memory())
+    d.peak_bytes = m->peak_bytes_in_use ? *m->peak_bytes_in_use : m->bytes_in_use;
+  d.programs = programs_.report();
+  d.programs.attention = attention_;
+  return d;
+}
+
+std::optional<DeviceMemoryUse> PjrtBackend::device_memory() const {
+  const std::optional<DeviceMemory> m = client_.device_memory();
+  if (!m) return std::nullopt;
+  return DeviceMemoryUse{m->bytes_in_use, m->peak_bytes_in_use};
+}
+
+// ---- memory ----
+
+void PjrtBackend::to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  int64_t lo = 0;
+  PjrtAlloc* a = &tensors_.find(src, static_cast<int64_t>(bytes), &lo);
+  if (a->in_program) {
+    flush();
+    a = &tensors_.find(src, static_cast<int64_t>(bytes), &lo);
+  }
+  const int64_t hi = lo + static_cast<int64_t>(bytes);
+  auto* dst = static_cast<uint8_t*>(host_dst);
+  for (size_t i = PjrtTensors::part_at(*a, lo); i < a->parts.size() && a->parts[i].begin < hi;
+       ++i) {
+    PjrtPart& p = a->parts[i];
+    PjrtTensors::to_host(p);
+    const int64_t p0 = std::max(lo, p.begin), p1 = std::min(hi, p.end);
+    if (p.host.empty())
+      std::memset(dst + (p0 - lo), 0, static_cast<size_t>(p1 - p0));
+    else
+      std::memcpy(dst + (p0 - lo), p.host.data() + (p0 - p.begin), static_cast<size_t>(p1 - p0));
+  }
+}
+
+void PjrtBackend::describe(const void* p, const TensorDesc& t) {
+  int64_t off = 0;
+  if (tensors_.find(p, static_cast<int64_t>(t.bytes()), &off).in_program) flush();
+  tensors_.describe(p, t);
+}
+
+void PjrtBackend::flush() {
+  if (!trace_.pending()) return;
+  PjrtAssembled p = trace_.assemble();
+  if (p.outs.empty()) {  // nothing written: nothing to run
+    trace_.reset();
+    return;
+  }
+  std::vector<PjrtBuffer> results = programs_.run(p);
+  trace_.done(p, std::move(results));
+}
+
+std::vector<int64_t> PjrtBackend::shape_of(const void* p, DType t, int64_t n) {
+  int64_t off = 0;
+  const int64_t bytes = n * static_cast<int64_t>(dtype_size(t));
+  const PjrtAlloc& a = tensors_.find(p, bytes, &off);
+  const PjrtPart& part = a.parts[PjrtTensors::part_at(a, off)];
+  if (part.described() && part.dtype == t && part.begin == off && part.end == off + bytes)
+    return part.dims;
+  return {n};
+}
+
+// A described tensor starting at p ends where it ends; else the allocation's end does.
+int64_t PjrtBackend::rows_from(const void* p, DType dt, int64_t C) {
+  int64_t off = 0;
+  const PjrtAlloc& a = tensors_.find(p, 0, &off);
+  const PjrtPart& part = a.parts[PjrtTensors::part_at(a, off)];
+  const int64_t end = part.described() && part.begin == off ? part.end : a.bytes;
+  return (end - off) / (C * static_cast<int64_t>(dtype_size(dt)));
+}
+
+// ---- dense algebra ----
+
+void PjrtBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                       double alpha, const void* A, int64_t lda, const void* B, int64_t ldb,
+                       double beta, void* C, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const size_t c_bytes = static_cast<size_t>(M * N) * dtype_size(dt);
+  const bool add_c = beta != 0.0 && !(ldc == N && trace_.zeros(C, c_bytes));
+  // bf16 and f16 operands stay narrow (the device's fast products, accumulated in f32 inside the
+  // dot); the result is narrow too unless it is added to C, which is then summed in f32.
+  const DType result = add_c ? compute_type(dt) : dt;
+  Value r;
+  if (K == 0) {
+    r = b().constant(0.0, result, {M, N});
+  } else {
+    const Value a = view(A, dt, trans_a ? Dims{K, M} : Dims{M, K}, {lda, 1});
+    const Value bb = view(B, dt, trans_b ? Dims{N, K} : Dims{K, N}, {ldb, 1});
+    r = b().dot_general(a, bb, {}, {}, {trans_a ? 0 : 1}, {trans_b ? 1 : 0}, result);
+  }
+  if (alpha != 1.0) r = b().multiply(r, b().constant(alpha, r.dtype, r.dims));
+  if (add_c) {
+    Value c = up(view(C, dt, {M, N}, {ldc, 1}));
+    if (beta != 1.0) c = b().multiply(c, b().constant(beta, c.dtype, c.dims));
+    r = b().add(r, c);
+  }
+  set(C, down(r, dt), {ldc, 1});
+}
+
+void PjrtBackend::add_bias(DType dt, void* out, const void* bias, int64_t N, int64_t O) {
+  if (N == 0 || O == 0) return;
+  const Value x = view(out, dt, {N, O});
+  set(out, b().add(x, b().broadcast_in_dim(view(bias, dt, {O}), {N, O}, {1})));
+}
+
+void PjrtBackend::bias_backward(DType dt, void* dbias, const void* dout, int64_t N, int64_t O) {
+  if (N == 0 || O == 0) return;
+  accumulate_into(dbias, dt, b().reduce_sum(view(dout, dt, {N, O}), {0}));
+}
+
+// ---- elementwise ----
+
+void PjrtBackend::add(DType dt, void* out, const void* a, const void* bb, int64_t n) {
+  if (n == 0) return;
+  set(out, b().add(view(a, dt, {n}), view(bb, dt, {n})));
+}
+
+void PjrtBackend::accumulate(DType dt, void* y, const void* x, int64_t n) {
+  if (n == 0) return;
+  accumulate_into(y, dt, view(x, dt, {n}));
+}
+
+void PjrtBackend::scale(DType dt, void* x, double s, int64_t n) {
+  if (n == 0) return;
+  const Value v = view(x, dt, {n});
+  set(x, b().multiply(v, b().constant(s, dt, {n})));
+}
+
+void PjrtBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
+  if (n == 0) return;
+  accumulate_into(acc, DType::f64, b().reduce_sum(b().convert(view(x, dt, {n}), DType::f64), {0}));
+}
+
+// Squares summed in f64, as the CPU backend sums them. XLA:CPU fuses no product into a reduction
+// of more than 32 elements (it splits one into a tree of windows first), so there the tensor's
+// squares are summed in f32 over runs of at most 32 elements, a reduction the product fuses into,
+// and those partial sums in f64: in f64 throughout, XLA:CPU wrote every gradient out again at
+// twice its size before reducing it (about 1 GB a GPT-2 step, a tenth of its time), and one f32
+// sum over a whole tensor drifts the run away from the CPU backend's within a hundred steps.
+void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
+  if (n == 0) return;
+  const Value v = view(x, dt, shape_of(x, dt, n));
+  Value sq;  // f64; its sum over every axis is the sum of squares
+  if (client_.platform_name() == "cpu") {
+    // The last axis split into runs (the others kept whole, so that a sharded tensor stays so).
+    Dims dims = v.dims.empty() ? Dims{1} : v.dims;
+    const int64_t last = dims.back();
+    int64_t run = 32;
+    while (last % run != 0) --run;
+    dims.back() = last / run;
+    dims.push_back(run);
+    Value r = b().reshape(v, dims);
+    if (r.dtype != DType::f32 && r.dtype != DType::f64) r = b().convert(r, DType::f32);
+    sq = b().convert(b().reduce_sum(b().multiply(r, r), {r.rank() - 1}), DType::f64);
+  } else {
+    const Value w = b().convert(v, DType::f64);
+    sq = b().multiply(w, w);
+  }
+  Dims all(sq.dims.size());
+  std::iota(all.begin(), all.end(), int64_t{0});
+  accumulate_into(acc, DType::f64, b().reduce_sum(sq, all));
+}
+
+// Seed and stream are runtime arguments: the stream names the micro-batch, new every step.
+void PjrtBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+                          uint64_t stream) {
+  if (n == 0) return;
+  const uint32_t words[4] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                             static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
+  const Value key = trace_.runtime(words, sizeof words, DType::i32, {4}, "dropout.key", true);
+  set(out, hlo::dropout(b(), view(x, dt, {n}), p, key));
+}
+
+void PjrtBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) {
+  if (n == 0) return;
+  const Value v = view(src, src_dt, {n});
+  set(dst, src_dt == dst_dt ? v : b().convert(v, dst_dt));
+}
+
+// ---- embedding ----
+
+// The table's row count is not an argument of the forward: the gather reads the rows up to the
+// largest id, so the view spans the whole allocation from `table` on, cut to whole rows.
+void PjrtBackend::embedding_forward(DType dt, void* out, const int32_t* ids, const void* table,
+                                    int64_t N, int64_t C) {
+  if (N == 0) return;
+  const int64_t rows = rows_from(table, dt, C);
+  set(out, hlo::embedding_forward(b(), view(ids, DType::i32, {N}), view(table, dt, {rows, C})));
+}
+
+void PjrtBackend::embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids,
+                                     int64_t N, int64_t C, int64_t V) {
+  if (N == 0) return;
+  accumulate_into(
+      dtable, dt,
+      down(hlo::embedding_backward(b(), up(view(dout, dt, {N, C})), view(ids, DType::i32, {N}), V),
+           dt));
+}
+
+// ---- normalisation ----
+
+void PjrtBackend::rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w,
+                                  int64_t N, int64_t C, double eps, double w_offset) {
+  if (N == 0) return;
+  const hlo::NormOut o =
+      hlo::rmsnorm_forward(b(), up(view(x, dt, {N, C})), up(view(w, dt, {C})), eps, w_offset);
+  set(out, down(o.out, dt));
+  set(rstd, stat(o.rstd, dt));
+}
+
+void PjrtBackend::rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout, const void* x,
+                                   const void* w, const void* rstd, int64_t N, int64_t C,
+                                   double w_offset) {
+  if (N == 0) return;
+  const hlo::NormGrads g =
+      hlo::rmsnorm_backward(b(), up(view(dout, dt, {N, C})), up(view(x, dt, {N, C})),
+                            up(view(w, dt, {C})), up(view(rstd, stat_type(dt), {N})), w_offset);
+  accumulate_into(dx, dt, down(g.dx, dt));
+  if (dw) accumulate_into(dw, dt, down(g.dw, dt));
+}
+
+void PjrtBackend::layernorm_forward(DType dt, void* out, void* mean, void* rstd, const void* x,
+                                    const void* w, const void* bias, int64_t N, int64_t C,
+                                    double eps) {
+  if (N == 0) return;
+  const hlo::LayerNormOut o = hlo::layernorm_forward(
+      b(), up(view(x, dt, {N, C})), up(view(w, dt, {C})), up(view(bias, dt, {C})), eps);
+  set(out, down(o.out, dt));
+  set(mean, stat(o.mean, dt));
+  set(rstd, stat(o.rstd, dt));
+}
+
+void PjrtBackend::layernorm_backward(DType dt, void* dx, void* dw, void* db, const void* dout,
+                                     const void* x, const void* w, const void* mean,
+                                     const void* rstd, int64_t N, int64_t C) {
+  if (N == 0) return;
+  const hlo::LayerNormGrads g = hlo::layernorm_backward(
+      b(), up(view(dout, dt, {N, C})), up(view(x, dt, {N, C})), up(view(w, dt, {C})),
+      up(view(mean, stat_type(dt), {N})), up(view(rstd, stat_type(dt), {N})));
+  accumulate_into(dx, dt, down(g.dx, dt));
+  if (dw) accumulate_into(dw, dt, down(g.dw, dt));
+  if (db) accumulate_into(db, dt, down(g.db, dt));
+}
+
+void PjrtBackend::head_rmsnorm_forward(DType dt, void* out, void* rstd, const void* x,
+                                       const void* w, int64_t N, int64_t row_stride, int heads,
+                                       int head_dim, double eps, double w_offset) {
+  if (N == 0) return;
+  const hlo::NormOut o =
+      hlo::head_rmsnorm_forward(b(), up(head_rows(x, dt, N, row_stride, heads, head_dim)),
+                                up(view(w, dt, {head_dim})), eps, w_offset);
+  set_head_rows(out, down(o.out, dt), row_stride);
+  set(rstd, stat(o.rstd, dt));
+}
+
+void PjrtBackend::head_rmsnorm_backward(DType dt, void* dx, void* dw, const void* dout,
+                                        const void* x, const void* w, const void* rstd, int64_t N,
+                                        int64_t row_stride, int heads, int head_dim,
+                                        double w_offset) {
+  if (N == 0) return;
+  const hlo::NormGrads g = hlo::head_rmsnorm_backward(
+      b(), up(head_rows(dout, dt, N, row_stride, heads, head_dim)),
+      up(head_rows(x, dt, N, row_stride, heads, head_dim)), up(view(w, dt, {head_dim})),
+      up(view(rstd, stat_type(dt), {N, heads})), w_offset);
+  set_head_rows(dx, down(g.dx, dt), row_stride);
+  if (dw) accumulate_into(dw, dt, down(g.dw, dt));
+}
+
+// ---- rotary position embedding ----
+
+void PjrtBackend::rope(DType dt, void* x, const int32_t* pos, const float* inv_freq, int64_t N,
+                       int64_t row_stride, int heads, int head_dim, int rotary_dim,
+                       double attn_factor, bool inverse) {
+  if (N == 0) return;
+  const Value r = hlo::rope(
+      b(), up(head_rows(x, dt, N, row_stride, heads, head_dim)), view(pos, DType::i32, {N}),
+      view(inv_freq, DType::f32, {rotary_dim / 2}), rotary_dim, attn_factor, inverse);
+  set_head_rows(x, down(r, dt), row_stride);
+}
+
+HloValue PjrtBackend::head_rows(const void* p, DType dt, int64_t N, int64_t row_stride, int64_t H,
+                                int64_t D) {
+  return b().reshape(view(p, dt, {N, H * D}, {row_stride, 1}), {N, H, D});
+}
+
+void PjrtBackend::set_head_rows(void* p, const Value& v, int64_t row_stride) {
+  set(p, b().reshape(v, {v.dims[0], v.dims[1] * v.dims[2]}), {row_stride, 1});
+}
+
+std::unique_ptr<Backend> make_pjrt_backend(const std::string& plugin_path,
+                                           const PjrtOptions& options) {
+  return std::make_unique<PjrtBackend>(plugin_path, options);
+}
+
+}  // namespace lmt

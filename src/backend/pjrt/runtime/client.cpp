@@ -1,0 +1,219 @@
+// Creating a PJRT client, compiling StableHLO text for it, copying arrays to its device, and
+// asking after the device's memory. Programs are handed over as MLIR text (PJRT_Program format
+// "mlir"), which every XLA plugin parses; compile options are the hand-written single-device
+// message of compile_options.cpp.
+#include "backend/pjrt/runtime/client.h"
+
+#include <algorithm>
+
+#include "backend/pjrt/runtime/c_api.h"
+#include "backend/pjrt/runtime/compile_options.h"
+#include "backend/pjrt/runtime/multiprocess.h"
+#include "core/error.h"
+
+namespace lmt {
+
+namespace {
+
+PJRT_DeviceDescription* description_of(const PjrtPlugin& plugin, PJRT_Device* device) {
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = device;
+  plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  return get.device_description;
+}
+
+std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
+  PJRT_DeviceDescription_Kind_Args kind{};
+  kind.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
+  kind.device_description = description_of(plugin, device);
+  plugin.check(plugin.api()->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
+  return std::string(kind.device_kind, kind.device_kind_size);
+}
+
+int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
+  PJRT_DeviceDescription_Id_Args id{};
+  id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+  id.device_description = description_of(plugin, device);
+  plugin.check(plugin.api()->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+  return id.id;
+}
+
+// PJRT_Client_Create with cpu_device_count where asked; a plugin that refuses the option is
+// created without it (XLA's CPU plugin takes it; plugins that check their options' names refuse
+// it before they start anything; one that ignores unknown options ignores it).
+PJRT_Client* create_client(const PjrtPlugin& plugin, const PjrtClientOptions& options) {
+  const PJRT_Api* api = plugin.api();
+  PJRT_Client_Create_Args create{};
+  create.struct_size = PJRT_Client_Create_Args_STRUCT_SIZE;
+  if (options.cpu_device_count > 0) {
+    static const std::string kName = "cpu_device_count";
+    PJRT_NamedValue count{};
+    count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+    count.name = kName.c_str();
+    count.name_size = kName.size();
+    count.type = PJRT_NamedValue_kInt64;
+    count.int64_value = options.cpu_device_count;
+    count.value_size = 1;
+    create.create_options = &count;
+    create.num_options = 1;
+    PJRT_Error* error = api->PJRT_Client_Create(&create);
+    if (!error) return create.client;
+    discard_error(plugin, error);
+    create.create_options = nullptr;
+    create.num_options = 0;
+  }
+  plugin.check(api->PJRT_Client_Create(&create), "PJRT_Client_Create");
+  return create.client;
+}
+
+}  // namespace
+
+PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& options) {
+  const PjrtPlugin& plugin = load_pjrt_plugin(plugin_path);
+  const PJRT_Api* api = plugin.api();
+  session_ = std::make_shared<PjrtSession>(plugin);
+  session_->store = options.store;
+  session_->client = options.store ? create_multiprocess_client(plugin, *options.store)
+                                   : create_client(plugin, options);
+
+  PJRT_Client_PlatformName_Args name{};
+  name.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
+  name.client = session_->client;
+  plugin.check(api->PJRT_Client_PlatformName(&name), "PJRT_Client_PlatformName");
+  platform_name_.assign(name.platform_name, name.platform_name_size);
+
+  PJRT_Client_AddressableDevices_Args devices{};
+  devices.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
+  devices.client = session_->client;
+  plugin.check(api->PJRT_Client_AddressableDevices(&devices), "PJRT_Client_AddressableDevices");
+  if (devices.num_addressable_devices == 0) {
+    throw UserError("PJRT plugin " + plugin.path() + " (platform " + platform_name_ +
+                    ") has no addressable device");
+  }
+  device_count_ = devices.num_addressable_devices;
+  session_->devices.assign(devices.addressable_devices,
+                           devices.addressable_devices + devices.num_addressable_devices);
+  session_->device = session_->devices[0];
+  for (PJRT_Device* d : session_->devices) device_ids_.push_back(device_id(plugin, d));
+  choose_mesh_devices(options);
+  device_kind_ = describe_device(plugin, session_->device);
+}
+
+// The mesh's devices: those parallel.devices names, else the first ones. Too few, or an id the
+// plugin does not have, is one message.
+void PjrtClient::choose_mesh_devices(const PjrtClientOptions& options) {
+  const Mesh& mesh = options.mesh;
+  const auto n = static_cast<size_t>(mesh.size());
+  if (n > device_ids_.size())
+    throw UserError("parallel: the mesh data x fsdp x tensor needs " + std::to_string(n) +
+                    " devices, but PJRT plugin " + plugin().path() + " (platform " +
+                    platform_name_ + ") has " + std::to_string(device_ids_.size()));
+  session_->mesh = mesh;
+  for (size_t i = 0; i < n; ++i) {
+    size_t at = i;
+    if (!options.devices.empty()) {
+      const int64_t id = options.devices[i];
+      at = static_cast<size_t>(std::find(device_ids_.begin(), device_ids_.end(), id) -
+                               device_ids_.begin());
+      if (at == device_ids_.size())
+        throw UserError("parallel.devices: PJRT plugin " + plugin().path() +
+                        " has no device with id " + std::to_string(id));
+    }
+    session_->mesh_devices.push_back(session_->devices[at]);
+    mesh_device_ids_.push_back(device_ids_[at]);
+  }
+  session_->device = session_->mesh_devices[0];
+}
+
+const Mesh& PjrtClient::mesh() const {
+  return session_->mesh;
+}
+
+const PjrtPlugin& PjrtClient::plugin() const {
+  return session_->plugin;
+}
+
+PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSettings& settings) const {
+  const PjrtPlugin& plugin = session_->plugin;
+  const PJRT_Api* api = plugin.api();
+  std::string code = mlir;  // PJRT_Program.code is not const
+  static const std::string kFormat = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = code.data();
+  program.code_size = code.size();
+  program.format = kFormat.data();
+  program.format_size = kFormat.size();
+
+  CompileSettings spmd = settings;
+  spmd.devices = mesh_device_ids_;
+  const std::string options = compile_options(spmd);
+  PJRT_Client_Compile_Args args{};
+  args.struct_size = PJRT_Client_Compile_Args_STRUCT_SIZE;
+  args.client = session_->client;
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  plugin.check(api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
+  PjrtExecutable result(session_, args.executable, 0);
+
+  ExecutableView view(plugin, args.executable);
+  PJRT_Executable_NumOutputs_Args outputs{};
+  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  outputs.executable = view.get();
+  plugin.check(api->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
+  result.num_outputs_ = outputs.num_outputs;
+  return result;
+}
+
+std::optional<DeviceMemory> PjrtClient::device_memory() const {
+  const PjrtPlugin& plugin = session_->plugin;
+  if (!plugin.api()->PJRT_Device_MemoryStats) return std::nullopt;
+  PJRT_Device_MemoryStats_Args args{};
+  args.struct_size = PJRT_Device_MemoryStats_Args_STRUCT_SIZE;
+  args.device = session_->device;
+  if (PJRT_Error* error = plugin.api()->PJRT_Device_MemoryStats(&args)) {
+    discard_error(plugin, error);  // the plugin's allocator keeps no statistics
+    return std::nullopt;
+  }
+  DeviceMemory m;
+  m.bytes_in_use = args.bytes_in_use;
+  if (args.peak_bytes_in_use_is_set) m.peak_bytes_in_use = args.peak_bytes_in_use;
+  if (args.bytes_limit_is_set) m.bytes_limit = args.bytes_limit;
+  return m;
+}
+
+PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int64_t> dims,
+                                 const TensorSharding& sharding) const {
+  const PjrtPlugin& plugin = session_->plugin;
+  const Mesh& mesh = session_->mesh;
+  const bool whole = is_replicated(sharding);
+  std::vector<int64_t> piece_dims = whole ? dims : shard_dims(mesh, sharding, dims);
+  int64_t piece_elements = 1;
+  for (int64_t d : piece_dims) piece_elements *= d;
+  std::vector<uint8_t> piece(whole ? 0 : static_cast<size_t>(piece_elements) * dtype_size(dtype));
+  PjrtBuffer buffer(session_, {}, dtype, dims, whole ? TensorSharding{} : sharding);
+  for (size_t i = 0; i < session_->mesh_devices.size(); ++i) {
+    if (!whole)
+      extract_shard(mesh, sharding, dims, dtype_size(dtype), static_cast<int64_t>(i), data,
+                    piece.data());
+    PJRT_Client_BufferFromHostBuffer_Args args{};
+    args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+    args.client = session_->client;
+    args.data = whole ? data : piece.data();
+    args.type = to_pjrt_type(dtype);
+    args.dims = piece_dims.data();
+    args.num_dims = piece_dims.size();
+    args.host_buffer_semantics = PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes;
+    args.device = session_->mesh_devices[i];
+    plugin.check(plugin.api()->PJRT_Client_BufferFromHostBuffer(&args),
+                 "PJRT_Client_BufferFromHostBuffer");
+    buffer.shards_.push_back(args.buffer);
+    await_event(plugin, args.done_with_host_buffer,
+                "PJRT_Client_BufferFromHostBuffer (waiting for the copy)");
+  }
+  return buffer;
+}
+
+}  // namespace lmt

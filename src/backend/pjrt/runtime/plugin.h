@@ -1,0 +1,48 @@
+// A PJRT plugin (XLA's plugin C API: libtpu, the CUDA plugin, XLA's CPU plugin) loaded into this
+// process. A plugin is loaded once per path and stays loaded until the process exits: its
+// PJRT_Plugin_Initialize is one-time setup, and XLA plugins keep threads and static state that
+// dlclose would pull out from under them. Everything here is declared without pjrt_c_api.h, so a
+// build without PJRT compiles the same header against the stub (backend/pjrt/stub.cpp).
+#pragma once
+
+#include <string>
+#include <utility>
+
+struct PJRT_Api;
+struct PJRT_Error;
+
+namespace lmt {
+
+// False when lmtrain was built without pjrt_c_api.h; every entry point below then throws.
+bool pjrt_built();
+
+// The plugin to load: `explicit_path` when not empty, else $LMTRAIN_PJRT_PLUGIN, else XLA's CPU
+// plugin in the environment scripts/setup.sh makes (${LMTRAIN_VENV:-~/.cache/lmtrain/venv}).
+// Throws UserError, saying how to get one, when none is found.
+std::string resolve_pjrt_plugin_path(const std::string& explicit_path = "");
+
+class PjrtPlugin {
+ public:
+  const std::string& path() const { return path_; }
+  const PJRT_Api* api() const { return api_; }
+  // "0.81": the C API version the plugin was built with.
+  std::string version() const;
+
+  // Turns a PJRT call's error into a UserError naming the plugin, the call and the plugin's
+  // message, and frees the error. Does nothing for nullptr.
+  void check(PJRT_Error* error, const char* call) const;
+
+ private:
+  friend const PjrtPlugin& load_pjrt_plugin(const std::string& path);
+  PjrtPlugin(std::string path, const PJRT_Api* api) : path_(std::move(path)), api_(api) {}
+
+  std::string path_;
+  const PJRT_Api* api_;
+};
+
+// dlopen + GetPjrtApi + version check + PJRT_Plugin_Initialize, once per path. Throws UserError
+// for a missing file, a file that is not a shared library, a library without GetPjrtApi, or a
+// C API version this build cannot talk to.
+const PjrtPlugin& load_pjrt_plugin(const std::string& path);
+
+}  // namespace lmt

@@ -1,0 +1,141 @@
+// PjrtTensors: allocations and their described parts (see tensors.h).
+#include "backend/pjrt/tensors.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace lmt {
+namespace {
+
+// Allocations are 256-byte aligned with a gap between them, so a pointer one past an
+// allocation's end is not the next one's start.
+constexpr uintptr_t kAlign = 256;
+
+PjrtPart whole(int64_t begin, int64_t end) {
+  PjrtPart p;
+  p.begin = begin;
+  p.end = end;
+  return p;
+}
+
+// Part p cut to [lo, hi) (within it), its host bytes with it; it must hold its contents on the
+// host.
+PjrtPart cut(const PjrtPart& p, int64_t lo, int64_t hi) {
+  PjrtPart r = whole(lo, hi);
+  r.dtype = DType::u8;
+  r.dims = {hi - lo};
+  if (!p.host.empty())
+    r.host.assign(p.host.begin() + (lo - p.begin), p.host.begin() + (hi - p.begin));
+  return r;
+}
+
+}  // namespace
+
+void* PjrtTensors::alloc(size_t bytes) {
+  const uintptr_t at = next_;
+  next_ += (bytes + 2 * kAlign - 1) / kAlign * kAlign;
+  PjrtAlloc& a = allocs_[at];
+  a.at = at;
+  a.bytes = static_cast<int64_t>(bytes);
+  a.parts.push_back(whole(0, a.bytes));
+  a.parts.back().dims = {a.bytes};
+  return reinterpret_cast<void*>(at);
+}
+
+PjrtAlloc PjrtTensors::release(void* p) {
+  auto it = allocs_.find(reinterpret_cast<uintptr_t>(p));
+  LMT_CHECK(it != allocs_.end(), "PjrtBackend::free: not an allocation of this backend");
+  PjrtAlloc a = std::move(it->second);
+  allocs_.erase(it);
+  return a;
+}
+
+PjrtAlloc& PjrtTensors::find(const void* p, int64_t bytes, int64_t* offset) {
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  auto it = allocs_.upper_bound(addr);
+  LMT_CHECK(it != allocs_.begin(), "PjrtBackend: a pointer that is not this backend's");
+  --it;
+  PjrtAlloc& a = it->second;
+  *offset = static_cast<int64_t>(addr - it->first);
+  LMT_CHECK(*offset + bytes <= a.bytes, "PjrtBackend: an access past the end of an allocation");
+  return a;
+}
+
+PjrtAlloc* PjrtTensors::find_exact(const void* p) {
+  auto it = allocs_.find(reinterpret_cast<uintptr_t>(p));
+  return it == allocs_.end() ? nullptr : &it->second;
+}
+
+PjrtAlloc* PjrtTensors::at(uintptr_t address) {
+  auto it = allocs_.find(address);
+  return it == allocs_.end() ? nullptr : &it->second;
+}
+
+size_t PjrtTensors::part_at(const PjrtAlloc& a, int64_t offset) {
+  auto it = std::upper_bound(a.parts.begin(), a.parts.end(), offset,
+                             [](int64_t o, const PjrtPart& p) { return o < p.begin; });
+  LMT_CHECK(it != a.parts.begin(), "PjrtTensors: an offset before the first part");
+  return static_cast<size_t>(it - a.parts.begin() - 1);
+}
+
+void PjrtTensors::describe(const void* p, const TensorDesc& t) {
+  int64_t lo = 0;
+  const int64_t n = static_cast<int64_t>(t.bytes());
+  PjrtAlloc& a = find(p, n, &lo);
+  LMT_CHECK(!a.in_program, "PjrtBackend::describe: " + t.name + " inside a pending program");
+  LMT_CHECK(n > 0 && !t.name.empty(), "PjrtBackend::describe: an empty tensor or name");
+  const int64_t hi = lo + n;
+  std::vector<PjrtPart> out;
+  for (PjrtPart& q : a.parts) {
+    if (q.end <= lo || q.begin >= hi) {
+      out.push_back(std::move(q));
+      continue;
+    }
+    LMT_CHECK(!q.described() || (q.begin == lo && q.end == hi) || (q.begin >= lo && q.end <= hi),
+              "PjrtBackend::describe: " + t.name + " overlaps " + q.name + " in part");
+    to_host(q);
+    if (q.begin < lo) out.push_back(cut(q, q.begin, lo));
+    if (q.begin <= lo) {  // the described part starts here, its bytes gathered below
+      PjrtPart d = whole(lo, hi);
+      d.name = t.name;
+      d.dtype = t.dtype;
+      d.dims = t.shape;
+      out.push_back(std::move(d));
+    }
+    PjrtPart& d = *std::find_if(out.begin(), out.end(), [&](const PjrtPart& x) {
+      return x.begin == lo && x.described();
+    });
+    if (!q.host.empty()) {
+      if (d.host.empty()) d.host.assign(static_cast<size_t>(n), 0);
+      const int64_t b0 = std::max(q.begin, lo), b1 = std::min(q.end, hi);
+      std::memcpy(d.host.data() + (b0 - lo), q.host.data() + (b0 - q.begin),
+                  static_cast<size_t>(b1 - b0));
+    }
+    if (q.end > hi) out.push_back(cut(q, hi, q.end));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const PjrtPart& x, const PjrtPart& y) { return x.begin < y.begin; });
+  a.parts = std::move(out);
+}
+
+void PjrtTensors::to_host(PjrtPart& part) {
+  if (part.host_valid) return;
+  LMT_CHECK(part.dev.valid(), "PjrtTensors: a part held nowhere");
+  part.host.assign(static_cast<size_t>(part.bytes()), 0);
+  LMT_CHECK(part.dev.byte_size() == part.host.size(), "PjrtTensors: a device array of the wrong size");
+  part.dev.to_host(part.host.data(), part.host.size());
+  part.host_valid = true;
+}
+
+void PjrtTensors::patch_host(PjrtPart& part, int64_t lo, const uint8_t* src, int64_t n) {
+  LMT_CHECK(lo >= part.begin && lo + n <= part.end, "PjrtTensors: a patch outside its part");
+  if (n < part.bytes()) to_host(part);  // the rest stays as it is
+  part.host.resize(static_cast<size_t>(part.bytes()), 0);
+  std::memcpy(part.host.data() + (lo - part.begin), src, static_cast<size_t>(n));
+  part.host_valid = true;
+  part.dev = PjrtBuffer();  // the host now holds the only up-to-date copy
+}
+
+}  // namespace lmt

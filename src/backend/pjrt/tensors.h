@@ -1,0 +1,94 @@
+// The PJRT backend's memory: allocations at addresses no real memory uses, and within each the
+// tensors the model described (Backend::describe: a parameter, its gradient, an optimizer moment,
+// a batch array), each kept as its own typed array on the device and, while the host holds it, as
+// its own host copy. What no one described is one untyped part per gap, so a buffer the model never
+// describes (scratch, the activation arena) is one flat part, as a plain allocation.
+//
+// This file knows nothing of programs: the pending program's state per allocation (what it wrote
+// where, which parts it reads as arguments) lives here only as data, kept by trace.h.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/pjrt/hlo/builder.h"
+#include "backend/pjrt/runtime/buffer.h"
+
+namespace lmt {
+
+class PjrtClient;
+
+// One tensor of an allocation: bytes [begin, end), named and typed when described.
+struct PjrtPart {
+  int64_t begin = 0, end = 0;
+  std::string name;                // empty: an undescribed range
+  DType dtype = DType::u8;         // described: its dtype; else the type it was last held in
+  std::vector<int64_t> dims;       // described: its shape; else flat
+  PjrtBuffer dev;                  // the contents on the device, when valid
+  std::vector<uint8_t> host;       // the contents on the host when host_valid (empty: zeros)
+  bool host_valid = true;          // a new allocation is zeros, which the host "holds"
+  // The pending program: the argument that holds this part's contents at its start, once read.
+  int input = -1;
+  HloValue input_param;  // that argument, as the part's dtype and dims
+  HloValue input_value;  // the same, flat
+
+  bool described() const { return !name.empty(); }
+  int64_t bytes() const { return end - begin; }
+};
+
+// A byte range of an allocation and the value the pending program last wrote there: a flat
+// tensor covering exactly [begin, end), or zeros (Backend::zero), which take the type of whatever
+// reads them.
+struct PjrtSegment {
+  int64_t begin = 0, end = 0;
+  HloValue v;
+  bool zeros = false;
+};
+
+struct PjrtAlloc {
+  uintptr_t at = 0;  // its address
+  int64_t bytes = 0;
+  std::vector<PjrtPart> parts;  // sorted by begin, tiling [0, bytes)
+  // The pending program:
+  bool in_program = false, written = false;
+  bool dead = false;  // discarded and not written since: its arrays are dropped after the program
+  std::map<int64_t, PjrtSegment> segments;  // by begin; disjoint
+};
+
+class PjrtTensors {
+ public:
+  // Where allocations live: far above anything a 64-bit process maps, so a PJRT address is never
+  // mistaken for host memory.
+  static constexpr uintptr_t kAddressBase = uintptr_t{1} << 56;
+
+  void* alloc(size_t bytes);
+  // Removes the allocation; the caller keeps whatever of its arrays a pending program still needs.
+  PjrtAlloc release(void* p);
+  // The allocation holding [p, p + bytes) and p's offset in it.
+  PjrtAlloc& find(const void* p, int64_t bytes, int64_t* offset);
+  PjrtAlloc* find_exact(const void* p);  // the allocation that starts at p, or null
+  PjrtAlloc* at(uintptr_t address);      // by its address, or null (freed)
+
+  // Splits the parts of p's allocation so that [p, p + bytes of t) is one part described as t.
+  // The contents stay what they were (parts that held them on the device are brought to the host
+  // first).
+  void describe(const void* p, const TensorDesc& t);
+
+  // Index of the part holding byte `offset` of a.
+  static size_t part_at(const PjrtAlloc& a, int64_t offset);
+
+  // Host copies: brings a part's contents to the host (if only the device holds them).
+  static void to_host(PjrtPart& part);
+  // Patches bytes [lo, hi) of a part (offsets within the allocation) on the host; the device
+  // array, if any, is out of date and dropped.
+  static void patch_host(PjrtPart& part, int64_t lo, const uint8_t* src, int64_t n);
+
+ private:
+  std::map<uintptr_t, PjrtAlloc> allocs_;
+  uintptr_t next_ = kAddressBase;
+};
+
+}  // namespace lmt
