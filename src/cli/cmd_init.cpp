@@ -65,7 +65,7 @@ Run add_init(CLI::App& app) {
     uint64_t seed = 0;
   };
   auto o = std::make_shared<Opts>();
-  app.add_option("--family", o->family, std::string("model family: ") + kFamilies)->required();
+  app.add_option("--family", o->family, "model family: " + choices_text(kFamilies))->required();
   app.add_option("--set", o->sets,
                  "override a model key: model.key=value (repeatable; see `lmtrain train "
                  "--help-config`)");

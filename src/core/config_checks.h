@@ -27,6 +27,9 @@ void require(bool ok, const std::string& key, const char* rule, T got) {
 
 // "KEY must be one of A, B (got 'V')" unless `value` is one of `choices`.
 void require_one_of(const std::string& key, const std::string& value, Choices choices);
+// Whether `value` is one of `choices`, and the choices as messages list them: "a, b, c".
+bool one_of(const std::string& value, Choices choices);
+std::string choices_text(Choices choices);
 
 namespace config_checks_detail {
 

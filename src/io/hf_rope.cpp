@@ -17,7 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr const char* kSupported = "default, linear, dynamic, llama3, yarn";
 
 bool has(const json& o, const char* key) {
   return o.contains(key) && !o[key].is_null();
@@ -88,7 +87,7 @@ struct Reader {
     const std::string t = o[key].get<std::string>();
     if (t != "default" && t != "linear" && t != "dynamic" && t != "llama3" && t != "yarn")
       fail(ctx + key,
-           "is '" + t + "', which lmtrain does not support (supported: " + kSupported + ")");
+           "is '" + t + "', which lmtrain does not support (supported: " + choices_text(kRopeTypes) + ")");
     return t;
   }
   void no_partial_rotary(const json& o, const std::string& ctx) const {

@@ -33,17 +33,12 @@ int64_t add_sat(int64_t a, int64_t b) {
   return __builtin_add_overflow(a, b, &r) ? kSaturated : r;
 }
 
-bool known_family(const std::string& f) {
-  for (const char* k : {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gpt2"})
-    if (f == k) return true;
-  return false;
-}
 }  // namespace
 
 ModelConfig family_defaults(const std::string& family) {
-  if (!known_family(family))
-    throw UserError("model family '" + family + "' is not supported (supported: " + kFamilies +
-                    ")");
+  if (!one_of(family, kFamilies))
+    throw UserError("model family '" + family +
+                    "' is not supported (supported: " + choices_text(kFamilies) + ")");
   ModelConfig c;
   c.family = family;
   if (family == "mistral") {
@@ -158,9 +153,9 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 void ModelConfig::validate() const {
-  if (!known_family(family))
-    throw UserError("model.family '" + family + "' is not supported (supported: " + kFamilies +
-                    ")");
+  if (!one_of(family, kFamilies))
+    throw UserError("model.family '" + family +
+                    "' is not supported (supported: " + choices_text(kFamilies) + ")");
   for (const auto& [key, value] : {std::pair<const char*, int64_t>{"vocab_size", vocab_size},
                                    {"hidden_size", hidden_size},
                                    {"intermediate_size", intermediate_size},
@@ -197,10 +192,9 @@ void ModelConfig::validate() const {
   require(sliding_window >= 0, "sliding_window", ">= 0 (0 = none)", sliding_window);
   require(rms_norm_eps > 0, "rms_norm_eps", "> 0", rms_norm_eps);
   require(initializer_range >= 0, "initializer_range", ">= 0", initializer_range);
-  if (hidden_act != "silu" && hidden_act != "gelu_pytorch_tanh" && hidden_act != "relu" &&
-      hidden_act != "relu2")
+  if (!one_of(hidden_act, kHiddenActs))
     throw UserError("model.hidden_act '" + hidden_act +
-                    "' is not supported (supported: silu, gelu_pytorch_tanh, relu, relu2)");
+                    "' is not supported (supported: " + choices_text(kHiddenActs) + ")");
   require(sliding_window_pattern >= 0, "sliding_window_pattern", ">= 0", sliding_window_pattern);
   require(attn_logit_softcapping >= 0, "attn_logit_softcapping", ">= 0 (0 = off)",
           attn_logit_softcapping);

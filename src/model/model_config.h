@@ -7,7 +7,17 @@
 #include <string>
 #include <vector>
 
+#include "core/config_checks.h"
+
 namespace lmt {
+
+// The values the model's string keys take, declared with the keys in visit() (so --help-config
+// lists them) and checked by validate(): the families lmtrain implements, the MLP activations,
+// the RoPE scalings.
+inline constexpr Choices kFamilies = {"llama",  "mistral", "qwen2",  "qwen3",
+                                      "gemma",  "gemma2",  "gemma3", "gpt2"};
+inline constexpr Choices kHiddenActs = {"silu", "gelu_pytorch_tanh", "relu", "relu2"};
+inline constexpr Choices kRopeTypes = {"default", "linear", "dynamic", "llama3", "yarn"};
 
 struct ModelConfig {
   std::string family = "llama";
@@ -54,8 +64,7 @@ struct ModelConfig {
 
   template <class V>
   void visit(V& v) {
-    v("family", family,
-      "model family: llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3 or gpt2");
+    v("family", family, "model family", kFamilies);
     v("vocab_size", vocab_size, "number of token ids");
     v("hidden_size", hidden_size, "width of the residual stream");
     v("intermediate_size", intermediate_size, "hidden width of the MLP");
@@ -65,7 +74,7 @@ struct ModelConfig {
     v("head_dim", head_dim, "width of one head; 0 = hidden_size / num_attention_heads");
     v("max_position_embeddings", max_position_embeddings, "longest sequence the model supports");
     v("rope_theta", rope_theta, "RoPE base frequency");
-    v("rope_type", rope_type, "RoPE scaling: default, linear, dynamic, llama3 or yarn");
+    v("rope_type", rope_type, "RoPE scaling", kRopeTypes);
     v("rope_factor", rope_factor, "RoPE scaling factor (linear, dynamic, llama3, yarn)");
     v("rope_low_freq_factor", rope_low_freq_factor, "llama3 RoPE: low-frequency factor");
     v("rope_high_freq_factor", rope_high_freq_factor, "llama3 RoPE: high-frequency factor");
@@ -94,8 +103,9 @@ struct ModelConfig {
     v("tie_word_embeddings", tie_word_embeddings, "share the embedding with the output head");
     v("initializer_range", initializer_range, "std of the normal initialisation");
     v("hidden_act", hidden_act,
-      "MLP activation: silu, gelu_pytorch_tanh, relu, or relu2 (relu(x)^2, as in "
-      "modded-nanogpt; with train.activation_bits: 1 on gpt2)");
+      "MLP activation (relu2 is relu(x)^2, as in modded-nanogpt; with train.activation_bits: 1 "
+      "on gpt2)",
+      kHiddenActs);
     v("bos_token_id", bos_token_id, "beginning-of-sequence id, -1 for none");
     v("eos_token_id", eos_token_id, "end-of-sequence id, -1 for none");
   }
@@ -148,9 +158,5 @@ ModelConfig family_defaults(const std::string& family);
 // Keys that follow others unless a config gives them: gpt2's intermediate_size is 4 * hidden_size
 // (transformers' n_inner = None). `given`: the model keys the config names (without "model.").
 void derive_unset_keys(ModelConfig& c, const std::vector<std::string>& given);
-
-// The families lmtrain implements, for messages.
-inline constexpr const char* kFamilies =
-    "llama, mistral, qwen2, qwen3, gemma, gemma2, gemma3, gpt2";
 
 }  // namespace lmt

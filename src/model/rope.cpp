@@ -139,9 +139,9 @@ int64_t rope_original_max(const ModelConfig& c) {
 
 void validate_rope(const ModelConfig& c) {
   const std::string& t = c.rope_type;
-  if (t != "default" && t != "linear" && t != "dynamic" && t != "llama3" && t != "yarn")
+  if (!one_of(t, kRopeTypes))
     throw UserError("model.rope_type '" + t +
-                    "' is not supported (supported: default, linear, dynamic, llama3, yarn)");
+                    "' is not supported (supported: " + choices_text(kRopeTypes) + ")");
   require(c.rope_theta > 0, "rope_theta", "> 0", c.rope_theta);
   require(c.rope_factor > 0, "rope_factor", "> 0", c.rope_factor);
   if (t == "default" && c.rope_factor != 1.0)

@@ -50,8 +50,6 @@ class Transformer {
   DType compute_dtype() const { return compute_dt_; }    // of the kernels and activations
 
   // ---- the weights (model_weights.h) ----
-  ModelWeights& weights() { return weights_; }
-  const ModelWeights& weights() const { return weights_; }
   const std::vector<ParamInfo>& params() const { return weights_.params(); }
   const ParamInfo& param(const std::string& name) const;
   int64_t num_params() const;                                 // sum of sizes (no padding)
@@ -126,7 +124,6 @@ class Transformer {
   // The objective (backend/loss.h) and, vocab_tile > 0, the cut cross-entropy's vocabulary tile
   // (HeadLossArgs::vocab_tile). Call before the first pass.
   void set_loss(const LossSpec& loss, int64_t vocab_tile);
-  const ActivationSettings& activation_settings() const { return settings_; }
   // Bytes of the activation arena for a batch shape, as planned.
   size_t activation_bytes(int64_t B, int64_t T) const {
     return ActivationPlan::bytes(cfg_, compute_dt_, B, T, settings_);

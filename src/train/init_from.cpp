@@ -27,7 +27,7 @@ namespace {
 struct CollectValues {
   std::map<std::string, std::string>& out;
   template <class T>
-  void operator()(const char* name, T& field, const char*) {
+  void operator()(const char* name, T& field, const char*, Choices = {}) {
     out[name] = fmt::format("{}", field);
   }
 };
@@ -50,7 +50,7 @@ using FieldPtr = std::variant<std::string*, int64_t*, double*, bool*>;
 struct CollectFields {
   std::map<std::string, FieldPtr>& out;
   template <class T>
-  void operator()(const char* name, T& field, const char*) {
+  void operator()(const char* name, T& field, const char*, Choices = {}) {
     out[name] = &field;
   }
 };
