@@ -357,6 +357,9 @@ struct BackendOptions {
   // On a mesh: how each named tensor is split (model/sharding_plan.h); none: all whole.
   std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>
       sharding;
+  // Compile for this GPU without having it (pjrt through the CUDA plugin, compile_only implied):
+  // every choice that depends on the device follows the target.
+  std::optional<CompileTarget> target;
 };
 
 // Makes a backend by name: "cpu", "pjrt" or "auto" (the CPU backend). "cuda" is refused with a

@@ -5,8 +5,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <regex>
+#include <string_view>
+#include <utility>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace lmt {
 namespace {
@@ -33,7 +37,7 @@ struct Memory {
 };
 
 DeviceSpec row(const char* key, std::vector<std::string> kinds, const char* name, const char* chip,
-               Peaks p, Memory m) {
+               Peaks p, Memory m, const char* target = "") {
   DeviceSpec d;
   d.key = key;
   d.kinds = std::move(kinds);
@@ -46,10 +50,15 @@ DeviceSpec row(const char* key, std::vector<std::string> kinds, const char* name
   d.memory = m.gib * kGiB;
   d.link_bytes = m.link_gbs * 1e9;
   d.link_what = m.link_what;
+  d.target = target;
   return d;
 }
 
 }  // namespace
+
+// The target configs compiled into lmtrain (CMakeLists.txt generates them from
+// src/backend/targets/*.txtpb): file name without extension, text.
+const std::vector<std::pair<std::string_view, std::string_view>>& gpu_target_configs();
 
 // HBM: NVIDIA's "80GB" / "141GB" are binary (HBM stacks of 16 or 24 GiB); Cloud TPU's pages give
 // GiB. Link: what a ring all-gather moves per chip and second in one direction, half the
@@ -60,9 +69,9 @@ const std::vector<DeviceSpec>& device_specs() {
       row("", {"H100 PCIe"}, "NVIDIA H100 PCIe", "NVIDIA H100 PCIe", tf32(756.0, 378.0),
           {0, 0, ""}),
       row("h100", {"H100"}, "NVIDIA H100 SXM", "NVIDIA H100 SXM", tf32(989.4, 494.7),
-          {80, 450, "NVLink 4, 900 GB/s bidirectional"}),
+          {80, 450, "NVLink 4, 900 GB/s bidirectional"}, "h100_sxm"),
       row("h200", {"H200"}, "NVIDIA H200 SXM", "NVIDIA H200 SXM", tf32(989.4, 494.7),
-          {141, 450, "NVLink 4, 900 GB/s bidirectional"}),
+          {141, 450, "NVLink 4, 900 GB/s bidirectional"}, "h200"),
       row("a100", {"A100"}, "NVIDIA A100 SXM 80GB", "NVIDIA A100", tf32(312.0, 156.0),
           {80, 300, "NVLink 3, 600 GB/s bidirectional"}),
       row("v4", {"TPU v4"}, "Cloud TPU v4", "Cloud TPU v4", bf16_passes(275.0),
@@ -96,6 +105,57 @@ const DeviceSpec* device_spec_of_kind(const std::string& device_kind) {
     for (const std::string& part : d.kinds)
       if (device_kind.find(part) != std::string::npos) return &d;
   return nullptr;
+}
+
+namespace {
+
+// The keys of the rows with a target config: "h100, h200".
+std::string target_keys() {
+  std::string keys;
+  for (const DeviceSpec& d : device_specs())
+    if (!d.target.empty()) keys += (keys.empty() ? "" : ", ") + d.key;
+  return keys;
+}
+
+CompileTarget read_target(std::string name, std::string config, const std::string& flag) {
+  CompileTarget t;
+  t.name = std::move(name);
+  t.config = std::move(config);
+  std::smatch m;
+  static const std::regex kInfo(R"((^|\n)\s*gpu_device_info\s*\{)");
+  if (!std::regex_search(t.config, kInfo))
+    throw UserError(fmt::format(
+        "{} '{}' is not a GPU target config: it has no gpu_device_info (a text "
+        "stream_executor.GpuTargetConfigProto is expected, as in XLA's "
+        "xla/backends/gpu/target_config/specs/; or name one of {})",
+        flag, t.name, target_keys()));
+  static const std::regex kMemory(R"(device_memory_size:\s*([0-9]+))");
+  if (std::regex_search(t.config, m, kMemory)) t.device_memory = std::stoll(m[1].str());
+  static const std::regex kKind(R"re(device_description_str:\s*"([^"]*)")re");
+  if (std::regex_search(t.config, m, kKind)) t.device_kind = m[1].str();
+  return t;
+}
+
+}  // namespace
+
+CompileTarget compile_target(const std::string& target, const std::string& flag) {
+  std::string k = target;
+  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
+  for (const DeviceSpec& d : device_specs()) {
+    if (d.target.empty() || d.key != k) continue;
+    for (const auto& [name, text] : gpu_target_configs())
+      if (name == d.target) return read_target(d.key, std::string(text), flag);
+    LMT_CHECK(false, "no target config compiled in for " + d.key);
+  }
+  std::string text;
+  try {
+    text = read_regular_file(target, flag, kMaxConfigBytes);
+  } catch (const UserError& e) {
+    throw UserError(fmt::format("{} '{}' is neither a target lmtrain knows ({}) nor a file it can "
+                                "read: {}",
+                                flag, target, target_keys(), e.what()));
+  }
+  return read_target(target, std::move(text), flag);
 }
 
 }  // namespace lmt

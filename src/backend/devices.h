@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -36,6 +37,9 @@ struct DeviceSpec {
   uint64_t memory = 0;    // HBM per chip, bytes (0: not given here)
   double link_bytes = 0;  // bytes/s a ring collective moves per chip, one direction
   std::string link_what;  // how link_bytes follows from the published figure
+  // The target config lmtrain ships for compiling for this device without it
+  // (src/backend/targets/<target>.txtpb; "" for none): what --target <key> compiles for.
+  std::string target;
 };
 
 const std::vector<DeviceSpec>& device_specs();
@@ -44,6 +48,33 @@ const std::vector<DeviceSpec>& device_specs();
 const DeviceSpec& device_spec(const std::string& key, const std::string& flag);
 // The row naming the device PJRT reports as `device_kind`; nullptr for a device not in the table.
 const DeviceSpec* device_spec_of_kind(const std::string& device_kind);
+
+// A GPU to compile for without having it (deviceless compilation, as MaxText's train_compile.py
+// checks a run before renting the hardware): XLA's target config for it, which the CUDA PJRT
+// plugin takes in place of a device.
+struct CompileTarget {
+  std::string name;         // what --target named: "h200", or the file
+  std::string config;       // a text stream_executor.GpuTargetConfigProto
+  std::string device_kind;  // its device_description_str, as PJRT reports a real one
+  int64_t device_memory = 0;  // its gpu_device_info.device_memory_size, bytes (0: not given)
+};
+// --target: the key of a table row with a target config (h100, h200), or a FILE holding a
+// GpuTargetConfigProto in text form (XLA's xla/backends/gpu/target_config/specs/, or what
+// xla_dump_to writes on a real GPU as *.gpu_target_config.pbtxt). One UserError naming `flag` for
+// a name that is neither, a file that cannot be read or is not a target config.
+CompileTarget compile_target(const std::string& target, const std::string& flag);
+
+// Kernel launches of one run of a compiled program, as XLA's GPU thunk sequence lists them: each
+// thunk once, a loop's thunks times its trip count; loops (kWhile) and the completion of
+// asynchronous work (*Done) launch nothing themselves; copies count.
+struct KernelLaunches {
+  int64_t total = 0;          // per run of the program
+  int64_t static_thunks = 0;  // every launching thunk once, loops' as written
+  int64_t loops_without_trip_count = 0;  // counted as one trip (XLA did not know theirs)
+  // Per kind: "matmul" (GEMM fusions, cuBLAS), "cudnn", "copy", and each other fusion by XLA's
+  // kind and root ("loop_convert_fusion", "input_reduce_fusion", "wrapped_concatenate", ...).
+  std::map<std::string, int64_t> by_kind;
+};
 
 // What XLA planned for one run of a program, in bytes (PJRT's compiled-memory statistics):
 // argument + temp is what the program needs of the device beside the outputs it does not write
@@ -73,6 +104,9 @@ struct ProgramReport {
   // The last program's compiled memory, and that of the compiled program needing the most
   // (argument + temp); absent where the compiler does not say.
   std::optional<ProgramMemory> last_memory, largest_memory;
+  // The last program's kernel launches, where the backend counts them (a deviceless compile for
+  // a GPU target).
+  std::optional<KernelLaunches> last_launches;
 };
 
 // The device a backend computes on (Backend::device).
@@ -85,6 +119,10 @@ struct DeviceInfo {
   // The device's peak memory in use so far, where its allocator keeps statistics (the CUDA
   // plugin does; XLA's CPU plugin and the CPU backend do not).
   std::optional<int64_t> peak_bytes;
+  // A compile target's device memory (0: not known), and the share of it the plugin's allocator
+  // takes for programs (the CUDA plugin's default, which lmtrain does not change).
+  int64_t memory_bytes = 0;
+  double allocator_fraction = 0;
   ProgramReport programs;
 };
 

@@ -12,7 +12,7 @@ Run add_bench(CLI::App& app) {
     std::vector<std::string> sets;
     int64_t steps = 5;
     bool compile_only = false;
-    std::string head_loss;
+    std::string head_loss, target;
   };
   auto o = std::make_shared<Opts>();
   app.add_option("--config", o->config, "YAML config file (model and train sections are used)")
@@ -24,6 +24,11 @@ Run add_bench(CLI::App& app) {
   app.add_flag("--compile-only", o->compile_only,
                "backend pjrt: compile the step and report the memory XLA plans for it (arguments, "
                "outputs, temporaries) without running it");
+  app.add_option("--target", o->target,
+                 "compile the step for a GPU that is not here, through XLA's CUDA PJRT plugin "
+                 "(implies --compile-only and backend pjrt): h100, h200, or a file holding XLA's "
+                 "GpuTargetConfigProto as text; reports the memory against the device's and the "
+                 "kernels one step launches");
   app.add_option("--head-loss", o->head_loss,
                  "time the output head and its loss alone (forward and backward) instead of the "
                  "step: full (every token's logits at once), chunked or cut")
@@ -34,7 +39,9 @@ Run add_bench(CLI::App& app) {
       fmt::print("{}\n", run_head_loss_bench(cfg, o->head_loss, o->steps, o->compile_only).dump());
       return 0;
     }
-    fmt::print("{}\n", run_bench(std::move(cfg), o->steps, o->compile_only).dump());
+    std::optional<CompileTarget> target;
+    if (!o->target.empty()) target = compile_target(o->target, "--target");
+    fmt::print("{}\n", run_bench(std::move(cfg), o->steps, o->compile_only, target).dump());
     return 0;
   };
 }

@@ -4,6 +4,7 @@
 // the tensor bytes of the directory's safetensors headers (the files are mapped, not read).
 #include <fmt/core.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -40,21 +41,50 @@ std::string format_bytes(uint64_t b) {
 
 namespace {
 
-// The training step of `run` compiled, not run, on a PJRT plugin: XLA's own plan of its device
-// memory (arguments, temporaries) on that plugin, as `lmtrain bench --compile-only` gives it.
-nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin) {
+// The training step of `run` compiled, not run, on a PJRT plugin (or for a GPU target through
+// the CUDA plugin, without the GPU): XLA's own plan of its device memory (arguments, temporaries)
+// there, as `lmtrain bench --compile-only` gives it, and for a target whether it fits the device
+// and the kernels one step launches.
+nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin,
+                                const std::optional<CompileTarget>& target) {
   run.train.backend = "pjrt";
   run.train.pjrt_plugin = plugin;
-  const nlohmann::json b = run_bench(std::move(run), 0, /*compile_only=*/true);
+  const nlohmann::json b = run_bench(std::move(run), 0, /*compile_only=*/true, target);
   const nlohmann::json& p = b.at("pjrt");
   const nlohmann::json& m = p.at("step_memory");
   if (!m.is_object()) throw UserError("--pjrt: the plugin reported no memory of the compiled step");
-  return {{"platform", p.at("platform")},
-          {"device_kind", p.at("device_kind")},
-          {"compile_seconds", p.at("compile_seconds")},
-          {"argument_bytes", m.at("argument_bytes")},
-          {"temp_bytes", m.at("temp_bytes")},
-          {"total_bytes", m.at("argument_plus_temp_bytes")}};
+  nlohmann::json j = {{"platform", p.at("platform")},
+                      {"device_kind", p.at("device_kind")},
+                      {"compile_seconds", p.at("compile_seconds")},
+                      {"argument_bytes", m.at("argument_bytes")},
+                      {"temp_bytes", m.at("temp_bytes")},
+                      {"total_bytes", m.at("argument_plus_temp_bytes")}};
+  for (const char* k : {"device_fit", "launches"})
+    if (p.contains(k)) j[k] = p.at(k);
+  return j;
+}
+
+// A target's lines: the step against the device's memory, and the kernels it launches by kind.
+void print_target_step(const nlohmann::json& p) {
+  if (p.contains("device_fit")) {
+    const nlohmann::json& f = p["device_fit"];
+    fmt::print("  {} the device: the step needs {} of the {} the CUDA plugin's allocator takes "
+               "({:.0f}% of its {})\n",
+               f["fits"].get<bool>() ? "fits" : "does NOT fit",
+               format_bytes(f["step_bytes"].get<uint64_t>()),
+               format_bytes(f["allocator_bytes"].get<uint64_t>()),
+               100 * f["allocator_fraction"].get<double>(),
+               format_bytes(f["device_bytes"].get<uint64_t>()));
+  }
+  if (!p.contains("launches")) return;
+  const nlohmann::json& l = p["launches"];
+  std::vector<std::pair<int64_t, std::string>> kinds;
+  for (const auto& [k, v] : l["by_kind"].items()) kinds.emplace_back(v.get<int64_t>(), k);
+  std::sort(kinds.rbegin(), kinds.rend());
+  std::string by;
+  for (const auto& [n, k] : kinds) by += fmt::format("{}{} {}", by.empty() ? "" : ", ", k, n);
+  fmt::print("  kernel launches per step: {} ({} thunks, loops counted by their trips): {}\n",
+             l["total"].get<int64_t>(), l["static_thunks"].get<int64_t>(), by);
 }
 
 struct ParamCounts {
@@ -79,7 +109,7 @@ Run add_info(CLI::App& app) {
   struct Opts {
     std::string model, adapter, precision = "f32", optimizer = "adamw";
     int64_t micro_batch = 1, seq_len = 0, loss_chunk = 1024;
-    std::string pjrt_plugin;
+    std::string pjrt_plugin, target;
     bool checkpointing = false, json = false, pjrt = false;
     int activation_bits = 0;
   };
@@ -122,10 +152,18 @@ Run add_info(CLI::App& app) {
                "XLA plans for it");
   app.add_option("--pjrt-plugin", o->pjrt_plugin,
                  "the plugin of --pjrt (default: LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin)");
+  app.add_option("--target", o->target,
+                 "with --pjrt: compile for a GPU that is not here, through XLA's CUDA PJRT plugin: "
+                 "h100, h200, or a file holding XLA's GpuTargetConfigProto as text; says whether "
+                 "the step fits the device and the kernels it launches");
   app.add_flag("--json", o->json, "print one JSON object");
   const std::shared_ptr<MeshOptions> mo = add_mesh_options(app);
   mo->micro_batch = micro_batch;
   return [o, mo]() {
+    if (!o->target.empty() && !o->pjrt)
+      throw UserError("--target compiles the step for a GPU: it goes with --pjrt");
+    std::optional<CompileTarget> target;
+    if (!o->target.empty()) target = compile_target(o->target, "--target");
     CheckpointHold hold;
     const std::string dir = resolve_model_dir(o->model, "--model", hold).string();
     const ModelConfig cfg = read_hf_model_config(dir);
@@ -261,7 +299,7 @@ Run add_info(CLI::App& app) {
       j["training_step"]["total"] = total;
       if (adapter.empty()) j["pjrt_predicted"] = predicted_step_json(cfg, shape);
       if (mo->planning()) j["mesh_plan"] = mesh_plan_json(*mo, cfg, shape, mesh);
-      if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin);
+      if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin, target);
       fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
@@ -310,14 +348,16 @@ Run add_info(CLI::App& app) {
         mlp_kept, format_bytes(mlp_out));
     if (adapter.empty()) print_predicted_step(cfg, shape);
     if (o->pjrt) {
-      const nlohmann::json p = pjrt_step_memory(run, o->pjrt_plugin);
+      const nlohmann::json p = pjrt_step_memory(run, o->pjrt_plugin, target);
       fmt::print(
-          "on pjrt ({}, {}), as XLA plans the compiled step: arguments {}, temporaries {}, total "
-          "{} (compiled in {:.1f} s, not run)\n",
+          "on pjrt ({}, {}{}), as XLA plans the compiled step: arguments {}, temporaries {}, "
+          "total {} (compiled in {:.1f} s, not run)\n",
           p["platform"].get<std::string>(), p["device_kind"].get<std::string>(),
+          target ? ", deviceless: target " + target->name : "",
           format_bytes(p["argument_bytes"].get<uint64_t>()),
           format_bytes(p["temp_bytes"].get<uint64_t>()),
           format_bytes(p["total_bytes"].get<uint64_t>()), p["compile_seconds"].get<double>());
+      print_target_step(p);
     }
     if (mo->planning()) print_mesh_plan(*mo, cfg, shape, mesh);
     return 0;

@@ -32,8 +32,29 @@ nlohmann::json program_memory(const ProgramMemory& m) {
 
 namespace {
 
+nlohmann::json launches_json(const KernelLaunches& l) {
+  return {{"total", l.total},
+          {"static_thunks", l.static_thunks},
+          {"loops_without_trip_count", l.loops_without_trip_count},
+          {"by_kind", l.by_kind}};
+}
+
+// A compile target's memory against the step's: what XLA planned (arguments, temporaries and
+// the outputs not written into donated arguments) beside the share of the device the plugin's
+// allocator takes.
+nlohmann::json device_fit(const DeviceInfo& d, const ProgramMemory& m) {
+  const int64_t need = m.argument + m.temp + m.output - m.alias;
+  const auto allocatable =
+      static_cast<int64_t>(static_cast<double>(d.memory_bytes) * d.allocator_fraction);
+  return {{"device_bytes", d.memory_bytes},
+          {"allocator_fraction", d.allocator_fraction},
+          {"allocator_bytes", allocatable},
+          {"step_bytes", need},
+          {"fits", need <= allocatable}};
+}
+
 // What a compiling backend counted: compiles, the step program's planned memory, the device's
-// peak.
+// peak; for a compile target, whether the step fits and the kernels it launches.
 nlohmann::json program_report(const DeviceInfo& d) {
   const ProgramReport& p = d.programs;
   nlohmann::json j = {{"platform", d.platform},
@@ -44,6 +65,8 @@ nlohmann::json program_report(const DeviceInfo& d) {
                       {"program_chars", p.last_chars}};
   j["step_memory"] = p.last_memory ? program_memory(*p.last_memory) : nlohmann::json("n/a");
   j["device_peak_bytes"] = d.peak_bytes ? nlohmann::json(*d.peak_bytes) : nlohmann::json("n/a");
+  if (d.memory_bytes > 0 && p.last_memory) j["device_fit"] = device_fit(d, *p.last_memory);
+  if (p.last_launches) j["launches"] = launches_json(*p.last_launches);
   return j;
 }
 
@@ -141,14 +164,19 @@ nlohmann::json gemm_peaks(Backend* be, DType compute, const PeakFlops& peak, dou
 
 }  // namespace
 
-nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only) {
+nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only,
+                         const std::optional<CompileTarget>& target) {
   set_threads(cfg.train.threads);
+  if (target) {  // the CUDA plugin compiles it, whatever the config runs on
+    cfg.train.backend = "pjrt";
+    compile_only = true;
+  }
   if (compile_only && cfg.train.backend != "pjrt")
     throw UserError("bench --compile-only: train.backend is '" + cfg.train.backend +
                     "'; only pjrt compiles its step");
   if (!compile_only) check_training_memory(cfg, physical_memory_bytes());
-  const BuiltModel built =
-      build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, ""});
+  const BuiltModel built = build_model(
+      cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, "", target});
   Backend* be = built.backend.get();
   Transformer& model = *built.model;
   const PeakFlops peak =

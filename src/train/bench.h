@@ -14,7 +14,11 @@ namespace lmt {
 // compile_only (backend pjrt): builds and compiles the step without running it or initialising
 // the weights, and reports the memory XLA planned for it (arguments, outputs, temporaries): what
 // a step needs of a device that is not at hand.
-nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only = false);
+// `target`: compiles for that GPU through the CUDA plugin without one (compile_only, whatever
+// train.backend says), and reports beside the memory whether it fits the device and the kernels
+// one step launches.
+nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only = false,
+                         const std::optional<CompileTarget>& target = std::nullopt);
 
 // What XLA planned for one run of a program, as both benchmarks report it.
 nlohmann::json program_memory(const ProgramMemory& m);

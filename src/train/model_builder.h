@@ -27,6 +27,8 @@ struct BuildOptions {
   StartFrom start = StartFrom::run;
   bool compile_only = false;  // a backend that compiles the step's programs and runs none
   std::string resume;         // a checkpoint to continue from: its weights and optimizer state
+  // Compile for this GPU without it (backend pjrt through the CUDA plugin; compile_only).
+  std::optional<CompileTarget> target;
 };
 
 struct BuiltModel {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -38,10 +39,32 @@ PjrtClientOptions client_options(const PjrtOptions& options) {
   return c;
 }
 
+// The client: on the plugin's devices, or (a compile target) on the CUDA plugin's topology of
+// the target's devices, as many on one host as the mesh names.
+PjrtClient make_client(const std::string& plugin_path, const PjrtOptions& options) {
+  if (!options.target) return PjrtClient(resolve_pjrt_plugin_path(plugin_path), client_options(options));
+  const std::string cuda_plugin = resolve_cuda_plugin_path(plugin_path);
+  // The plugin logs each deviceless compile at INFO level; a user who wants it sets the level.
+  setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
+  PjrtTarget target;
+  target.config = options.target->config;
+  target.topology = "1x1x" + std::to_string(options.mesh.size());
+  target.cuda_data_dir = resolve_cuda_data_dir(cuda_plugin);
+  PjrtClientOptions c;
+  c.mesh = options.mesh;
+  c.devices = options.devices;
+  try {
+    return PjrtClient(cuda_plugin, target, c);
+  } catch (const UserError& e) {
+    throw UserError("--target " + options.target->name + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
-    : client_(resolve_pjrt_plugin_path(plugin_path), client_options(options)),
+    : client_(make_client(plugin_path, options)),
+      target_(options.target),
       trace_(tensors_, client_, options.compile_only, options.sharding),
       programs_(client_, settings_for(client_, options), options.compile_only),
       deterministic_(options.deterministic) {}
@@ -57,6 +80,10 @@ DeviceInfo PjrtBackend::device() const {
     d.peak_bytes = m->peak_bytes_in_use ? *m->peak_bytes_in_use : m->bytes_in_use;
   d.programs = programs_.report();
   d.programs.attention = attention_;
+  if (target_) {  // what the CUDA plugin's allocator takes by default (GpuAllocatorConfig)
+    d.memory_bytes = target_->device_memory;
+    d.allocator_fraction = kCudaPluginMemoryFraction;
+  }
   return d;
 }
 

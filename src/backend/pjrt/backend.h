@@ -39,6 +39,8 @@ struct PjrtOptions {
   std::string coordination_dir;
   int64_t coordination_timeout = 60;
   std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)> sharding;
+  // Compile for this GPU target through the CUDA plugin, without the device (compile_only).
+  std::optional<CompileTarget> target;
 };
 
 // The PJRT backend on the plugin at plugin_path ("" = resolve_pjrt_plugin_path's default). A

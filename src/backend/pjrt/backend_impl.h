@@ -182,6 +182,7 @@ class PjrtBackend final : public Backend {
   Value scale_f32(const double* grad_scale);
 
   PjrtClient client_;
+  std::optional<CompileTarget> target_;  // a deviceless compile's
   PjrtTensors tensors_;
   PjrtTrace trace_;
   PjrtPrograms programs_;

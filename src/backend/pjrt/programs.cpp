@@ -32,6 +32,7 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
   report_.last_text = p.text;
   report_.last_arguments = p.described_args;
   report_.last_memory = c.memory;
+  report_.last_launches = c.exe.launches();
   if (compile_only_) return {};
   std::vector<PjrtBuffer> uploads;
   uploads.reserve(p.args.size());

@@ -40,6 +40,12 @@ std::unique_ptr<Backend> make_pjrt_backend(const std::string&, const PjrtOptions
 PjrtClient::PjrtClient(const std::string&, const PjrtClientOptions&) {
   built_without_pjrt();
 }
+PjrtClient::PjrtClient(const std::string&, const PjrtTarget&, const PjrtClientOptions&) {
+  built_without_pjrt();
+}
+bool PjrtClient::deviceless() const {
+  built_without_pjrt();
+}
 const PjrtPlugin& PjrtClient::plugin() const {
   built_without_pjrt();
 }

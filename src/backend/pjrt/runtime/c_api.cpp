@@ -8,6 +8,12 @@
 namespace lmt {
 
 PjrtSession::~PjrtSession() {
+  if (topology) {
+    PJRT_TopologyDescription_Destroy_Args args{};
+    args.struct_size = PJRT_TopologyDescription_Destroy_Args_STRUCT_SIZE;
+    args.topology = topology;
+    discard_error(plugin, plugin.api()->PJRT_TopologyDescription_Destroy(&args));
+  }
   if (!client) return;
   PJRT_Client_Destroy_Args args{};
   args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;

@@ -18,6 +18,9 @@ class DirectoryStore;
 struct PjrtSession {
   const PjrtPlugin& plugin;
   PJRT_Client* client = nullptr;
+  // A deviceless session (a compile target): the plugin's topology of the target's devices in
+  // place of a client, which programs are compiled for and never run on.
+  PJRT_TopologyDescription* topology = nullptr;
   PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
   std::vector<PJRT_Device*> devices;  // every addressable device, in the plugin's order
   // The devices programs run on: mesh device i is mesh_devices[i] (one device: the first).

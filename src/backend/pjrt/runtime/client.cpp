@@ -4,10 +4,14 @@
 // message of compile_options.cpp.
 #include "backend/pjrt/runtime/client.h"
 
+#include <stdlib.h>
+
 #include <algorithm>
+#include <filesystem>
 
 #include "backend/pjrt/runtime/c_api.h"
 #include "backend/pjrt/runtime/compile_options.h"
+#include "backend/pjrt/runtime/launches.h"
 #include "backend/pjrt/runtime/multiprocess.h"
 #include "core/error.h"
 
@@ -23,21 +27,62 @@ PJRT_DeviceDescription* description_of(const PjrtPlugin& plugin, PJRT_Device* de
   return get.device_description;
 }
 
-std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
+std::string description_kind(const PjrtPlugin& plugin, PJRT_DeviceDescription* description) {
   PJRT_DeviceDescription_Kind_Args kind{};
   kind.struct_size = PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE;
-  kind.device_description = description_of(plugin, device);
+  kind.device_description = description;
   plugin.check(plugin.api()->PJRT_DeviceDescription_Kind(&kind), "PJRT_DeviceDescription_Kind");
   return std::string(kind.device_kind, kind.device_kind_size);
 }
 
-int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
+int64_t description_id(const PjrtPlugin& plugin, PJRT_DeviceDescription* description) {
   PJRT_DeviceDescription_Id_Args id{};
   id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
-  id.device_description = description_of(plugin, device);
+  id.device_description = description;
   plugin.check(plugin.api()->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
   return id.id;
 }
+
+std::string describe_device(const PjrtPlugin& plugin, PJRT_Device* device) {
+  return description_kind(plugin, description_of(plugin, device));
+}
+
+int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
+  return description_id(plugin, description_of(plugin, device));
+}
+
+PJRT_NamedValue string_option(const std::string& name, const std::string& value) {
+  PJRT_NamedValue v{};
+  v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+  v.name = name.c_str();
+  v.name_size = name.size();
+  v.type = PJRT_NamedValue_kString;
+  v.string_value = value.c_str();
+  v.value_size = value.size();
+  return v;
+}
+
+// A directory of its own for XLA's dump of one compile, removed with this object.
+class DumpDir {
+ public:
+  DumpDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "lmtrain-xla-XXXXXX").string();
+    if (!mkdtemp(pattern.data()))
+      throw UserError("cannot make a directory for XLA's dump under " +
+                      std::filesystem::temp_directory_path().string());
+    path_ = pattern;
+  }
+  ~DumpDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  DumpDir(const DumpDir&) = delete;
+  DumpDir& operator=(const DumpDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
 
 // PJRT_Client_Create with cpu_device_count where asked; a plugin that refuses the option is
 // created without it (XLA's CPU plugin takes it; plugins that check their options' names refuse
@@ -100,6 +145,48 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& 
   device_kind_ = describe_device(plugin, session_->device);
 }
 
+PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtTarget& target,
+                       const PjrtClientOptions& options)
+    : target_(target) {
+  const PjrtPlugin& plugin = load_pjrt_plugin(plugin_path);
+  const PJRT_Api* api = plugin.api();
+  session_ = std::make_shared<PjrtSession>(plugin);
+  static const std::string kConfig = "target_config", kTopology = "topology";
+  PJRT_NamedValue opts[2] = {string_option(kConfig, target.config),
+                             string_option(kTopology, target.topology)};
+  PJRT_TopologyDescription_Create_Args create{};
+  create.struct_size = PJRT_TopologyDescription_Create_Args_STRUCT_SIZE;
+  create.create_options = opts;
+  create.num_options = 2;
+  plugin.check(api->PJRT_TopologyDescription_Create(&create), "PJRT_TopologyDescription_Create");
+  session_->topology = create.topology;
+
+  PJRT_TopologyDescription_PlatformName_Args name{};
+  name.struct_size = PJRT_TopologyDescription_PlatformName_Args_STRUCT_SIZE;
+  name.topology = session_->topology;
+  plugin.check(api->PJRT_TopologyDescription_PlatformName(&name),
+               "PJRT_TopologyDescription_PlatformName");
+  platform_name_.assign(name.platform_name, name.platform_name_size);
+
+  PJRT_TopologyDescription_GetDeviceDescriptions_Args devices{};
+  devices.struct_size = PJRT_TopologyDescription_GetDeviceDescriptions_Args_STRUCT_SIZE;
+  devices.topology = session_->topology;
+  plugin.check(api->PJRT_TopologyDescription_GetDeviceDescriptions(&devices),
+               "PJRT_TopologyDescription_GetDeviceDescriptions");
+  if (devices.num_descriptions == 0)
+    throw UserError("PJRT plugin " + plugin.path() + ": the topology " + target.topology +
+                    " has no device");
+  device_count_ = devices.num_descriptions;
+  for (size_t i = 0; i < devices.num_descriptions; ++i)
+    device_ids_.push_back(description_id(plugin, devices.descriptions[i]));
+  device_kind_ = description_kind(plugin, devices.descriptions[0]);
+  choose_mesh_devices(options);
+}
+
+bool PjrtClient::deviceless() const {
+  return session_->topology != nullptr;
+}
+
 // The mesh's devices: those parallel.devices names, else the first ones. Too few, or an id the
 // plugin does not have, is one message.
 void PjrtClient::choose_mesh_devices(const PjrtClientOptions& options) {
@@ -120,10 +207,10 @@ void PjrtClient::choose_mesh_devices(const PjrtClientOptions& options) {
         throw UserError("parallel.devices: PJRT plugin " + plugin().path() +
                         " has no device with id " + std::to_string(id));
     }
-    session_->mesh_devices.push_back(session_->devices[at]);
+    if (!deviceless()) session_->mesh_devices.push_back(session_->devices[at]);
     mesh_device_ids_.push_back(device_ids_[at]);
   }
-  session_->device = session_->mesh_devices[0];
+  if (!deviceless()) session_->device = session_->mesh_devices[0];
 }
 
 const Mesh& PjrtClient::mesh() const {
@@ -135,6 +222,7 @@ const PjrtPlugin& PjrtClient::plugin() const {
 }
 
 PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSettings& settings) const {
+  if (deviceless()) return compile_deviceless(mlir, settings);
   const PjrtPlugin& plugin = session_->plugin;
   const PJRT_Api* api = plugin.api();
   std::string code = mlir;  // PJRT_Program.code is not const
@@ -167,7 +255,49 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSetting
   return result;
 }
 
+// PJRT_Compile for the topology, XLA dumping what it compiled (the thunk sequence) into a
+// directory of its own, from which the launches are counted; the plugin finds ptxas and libdevice
+// in the target's CUDA data directory.
+PjrtExecutable PjrtClient::compile_deviceless(const std::string& mlir,
+                                              CompileSettings settings) const {
+  const PjrtPlugin& plugin = session_->plugin;
+  const PJRT_Api* api = plugin.api();
+  std::string code = mlir;  // PJRT_Program.code is not const
+  static const std::string kFormat = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = code.data();
+  program.code_size = code.size();
+  program.format = kFormat.data();
+  program.format_size = kFormat.size();
+
+  const DumpDir dump;
+  settings.devices = mesh_device_ids_;
+  if (!target_.cuda_data_dir.empty())
+    settings.xla_strings.emplace_back("xla_gpu_cuda_data_dir", target_.cuda_data_dir);
+  settings.xla_strings.emplace_back("xla_dump_to", dump.path().string());
+  const std::string options = compile_options(settings);
+  PJRT_Compile_Args args{};
+  args.struct_size = PJRT_Compile_Args_STRUCT_SIZE;
+  args.topology = session_->topology;
+  args.program = &program;
+  args.compile_options = options.data();
+  args.compile_options_size = options.size();
+  args.client = nullptr;  // no client: deviceless
+  plugin.check(api->PJRT_Compile(&args), "PJRT_Compile");
+  PjrtExecutable result(session_, args.executable, 0);
+
+  PJRT_Executable_NumOutputs_Args outputs{};
+  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  outputs.executable = args.executable;
+  plugin.check(api->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
+  result.num_outputs_ = outputs.num_outputs;
+  result.launches_ = kernel_launches_in(dump.path());
+  return result;
+}
+
 std::optional<DeviceMemory> PjrtClient::device_memory() const {
+  if (deviceless()) return std::nullopt;
   const PjrtPlugin& plugin = session_->plugin;
   if (!plugin.api()->PJRT_Device_MemoryStats) return std::nullopt;
   PJRT_Device_MemoryStats_Args args{};
@@ -186,6 +316,7 @@ std::optional<DeviceMemory> PjrtClient::device_memory() const {
 
 PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int64_t> dims,
                                  const TensorSharding& sharding) const {
+  LMT_CHECK(!deviceless(), "to_device on a deviceless client (a compile target)");
   const PjrtPlugin& plugin = session_->plugin;
   const Mesh& mesh = session_->mesh;
   const bool whole = is_replicated(sharding);

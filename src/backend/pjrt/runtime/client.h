@@ -26,6 +26,10 @@ struct DeviceMemory {
   std::optional<int64_t> bytes_limit;  // what the allocator may hand out in all
 };
 
+// The share of a GPU's memory the CUDA plugin's allocator takes for programs when its client is
+// created without the memory_fraction option, as lmtrain creates it (XLA's GpuAllocatorConfig).
+constexpr double kCudaPluginMemoryFraction = 0.75;
+
 // How to create a client, beyond the plugin's defaults.
 struct PjrtClientOptions {
   // > 0: the number of devices asked of a plugin that makes its devices on request (XLA's CPU
@@ -44,10 +48,25 @@ struct PjrtClientOptions {
   std::shared_ptr<DirectoryStore> store;
 };
 
+// What a deviceless client compiles for: the plugin's topology of devices it does not have.
+struct PjrtTarget {
+  std::string config;               // XLA's target config, as text (CompileTarget::config)
+  std::string topology = "1x1x1";   // slices x hosts per slice x devices per host
+  std::string cuda_data_dir;        // where ptxas and libdevice are (xla_gpu_cuda_data_dir)
+};
+
 class PjrtClient {
  public:
   // Loads the plugin (load_pjrt_plugin) and creates a client.
   explicit PjrtClient(const std::string& plugin_path, const PjrtClientOptions& options = {});
+  // Loads the plugin and creates, instead of a client, its topology for `target`
+  // (PJRT_TopologyDescription_Create with target_config and topology): programs are compiled for
+  // those devices (PJRT_Compile without a client) and never run; each compile counts its kernel
+  // launches (PjrtExecutable::launches) from XLA's dump. A target the plugin cannot read is a
+  // UserError carrying its diagnostic.
+  PjrtClient(const std::string& plugin_path, const PjrtTarget& target,
+             const PjrtClientOptions& options);
+  bool deviceless() const;
 
   const PjrtPlugin& plugin() const;
   // As the plugin reports them (PJRT_Client_PlatformName; PJRT_DeviceDescription_Kind of the
@@ -79,8 +98,10 @@ class PjrtClient {
 
  private:
   void choose_mesh_devices(const PjrtClientOptions& options);
+  PjrtExecutable compile_deviceless(const std::string& mlir, CompileSettings settings) const;
 
   std::shared_ptr<PjrtSession> session_;
+  PjrtTarget target_;
   std::string platform_name_, device_kind_;
   size_t device_count_ = 0;
   std::vector<int64_t> device_ids_;

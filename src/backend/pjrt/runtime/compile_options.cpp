@@ -5,7 +5,7 @@
 //     use_spmd_partitioning = 6, device_assignment = 9, use_shardy_partitioner = 19
 //   DeviceAssignmentProto.replica_count = 1, computation_count = 2, computation_devices = 3
 //     (ComputationDevice.replica_device_ids = 1: one entry a partition, one id a replica)
-//   OptionOverrideProto.bool_field = 2 (in a oneof)
+//   OptionOverrideProto.string_field = 1, bool_field = 2 (in a oneof)
 // Every other field keeps its proto3 default. XLA's CPU plugin accepts these messages as they are.
 //
 // Debug options go in env_option_overrides, by the name of their xla.DebugOptions field: the
@@ -45,14 +45,26 @@ namespace {
 constexpr int kExecutableBuildOptions = 3, kEnvOptionOverrides = 7;
 
 // One entry of env_option_overrides: a map entry is a message {key = 1, value = 2}.
-void put_bool_override(std::string& options, const std::string& name, bool value) {
-  constexpr int kKey = 1, kValue = 2, kBoolField = 2;
-  std::string override_value;
-  proto::put_int_field(override_value, kBoolField, value ? 1 : 0);
+void put_override(std::string& options, const std::string& name, const std::string& value) {
+  constexpr int kKey = 1, kValue = 2;
   std::string entry;
   proto::put_message_field(entry, kKey, name);
-  proto::put_message_field(entry, kValue, override_value);
+  proto::put_message_field(entry, kValue, value);
   proto::put_message_field(options, kEnvOptionOverrides, entry);
+}
+
+void put_bool_override(std::string& options, const std::string& name, bool value) {
+  constexpr int kBoolField = 2;
+  std::string override_value;
+  proto::put_int_field(override_value, kBoolField, value ? 1 : 0);
+  put_override(options, name, override_value);
+}
+
+void put_string_override(std::string& options, const std::string& name, const std::string& value) {
+  constexpr int kStringField = 1;
+  std::string override_value;
+  proto::put_message_field(override_value, kStringField, value);
+  put_override(options, name, override_value);
 }
 
 // ExecutableBuildOptionsProto for one replica over `devices` partitions (SPMD, Shardy).
@@ -98,6 +110,7 @@ std::string compile_options(const CompileSettings& settings) {
     put_bool_override(options, "xla_gpu_exclude_nondeterministic_ops", true);
   }
   if (!settings.xnnpack) put_bool_override(options, "xla_cpu_use_xnnpack", false);
+  for (const auto& [name, value] : settings.xla_strings) put_string_override(options, name, value);
   return options;
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace lmt {
@@ -25,6 +26,9 @@ struct CompileSettings {
   // partitioner (Shardy) from the shardings the module's arguments and results carry; partition i
   // runs on the device with id devices[i].
   std::vector<int64_t> devices;
+  // XLA debug options of string value, by their xla.DebugOptions name (a deviceless compile's
+  // xla_gpu_cuda_data_dir and xla_dump_to).
+  std::vector<std::pair<std::string, std::string>> xla_strings;
 };
 
 // Options for a program with `settings`: on one device (one replica, one partition), or SPMD over

@@ -17,7 +17,9 @@ PjrtExecutable& PjrtExecutable::operator=(PjrtExecutable&& o) noexcept {
     reset();
     session_ = std::move(o.session_);
     executable_ = std::exchange(o.executable_, nullptr);
+    unloaded_ = std::exchange(o.unloaded_, nullptr);
     num_outputs_ = o.num_outputs_;
+    launches_ = std::move(o.launches_);
   }
   return *this;
 }
@@ -30,18 +32,26 @@ void PjrtExecutable::reset() noexcept {
     discard_error(session_->plugin, session_->plugin.api()->PJRT_LoadedExecutable_Destroy(&args));
     executable_ = nullptr;
   }
+  if (unloaded_) {
+    PJRT_Executable_Destroy_Args args{};
+    args.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+    args.executable = unloaded_;
+    discard_error(session_->plugin, session_->plugin.api()->PJRT_Executable_Destroy(&args));
+    unloaded_ = nullptr;
+  }
   session_.reset();
 }
 
 std::optional<CompiledMemory> PjrtExecutable::compiled_memory() const {
-  LMT_CHECK(executable_, "compiled_memory on an empty PJRT executable");
+  LMT_CHECK(executable_ || unloaded_, "compiled_memory on an empty PJRT executable");
   const PjrtPlugin& plugin = session_->plugin;
   const PJRT_Api* api = plugin.api();
   if (!api->PJRT_Executable_GetCompiledMemoryStats) return std::nullopt;
-  ExecutableView view(plugin, executable_);
+  std::optional<ExecutableView> view;
+  if (executable_) view.emplace(plugin, executable_);
   PJRT_Executable_GetCompiledMemoryStats_Args args{};
   args.struct_size = PJRT_Executable_GetCompiledMemoryStats_Args_STRUCT_SIZE;
-  args.executable = view.get();
+  args.executable = view ? view->get() : unloaded_;
   if (PJRT_Error* error = api->PJRT_Executable_GetCompiledMemoryStats(&args)) {
     discard_error(plugin, error);  // "not implemented" by another name: no numbers to give
     return std::nullopt;

@@ -1,5 +1,7 @@
 // A program compiled for a PJRT device (a PJRT_LoadedExecutable), owned. Running it takes device
-// buffers and returns device buffers; nothing passes through the host unless asked.
+// buffers and returns device buffers; nothing passes through the host unless asked. A program
+// compiled for a target without its devices (a deviceless compile) is a PJRT_Executable: its
+// memory and kernel launches can be asked, it cannot run.
 #pragma once
 
 #include <cstdint>
@@ -8,9 +10,11 @@
 #include <span>
 #include <vector>
 
+#include "backend/devices.h"
 #include "backend/pjrt/runtime/buffer.h"
 
 struct PJRT_Event;
+struct PJRT_Executable;
 struct PJRT_LoadedExecutable;
 
 namespace lmt {
@@ -58,11 +62,15 @@ class PjrtExecutable {
   PjrtExecutable(PjrtExecutable&& o) noexcept
       : session_(std::move(o.session_)),
         executable_(std::exchange(o.executable_, nullptr)),
-        num_outputs_(o.num_outputs_) {}
+        unloaded_(std::exchange(o.unloaded_, nullptr)),
+        num_outputs_(o.num_outputs_),
+        launches_(std::move(o.launches_)) {}
   PjrtExecutable& operator=(PjrtExecutable&& o) noexcept;
   ~PjrtExecutable() { reset(); }
 
   size_t num_outputs() const { return num_outputs_; }
+  // The kernels one run launches, where the compile counted them (a deviceless GPU compile).
+  const std::optional<KernelLaunches>& launches() const { return launches_; }
 
   // The plugin's account of the program's memory (PJRT_Executable_GetCompiledMemoryStats), or
   // nullopt for a plugin that has none (the entry point missing, or an error in its place).
@@ -89,11 +97,16 @@ class PjrtExecutable {
   PjrtExecutable(std::shared_ptr<PjrtSession> session, PJRT_LoadedExecutable* executable,
                  size_t num_outputs)
       : session_(std::move(session)), executable_(executable), num_outputs_(num_outputs) {}
+  PjrtExecutable(std::shared_ptr<PjrtSession> session, PJRT_Executable* unloaded,
+                 size_t num_outputs)
+      : session_(std::move(session)), unloaded_(unloaded), num_outputs_(num_outputs) {}
   void reset() noexcept;
 
   std::shared_ptr<PjrtSession> session_;  // keeps the client alive while the program lives
   PJRT_LoadedExecutable* executable_ = nullptr;
+  PJRT_Executable* unloaded_ = nullptr;  // a deviceless compile's, instead
   size_t num_outputs_ = 0;
+  std::optional<KernelLaunches> launches_;
 };
 
 }  // namespace lmt

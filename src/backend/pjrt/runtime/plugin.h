@@ -21,6 +21,16 @@ bool pjrt_built();
 // Throws UserError, saying how to get one, when none is found.
 std::string resolve_pjrt_plugin_path(const std::string& explicit_path = "");
 
+// The CUDA plugin a compile for a GPU target goes through: `explicit_path` when not empty, else
+// the one the jax-cuda13-pjrt wheel installs into lmtrain's environment
+// (<venv>/lib/python3*/site-packages/jax_plugins/xla_cuda13/xla_cuda_plugin.so). UserError,
+// saying how to get it, when there is none.
+std::string resolve_cuda_plugin_path(const std::string& explicit_path);
+// Where the CUDA plugin at `plugin_path` finds ptxas (bin/ptxas) and libdevice (nvvm/libdevice):
+// $LMTRAIN_CUDA_DATA_DIR, else the site-packages/nvidia/cu13 beside the plugin's wheel, where
+// the nvidia-cuda-nvcc and nvidia-nvvm wheels put them. UserError naming what is missing.
+std::string resolve_cuda_data_dir(const std::string& plugin_path);
+
 class PjrtPlugin {
  public:
   const std::string& path() const { return path_; }
