@@ -21,6 +21,10 @@ Run in the reference environment (scripts/setup.sh):
   python3 bench/jax_train_bench.py --config configs/bench/gpt2-124m.yaml [--steps 5]
       [--set section.key=value]... [--attention xla|cudnn] [--precision f32|bf16] [--remat]
   python3 bench/jax_train_bench.py --config ... --compile-only   compiled memory, nothing run
+  python3 bench/jax_train_bench.py --config ... --target h200   compiled for a GPU that is not
+      here, through XLA's CUDA plugin (h100, h200: lmtrain's target configs, or a
+      GpuTargetConfigProto text file): memory against the device's and kernel launches per step,
+      counted as `lmtrain bench --target` counts them (bench/xla_launches.py)
   python3 bench/jax_train_bench.py --check [--config ...]        logits, loss, gradients and one
       AdamW step against transformers and torch.optim.AdamW (f32, CPU; bench/jax_train_check.py);
       without --config, on small random models of every family this script implements
@@ -33,6 +37,7 @@ and compiles the same temporaries with or without it (--compile-only shows it).
 import argparse
 import json
 import math
+import re
 import resource
 import sys
 import time
@@ -479,6 +484,57 @@ def describe(m, train, T, precision, attention, remat, n_params):
         "params": n_params, "optimizer": "adamw"}
 
 
+TARGETS = {"h100": "h100_sxm", "h200": "h200"}  # lmtrain's src/backend/targets/<name>.txtpb
+ALLOCATOR_FRACTION = 0.75  # what the CUDA plugin's allocator takes by default, as lmtrain reports
+
+
+def target_config(name):
+    """The text of --target: lmtrain's config for h100 / h200, or the file given."""
+    import os
+    if name.lower() in TARGETS:
+        here = os.path.dirname(os.path.abspath(__file__))
+        name = os.path.join(here, "..", "src", "backend", "targets", TARGETS[name.lower()] + ".txtpb")
+    try:
+        text = open(name).read()
+    except OSError as e:
+        raise SystemExit(f"--target {name}: {e.strerror} (h100, h200, or a GpuTargetConfigProto "
+                         f"text file)")
+    if not re.search(r"(^|\n)\s*gpu_device_info\s*\{", text):
+        raise SystemExit(f"--target {name}: not a GPU target config (no gpu_device_info)")
+    return text
+
+
+def compile_for_target(a, step, params, state, ids, labels, out):
+    """The step compiled for --target's GPU through XLA's CUDA plugin, no GPU needed: memory,
+    whether it fits the device, kernel launches per step (XLA's dump, bench/xla_launches.py)."""
+    import os
+    import tempfile
+    import jax
+    from jax.experimental import topologies
+    from xla_launches import count_dir
+    text = target_config(a.target)
+    topo = topologies.get_topology_desc(platform="cuda", topology_name="", target_config=text,
+                                        topology="1x1x1")
+    dev = topo.devices[0]
+    sharding = jax.sharding.SingleDeviceSharding(dev)
+    placed = lambda tree: jax.tree.map(  # noqa: E731
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+    with tempfile.TemporaryDirectory(prefix="jax-xla-") as d:
+        t = time.perf_counter()
+        lowered = step.lower(placed(params), placed(state), placed(ids), placed(labels))
+        ma = lowered.compile(compiler_options={"xla_dump_to": d}).memory_analysis()
+        out["compile_s"] = time.perf_counter() - t
+        out["launches"] = count_dir(d)
+    for key in ("argument", "output", "alias", "temp", "generated_code"):
+        out[f"{key}_bytes"] = getattr(ma, f"{key}_size_in_bytes", None)
+    device = int(m.group(1)) if (m := re.search(r"device_memory_size:\s*([0-9]+)", text)) else 0
+    need = out["argument_bytes"] + out["temp_bytes"] + out["output_bytes"] - out["alias_bytes"]
+    out["device_kind"] = dev.device_kind
+    out["device_fit"] = {"device_bytes": device, "allocator_fraction": ALLOCATOR_FRACTION,
+                         "allocator_bytes": int(device * ALLOCATOR_FRACTION), "step_bytes": need,
+                         "fits": need <= device * ALLOCATOR_FRACTION}
+
+
 def run_bench(a):
     m, train, opt, T = load_config(a.config, a.set)
     precision = a.precision or train["precision"]
@@ -488,10 +544,14 @@ def run_bench(a):
     if m["gpt2"] and T > m["max_position_embeddings"]:
         raise SystemExit(f"data.seq_len {T} is longer than max_position_embeddings "
                          f"({m['max_position_embeddings']}) of this gpt2 model")
+    if a.target:
+        import os
+        os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")  # no CUPTI, no driver here
+        a.compile_only = True
     import jax
     import jax.numpy as jnp
     if a.attention == "cudnn":
-        if jax.default_backend() != "gpu":
+        if not a.target and jax.default_backend() != "gpu":
             raise SystemExit(f"--attention cudnn: cuDNN's flash attention runs on NVIDIA GPUs "
                              f"only (this JAX's backend is {jax.default_backend()})")
         if precision != "bf16":
@@ -507,6 +567,11 @@ def run_bench(a):
     if a.compile_only:  # shapes only: nothing of the model is allocated
         params = jax.eval_shape(lambda: init_params(m, train["seed"]))
         state = jax.eval_shape(zero_state, params)
+        if a.target:
+            compile_for_target(a, step, params, state, jax.eval_shape(lambda: ids),
+                               jax.eval_shape(lambda: labels), out)
+            print(json.dumps(out), flush=True)
+            return 0
         t = time.perf_counter()
         ma = step.lower(params, state, ids, labels).compile().memory_analysis()
         out["compile_s"] = time.perf_counter() - t
@@ -586,6 +651,10 @@ def main():
     ap.add_argument("--compile-only", action="store_true",
                     help="print the compiled step's memory (arguments, outputs, aliases, "
                          "temporaries) without running it")
+    ap.add_argument("--target",
+                    help="compile for a GPU that is not here, through XLA's CUDA plugin: h100, "
+                         "h200 or a GpuTargetConfigProto text file (implies --compile-only); "
+                         "memory against the device's and kernel launches per step")
     ap.add_argument("--check", action="store_true",
                     help="compare logits, loss, gradients and one step with transformers and "
                          "torch (f32, CPU) and exit")
