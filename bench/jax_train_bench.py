@@ -519,7 +519,11 @@ def compile_for_target(a, step, params, state, ids, labels, out):
     sharding = jax.sharding.SingleDeviceSharding(dev)
     placed = lambda tree: jax.tree.map(  # noqa: E731
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
-    with tempfile.TemporaryDirectory(prefix="jax-xla-") as d:
+    keep = os.environ.get("LMTRAIN_XLA_DUMP")  # as lmtrain: keep XLA's dump there
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="jax-xla-", dir=keep or None) as tmp:
+        d = tempfile.mkdtemp(prefix="jax-xla-", dir=keep) if keep else tmp
         t = time.perf_counter()
         lowered = step.lower(placed(params), placed(state), placed(ids), placed(labels))
         ma = lowered.compile(compiler_options={"xla_dump_to": d}).memory_analysis()

@@ -203,9 +203,10 @@ class Backend {
   virtual void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) = 0;
 
   // ---- embedding ----
-  // out[N,C] = table[ids[n], :]. ids are i32 in [0, V). Any dtype (rows are copied).
+  // out[N,C] = table[ids[n], :] of table[V,C]. ids are i32 in [0, V). Any dtype (rows are
+  // copied).
   virtual void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table,
-                                 int64_t N, int64_t C) = 0;
+                                 int64_t N, int64_t C, int64_t V) = 0;
   // dtable[V,C] += scatter of dout[N,C] by ids[N]. Deterministic.
   virtual void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids,
                                   int64_t N, int64_t C, int64_t V) = 0;

@@ -82,13 +82,20 @@ void ModelWeights::set_compute_dtype(DType dt) {
   }
 }
 
-// Per tensor, so that a compiling backend converts each parameter on its own (one whole-buffer
-// conversion would be one array of every parameter, concatenated and cut apart again).
+// Per matrix the layers multiply by, so that a compiling backend converts each on its own (one
+// whole-buffer conversion would be one array of every parameter, concatenated and cut apart
+// again): each parameter, but the fused groups (q|k|v, gate|up) as one, which the GEMM then reads
+// as the one array it is (converted apart, their copies would be concatenated at every read).
 void ModelWeights::to_compute() {
   if (!mixed()) return;
-  for (const ParamInfo& p : params_)
-    be_->convert(compute_dt_, compute_at(compute_weights_.data(), p.offset), held_dt_,
-                 held_at(weights_.data(), p.offset), p.numel());
+  for (size_t i = 0; i < params_.size();) {
+    const ParamInfo& first = params_[i];
+    int64_t n = first.numel();
+    for (++i; i < params_.size() && params_[i].fused; ++i) n += params_[i].numel();
+    if (n > 0)
+      be_->convert(compute_dt_, compute_at(compute_weights_.data(), first.offset), held_dt_,
+                   held_at(weights_.data(), first.offset), n);
+  }
   for (const ParamInfo& p : adapters_.params)
     be_->convert(compute_dt_, compute_at(compute_adapters_.data(), p.offset), held_dt_,
                  held_at(adapter_weights_.data(), p.offset), p.numel());

@@ -19,7 +19,7 @@ std::vector<ParamInfo> param_layout(const ModelConfig& cfg, int64_t* flat_size) 
   // `fused` keeps a tensor directly after the previous one (no alignment gap).
   auto add = [&](std::string name, Shape shape, ParamKind kind, bool fused = false) {
     if (!fused) off = align_param(off);
-    params.push_back(ParamInfo{std::move(name), shape, off, kind, {}});
+    params.push_back(ParamInfo{std::move(name), shape, off, kind, {}, fused});
     off += shape.numel();
   };
   if (t.conv1d) {  // gpt2

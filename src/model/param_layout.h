@@ -25,6 +25,9 @@ struct ParamInfo {
   // A matrix that fuses several projections along its columns (gpt2's c_attn: q, k and v): each
   // one's width, in order. Empty: one projection. Muon orthogonalises each block on its own.
   std::vector<int64_t> column_blocks;
+  // Stored directly after the previous parameter and read with it as one matrix by one GEMM
+  // (k and v after q, up after gate): what converts and reductions may then take as one.
+  bool fused = false;
 
   int64_t numel() const { return shape.numel(); }
 };

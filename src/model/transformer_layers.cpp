@@ -203,15 +203,16 @@ void Transformer::embed(void* out, const int32_t* ids, const int32_t* pos, void*
   const int64_t C = dims_.C;
   if (weights_.staged(embed_)) {  // gather rows of a bf16 base, then convert them
     const DType base_dt = weights_.base_dtype();
-    be_->embedding_forward(base_dt, scratch, ids, weights_.base_param(embed_), N, C);
+    be_->embedding_forward(base_dt, scratch, ids, weights_.base_param(embed_), N, C, dims_.V);
     be_->convert(compute_dt_, out, base_dt, scratch, N * C);
   } else {
-    be_->embedding_forward(compute_dt_, out, ids, param_ptr(embed_, false), N, C);
+    be_->embedding_forward(compute_dt_, out, ids, param_ptr(embed_, false), N, C, dims_.V);
   }
   if (traits_.embed_scale)  // transformers multiplies by sqrt(hidden) rounded to the model's dtype
     be_->scale(compute_dt_, out, static_cast<float>(std::sqrt(static_cast<double>(C))), N * C);
   if (pos_embed_ >= 0) {
-    be_->embedding_forward(compute_dt_, scratch, pos, param_ptr(pos_embed_, false), N, C);
+    be_->embedding_forward(compute_dt_, scratch, pos, param_ptr(pos_embed_, false), N, C,
+                           cfg_.max_position_embeddings);
     be_->accumulate(compute_dt_, out, scratch, N * C);
   }
 }
@@ -328,6 +329,11 @@ void Transformer::layer_backward(int64_t l) {
     be_->relu_backward_masked(compute_dt_, p.dgu, p.da, a.mask, N * d.F);
   else
     be_->relu2_backward_from_output(compute_dt_, p.dgu, p.da, a.a, N * d.F);
+  // A fused product's gradient assembled from pieces (gate | up here; q | k | v rotated or
+  // normalised below) is one array for both of its GEMMs: a compiler that fused the pieces into
+  // the weight gradient's product would have to concatenate them again for the input gradient's.
+  if (traits_.gated_mlp)
+    be_->keep({p.dgu, static_cast<size_t>(N * d.G) * dtype_size(compute_dt_)}, N);
   linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G, w.lora ? &w.lora->up : nullptr);
   norm_backward(w.ln2, g.ln2, g.ln2_b, p.dx, p.dh, a.x_mid, a.mean2, a.rstd2, N);
   // Attention branch: x_mid = x + [post_attn](o(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))
@@ -358,6 +364,8 @@ void Transformer::layer_backward(int64_t l) {
                                stat_at(a.qk_rstd, N * d.Hq), N, d.QKV, d.Hkv, d.D,
                                traits_.norm_offset);
   }
+  if (!traits_.learned_positions || traits_.qk_norm)
+    be_->keep({p.dqkv, static_cast<size_t>(N * d.QKV) * dtype_size(compute_dt_)}, N);
   linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV,
                   w.lora ? &w.lora->qkv : nullptr);
   norm_backward(w.ln1, g.ln1, g.ln1_b, p.dx, p.dh, p.res[l], a.mean1, a.rstd1, N);

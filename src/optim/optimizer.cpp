@@ -52,12 +52,38 @@ std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total
   return spans;
 }
 
+namespace {
+
+// The spans the gradient norm sums over: every parameter's, a fused group's (q|k|v, gate|up) as
+// one, since one GEMM computes its gradient as one array (summed per tensor, it would be cut
+// apart for each sum).
+std::vector<Span> norm_spans(const std::vector<ParamInfo>& params, int64_t total) {
+  std::vector<Span> spans = make_spans(params, total, false, OptimizerSpec{});
+  std::vector<int64_t> fused_at;  // offsets of the parameters that continue a group
+  for (const ParamInfo& p : params)
+    if (p.fused) fused_at.push_back(p.offset);
+  std::sort(fused_at.begin(), fused_at.end());
+  std::vector<Span> merged;
+  for (const Span& s : spans) {
+    const bool continues = !merged.empty() &&
+                           merged.back().param + merged.back().n == s.param &&
+                           std::binary_search(fused_at.begin(), fused_at.end(), s.param);
+    if (continues)
+      merged.back().n += s.n;
+    else
+      merged.push_back(s);
+  }
+  return merged;
+}
+
+}  // namespace
+
 Optimizer::Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t total)
     : be_(be),
       params_(params),
       total_(total),
       stats_(be, 2 * sizeof(double)),
-      norm_spans_(make_spans(params, total, false, OptimizerSpec{})) {
+      norm_spans_(norm_spans(params, total)) {
   be->describe(stats_.data(), TensorDesc{"grad_sum_squares", DType::f64, {}});
   be->describe(stats_.as<double>() + 1, TensorDesc{"clip_scale", DType::f64, {}});
 }

@@ -97,7 +97,7 @@ class Optimizer {
 
  private:
   Buffer stats_;                  // device f64 [sum of squared gradients, clipping scale]
-  std::vector<Span> norm_spans_;  // every parameter
+  std::vector<Span> norm_spans_;  // every parameter, a fused group as one
 };
 
 // The optimizer `spec.name` over `params` (named views of a flat buffer of `total` elements),

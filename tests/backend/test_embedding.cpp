@@ -25,7 +25,7 @@ void run_embedding(int64_t N, int64_t C, int64_t V) {
     for (int64_t c = 0; c < C; ++c) want_dt[ids[n] * C + c] += dy[n * C + c];
 
   std::vector<T> w = test::cast<T>(table), out(static_cast<size_t>(N * C));
-  be.embedding_forward(dtype_of<T>(), out.data(), ids.data(), w.data(), N, C);
+  be.embedding_forward(dtype_of<T>(), out.data(), ids.data(), w.data(), N, C, V);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t c = 0; c < C; ++c) ASSERT_EQ(out[n * C + c], w[ids[n] * C + c]);
   std::vector<T> dt = test::cast<T>(dtable0), g = test::cast<T>(dy);
@@ -49,7 +49,7 @@ TEST(Embedding, ForwardGathersBf16Rows) {
   std::vector<uint16_t> table(V * C), out(3 * C, 0xFFFF);
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<uint16_t>(1000 + i);
   const std::vector<int32_t> ids = {4, 0, 4};
-  be.embedding_forward(DType::bf16, out.data(), ids.data(), table.data(), 3, C);
+  be.embedding_forward(DType::bf16, out.data(), ids.data(), table.data(), 3, C, V);
   for (int64_t n = 0; n < 3; ++n)
     for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out[n * C + c], table[ids[n] * C + c]);
 }
@@ -61,7 +61,10 @@ TEST(Embedding, RejectsIdsOutsideVocabulary) {
   EXPECT_THROW(be.embedding_backward(DType::f32, table.data(), out.data(), ids.data(), 2, 3, 4),
                InternalError);
   ids = {-1, 0};
-  EXPECT_THROW(be.embedding_forward(DType::f32, out.data(), ids.data(), table.data(), 2, 3),
+  EXPECT_THROW(be.embedding_forward(DType::f32, out.data(), ids.data(), table.data(), 2, 3, 4),
+               InternalError);
+  ids = {0, 4};
+  EXPECT_THROW(be.embedding_forward(DType::f32, out.data(), ids.data(), table.data(), 2, 3, 4),
                InternalError);
 }
 

@@ -389,7 +389,7 @@ std::vector<Case> cases() {
     c.in = {{V * C}, {N, Spec::ids, V}};
     c.out = {{N * C}};
     c.forward = [=](Run& r) {
-      r.be->embedding_forward(r.dt, r.out[0], ids_of(r, 1), r.in[0], N, C);
+      r.be->embedding_forward(r.dt, r.out[0], ids_of(r, 1), r.in[0], N, C, V);
     };
     c.backward = [=](Run& r) {
       r.be->embedding_backward(r.dt, r.din[0], r.dout[0], ids_of(r, 1), N, C, V);

@@ -130,7 +130,7 @@ TEST_F(LoweringExtraTest, EmbeddingForwardAndBackward) {
   PjrtBuffer bi = dev_i32(ids, {N}), bt = dev(table, {V, C}), bd = dev(dout, {N, C});
   const auto got = run(b, {&bi, &bt, &bd});
   std::vector<float> out(N * C), dtable(V * C, 0.f);
-  cpu_.embedding_forward(DType::f32, out.data(), ids.data(), table.data(), N, C);
+  cpu_.embedding_forward(DType::f32, out.data(), ids.data(), table.data(), N, C, V);
   cpu_.embedding_backward(DType::f32, dtable.data(), dout.data(), ids.data(), N, C, V);
   expect_match(got[0].to_host<float>(), out, "embedding out");
   expect_match(got[1].to_host<float>(), dtable, "embedding dtable");

@@ -52,7 +52,7 @@ class CpuBackend final : public Backend {
   void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override;
 
   void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
-                         int64_t C) override;
+                         int64_t C, int64_t V) override;
   void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
                           int64_t C, int64_t V) override;
 

@@ -12,10 +12,11 @@ namespace lmt {
 
 // out[N,C] = table[ids[n], :]: a row copy, so any dtype (a bf16 frozen base's table too).
 void CpuBackend::embedding_forward(DType dt, void* out, const int32_t* ids, const void* table,
-                                   int64_t N, int64_t C) {
+                                   int64_t N, int64_t C, int64_t V) {
   for (int64_t n = 0; n < N; ++n)
-    LMT_CHECK(ids[n] >= 0, "CpuBackend::embedding_forward: negative id " +
-                               std::to_string(ids[n]) + " at row " + std::to_string(n));
+    LMT_CHECK(ids[n] >= 0 && ids[n] < V,
+              "CpuBackend::embedding_forward: id " + std::to_string(ids[n]) + " at row " +
+                  std::to_string(n) + " is outside [0, " + std::to_string(V) + ")");
   const size_t row = static_cast<size_t>(C) * dtype_size(dt);
   auto* y = static_cast<char*>(out);
   const auto* w = static_cast<const char*>(table);

@@ -145,14 +145,6 @@ std::vector<int64_t> PjrtBackend::shape_of(const void* p, DType t, int64_t n) {
 }
 
 // A described tensor starting at p ends where it ends; else the allocation's end does.
-int64_t PjrtBackend::rows_from(const void* p, DType dt, int64_t C) {
-  int64_t off = 0;
-  const PjrtAlloc& a = tensors_.find(p, 0, &off);
-  const PjrtPart& part = a.parts[PjrtTensors::part_at(a, off)];
-  const int64_t end = part.described() && part.begin == off ? part.end : a.bytes;
-  return (end - off) / (C * static_cast<int64_t>(dtype_size(dt)));
-}
-
 // ---- dense algebra ----
 
 void PjrtBackend::gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
@@ -266,10 +258,9 @@ void PjrtBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src
 // The table's row count is not an argument of the forward: the gather reads the rows up to the
 // largest id, so the view spans the whole allocation from `table` on, cut to whole rows.
 void PjrtBackend::embedding_forward(DType dt, void* out, const int32_t* ids, const void* table,
-                                    int64_t N, int64_t C) {
+                                    int64_t N, int64_t C, int64_t V) {
   if (N == 0) return;
-  const int64_t rows = rows_from(table, dt, C);
-  set(out, hlo::embedding_forward(b(), view(ids, DType::i32, {N}), view(table, dt, {rows, C})));
+  set(out, hlo::embedding_forward(b(), view(ids, DType::i32, {N}), view(table, dt, {V, C})));
 }
 
 void PjrtBackend::embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids,

@@ -69,7 +69,7 @@ class PjrtBackend final : public Backend {
 
   // ---- embedding, normalisation, RoPE ----
   void embedding_forward(DType dt, void* out, const int32_t* ids, const void* table, int64_t N,
-                         int64_t C) override;
+                         int64_t C, int64_t V) override;
   void embedding_backward(DType dt, void* dtable, const void* dout, const int32_t* ids, int64_t N,
                           int64_t C, int64_t V) override;
   void rmsnorm_forward(DType dt, void* out, void* rstd, const void* x, const void* w, int64_t N,
@@ -163,8 +163,6 @@ class PjrtBackend final : public Backend {
   // optimizers' elementwise steps then work on the tensor as it is, so XLA sees each update as
   // the tensor's own (a flat view's reshapes in between make it fuse worse: copies of moments).
   Dims shape_of(const void* p, DType t, int64_t n);
-  // Whole rows of C elements from p to the end of the tensor (or allocation) at p.
-  int64_t rows_from(const void* p, DType dt, int64_t C);
 
   // ---- attention pieces (backend_nn.cpp) ----
   // cuDNN's fused kernel (on the CUDA plugin, where it computes this attention) or XLA's lowering

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "backend/pjrt/runtime/c_api.h"
@@ -62,19 +63,26 @@ PJRT_NamedValue string_option(const std::string& name, const std::string& value)
   return v;
 }
 
-// A directory of its own for XLA's dump of one compile, removed with this object.
+// A directory of its own for XLA's dump of one compile, removed with this object; under
+// $LMTRAIN_XLA_DUMP instead, and kept there, where that names a directory (for reading XLA's
+// optimized program, buffer assignment and thunk sequence).
 class DumpDir {
  public:
   DumpDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "lmtrain-xla-XXXXXX").string();
+    const char* keep = std::getenv("LMTRAIN_XLA_DUMP");
+    keep_ = keep && *keep;
+    const std::filesystem::path under =
+        keep_ ? std::filesystem::path(keep) : std::filesystem::temp_directory_path();
+    std::error_code ec;
+    std::filesystem::create_directories(under, ec);
+    std::string pattern = (under / "lmtrain-xla-XXXXXX").string();
     if (!mkdtemp(pattern.data()))
-      throw UserError("cannot make a directory for XLA's dump under " +
-                      std::filesystem::temp_directory_path().string());
+      throw UserError("cannot make a directory for XLA's dump under " + under.string());
     path_ = pattern;
   }
   ~DumpDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
+    if (!keep_) std::filesystem::remove_all(path_, ec);
   }
   DumpDir(const DumpDir&) = delete;
   DumpDir& operator=(const DumpDir&) = delete;
@@ -82,6 +90,7 @@ class DumpDir {
 
  private:
   std::filesystem::path path_;
+  bool keep_ = false;
 };
 
 // PJRT_Client_Create with cpu_device_count where asked; a plugin that refuses the option is
