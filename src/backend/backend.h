@@ -158,6 +158,12 @@ class Backend {
   // (model/sharding_plan.h: over the batch axes, as the batch is). Values stay what they are;
   // the CPU backend's arrays are memory already.
   virtual void keep(const MemoryRange& value, int64_t rows) {}
+  // Whether a fused group of weights (q|k|v, gate|up: ParamInfo::fused), and a gradient assembled
+  // for one, is best taken as one array: converted, kept and reduced whole. So on one device or a
+  // mesh that splits by rows, where XLA then launches one kernel for the group instead of one per
+  // piece. Not where tensor parallelism splits each projection by its own heads or features: the
+  // concatenation, split in halves, would have XLA move the pieces between devices.
+  virtual bool fused_groups_whole() const { return true; }
   virtual void synchronize() {}
   // Whether work handed to the backend runs after the call returns (pjrt: a queued program), so
   // that a caller gains by queuing the next training step before reading this one's results

@@ -119,8 +119,9 @@ struct DeviceInfo {
   // The device's peak memory in use so far, where its allocator keeps statistics (the CUDA
   // plugin does; XLA's CPU plugin and the CPU backend do not).
   std::optional<int64_t> peak_bytes;
-  // A compile target's device memory (0: not known), and the share of it the plugin's allocator
-  // takes for programs (the CUDA plugin's default, which lmtrain does not change).
+  // The device's memory for programs (0: not known): a compile target's, with the share of it the
+  // plugin's allocator takes (the CUDA plugin's default, which lmtrain does not change); or the
+  // limit a real device's allocator reports, with share 1.
   int64_t memory_bytes = 0;
   double allocator_fraction = 0;
   ProgramReport programs;

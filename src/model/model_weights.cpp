@@ -84,14 +84,16 @@ void ModelWeights::set_compute_dtype(DType dt) {
 
 // Per matrix the layers multiply by, so that a compiling backend converts each on its own (one
 // whole-buffer conversion would be one array of every parameter, concatenated and cut apart
-// again): each parameter, but the fused groups (q|k|v, gate|up) as one, which the GEMM then reads
-// as the one array it is (converted apart, their copies would be concatenated at every read).
+// again): each parameter, but the fused groups (q|k|v, gate|up) as one where the backend takes
+// them whole, so the GEMM reads the one array it is (converted apart, their copies would be
+// concatenated at every read).
 void ModelWeights::to_compute() {
   if (!mixed()) return;
+  const bool whole = be_->fused_groups_whole();
   for (size_t i = 0; i < params_.size();) {
     const ParamInfo& first = params_[i];
     int64_t n = first.numel();
-    for (++i; i < params_.size() && params_[i].fused; ++i) n += params_[i].numel();
+    for (++i; whole && i < params_.size() && params_[i].fused; ++i) n += params_[i].numel();
     if (n > 0)
       be_->convert(compute_dt_, compute_at(compute_weights_.data(), first.offset), held_dt_,
                    held_at(weights_.data(), first.offset), n);

@@ -332,7 +332,8 @@ void Transformer::layer_backward(int64_t l) {
   // A fused product's gradient assembled from pieces (gate | up here; q | k | v rotated or
   // normalised below) is one array for both of its GEMMs: a compiler that fused the pieces into
   // the weight gradient's product would have to concatenate them again for the input gradient's.
-  if (traits_.gated_mlp)
+  const bool whole = be_->fused_groups_whole();
+  if (traits_.gated_mlp && whole)
     be_->keep({p.dgu, static_cast<size_t>(N * d.G) * dtype_size(compute_dt_)}, N);
   linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G, w.lora ? &w.lora->up : nullptr);
   norm_backward(w.ln2, g.ln2, g.ln2_b, p.dx, p.dh, a.x_mid, a.mean2, a.rstd2, N);
@@ -364,7 +365,7 @@ void Transformer::layer_backward(int64_t l) {
                                stat_at(a.qk_rstd, N * d.Hq), N, d.QKV, d.Hkv, d.D,
                                traits_.norm_offset);
   }
-  if (!traits_.learned_positions || traits_.qk_norm)
+  if ((!traits_.learned_positions || traits_.qk_norm) && whole)
     be_->keep({p.dqkv, static_cast<size_t>(N * d.QKV) * dtype_size(compute_dt_)}, N);
   linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV,
                   w.lora ? &w.lora->qkv : nullptr);

@@ -57,11 +57,11 @@ namespace {
 // The spans the gradient norm sums over: every parameter's, a fused group's (q|k|v, gate|up) as
 // one, since one GEMM computes its gradient as one array (summed per tensor, it would be cut
 // apart for each sum).
-std::vector<Span> norm_spans(const std::vector<ParamInfo>& params, int64_t total) {
+std::vector<Span> norm_spans(const std::vector<ParamInfo>& params, int64_t total, bool whole) {
   std::vector<Span> spans = make_spans(params, total, false, OptimizerSpec{});
   std::vector<int64_t> fused_at;  // offsets of the parameters that continue a group
   for (const ParamInfo& p : params)
-    if (p.fused) fused_at.push_back(p.offset);
+    if (p.fused && whole) fused_at.push_back(p.offset);
   std::sort(fused_at.begin(), fused_at.end());
   std::vector<Span> merged;
   for (const Span& s : spans) {
@@ -83,7 +83,7 @@ Optimizer::Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t 
       params_(params),
       total_(total),
       stats_(be, 2 * sizeof(double)),
-      norm_spans_(norm_spans(params, total)) {
+      norm_spans_(norm_spans(params, total, be->fused_groups_whole())) {
   be->describe(stats_.data(), TensorDesc{"grad_sum_squares", DType::f64, {}});
   be->describe(stats_.as<double>() + 1, TensorDesc{"clip_scale", DType::f64, {}});
 }

@@ -12,6 +12,7 @@
 #include "core/threads.h"
 #include "core/timer.h"
 #include "train/bench.h"
+#include "train/model_builder.h"
 
 namespace lmt {
 
@@ -59,7 +60,9 @@ nlohmann::json run_head_loss_bench(const RunConfig& cfg, const std::string& mode
   a.N = cfg.train.micro_batch_size * cfg.data.seq_len;
   a.C = cfg.model.hidden_size;
   a.V = cfg.model.vocab_size;
-  a.chunk = mode == "full" ? a.N : std::min(cfg.train.loss_chunk_tokens, a.N);
+  RunConfig as_run = cfg;  // the chunk train would choose for this mode's loss
+  as_run.loss.impl = mode == "cut" ? "cut" : "chunked";
+  a.chunk = mode == "full" ? a.N : std::min(loss_chunk_rows(as_run, be->device()), a.N);
   a.vocab_tile = mode == "cut" ? cfg.loss.vocab_tile : 0;
   a.softcap = cfg.model.final_logit_softcapping;
   a.loss = cfg.loss.spec();

@@ -74,7 +74,8 @@ void TrainConfig::validate() const {
   require(keep_last >= 0, "train.keep_last", ">= 0 (0 = all)", keep_last);
   require(log_every >= 1, "train.log_every", ">= 1", log_every);
   if (out_dir.empty()) throw UserError("train.out_dir must not be empty");
-  require(loss_chunk_tokens >= 1, "train.loss_chunk_tokens", ">= 1", loss_chunk_tokens);
+  require(loss_chunk_tokens >= 0, "train.loss_chunk_tokens", ">= 0 (0 = chosen from memory)",
+          loss_chunk_tokens);
   require(threads >= 0, "train.threads", ">= 0 (0 = all cores)", threads);
   require(sample_tokens >= 0, "train.sample_tokens", ">= 0", sample_tokens);
 }

@@ -132,7 +132,7 @@ struct TrainConfig {
   bool activation_checkpointing = false;
   int64_t activation_bits = 0;
   bool document_masking = false;
-  int64_t loss_chunk_tokens = 1024;
+  int64_t loss_chunk_tokens = 0;  // 0: loss_chunk_rows (train/model_builder.h) chooses
   int64_t threads = 0;
   double peak_tflops = 0;
   std::string sample_prompt;
@@ -180,7 +180,10 @@ struct TrainConfig {
     v("document_masking", document_masking,
       "packed samples: attention stays inside each document and positions restart at its start "
       "(recommended with bin packing / SFT)");
-    v("loss_chunk_tokens", loss_chunk_tokens, "tokens per cross-entropy chunk");
+    v("loss_chunk_tokens", loss_chunk_tokens,
+      "tokens per cross-entropy chunk; 0 = chosen from the device's memory: 1024 on the CPU "
+      "backend; on pjrt the whole micro-batch when its logits take at most an eighth of the "
+      "device's memory, else the largest power of two that does (at least 1024)");
     v("threads", threads, "CPU threads; 0 = all cores");
     v("peak_tflops", peak_tflops,
       "the peak of one device that MFU divides by, in TFLOP/s; 0 = the device's nominal peak "

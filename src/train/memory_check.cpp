@@ -15,6 +15,7 @@
 #include "model/activation_plan.h"
 #include "model/model_weights.h"
 #include "optim/optimizer.h"
+#include "train/model_builder.h"
 
 namespace lmt {
 
@@ -68,7 +69,8 @@ TrainingMemory training_memory(const RunConfig& cfg) {
     m.gradients = add(m.gradients, trained / 2);
   }
   const ActivationSettings settings{t.activation_checkpointing,
-                                    static_cast<int>(t.activation_bits), t.loss_chunk_tokens,
+                                    static_cast<int>(t.activation_bits),
+                                    loss_chunk_rows(cfg, DeviceInfo{}),  // the CPU backend's
                                     cfg.loss.head_vocab_tile()};
   m.activations = ActivationPlan::bytes(cfg.model, bf16 ? DType::bf16 : DType::f32,
                                         t.micro_batch_size, cfg.data.seq_len, settings);

@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "io/hf_model.h"
 #include "io/peft_adapter.h"
 
@@ -90,6 +91,28 @@ void load_resume_point(BuiltModel& b, const RunConfig& cfg, const std::string& d
 
 }  // namespace
 
+int64_t loss_chunk_rows(const RunConfig& cfg, const DeviceInfo& device) {
+  constexpr int64_t kCpuChunk = 1024, kShareOfMemory = 8;
+  const TrainConfig& tc = cfg.train;
+  if (tc.loss_chunk_tokens > 0) return tc.loss_chunk_tokens;
+  if (!device.compiles) return kCpuChunk;
+  uint64_t memory = device.memory_bytes > 0
+                        ? static_cast<uint64_t>(static_cast<double>(device.memory_bytes) *
+                                                device.allocator_fraction)
+                        : physical_memory_bytes();
+  if (memory == 0) return kCpuChunk;
+  const int64_t rows = tc.micro_batch_size * cfg.data.seq_len;
+  const int64_t tile = cfg.loss.head_vocab_tile();
+  const int64_t width = tile > 0 && tile < cfg.model.vocab_size ? tile : cfg.model.vocab_size;
+  const uint64_t row_bytes =
+      static_cast<uint64_t>(width) * (tc.precision == "bf16" ? 2 : 4);
+  const uint64_t budget = memory / kShareOfMemory;
+  if (static_cast<uint64_t>(rows) * row_bytes <= budget) return rows;
+  int64_t chunk = kCpuChunk;
+  while (chunk * 2 < rows && static_cast<uint64_t>(chunk * 2) * row_bytes <= budget) chunk *= 2;
+  return chunk;
+}
+
 BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
   const TrainConfig& tc = cfg.train;
   BuiltModel b;
@@ -104,7 +127,7 @@ BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
   Transformer& model = *b.model;
   model.set_activation_checkpointing(tc.activation_checkpointing);
   model.set_activation_bits(static_cast<int>(tc.activation_bits));
-  model.set_loss_chunk_tokens(tc.loss_chunk_tokens);
+  model.set_loss_chunk_tokens(loss_chunk_rows(cfg, b.backend->device()));
   model.set_loss(cfg.loss.spec(), cfg.loss.head_vocab_tile());
   b.init_line = start_weights(model, cfg, options);
   if (cfg.lora.rank > 0) add_adapters(b, cfg, options);

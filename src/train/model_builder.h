@@ -41,6 +41,15 @@ struct BuiltModel {
   std::optional<CheckpointState> resumed;  // state.json of BuildOptions::resume
 };
 
+// The rows of logits the output head holds at once (train.loss_chunk_tokens; 0 chooses it from
+// the memory there is): on a backend that computes as it is called (the CPU backend) 1024, its
+// kernels' choice; on one that compiles the step, the whole micro-batch when its logits (or the
+// cut loss's tiles) take at most an eighth of the memory the device gives programs (a compile
+// target's allocator share, the plugin's limit, or the host's memory for XLA:CPU), else the
+// largest power of two that does, at least 1024. Chunking trades kernel launches (a loop of
+// chunks) against memory.
+int64_t loss_chunk_rows(const RunConfig& cfg, const DeviceInfo& device);
+
 // Throws UserError for a config the model cannot take and, with `resume`, for a checkpoint that
 // does not fit the run (its message starts with "--resume: checkpoint 'DIR' ...").
 BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options);

@@ -44,7 +44,7 @@ TEST_F(PjrtTest, LongContext1BStepCompilesUnder44GiB) {
 // of logits more, the full loss every token's (16.8 GB of f32 logits).
 TEST_F(PjrtTest, CutCrossEntropyAt32KNeedsAboutOneTilePlusItsGradients) {
   const std::vector<std::string> sets = {"train.backend=pjrt", "data.seq_len=32768",
-                                         "train.micro_batch_size=1"};
+                                         "train.micro_batch_size=1", "train.loss_chunk_tokens=1024"};
   const RunConfig cfg =
       load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/bench/llama-1b.yaml", sets);
   auto temp = [&](const char* mode) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/transformer.h"
 #include "train/memory_check.h"
+#include "train/model_builder.h"
 
 namespace lmt {
 namespace {
@@ -46,7 +47,7 @@ TEST(MemoryCheck, TermsMatchTheModel) {
   EXPECT_EQ(m.weights, static_cast<uint64_t>(flat) * 4);
   EXPECT_EQ(m.gradients, m.weights);
   EXPECT_EQ(m.optimizer, 2 * m.weights);  // AdamW, the default
-  EXPECT_EQ(m.activations, ActivationPlan::bytes(c.model, DType::f32, 3, 16, {false, 0, c.train.loss_chunk_tokens}));
+  EXPECT_EQ(m.activations, ActivationPlan::bytes(c.model, DType::f32, 3, 16, {false, 0, loss_chunk_rows(c, DeviceInfo{})}));
   EXPECT_EQ(m.step_tokens, 3u * 16 * 5 * 4 * sizeof(int32_t));
   EXPECT_EQ(m.total(), m.weights * 4 + m.activations + m.step_tokens);
   EXPECT_EQ(refusal(c, m.total()), "");

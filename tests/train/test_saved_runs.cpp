@@ -69,13 +69,33 @@ Recorded recorded_arguments(const std::string& config_yaml) {
   return r;
 }
 
-void expect_loads_as_saved(const std::string& config_yaml, const std::string& hash) {
+// Defaults changed on purpose since the fixture was made, as config.yaml writes the key: a config
+// that leaves the key out loads to the new default (and so to another hash), while a saved
+// config.yaml, which names every key, loads as it was. The six runs' configs name the keys with
+// their old values (their comments say so), so they resume as saved.
+const std::pair<const char*, const char*> kChangedDefaults[] = {
+    {"  loss_chunk_tokens: 1024\n", "  loss_chunk_tokens: 0\n"},  // issue 38: chosen from memory
+};
+
+std::string with_changed_defaults(std::string yaml) {
+  for (const auto& [was, now] : kChangedDefaults)
+    if (const size_t at = yaml.find(was); at != std::string::npos)
+      yaml.replace(at, std::string(was).size(), now);
+  return yaml;
+}
+
+void expect_loads_as_saved(const std::string& config_yaml, const std::string& hash,
+                           bool defaults_changed = false) {
   const std::string saved = read_text(config_yaml);
   const Recorded args = recorded_arguments(saved);
   ASSERT_FALSE(args.file.empty()) << config_yaml;
   RunConfig cfg = load_run_config(args.file, args.sets);
-  EXPECT_EQ(run_config_record(cfg), saved) << config_yaml;
-  EXPECT_EQ(run_config_hash(cfg), hash) << config_yaml;
+  if (defaults_changed) {
+    EXPECT_EQ(run_config_record(cfg), with_changed_defaults(saved)) << config_yaml;
+  } else {
+    EXPECT_EQ(run_config_record(cfg), saved) << config_yaml;
+    EXPECT_EQ(run_config_hash(cfg), hash) << config_yaml;
+  }
   RunConfig resolved = load_run_config(config_yaml, {});  // the record loads as it is
   EXPECT_EQ(run_config_hash(resolved), hash) << config_yaml;
 }
@@ -92,7 +112,8 @@ TEST_F(SavedRuns, ConfigsLoadToTheSavedYamlAndHash) {
   for (const char* config : {"demo", "sft-lora"}) {
     std::string hash = read_text("runs/" + std::string(config) + ".hash");
     hash.erase(hash.find_last_not_of('\n') + 1);
-    expect_loads_as_saved("runs/" + std::string(config) + ".config.yaml", hash);
+    expect_loads_as_saved("runs/" + std::string(config) + ".config.yaml", hash,
+                          /*defaults_changed=*/true);
   }
 }
 

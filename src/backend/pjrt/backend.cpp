@@ -76,8 +76,13 @@ DeviceInfo PjrtBackend::device() const {
   d.devices = client_.mesh().size();
   d.spec = device_spec_of_kind(d.kind);
   d.compiles = true;
-  if (const std::optional<DeviceMemory> m = client_.device_memory())
+  if (const std::optional<DeviceMemory> m = client_.device_memory()) {
     d.peak_bytes = m->peak_bytes_in_use ? *m->peak_bytes_in_use : m->bytes_in_use;
+    if (m->bytes_limit) {  // what the plugin's allocator may hand out
+      d.memory_bytes = *m->bytes_limit;
+      d.allocator_fraction = 1.0;
+    }
+  }
   d.programs = programs_.report();
   d.programs.attention = attention_;
   if (target_) {  // what the CUDA plugin's allocator takes by default (GpuAllocatorConfig)

@@ -40,6 +40,7 @@ class PjrtBackend final : public Backend {
   void discard(void* p) override { trace_.discard(p); }
   void describe(const void* p, const TensorDesc& t) override;
   void keep(const MemoryRange& value, int64_t rows) override { trace_.keep(value, rows); }
+  bool fused_groups_whole() const override { return client_.mesh().axis_size("tensor") == 1; }
   void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) override {
     trace_.recompute_barrier(sources, after);
   }

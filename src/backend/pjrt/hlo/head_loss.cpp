@@ -32,7 +32,10 @@ Value sum_f64(StablehloBuilder& b, const Value& x) {
 ChunkOut chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const Value& lc,
                     const HeadLossArgs& a, const Value* grad_scale, bool want_dw) {
   const DType f = hc.dtype == DType::f64 ? DType::f64 : DType::f32;
-  const Value z = b.dot_general(hc, w, {}, {}, {1}, {1}, f);  // [n, V]
+  // The logits [n, V] in the rows' dtype, as the CPU backend holds them (bf16 with mixed
+  // precision: half the memory of f32 logits); the loss widens them as it reads them.
+  Value z = b.dot_general(hc, w, {}, {}, {1}, {1}, hc.dtype);
+  if (z.dtype != f) z = b.convert(z, f);
   const CrossEntropy ce =
       cross_entropy(b, z, lc, a.ignore_index, grad_scale ? 1.0 : 0.0, a.softcap, a.loss);
   ChunkOut o;
