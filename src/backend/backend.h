@@ -158,6 +158,12 @@ class Backend {
   // (model/sharding_plan.h: over the batch axes, as the batch is). Values stay what they are;
   // the CPU backend's arrays are memory already.
   virtual void keep(const MemoryRange& value, int64_t rows) {}
+  // `value` (`rows` tokens' rows) was written in pieces and both GEMMs that follow read it whole:
+  // a fused product's gradient (gate|up; q|k|v after RoPE or the q/k norm). A compiling backend
+  // makes it one array, once: XLA's GPU compiler would otherwise fuse the pieces into the weight
+  // gradient's product and concatenate them again for the input gradient's. Split on a mesh as
+  // keep's value is.
+  virtual void assemble(const MemoryRange& value, int64_t rows) {}
   // Whether a fused group of weights (q|k|v, gate|up: ParamInfo::fused), and a gradient assembled
   // for one, is best taken as one array: converted, kept and reduced whole. So on one device or a
   // mesh that splits by rows, where XLA then launches one kernel for the group instead of one per

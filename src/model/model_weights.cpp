@@ -56,7 +56,9 @@ void* ModelWeights::held_at(void* base, int64_t elems) const {
 
 void ModelWeights::describe_flat(const void* base, const std::vector<ParamInfo>& params, DType dt,
                                  const std::string& prefix) const {
-  for (const ParamInfo& p : params)
+  // A fused group as one tensor where the backend takes the groups whole: its GEMMs, its bf16
+  // copy and its optimizer's update then read one array, not a concatenation of its pieces.
+  for (const ParamInfo& p : be_->fused_groups_whole() ? fused_groups(params) : params)
     if (p.numel() > 0)
       be_->describe(static_cast<const char*>(base) + static_cast<size_t>(p.offset) * dtype_size(dt),
                     TensorDesc{prefix + p.name, dt, p.shape.dims()});

@@ -75,6 +75,25 @@ std::vector<ParamInfo> param_layout(const ModelConfig& cfg, int64_t* flat_size) 
   return params;
 }
 
+std::vector<ParamInfo> fused_groups(const std::vector<ParamInfo>& params) {
+  std::vector<ParamInfo> groups;
+  for (const ParamInfo& p : params) {
+    ParamInfo* g = groups.empty() ? nullptr : &groups.back();
+    const bool joins = p.fused && g && g->offset + g->numel() == p.offset &&
+                       g->shape.rank() == p.shape.rank() &&
+                       (p.shape.rank() == 1 || (p.shape.rank() == 2 && g->shape[1] == p.shape[1]));
+    if (!joins) {
+      groups.push_back(p);
+      groups.back().fused = false;
+      continue;
+    }
+    std::vector<int64_t> dims = g->shape.dims();
+    dims[0] += p.shape[0];
+    g->shape = Shape(dims);
+  }
+  return groups;
+}
+
 std::vector<std::pair<int64_t, int64_t>> layer_ranges(const std::vector<ParamInfo>& params,
                                                       const ModelConfig& cfg) {
   std::vector<std::pair<int64_t, int64_t>> r(static_cast<size_t>(cfg.num_hidden_layers),

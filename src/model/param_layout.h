@@ -37,6 +37,11 @@ struct ParamInfo {
 // Hugging Face stores them ([in, out]).
 std::vector<ParamInfo> param_layout(const ModelConfig& cfg, int64_t* flat_size = nullptr);
 
+// `params` with each fused group (a parameter and the `fused` ones directly after it: q|k|v,
+// gate|up) as one: the first one's name and kind, its rows stacked ([sum of rows, cols], or the
+// sum of a vector's lengths). What a backend that takes the groups whole holds as one array.
+std::vector<ParamInfo> fused_groups(const std::vector<ParamInfo>& params);
+
 // [begin, end) of each layer's parameters in the flat buffer.
 std::vector<std::pair<int64_t, int64_t>> layer_ranges(const std::vector<ParamInfo>& params,
                                                       const ModelConfig& cfg);

@@ -334,7 +334,7 @@ void Transformer::layer_backward(int64_t l) {
   // the weight gradient's product would have to concatenate them again for the input gradient's.
   const bool whole = be_->fused_groups_whole();
   if (traits_.gated_mlp && whole)
-    be_->keep({p.dgu, static_cast<size_t>(N * d.G) * dtype_size(compute_dt_)}, N);
+    be_->assemble({p.dgu, static_cast<size_t>(N * d.G) * dtype_size(compute_dt_)}, N);
   linear_backward(p.dgu, a.h2, w.up, p.dh, g.up, g.up_b, N, C, d.G, w.lora ? &w.lora->up : nullptr);
   norm_backward(w.ln2, g.ln2, g.ln2_b, p.dx, p.dh, a.x_mid, a.mean2, a.rstd2, N);
   // Attention branch: x_mid = x + [post_attn](o(attention(rope(qk_norm(q)), rope(qk_norm(k)), v)))
@@ -366,7 +366,7 @@ void Transformer::layer_backward(int64_t l) {
                                traits_.norm_offset);
   }
   if ((!traits_.learned_positions || traits_.qk_norm) && whole)
-    be_->keep({p.dqkv, static_cast<size_t>(N * d.QKV) * dtype_size(compute_dt_)}, N);
+    be_->assemble({p.dqkv, static_cast<size_t>(N * d.QKV) * dtype_size(compute_dt_)}, N);
   linear_backward(p.dqkv, a.h1, w.qkv, p.dh, g.qkv, g.qkv_b, N, C, d.QKV,
                   w.lora ? &w.lora->qkv : nullptr);
   norm_backward(w.ln1, g.ln1, g.ln1_b, p.dx, p.dh, p.res[l], a.mean1, a.rstd1, N);

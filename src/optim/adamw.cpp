@@ -43,7 +43,7 @@ AdamW::AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_pa
       cfg_(cfg),
       m_(be, static_cast<size_t>(total_params) * sizeof(float)),
       v_(be, static_cast<size_t>(total_params) * sizeof(float)),
-      spans_(make_spans(params, total_params, false, spec_of(cfg))) {}
+      spans_(make_spans(update_params(be, params), total_params, false, spec_of(cfg))) {}
 
 std::vector<ParamRange> AdamW::decay_ranges() const {
   // One span per parameter; adjacent spans with the same decay read as one range.

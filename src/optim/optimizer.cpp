@@ -52,38 +52,16 @@ std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total
   return spans;
 }
 
-namespace {
-
-// The spans the gradient norm sums over: every parameter's, a fused group's (q|k|v, gate|up) as
-// one, since one GEMM computes its gradient as one array (summed per tensor, it would be cut
-// apart for each sum).
-std::vector<Span> norm_spans(const std::vector<ParamInfo>& params, int64_t total, bool whole) {
-  std::vector<Span> spans = make_spans(params, total, false, OptimizerSpec{});
-  std::vector<int64_t> fused_at;  // offsets of the parameters that continue a group
-  for (const ParamInfo& p : params)
-    if (p.fused && whole) fused_at.push_back(p.offset);
-  std::sort(fused_at.begin(), fused_at.end());
-  std::vector<Span> merged;
-  for (const Span& s : spans) {
-    const bool continues = !merged.empty() &&
-                           merged.back().param + merged.back().n == s.param &&
-                           std::binary_search(fused_at.begin(), fused_at.end(), s.param);
-    if (continues)
-      merged.back().n += s.n;
-    else
-      merged.push_back(s);
-  }
-  return merged;
+std::vector<ParamInfo> update_params(const Backend* be, const std::vector<ParamInfo>& params) {
+  return be->fused_groups_whole() ? fused_groups(params) : params;
 }
-
-}  // namespace
 
 Optimizer::Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t total)
     : be_(be),
       params_(params),
       total_(total),
       stats_(be, 2 * sizeof(double)),
-      norm_spans_(norm_spans(params, total, be->fused_groups_whole())) {
+      norm_spans_(make_spans(update_params(be, params), total, false, OptimizerSpec{})) {
   be->describe(stats_.data(), TensorDesc{"grad_sum_squares", DType::f64, {}});
   be->describe(stats_.as<double>() + 1, TensorDesc{"clip_scale", DType::f64, {}});
 }
@@ -131,7 +109,7 @@ Lion::Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
       spec_(s),
       weight_decay_(weight_decay),
       m_(be, static_cast<size_t>(total) * sizeof(float)),
-      spans_(make_spans(params, total, false, s)) {}
+      spans_(make_spans(update_params(be, params), total, false, s)) {}
 
 void Lion::update(float* params, const float* grads, double lr, const double* grad_scale) {
   for (const Span& s : spans_)
@@ -151,7 +129,7 @@ Sgd::Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const
       spec_(s),
       weight_decay_(weight_decay),
       buf_(be, static_cast<size_t>(total) * sizeof(float)),
-      spans_(make_spans(params, total, false, s)) {}
+      spans_(make_spans(update_params(be, params), total, false, s)) {}
 
 void Sgd::update(float* params, const float* grads, double lr, const double* grad_scale) {
   for (const Span& s : spans_)
@@ -182,7 +160,7 @@ std::unique_ptr<Optimizer> make_optimizer(Backend* be, const std::vector<ParamIn
                                           double weight_decay) {
   std::unique_ptr<Optimizer> opt = construct(be, params, total, spec, weight_decay);
   for (const StateBuffer& s : opt->state())  // each moment its own tensor, named as saved
-    for (const ParamInfo& p : s.params)
+    for (const ParamInfo& p : update_params(be, s.params))
       if (p.numel() > 0)
         be->describe(s.data + p.offset, TensorDesc{s.prefix + p.name, DType::f32, p.shape.dims()});
   return opt;

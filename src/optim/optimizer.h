@@ -49,6 +49,12 @@ std::vector<Span> make_spans(const std::vector<ParamInfo>& params, int64_t total
                              std::vector<ParamInfo>* state_params = nullptr,
                              int64_t* state_size = nullptr);
 
+// The tensors an optimizer's elementwise kernels run over, each its own span: every parameter,
+// but each fused group (q|k|v, gate|up) as one where the backend takes the groups whole
+// (Backend::fused_groups_whole): one GEMM computes a group's gradient as one array, which one
+// update then reads whole instead of cutting it apart.
+std::vector<ParamInfo> update_params(const Backend* be, const std::vector<ParamInfo>& params);
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;

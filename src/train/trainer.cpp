@@ -444,7 +444,8 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   dir.data_fingerprint = data.fingerprint;
   dir.tokenizer_fingerprint = tokenizer_fingerprint(cfg.data.tokenizer);
   Loader loader(*data.train, tc.micro_batch_size, static_cast<uint64_t>(tc.seed));
-  const BuiltModel built = build_model(cfg, {StartFrom::run, false, ckpt.value_or("")});
+  const BuiltModel built =
+      build_model(cfg, {.start = StartFrom::run, .resume = ckpt.value_or("")});
   Transformer& model = *built.model;
   Evaluation evaluation(cfg, data, model);
   const std::string data_change =

@@ -9,9 +9,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "backend/pjrt/runtime/launches.h"
 #include "cli/cli_util.h"
@@ -69,6 +71,40 @@ TEST(Deviceless, TheStepCompilesForAnH200WithoutOne) {
   EXPECT_EQ(sum, l.at("total").get<int64_t>());
   EXPECT_GE(l.at("total").get<int64_t>(), l.at("static_thunks").get<int64_t>());
   EXPECT_EQ(l.at("loops_without_trip_count").get<int64_t>(), 0);
+}
+
+// lmtrain's bf16 step on the three shapes of docs/performance.md (GPT-2 124M B16 T1024, Llama-3.2-1B's
+// shape at B4 T2048 and at B1 T32768 checkpointed), compiled for an H200, launches no more kernels
+// a step than the JAX peer's (cuDNN attention) and needs no more memory: JAX's figures for the
+// pinned plugin in tests/data/deviceless/jax_h200.json, made by bench/jax_deviceless_figures.py
+// (run it again when the plugin changes).
+TEST(Deviceless, TheThreeStepsLaunchAndHoldNoMoreThanJaxs) {
+  const std::string root = LMT_SOURCE_DIR;
+  std::ifstream in(root + "/tests/data/deviceless/jax_h200.json");
+  ASSERT_TRUE(in.good());
+  const nlohmann::json jax = nlohmann::json::parse(in);
+  const CompileTarget target = compile_target(jax.at("target").get<std::string>(), "--target");
+  ASSERT_EQ(jax.at("shapes").size(), 3u);
+  for (const nlohmann::json& shape : jax.at("shapes")) {
+    const std::string name = shape.at("name").get<std::string>();
+    SCOPED_TRACE(name + " (JAX's figures: " + jax.at("plugin").get<std::string>() + ", " +
+                 jax.at("date").get<std::string>() + ")");
+    std::vector<std::string> sets = shape.at("sets").get<std::vector<std::string>>();
+    sets.insert(sets.end(), {"train.backend=pjrt", "train.precision=bf16"});
+    if (shape.at("checkpointed").get<bool>()) sets.push_back("train.activation_checkpointing=true");
+    const RunConfig cfg = load_run_config(root + "/" + shape.at("config").get<std::string>(), sets);
+    const nlohmann::json p = run_bench(cfg, 0, true, target).at("pjrt");
+    const int64_t launches = p.at("launches").at("total").get<int64_t>();
+    const int64_t bytes = p.at("device_fit").at("step_bytes").get<int64_t>();
+    const int64_t jax_launches = shape.at("launches").get<int64_t>();
+    const int64_t jax_bytes = shape.at("step_bytes").get<int64_t>();
+    std::printf("%s: launches %lld (JAX %lld), memory %.2f GiB (JAX %.2f)\n", name.c_str(),
+                static_cast<long long>(launches), static_cast<long long>(jax_launches),
+                static_cast<double>(bytes) / (1 << 30), static_cast<double>(jax_bytes) / (1 << 30));
+    EXPECT_LE(launches, jax_launches);
+    EXPECT_LE(bytes, jax_bytes);
+    EXPECT_EQ(p.at("launches").at("loops_without_trip_count").get<int64_t>(), 0);
+  }
 }
 
 TEST(Deviceless, AStepTooLargeForTheDeviceDoesNotFit) {

@@ -39,7 +39,12 @@ class PjrtBackend final : public Backend {
   void zero(void* p, size_t bytes) override { trace_.zero(p, bytes); }
   void discard(void* p) override { trace_.discard(p); }
   void describe(const void* p, const TensorDesc& t) override;
-  void keep(const MemoryRange& value, int64_t rows) override { trace_.keep(value, rows); }
+  void keep(const MemoryRange& value, int64_t rows) override {
+    trace_.keep(value, rows, PjrtTrace::Kept::residual);
+  }
+  void assemble(const MemoryRange& value, int64_t rows) override {
+    trace_.keep(value, rows, PjrtTrace::Kept::assembled);
+  }
   bool fused_groups_whole() const override { return client_.mesh().axis_size("tensor") == 1; }
   void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) override {
     trace_.recompute_barrier(sources, after);

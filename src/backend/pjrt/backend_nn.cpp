@@ -119,7 +119,18 @@ void PjrtBackend::set_attention_grads(DType dt, const AttentionArgs& a, void* dq
     auto flat = [&](const Value& x, int64_t w) {
       return b().reshape(down(x, dt), {a.batch, a.q_len, w});
     };
-    set(dq, b().concatenate({flat(g.dq, Q), flat(g.dk, KV), flat(g.dv, KV)}, 2));
+    // XLA's GPU compiler fuses a sum of the pieces, each padded to its place, with the reduction
+    // that reads the rows next (the q|k|v bias gradient) as one kernel; a concatenation is a
+    // kernel of its own there (one a layer on GPT-2). XLA:CPU copies a concatenation fastest.
+    if (client_.platform_name() != "cpu" && fused_groups_whole()) {
+      const int64_t W = Q + 2 * KV;
+      auto placed = [&](const Value& x, int64_t w, int64_t at) {
+        return b().pad_zeros(flat(x, w), {0, 0, at}, {0, 0, W - at - w});
+      };
+      set(dq, b().add(b().add(placed(g.dq, Q, 0), placed(g.dk, KV, Q)), placed(g.dv, KV, Q + KV)));
+    } else {
+      set(dq, b().concatenate({flat(g.dq, Q), flat(g.dk, KV), flat(g.dv, KV)}, 2));
+    }
     return;
   }
   set_rows(dq, a, a.q_row_stride, a.q_batch_stride, down(g.dq, dt));

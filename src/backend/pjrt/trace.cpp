@@ -152,7 +152,7 @@ void PjrtTrace::recompute_barrier(const std::vector<MemoryRange>& sources,
   }
 }
 
-void PjrtTrace::keep(const MemoryRange& value, int64_t rows) {
+void PjrtTrace::keep(const MemoryRange& value, int64_t rows, Kept kind) {
   const auto n = static_cast<int64_t>(value.bytes);
   int64_t lo = 0;
   PjrtAlloc& a = tensors_.find(value.p, n, &lo);
@@ -170,9 +170,10 @@ void PjrtTrace::keep(const MemoryRange& value, int64_t rows) {
       v = b().sharding_constraint(v, s);
     }
   }
-  if (client_.platform_name() != "cpu") {
+  const bool cpu = client_.platform_name() == "cpu";
+  if (!cpu && kind == Kept::assembled) {
     v = b().optimization_barrier({v})[0];
-  } else {
+  } else if (cpu && kind == Kept::residual) {
     const Value one = runtime_scalar(1.0, DType::f32, "keep.one");
     const std::vector<Value> out = b().while_loop(
         {b().constant(0.0, DType::i32), v},

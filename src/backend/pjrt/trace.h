@@ -83,12 +83,16 @@ class PjrtTrace {
   // propagate as the gradient would carry them anyway). The data dependence is what orders the
   // recomputation after `after`: XLA expands barriers before it schedules.
   void recompute_barrier(const std::vector<MemoryRange>& sources, const MemoryRange& after);
-  // Backend::keep: the contents of `value` become one array of the program. XLA's CPU compiler
-  // expands optimization barriers before it fuses, so there it is the result of a loop the
-  // compiler cannot see the trip count of (one, a runtime scalar), whose body multiplies by that
-  // scalar's 1; elsewhere an optimization barrier, which XLA's GPU compiler keeps through fusion.
-  // On a mesh with batch axes the value, as `rows` rows, is constrained to rows split over them.
-  void keep(const MemoryRange& value, int64_t rows);
+  // Backend::keep and Backend::assemble: the contents of `value` become one array of the
+  // program. A residual stream on XLA:CPU, which expands optimization barriers before it fuses:
+  // the result of a loop the compiler cannot see the trip count of (one, a runtime scalar), whose
+  // body multiplies by that scalar's 1 (XLA's GPU compiler does not fuse the chain into every
+  // reader; a barrier there only kept the residual addition from fusing with the next norm: one
+  // kernel more a layer). An assembled gradient elsewhere than XLA:CPU: an optimization barrier,
+  // which XLA's GPU compiler keeps through fusion. On a mesh with batch axes the value, as `rows`
+  // rows, is constrained to rows split over them.
+  enum class Kept { residual, assembled };
+  void keep(const MemoryRange& value, int64_t rows, Kept kind);
   // The allocation p is freed: a pending program that reads it keeps its arrays until it runs.
   void release(void* p);
   // Whether bytes [p, p + bytes) hold zeros that this program wrote (zero()), so that a reader can

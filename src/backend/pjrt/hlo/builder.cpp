@@ -535,6 +535,31 @@ Value StablehloBuilder::emit_slice(const Value& x, const Dims& start, const Dims
   return r;
 }
 
+Value StablehloBuilder::pad_zeros(const Value& x, const Dims& low, const Dims& high) {
+  check_mine(x);
+  LMT_CHECK(int64_t(low.size()) == x.rank() && int64_t(high.size()) == x.rank(),
+            "StableHLO pad: one low and high per dimension");
+  const Value zero = constant(0.0, x.dtype);
+  Dims dims = x.dims;
+  auto list = [](const Dims& v) {
+    std::string t;
+    for (size_t i = 0; i < v.size(); ++i) t += (i ? ", " : "") + std::to_string(v[i]);
+    return t;
+  };
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    LMT_CHECK(low[d] >= 0 && high[d] >= 0, "StableHLO pad: negative padding");
+    dims[d] += low[d] + high[d];
+  }
+  const Value t = type_of(x.dtype, dims);
+  const std::string op = "stablehlo.pad " + name(x) + ", " + name(zero) + ", low = [" + list(low) +
+                         "], high = [" + list(high) + "], interior = [" +
+                         list(Dims(low.size(), 0)) + "] : " + signature({x, zero}, t);
+  if (const Value* seen = reuse(op)) return *seen;
+  Value r = next(x.dtype, std::move(dims));
+  emit(r, op, Def{});
+  return r;
+}
+
 Value StablehloBuilder::emit_concatenate(const std::vector<Value>& xs, int64_t dim) {
   LMT_CHECK(!xs.empty(), "StableHLO concatenate: no operands");
   const Value& x0 = xs[0];

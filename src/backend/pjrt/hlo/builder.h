@@ -127,6 +127,8 @@ class StablehloBuilder {
   // Elements start[d], start[d] + stride[d], ... below limit[d] (stride defaults to 1).
   Value slice(const Value& x, Dims start, Dims limit, Dims stride = {});
   Value concatenate(const std::vector<Value>& xs, int64_t dim);
+  // x with `low` and `high` zeros added before and after it in each dimension.
+  Value pad_zeros(const Value& x, const Dims& low, const Dims& high);
   // Result dims: batch dims (in lhs order), then lhs's free dims, then rhs's free dims.
   // `result` is the result's element type (products accumulate in it): the operands' type, or
   // f32 for bf16/f16 operands (mixed precision: bf16 products summed in f32).
