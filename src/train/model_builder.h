@@ -28,7 +28,7 @@ struct BuildOptions {
   bool compile_only = false;  // a backend that compiles the step's programs and runs none
   std::string resume;         // a checkpoint to continue from: its weights and optimizer state
   // Compile for this GPU without it (backend pjrt through the CUDA plugin; compile_only).
-  std::optional<CompileTarget> target;
+  std::optional<CompileTarget> target = std::nullopt;
 };
 
 struct BuiltModel {
