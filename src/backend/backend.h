@@ -8,6 +8,7 @@
 // accumulate over micro-batches and residual branches); otherwise the output is overwritten.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -175,6 +176,12 @@ class Backend {
   // that a caller gains by queuing the next training step before reading this one's results
   // (TrainStep::launch). The CPU backend computes in the call: false.
   virtual bool asynchronous() const { return false; }
+  // When the backend last handed a program to its device (the moment its run was queued), for
+  // the host's time per step (TrainStep); nullopt where kernels compute in their calls (the CPU
+  // backend) or nothing has run yet.
+  virtual std::optional<std::chrono::steady_clock::time_point> last_launch() const {
+    return std::nullopt;
+  }
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.
   virtual const void* host_address(const void* p) const { return nullptr; }

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -87,7 +88,15 @@ nlohmann::json shape_of(const RunConfig& cfg) {
 
 struct Timing {
   double first_s = 0, mean_s = 0, median_s = 0, total_s = 0;
+  // The host's part of a timed step (StepReport::host_seconds): mean and median; none where the
+  // backend computes in its calls.
+  std::optional<double> host_mean_s, host_median_s;
 };
+
+double median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return x.empty() ? 0 : x[x.size() / 2];
+}
 
 // grad_accum_steps micro-batches of random tokens, each row one document, the labels the ids
 // shifted by one over the whole step.
@@ -122,17 +131,23 @@ Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int6
   train_step.run(0, next);  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
   t.first_s = first.seconds();
   be.reset_gemm_seconds();
-  std::vector<double> times;
+  std::vector<double> times, host;
   Timer all, one;
   for (int64_t s = 1; s <= steps; ++s) {
-    train_step.advance(s, next, [&](int64_t n) { return n <= steps; });
+    const StepReport r = train_step.advance(s, next, [&](int64_t n) { return n <= steps; });
     times.push_back(one.seconds());
+    if (r.host_seconds) host.push_back(*r.host_seconds);
     one.reset();
   }
   t.total_s = all.seconds();
   t.mean_s = times.empty() ? 0 : t.total_s / static_cast<double>(times.size());
-  std::sort(times.begin(), times.end());
-  t.median_s = times.empty() ? 0 : times[times.size() / 2];
+  t.median_s = median(times);
+  if (!host.empty() && host.size() == times.size()) {
+    double sum = 0;
+    for (double h : host) sum += h;
+    t.host_mean_s = sum / static_cast<double>(host.size());
+    t.host_median_s = median(host);
+  }
   return t;
 }
 
@@ -209,6 +224,12 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only,
   j["step_ms"] = t.mean_s * 1e3;
   j["step_ms_median"] = t.median_s * 1e3;
   j["first_step_ms"] = t.first_s * 1e3;
+  // From a step's start to its program's launch: the host's work per step (a compiling backend).
+  auto ms = [](const std::optional<double>& s) {
+    return s ? nlohmann::json(*s * 1e3) : nlohmann::json("n/a");
+  };
+  j["host_ms"] = ms(t.host_mean_s);
+  j["host_ms_median"] = ms(t.host_median_s);
   j["flops_per_token"] = fpt;
   j["achieved_flops"] = fpt * tps;
   j["peak_flops"] = peak.flops;

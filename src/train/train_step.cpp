@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/error.h"
@@ -36,6 +37,7 @@ StepReport TrainStep::run(int64_t step, const std::function<const Batch&()>& nex
 
 void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_micro_batch) {
   LMT_CHECK(queued() < kMaxQueued, "TrainStep::launch: too many steps queued");
+  const auto start = std::chrono::steady_clock::now();
   const int64_t accum = tc_.grad_accum_steps, N = B_ * T_;
   Queued q{step, {}, 0, next_slot_};
   next_slot_ = (next_slot_ + 1) % kMaxQueued;
@@ -68,6 +70,8 @@ void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_m
   opt_.copy_sum_squares(slot);
   loss_sums_.copy_to(slot + 1);
   model_.backend()->synchronize();  // pjrt: the step's program starts; nothing waits for it
+  if (const auto at = model_.backend()->last_launch(); at && *at >= start)
+    q.report.host_seconds = std::chrono::duration<double>(*at - start).count();
   queued_.push_back(q);
 }
 

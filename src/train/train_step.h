@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct StepReport {
   double grad_norm = 0;  // before clipping
   double lr = 0;         // the schedule's rate at this step
   int64_t tokens = 0;    // tokens fed: micro_batch_size * seq_len * grad_accum_steps
+  // The host's time from launch()'s start until the backend queued the step's program (a
+  // compiling backend); nullopt where the backend computes in its calls (the CPU backend).
+  std::optional<double> host_seconds;
 };
 
 class TrainStep {

@@ -55,6 +55,9 @@ class PjrtBackend final : public Backend {
   bool asynchronous() const override {
     return !programs_.compile_only() && client_.platform_name() != "cpu";
   }
+  std::optional<std::chrono::steady_clock::time_point> last_launch() const override {
+    return programs_.last_launch();
+  }
 
   // ---- dense algebra ----
   void gemm(DType dt, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,

@@ -45,6 +45,7 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
       args.push_back(&uploads.back());
     }
   }
+  launched_ = std::chrono::steady_clock::now();
   std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, p.out_shardings, &last_);
   ++report_.run;
   return results;

@@ -3,7 +3,9 @@
 // uploaded, its donated arguments consumed). Counters for the tests and the benchmark.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +31,8 @@ class PjrtPrograms {
   // Compiles, runs and the last program (ProgramReport::attention is the backend's to fill).
   const ProgramReport& report() const { return report_; }
   bool compile_only() const { return compile_only_; }
+  // When the newest run was queued (Backend::last_launch).
+  std::optional<std::chrono::steady_clock::time_point> last_launch() const { return launched_; }
 
  private:
   struct Compiled {
@@ -43,6 +47,7 @@ class PjrtPrograms {
   bool compile_only_;
   std::unordered_map<std::string, Compiled> programs_;
   ProgramReport report_;
+  std::optional<std::chrono::steady_clock::time_point> launched_;
   PjrtPendingRun last_;  // the newest run, not waited for (destroyed first: waited for)
 };
 
