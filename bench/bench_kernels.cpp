@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -179,7 +180,8 @@ void BM_AdamW(benchmark::State& state) {
   const double scale = 1.0;
   int64_t step = 0;
   for (auto _ : state) {
-    be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, 1e-4, 0.9, 0.95, 1e-8, 0.1, ++step,
+    const std::array<float, 3> f = adamw_factors(1e-4, 0.9, 0.95, 0.1, ++step);
+    be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, f.data(), 0.9, 0.95, 1e-8, true,
                   &scale);
     benchmark::DoNotOptimize(p.data());
   }

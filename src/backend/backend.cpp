@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_info.h"
@@ -33,6 +34,19 @@ void Backend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const vo
     gemm(dt, false, false, n, a.C, a.V, 1.0, logits, a.V, w, a.C, 0.0, dhs, a.C);
     if (dw) gemm(dt, true, false, a.V, a.C, n, 1.0, logits, a.V, hs, a.C, 1.0, dw, a.C);
   }
+}
+
+std::array<float, 3> adamw_factors(double lr, double beta1, double beta2, double weight_decay,
+                                   int64_t step) {
+  LMT_CHECK(step >= 1, "adamw_factors: step counts from 1");
+  const double t = static_cast<double>(step);
+  return {static_cast<float>(1.0 - lr * weight_decay),
+          static_cast<float>(lr / (1.0 - std::pow(beta1, t))),
+          static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)))};
+}
+
+std::array<float, 2> decay_factors(double lr, double weight_decay) {
+  return {static_cast<float>(1.0 - lr * weight_decay), static_cast<float>(lr)};
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {

@@ -8,6 +8,7 @@
 // accumulate over micro-batches and residual branches); otherwise the output is overwritten.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,10 @@ struct HeadLossArgs {
   int64_t chunk = 1024;         // rows whose logits exist at once
   int32_t ignore_index = -100;  // a label of this value carries no loss
   double grad_scale = 0;        // 0: the loss only; else the gradients of grad_scale * the sum
+  // Where the device holds grad_scale (an f64 the caller wrote), or null: a backend that builds
+  // programs reads the step's scale there instead of fixing the number in its program, so that
+  // a replayed step (Backend::replay) takes each step's.
+  const double* grad_scale_at = nullptr;
   double softcap = 0;           // > 0: logits become softcap * tanh(logits / softcap) first
   LossSpec loss;                // the objective (backend/loss.h); plain: the cross-entropy
   // > 0 and < V: the cut cross-entropy, the head's product fused with the loss tile by tile,
@@ -182,6 +187,19 @@ class Backend {
   virtual std::optional<std::chrono::steady_clock::time_point> last_launch() const {
     return std::nullopt;
   }
+  // A step recorded once and replayed (a backend that builds programs; the others never replay).
+  // A caller that makes the same calls on the same buffers step after step, only the values it
+  // writes with from_host changing (the training step: its batch, gradient scale, dropout key and
+  // optimizer factors), need not make them again: record(key) says that the calls up to the next
+  // synchronize() are one step, to be kept under key (a step that is not one program, or reads a
+  // host value other than through from_host, is not kept). replay(key, writes) then runs the kept
+  // step if it is exactly what those calls would build now (the backend's buffers as they were
+  // when it was recorded): `writes` makes the step's from_host calls, the same ones in the same
+  // order, whose data replace the recorded step's, and nothing else; the step is queued as
+  // synchronize() would queue it and replay returns true. Otherwise it returns false without
+  // calling `writes`, and the caller makes the calls (under record).
+  virtual void record(int key) {}
+  virtual bool replay(int key, const std::function<void()>& writes) { return false; }
   // The host address of the backend's memory at p when that memory is host memory (the CPU
   // backend), so a reader can use it in place; null where it must be copied with to_host.
   virtual const void* host_address(const void* p) const { return nullptr; }
@@ -213,11 +231,13 @@ class Backend {
   // reads nothing back before its end. *acc += sum of x[n] (of squares), formed in double.
   virtual void sum(DType dt, double* acc, const void* x, int64_t n) = 0;
   virtual void sum_squares(DType dt, double* acc, const void* x, int64_t n) = 0;
-  // Dropout: out[i] = x[i] / (1 - p) where element i of mask (seed, stream) is kept (core/rng.h
-  // dropout_keeps), else 0. The mask is a pure function of (seed, stream, i): backward applies
-  // the same call to the gradient. out may be x.
-  virtual void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
-                       uint64_t stream) = 0;
+  // Dropout: out[i] = x[i] / (1 - p) where element i of mask (seed, key[1] ^ stream) is kept
+  // (core/rng.h dropout_keeps), else 0, for seed = key[0]: key is a device array {seed, stream}
+  // (the caller writes it once per step, so that a replayed step takes each step's; stream picks
+  // one mask of several under it). The mask is a pure function of (seed, stream, i): backward
+  // applies the same call to the gradient. out may be x.
+  virtual void dropout(DType dt, void* out, const void* x, int64_t n, double p,
+                       const uint64_t* key, uint64_t stream) = 0;
   // Converts n elements between floating dtypes (f32, f64, bf16, f16).
   virtual void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) = 0;
 
@@ -332,22 +352,28 @@ class Backend {
   // Global-norm clipping on the device: *scale = min(1, max_norm / (sqrt(*sum_squares) + 1e-6))
   // (1 when max_norm <= 0), or NaN when the norm is not finite. Device f64 scalars.
   virtual void clip_scale(double* scale, const double* sum_squares, double max_norm) = 0;
+  // The optimizers' per-step numbers (the learning rate, AdamW's bias corrections) reach the
+  // kernels as `factors`: a small f32 device array the optimizer writes each step, formed on the
+  // host in double and rounded to f32 (adamw_factors, decay_factors below), so that a replayed
+  // step (Backend::replay) takes each step's. `decay` false: no weight decay (factor 1).
   // One AdamW step over n elements, all f32 (master weights, moments). grads are multiplied by
   // *grad_scale (a device scalar, clip_scale's) first; a scale that is not finite leaves p, m and
   // v as they are. p -= lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * p), with bias
-  // corrections 1 - beta^step.
-  virtual void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
-                          double beta1, double beta2, double eps, double weight_decay, int64_t step,
+  // corrections 1 - beta^step: factors = adamw_factors(lr, beta1, beta2, weight_decay, step).
+  virtual void adamw_step(float* p, const float* g, float* m, float* v, int64_t n,
+                          const float* factors, double beta1, double beta2, double eps, bool decay,
                           const double* grad_scale) = 0;
   // The other optimizers' elementwise steps, in the same terms: all f32, grads multiplied by
   // *grad_scale first, nothing written when it is not finite.
-  // Lion: c = b1 m + (1 - b1) g; p = p (1 - lr wd) - lr sign(c); m = b2 m + (1 - b2) g.
-  virtual void lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                         double beta2, double weight_decay, const double* grad_scale) = 0;
+  // Lion: c = b1 m + (1 - b1) g; p = p (1 - lr wd) - lr sign(c); m = b2 m + (1 - b2) g;
+  // factors = decay_factors(lr, wd).
+  virtual void lion_step(float* p, const float* g, float* m, int64_t n, const float* factors,
+                         double beta1, double beta2, bool decay, const double* grad_scale) = 0;
   // SGD with momentum as torch.optim.SGD (dampening 0; buf starts at zero): d = g + wd p,
-  // buf = mu buf + d, p -= lr (nesterov ? d + mu buf : buf).
-  virtual void sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
-                        bool nesterov, double weight_decay, const double* grad_scale) = 0;
+  // buf = mu buf + d, p -= lr (nesterov ? d + mu buf : buf); lr = (float) the rate, on the device.
+  virtual void sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr,
+                        double momentum, bool nesterov, double weight_decay,
+                        const double* grad_scale) = 0;
   // Muon's momentum: buf = b buf + (1 - b) g, and u[n] = nesterov ? (1 - b) g + b buf : buf
   // (u is written whatever the scale; muon_apply then skips the update).
   virtual void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta,
@@ -355,13 +381,20 @@ class Backend {
   // x[n] *= 1 / (sqrt(*sum_squares) + eps), the scalar on the device (Newton-Schulz's start).
   virtual void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) = 0;
   // p[rows, cols] (row stride ldp) = p (1 - lr wd) - lr x (x dense), unless *grad_scale is not
-  // finite.
+  // finite; factors = decay_factors(lr, wd).
   virtual void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,
-                          double lr, double weight_decay, const double* grad_scale) = 0;
+                          const float* factors, bool decay, const double* grad_scale) = 0;
   // dst[rows, cols] (row stride ldd) = src[rows, cols] (row stride lds), f32.
   virtual void copy_2d(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
                        int64_t cols) = 0;
 };
+
+// The optimizer kernels' factors (Backend::adamw_step and the rest): each formed in double, then
+// rounded to f32 once. AdamW: {1 - lr wd, lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t)}, t >= 1.
+std::array<float, 3> adamw_factors(double lr, double beta1, double beta2, double weight_decay,
+                                   int64_t step);
+// Lion and Muon's apply: {1 - lr wd, lr}.
+std::array<float, 2> decay_factors(double lr, double weight_decay);
 
 // How to make a backend (the PJRT backend's settings; the others have none).
 struct BackendOptions {

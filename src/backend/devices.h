@@ -93,6 +93,7 @@ struct ProgramArgument {
 // What a backend that compiles programs counted of them (for the tests and the benchmark).
 struct ProgramReport {
   int64_t run = 0;       // executions
+  int64_t replayed = 0;  // of them, recorded steps run again without building them (replay)
   int64_t compiled = 0;  // distinct program texts compiled
   double compile_seconds = 0;
   // How the last attention traced is computed: "cudnn" (cuDNN's fused kernel) or "xla: " and why

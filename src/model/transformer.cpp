@@ -46,10 +46,14 @@ Transformer::Transformer(Backend* be, const ModelConfig& cfg, DType dt)
 Transformer::~Transformer() = default;
 
 // (Re)makes the RoPE tables for sequences of seq_len positions (only rope_type dynamic cares).
+// Tables that follow the length (rope_type dynamic) are written for every batch, even when the
+// length is the one before: a training step's writes are then the same every step, as a
+// replayed step (Backend::replay) needs.
 void Transformer::set_rope(int64_t seq_len) {
   if (traits_.learned_positions) return;
-  const int64_t len = rope_depends_on_length(cfg_) ? seq_len : 0;
-  if (len == rope_len_) return;
+  const bool follows = rope_depends_on_length(cfg_);
+  const int64_t len = follows ? seq_len : 0;
+  if (len == rope_len_ && !follows) return;
   rope_len_ = len;
   auto make = [&](Rope& r, bool local) {
     const RopeFrequencies f = rope_frequencies(cfg_, local, len);
@@ -259,6 +263,7 @@ int64_t Transformer::head_loss(bool backward, double grad_scale, LossSums& sums)
   a.N = p.N, a.C = cfg_.hidden_size, a.V = dims_.V, a.chunk = p.chunk;
   a.ignore_index = kIgnoreIndex;
   a.grad_scale = backward ? grad_scale : 0.0;
+  a.grad_scale_at = backward ? grad_scale_.as<double>() : nullptr;
   a.softcap = cfg_.final_logit_softcapping;
   a.loss = loss_;
   a.vocab_tile = settings_.loss_vocab_tile;
@@ -268,6 +273,10 @@ int64_t Transformer::head_loss(bool backward, double grad_scale, LossSums& sums)
                    param_ptr(head_, true), p.logits, p.losses, ce);
   else
     staged_head_loss(a, sums.objective(), ce);
+  return labelled_tokens();
+}
+
+int64_t Transformer::labelled_tokens() const {
   int64_t tokens = 0;
   for (int32_t label : batch_labels_) tokens += label != kIgnoreIndex;
   return tokens;
@@ -292,7 +301,7 @@ void Transformer::staged_head_loss(const HeadLossArgs& a, double* loss_sum, doub
 }
 
 void Transformer::discard_scratch() {
-  for (const Buffer* b : {&plan_->arena, &lora_scratch_})
+  for (const Buffer* b : {&plan_->arena, &lora_scratch_, &grad_scale_, &dropout_key_})
     if (b->data()) be_->discard(b->data());
   weights_.discard_scratch();  // staging, the gradient sink, the compute copies
 }
@@ -302,9 +311,8 @@ void Transformer::discard_scratch() {
 int64_t Transformer::forward_backward(const int32_t* ids, const int32_t* labels, int64_t B,
                                       int64_t T, double grad_scale, LossSums& sums,
                                       const Packing* packing) {
-  LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
   weights_.ensure_grads();
-  upload_batch(ids, labels, B, T, packing);
+  write_inputs(ids, labels, B, T, grad_scale, packing);
   weights_.to_compute();  // mixed precision: the compute copies of this pass
   weights_.zero_compute_grads();
   struct Training {  // LoRA dropout applies inside this call only, whatever leaves it
@@ -332,6 +340,26 @@ int64_t Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   weights_.fold_compute_grads();
   discard_scratch();
   return tokens;
+}
+
+int64_t Transformer::write_inputs(const int32_t* ids, const int32_t* labels, int64_t B,
+                                  int64_t T, double grad_scale, const Packing* packing) {
+  LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
+  upload_batch(ids, labels, B, T, packing);
+  auto device = [&](Buffer& b, const char* name, DType dt, std::vector<int64_t> shape) {
+    if (b.data()) return;
+    const TensorDesc desc{name, dt, std::move(shape)};
+    b = Buffer(be_, desc.bytes());
+    be_->describe(b.data(), desc);
+  };
+  device(grad_scale_, "loss.grad_scale", DType::f64, {});
+  be_->from_host(grad_scale_.data(), &grad_scale, sizeof grad_scale);
+  if (has_lora() && lora_spec_.dropout > 0) {
+    device(dropout_key_, "dropout.key", DType::i32, {4});  // u64 {seed, stream} as its words
+    const uint64_t key[2] = {dropout_seed_, dropout_micro_ << 24};
+    be_->from_host(dropout_key_.data(), key, sizeof key);
+  }
+  return labelled_tokens();
 }
 
 int64_t Transformer::forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,

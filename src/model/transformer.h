@@ -147,6 +147,13 @@ class Transformer {
   // the batch's labelled tokens.
   int64_t forward_backward(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                            double grad_scale, LossSums& sums, const Packing* packing = nullptr);
+  // What forward_backward writes to the backend from the host, and nothing else: the batch (ids,
+  // positions, document starts, labels; the RoPE tables where they follow the positions),
+  // grad_scale, and with LoRA dropout the dropout key of set_dropout's micro-batch, in
+  // forward_backward's order (it starts with this). A replayed step (Backend::replay) makes only
+  // these calls. Returns the batch's labelled tokens.
+  int64_t write_inputs(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                       double grad_scale, const Packing* packing = nullptr);
   // The loss only (evaluation), added to `sums`; returns the labelled tokens.
   int64_t forward_loss(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
                        LossSums& sums, const Packing* packing = nullptr);
@@ -245,8 +252,10 @@ class Transformer {
   // logits[n, V] = h[n, C] W_head^T, and dh[n, C] = dlogits[n, V] W_head (beta 0).
   void head_forward(const void* h, void* logits, int64_t n);
   void head_backward_input(const void* dlogits, void* dh, int64_t n);
-  // Adds the batch's losses to `sums` (on the device); returns the labelled tokens.
+  // Adds the batch's losses to `sums` (on the device); returns the labelled tokens. With
+  // backward, the gradient scale is write_inputs' (its value grad_scale).
   int64_t head_loss(bool backward, double grad_scale, LossSums& sums);
+  int64_t labelled_tokens() const;
   void staged_head_loss(const HeadLossArgs& a, double* loss_sum, double* ce_sum);
   // Tells the backend that the activation arena and the other per-pass scratch are dead.
   void discard_scratch();
@@ -277,6 +286,10 @@ class Transformer {
   std::vector<LayerLora> layer_lora_;  // per layer, with adapters
   Buffer lora_scratch_;  // u = x A^T and its gradient, [N, rank] each, grown on demand
   uint64_t dropout_seed_ = 0, dropout_micro_ = 0;
+  // A training pass's values from the host, on the device (written by write_inputs, dead after
+  // the pass): its gradient scale (f64, "loss.grad_scale") and its dropout key ({seed, micro-batch
+  // << 24} as u64, "dropout.key"). Made on first use.
+  Buffer grad_scale_, dropout_key_;
   bool training_ = false;  // inside forward_backward
 };
 

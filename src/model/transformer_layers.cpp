@@ -108,9 +108,11 @@ void* Transformer::lora_scratch(int64_t N, int64_t in) {
   return lora_scratch_.data();
 }
 
+// Adapter `id`'s mask under the micro-batch's key {seed, micro-batch << 24}: its stream is
+// (micro-batch << 24) + id, the id xor'ed into the key's zero low bits.
 uint64_t Transformer::dropout_stream(int id) const {
   LMT_CHECK(static_cast<uint64_t>(id) < (uint64_t{1} << 24), "too many adapters for dropout");
-  return (dropout_micro_ << 24) + static_cast<uint64_t>(id);
+  return static_cast<uint64_t>(id);
 }
 
 // y[:, o : o + out] += s (xd A^T) B^T per adapter, xd = dropout(x) in training (else x); u =
@@ -127,7 +129,7 @@ void Transformer::lora_forward(const std::vector<int>& ids, const void* x, void*
     const void* B = weights_.adapter(t.b);
     const void* xin = x;
     if (lora_dropping()) {
-      be_->dropout(compute_dt_, xd, x, N * in, lora_spec_.dropout, dropout_seed_,
+      be_->dropout(compute_dt_, xd, x, N * in, lora_spec_.dropout, dropout_key_.as<uint64_t>(),
                    dropout_stream(id));
       xin = xd;
     }
@@ -155,7 +157,7 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
     const bool drop = lora_dropping();
     const void* xin = x;
     if (drop) {
-      be_->dropout(compute_dt_, xd, x, N * in, lora_spec_.dropout, dropout_seed_,
+      be_->dropout(compute_dt_, xd, x, N * in, lora_spec_.dropout, dropout_key_.as<uint64_t>(),
                    dropout_stream(id));
       xin = xd;
     }
@@ -167,7 +169,7 @@ void Transformer::lora_backward(const std::vector<int>& ids, const void* dy, con
               weights_.adapter_grad(t.a), in);
     if (drop) {  // xd is read for the last time above; it now holds du A through the mask
       be_->gemm(compute_dt_, false, false, N, in, r, 1.0, du, r, A, in, 0.0, xd, in);
-      be_->dropout(compute_dt_, xd, xd, N * in, lora_spec_.dropout, dropout_seed_,
+      be_->dropout(compute_dt_, xd, xd, N * in, lora_spec_.dropout, dropout_key_.as<uint64_t>(),
                    dropout_stream(id));
       be_->accumulate(compute_dt_, dx, xd, N * in);
     } else {

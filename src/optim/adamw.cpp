@@ -43,7 +43,9 @@ AdamW::AdamW(Backend* be, const std::vector<ParamInfo>& params, int64_t total_pa
       cfg_(cfg),
       m_(be, static_cast<size_t>(total_params) * sizeof(float)),
       v_(be, static_cast<size_t>(total_params) * sizeof(float)),
-      spans_(make_spans(update_params(be, params), total_params, false, spec_of(cfg))) {}
+      spans_(make_spans(update_params(be, params), total_params, false, spec_of(cfg))) {
+  make_factors("adamw.factors", 3);
+}
 
 std::vector<ParamRange> AdamW::decay_ranges() const {
   // One span per parameter; adjacent spans with the same decay read as one range.
@@ -58,16 +60,22 @@ std::vector<ParamRange> AdamW::decay_ranges() const {
 }
 
 void adamw_spans(Backend* be, const std::vector<Span>& spans, float* params, const float* grads,
-                 float* m, float* v, double lr, double beta1, double beta2, double eps,
-                 double weight_decay, int64_t step, const double* grad_scale) {
+                 float* m, float* v, const float* factors, double beta1, double beta2, double eps,
+                 double weight_decay, const double* grad_scale) {
   for (const Span& s : spans)
-    be->adamw_step(params + s.param, grads + s.param, m + s.state, v + s.state, s.n, lr, beta1,
-                   beta2, eps, s.decay ? weight_decay : 0.0, step, grad_scale);
+    be->adamw_step(params + s.param, grads + s.param, m + s.state, v + s.state, s.n, factors,
+                   beta1, beta2, eps, s.decay && weight_decay != 0, grad_scale);
 }
 
-void AdamW::update(float* params, const float* grads, double lr, const double* grad_scale) {
-  adamw_spans(be_, spans_, params, grads, m_data(), v_data(), lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-              cfg_.weight_decay, update_count(), grad_scale);
+std::vector<float> AdamW::factors_of(double lr) const {
+  const std::array<float, 3> f =
+      adamw_factors(lr, cfg_.beta1, cfg_.beta2, cfg_.weight_decay, update_count());
+  return {f.begin(), f.end()};
+}
+
+void AdamW::update(float* params, const float* grads, const double* grad_scale) {
+  adamw_spans(be_, spans_, params, grads, m_data(), v_data(), factors(), cfg_.beta1, cfg_.beta2,
+              cfg_.eps, cfg_.weight_decay, grad_scale);
 }
 
 std::vector<StateBuffer> AdamW::state() const {

@@ -75,16 +75,18 @@ class AdamW : public Optimizer {
   std::vector<OptimStateView> state_views() const { return lmt::state_views(state()); }
 
  private:
-  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
+  void update(float* params, const float* grads, const double* grad_scale) override;
+  std::vector<float> factors_of(double lr) const override;
   AdamWConfig cfg_;
   Buffer m_, v_;
   std::vector<Span> spans_;  // split where the decay choice changes or at gaps
 };
 
 // AdamW's update over spans whose state lives at `state` offsets of m and v (a whole AdamW, or
-// the AdamW part of muon).
+// the AdamW part of muon), with the step's factors (adamw_factors) on the device; a span decays
+// where it says so and weight_decay is not 0.
 void adamw_spans(Backend* be, const std::vector<Span>& spans, float* params, const float* grads,
-                 float* m, float* v, double lr, double beta1, double beta2, double eps,
-                 double weight_decay, int64_t step, const double* grad_scale);
+                 float* m, float* v, const float* factors, double beta1, double beta2, double eps,
+                 double weight_decay, const double* grad_scale);
 
 }  // namespace lmt

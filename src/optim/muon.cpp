@@ -62,6 +62,23 @@ Muon::Muon(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
   work_ = f32(2 * z.widest * z.widest);
   norm_ = Buffer(be, sizeof(double));
   be->describe(norm_.data(), TensorDesc{"muon.norm_sum_squares", DType::f64, {}});
+  make_factors("muon.factors", 3 + 2 * static_cast<int64_t>(blocks_.size()));
+}
+
+double Muon::shape_factor(const Block& b) {
+  return kRmsMatch * std::sqrt(static_cast<double>(std::max(b.rows, b.cols)));
+}
+
+std::vector<float> Muon::factors_of(double lr) const {
+  const std::array<float, 3> a =
+      adamw_factors(lr, spec_.beta1, spec_.beta2, weight_decay_, update_count());
+  std::vector<float> f(a.begin(), a.end());
+  for (const Block& b : blocks_) {
+    const double scale = shape_factor(b);
+    const std::array<float, 2> d = decay_factors(lr * scale, weight_decay_ / scale);
+    f.insert(f.end(), d.begin(), d.end());
+  }
+  return f;
 }
 
 uint64_t Muon::bytes() const {
@@ -143,7 +160,7 @@ void Muon::newton_schulz(Backend* be, float* u, float* x, float* a, float* b, do
   if (cur != x) be->copy(x, cur, static_cast<size_t>(rows * cols) * sizeof(float));
 }
 
-void Muon::update(float* params, const float* grads, double lr, const double* grad_scale) {
+void Muon::update(float* params, const float* grads, const double* grad_scale) {
   float* u = u_.as<float>();
   for (const Span& s : muon_spans_)
     be_->muon_momentum(u + s.state, momentum_.as<float>() + s.state, grads + s.param, s.n,
@@ -152,7 +169,8 @@ void Muon::update(float* params, const float* grads, double lr, const double* gr
   float* out = block + (x_.bytes() / sizeof(float)) / 2;
   float* a = work_.as<float>();
   float* b2 = a + static_cast<int64_t>(work_.bytes() / sizeof(float)) / 2;
-  for (const Block& b : blocks_) {
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Block& b = blocks_[i];
     // u is scratch: a whole matrix is orthogonalised in place; only a block of a fused one
     // (rows b.ld apart) is gathered into a dense copy first.
     float* x = u + b.state;
@@ -162,12 +180,11 @@ void Muon::update(float* params, const float* grads, double lr, const double* gr
     }
     newton_schulz(be_, x, out, a, b2, norm_.as<double>(), b.rows, b.cols, spec_.ns_steps);
     // Step lr * scale along X; the decay stays 1 - lr wd (muon_apply decays by its lr times wd).
-    const double scale = kRmsMatch * std::sqrt(static_cast<double>(std::max(b.rows, b.cols)));
-    be_->muon_apply(params + b.param, b.ld, out, b.rows, b.cols, lr * scale,
-                    b.decay ? weight_decay_ / scale : 0.0, grad_scale);
+    be_->muon_apply(params + b.param, b.ld, out, b.rows, b.cols, factors() + 3 + 2 * i,
+                    b.decay && weight_decay_ != 0, grad_scale);
   }
-  adamw_spans(be_, adamw_spans_, params, grads, m_.as<float>(), v_.as<float>(), lr, spec_.beta1,
-              spec_.beta2, spec_.eps, weight_decay_, update_count(), grad_scale);
+  adamw_spans(be_, adamw_spans_, params, grads, m_.as<float>(), v_.as<float>(), factors(),
+              spec_.beta1, spec_.beta2, spec_.eps, weight_decay_, grad_scale);
   for (const Buffer* s : {&u_, &x_, &work_}) be_->discard(s->data());
 }
 

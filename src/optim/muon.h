@@ -54,7 +54,11 @@ class Muon : public Optimizer {
     int64_t rows, cols;
     bool decay;
   };
-  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
+  void update(float* params, const float* grads, const double* grad_scale) override;
+  // AdamW's factors (adamw_factors), then each block's {1 - lr s wd / s, lr s} for its shape
+  // factor s (decay_factors of lr s and wd / s).
+  std::vector<float> factors_of(double lr) const override;
+  static double shape_factor(const Block& b);
 
   OptimizerSpec spec_;
   double weight_decay_;

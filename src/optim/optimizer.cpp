@@ -71,15 +71,33 @@ double Optimizer::clip_and_step(float* params, const float* grads, double lr, do
   return finish_step();
 }
 
+void Optimizer::make_factors(const std::string& name, int64_t n) {
+  factors_ = Buffer(be_, static_cast<size_t>(n) * sizeof(float));
+  be_->describe(factors_.data(), TensorDesc{name, DType::f32, {n}});
+}
+
+void Optimizer::write_factors(double lr) {
+  const std::vector<float> f = factors_of(lr);
+  LMT_CHECK(f.size() * sizeof(float) == factors_.bytes(), "Optimizer: factors of the wrong size");
+  be_->from_host(factors_.data(), f.data(), factors_.bytes());
+}
+
 // Norm, clipping scale and the non-finite skip stay on the device; the norm is read once, after
-// the update is queued, and decides the step count.
+// the update is queued, and decides the step count. The factors are the step's first write.
 void Optimizer::step(float* params, const float* grads, double lr, double grad_clip) {
+  write_factors(lr);
   double* sum_squares = stats_.as<double>();
   double* scale = sum_squares + 1;
   be_->zero(sum_squares, sizeof(double));
   for (const Span& s : norm_spans_) be_->sum_squares(DType::f32, sum_squares, grads + s.param, s.n);
   be_->clip_scale(scale, sum_squares, grad_clip);
-  update(params, grads, lr, scale);
+  update(params, grads, scale);
+  be_->discard(factors_.data());  // read by the update only: not kept past the step
+  ++queued_;
+}
+
+void Optimizer::write_step(double lr) {
+  write_factors(lr);
   ++queued_;
 }
 
@@ -109,12 +127,19 @@ Lion::Lion(Backend* be, const std::vector<ParamInfo>& params, int64_t total, con
       spec_(s),
       weight_decay_(weight_decay),
       m_(be, static_cast<size_t>(total) * sizeof(float)),
-      spans_(make_spans(update_params(be, params), total, false, s)) {}
+      spans_(make_spans(update_params(be, params), total, false, s)) {
+  make_factors("lion.factors", 2);
+}
 
-void Lion::update(float* params, const float* grads, double lr, const double* grad_scale) {
+std::vector<float> Lion::factors_of(double lr) const {
+  const std::array<float, 2> f = decay_factors(lr, weight_decay_);
+  return {f.begin(), f.end()};
+}
+
+void Lion::update(float* params, const float* grads, const double* grad_scale) {
   for (const Span& s : spans_)
-    be_->lion_step(params + s.param, grads + s.param, m_data() + s.state, s.n, lr, spec_.beta1,
-                   spec_.beta2, s.decay ? weight_decay_ : 0.0, grad_scale);
+    be_->lion_step(params + s.param, grads + s.param, m_data() + s.state, s.n, factors(),
+                   spec_.beta1, spec_.beta2, s.decay && weight_decay_ != 0, grad_scale);
 }
 
 std::vector<StateBuffer> Lion::state() const {
@@ -129,11 +154,17 @@ Sgd::Sgd(Backend* be, const std::vector<ParamInfo>& params, int64_t total, const
       spec_(s),
       weight_decay_(weight_decay),
       buf_(be, static_cast<size_t>(total) * sizeof(float)),
-      spans_(make_spans(update_params(be, params), total, false, s)) {}
+      spans_(make_spans(update_params(be, params), total, false, s)) {
+  make_factors("sgd.lr", 1);
+}
 
-void Sgd::update(float* params, const float* grads, double lr, const double* grad_scale) {
+std::vector<float> Sgd::factors_of(double lr) const {
+  return {static_cast<float>(lr)};
+}
+
+void Sgd::update(float* params, const float* grads, const double* grad_scale) {
   for (const Span& s : spans_)
-    be_->sgd_step(params + s.param, grads + s.param, momentum_data() + s.state, s.n, lr,
+    be_->sgd_step(params + s.param, grads + s.param, momentum_data() + s.state, s.n, factors(),
                   spec_.momentum, spec_.nesterov, s.decay ? weight_decay_ : 0.0, grad_scale);
 }
 

@@ -69,6 +69,10 @@ class Optimizer {
   // norm, counts the step when it is finite, and returns it.
   void step(float* params, const float* grads, double lr, double grad_clip);
   double finish_step();
+  // What step() does on the host, without its kernels: writes the step's factors (from lr and the
+  // step count) to the device and counts the step as queued. A replayed step's share of the
+  // optimizer (Backend::replay), made where step() would write them.
+  void write_step(double lr);
   // For a caller that queues the next step before reading this one's norm (TrainStep::launch):
   // copies the step's sum of squared gradients (f64, on the device) to dst, so that the next
   // step may overwrite the optimizer's own; confirm_step(finite) then counts the oldest queued
@@ -89,8 +93,15 @@ class Optimizer {
 
  protected:
   Optimizer(Backend* be, const std::vector<ParamInfo>& params, int64_t total);
-  // The update of one step; grad_scale is the device scalar clip_scale wrote.
-  virtual void update(float* params, const float* grads, double lr, const double* grad_scale) = 0;
+  // The update of one step; grad_scale is the device scalar clip_scale wrote, and the step's
+  // factors are at factors() (written before it from factors_of).
+  virtual void update(float* params, const float* grads, const double* grad_scale) = 0;
+  // The kernels' factors of the step being queued (backend.h: adamw_factors, decay_factors), as
+  // `n` f32 the constructor asks for with make_factors; the device array `name` holds them from
+  // each step's start (written then, dead after the update).
+  virtual std::vector<float> factors_of(double lr) const = 0;
+  void make_factors(const std::string& name, int64_t n);
+  const float* factors() const { return factors_.as<float>(); }
 
   Backend* be_;
   std::vector<ParamInfo> params_;
@@ -102,7 +113,10 @@ class Optimizer {
   int64_t update_count() const { return step_ + queued_ + 1; }
 
  private:
+  void write_factors(double lr);
+
   Buffer stats_;                  // device f64 [sum of squared gradients, clipping scale]
+  Buffer factors_;                // device f32 [factors_of's]
   std::vector<Span> norm_spans_;  // every parameter, a fused group as one
 };
 
@@ -132,7 +146,8 @@ class Lion : public Optimizer {
   float* m_data() const { return m_.as<float>(); }
 
  private:
-  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
+  void update(float* params, const float* grads, const double* grad_scale) override;
+  std::vector<float> factors_of(double lr) const override;
   OptimizerSpec spec_;
   double weight_decay_;
   Buffer m_;
@@ -150,7 +165,8 @@ class Sgd : public Optimizer {
   float* momentum_data() const { return buf_.as<float>(); }
 
  private:
-  void update(float* params, const float* grads, double lr, const double* grad_scale) override;
+  void update(float* params, const float* grads, const double* grad_scale) override;
+  std::vector<float> factors_of(double lr) const override;
   OptimizerSpec spec_;
   double weight_decay_;
   Buffer buf_;

@@ -62,6 +62,8 @@ nlohmann::json program_report(const DeviceInfo& d) {
                       {"device_kind", d.kind},
                       {"attention", p.attention},
                       {"programs_compiled", p.compiled},
+                      {"programs_run", p.run},
+                      {"steps_replayed", p.replayed},
                       {"compile_seconds", p.compile_seconds},
                       {"program_chars", p.last_chars}};
   j["step_memory"] = p.last_memory ? program_memory(*p.last_memory) : nlohmann::json("n/a");

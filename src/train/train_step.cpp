@@ -52,25 +52,46 @@ void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_m
   int64_t labelled = 0;
   for (int32_t l : labels_) labelled += l != Transformer::kIgnoreIndex;
   if (labelled == 0) throw UserError("data: a training step has no labelled tokens");
-  // The step reads nothing back (one program on pjrt). A non-finite loss makes a non-finite
-  // gradient, so the update is skipped on the device.
-  model_.zero_grads();
-  loss_sums_.zero();
-  for (int64_t a = 0; a < accum; ++a) {
-    const Transformer::Packing packing{&positions_[a * N], &doc_start_[a * N]};
+  const double grad_scale = 1.0 / static_cast<double>(labelled);
+  auto packing = [&](int64_t a) {
+    return Transformer::Packing{&positions_[a * N], &doc_start_[a * N]};
+  };
+  auto set_dropout = [&](int64_t a) {
     model_.set_dropout(static_cast<uint64_t>(tc_.seed), static_cast<uint64_t>(step * accum + a));
-    q.loss_tokens += model_.forward_backward(&ids_[a * N], &labels_[a * N], B_, T_,
-                                             1.0 / static_cast<double>(labelled), loss_sums_,
-                                             tc_.document_masking ? &packing : nullptr);
+  };
+  // A replayed step (the backend built this step's program before, and would build the same one
+  // now) makes only the step's writes from the host, in the order the step below makes them.
+  auto writes = [&] {
+    for (int64_t a = 0; a < accum; ++a) {
+      const Transformer::Packing p = packing(a);
+      set_dropout(a);
+      q.loss_tokens += model_.write_inputs(&ids_[a * N], &labels_[a * N], B_, T_, grad_scale,
+                                           tc_.document_masking ? &p : nullptr);
+    }
+    opt_.write_step(q.report.lr);
+  };
+  Backend* be = model_.backend();
+  if (!be->replay(q.slot, writes)) {
+    // The step reads nothing back (one program on pjrt). A non-finite loss makes a non-finite
+    // gradient, so the update is skipped on the device.
+    be->record(q.slot);
+    model_.zero_grads();
+    loss_sums_.zero();
+    for (int64_t a = 0; a < accum; ++a) {
+      const Transformer::Packing p = packing(a);
+      set_dropout(a);
+      q.loss_tokens += model_.forward_backward(&ids_[a * N], &labels_[a * N], B_, T_, grad_scale,
+                                               loss_sums_, tc_.document_masking ? &p : nullptr);
+    }
+    opt_.step(static_cast<float*>(model_.trainable_data()),
+              static_cast<float*>(model_.trainable_grads_data()), q.report.lr, tc_.grad_clip);
+    model_.discard_grads();  // dead from here: on pjrt they stay inside the step's program
+    auto* slot = slots_[q.slot].as<double>();
+    opt_.copy_sum_squares(slot);
+    loss_sums_.copy_to(slot + 1);
+    be->synchronize();  // pjrt: the step's program starts; nothing waits for it
   }
-  opt_.step(static_cast<float*>(model_.trainable_data()),
-            static_cast<float*>(model_.trainable_grads_data()), q.report.lr, tc_.grad_clip);
-  model_.discard_grads();  // dead from here: on pjrt they stay inside the step's program
-  auto* slot = slots_[q.slot].as<double>();
-  opt_.copy_sum_squares(slot);
-  loss_sums_.copy_to(slot + 1);
-  model_.backend()->synchronize();  // pjrt: the step's program starts; nothing waits for it
-  if (const auto at = model_.backend()->last_launch(); at && *at >= start)
+  if (const auto at = be->last_launch(); at && *at >= start)
     q.report.host_seconds = std::chrono::duration<double>(*at - start).count();
   queued_.push_back(q);
 }

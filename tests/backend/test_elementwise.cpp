@@ -44,14 +44,16 @@ TEST(Elementwise, AddAccumulateScaleF64) {
 }
 
 // Dropout keeps exactly the elements core/rng.h's mask keeps, scaled by 1 / (1 - p), in place
-// too, with any thread count; about 1 - p of them; other streams draw other masks.
+// too, with any thread count; about 1 - p of them; other streams draw other masks; the stream is
+// the key's xor the call's.
 TEST(Elementwise, DropoutFollowsItsMask) {
   CpuBackend be;
   const int64_t n = 100003;
   const double p = 0.3;
   const std::vector<double> x = test::randn(n, 7);
   std::vector<double> out(static_cast<size_t>(n));
-  be.dropout(DType::f64, out.data(), x.data(), n, p, 42, 5);
+  const uint64_t key[2] = {42, 5}, key4[2] = {42, 4};
+  be.dropout(DType::f64, out.data(), x.data(), n, p, key, 0);
   int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
     const bool keep = dropout_keeps(42, 5, static_cast<uint64_t>(i), p);
@@ -60,19 +62,19 @@ TEST(Elementwise, DropoutFollowsItsMask) {
   }
   EXPECT_NEAR(static_cast<double>(kept) / n, 1 - p, 5 * std::sqrt(p * (1 - p) / n));
   std::vector<float> xf = test::cast<float>(x), of(xf.size());
-  be.dropout(DType::f32, of.data(), xf.data(), n, p, 42, 5);
+  be.dropout(DType::f32, of.data(), xf.data(), n, p, key4, 1);  // stream 4 ^ 1 = 5
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
-  be.dropout(DType::f32, xf.data(), xf.data(), n, p, 42, 5);  // in place, one thread
+  be.dropout(DType::f32, xf.data(), xf.data(), n, p, key, 0);  // in place, one thread
   omp_set_num_threads(threads);
   EXPECT_EQ(xf, of);
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(of[i] == 0.0f, out[i] == 0.0) << i;
   std::vector<double> other(out.size());
-  be.dropout(DType::f64, other.data(), x.data(), n, p, 42, 6);
+  be.dropout(DType::f64, other.data(), x.data(), n, p, key, 3);  // stream 6
   int64_t same = 0;
   for (int64_t i = 0; i < n; ++i) same += (other[i] == 0.0) == (out[i] == 0.0);
   EXPECT_LT(same, n * 0.7);  // independent masks agree on p^2 + (1-p)^2 = 58% of elements
-  be.dropout(DType::f64, other.data(), x.data(), n, 0.0, 42, 5);
+  be.dropout(DType::f64, other.data(), x.data(), n, 0.0, key, 0);
   EXPECT_EQ(other, x);
 }
 

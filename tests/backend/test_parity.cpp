@@ -10,6 +10,7 @@
 // kernel, by a row in cases().
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cctype>
 #include <functional>
 #include <memory>
@@ -249,6 +250,14 @@ float* f32_at(const Run& r, int i, bool out) {
   return static_cast<float*>(out ? r.out[static_cast<size_t>(i)] : r.in[static_cast<size_t>(i)]);
 }
 
+// A kernel's small device array (an optimizer's factors, a dropout key) on the run's backend.
+template <class T, size_t N>
+Buffer on_device(const Run& r, const std::array<T, N>& v) {
+  Buffer b(r.be, sizeof v);
+  r.be->from_host(b.data(), v.data(), sizeof v);
+  return b;
+}
+
 // An optimizer kernel: outputs start as copies of the inputs they update in place (`updated`:
 // output k copies input updated[k]); `step` runs the kernel on them with a device gradient scale
 // of 0.7 (a clipped step).
@@ -279,21 +288,24 @@ void add_optimizer_cases(std::vector<Case>& cs) {
   const int64_t n = 37;
   cs.push_back(optimizer_case("adamw step", {{n}, {n}, {n}, {n, Spec::positive}}, {0, 2, 3}, {},
                               [=](Run& r, const double* gs) {
+                                const Buffer f = on_device(r, adamw_factors(1e-2, 0.9, 0.95, 0.1, 3));
                                 r.be->adamw_step(f32_at(r, 0, true), f32_at(r, 1, false),
-                                                 f32_at(r, 1, true), f32_at(r, 2, true), n, 1e-2,
-                                                 0.9, 0.95, 1e-8, 0.1, 3, gs);
+                                                 f32_at(r, 1, true), f32_at(r, 2, true), n,
+                                                 f.as<float>(), 0.9, 0.95, 1e-8, true, gs);
                               }));
   cs.push_back(
       optimizer_case("lion step", {{n}, {n}, {n}}, {0, 2}, {}, [=](Run& r, const double* gs) {
-        r.be->lion_step(f32_at(r, 0, true), f32_at(r, 1, false), f32_at(r, 1, true), n, 1e-3, 0.9,
-                        0.99, 0.5, gs);
+        const Buffer f = on_device(r, decay_factors(1e-3, 0.5));
+        r.be->lion_step(f32_at(r, 0, true), f32_at(r, 1, false), f32_at(r, 1, true), n,
+                        f.as<float>(), 0.9, 0.99, true, gs);
       }));
   for (const bool nesterov : {false, true})
     cs.push_back(optimizer_case(std::string("sgd step") + (nesterov ? " nesterov" : ""),
                                 {{n}, {n}, {n}}, {0, 2}, {}, [=](Run& r, const double* gs) {
+                                  const Buffer lr = on_device(r, std::array<float, 1>{0.05f});
                                   r.be->sgd_step(f32_at(r, 0, true), f32_at(r, 1, false),
-                                                 f32_at(r, 1, true), n, 0.05, 0.9, nesterov, 0.01,
-                                                 gs);
+                                                 f32_at(r, 1, true), n, lr.as<float>(), 0.9,
+                                                 nesterov, 0.01, gs);
                                 }));
   cs.push_back(
       optimizer_case("muon momentum", {{n}, {n}}, {0}, {{n}}, [=](Run& r, const double* gs) {
@@ -303,7 +315,9 @@ void add_optimizer_cases(std::vector<Case>& cs) {
   // p is 4 rows of 9 with a block of 4 x 5 updated (row stride 9), from a dense x.
   cs.push_back(
       optimizer_case("muon apply, strided", {{36}, {20}}, {0}, {}, [=](Run& r, const double* gs) {
-        r.be->muon_apply(f32_at(r, 0, true) + 2, 9, f32_at(r, 1, false), 4, 5, 0.02, 0.1, gs);
+        const Buffer f = on_device(r, decay_factors(0.02, 0.1));
+        r.be->muon_apply(f32_at(r, 0, true) + 2, 9, f32_at(r, 1, false), 4, 5, f.as<float>(), true,
+                         gs);
       }));
   cs.push_back(
       optimizer_case("copy 2d and scale by 1/norm", {{36}}, {}, {{20}}, [=](Run& r, const double*) {
@@ -378,8 +392,15 @@ std::vector<Case> cases() {
     c.name = "dropout 0.25";
     c.in = {{n}};
     c.out = {{n}};
-    c.forward = [=](Run& r) { r.be->dropout(r.dt, r.out[0], r.in[0], n, 0.25, 9, 4); };
-    c.backward = [=](Run& r) { r.be->dropout(r.dt, r.din[0], r.dout[0], n, 0.25, 9, 4); };
+    const std::array<uint64_t, 2> key{9, 6};  // stream 6 ^ 2 = 4
+    c.forward = [=](Run& r) {
+      const Buffer k = on_device(r, key);
+      r.be->dropout(r.dt, r.out[0], r.in[0], n, 0.25, k.as<uint64_t>(), 2);
+    };
+    c.backward = [=](Run& r) {
+      const Buffer k = on_device(r, key);
+      r.be->dropout(r.dt, r.din[0], r.dout[0], n, 0.25, k.as<uint64_t>(), 2);
+    };
     cs.push_back(c);
   }
   {

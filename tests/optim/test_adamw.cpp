@@ -43,6 +43,13 @@ using test::expect_close_rms;
 
 constexpr double kOne = 1.0;  // an unclipped step's scale (a device scalar: host memory here)
 
+// The kernel with the factors an AdamW forms from these numbers (adamw_factors).
+void adamw(CpuBackend& be, float* p, const float* g, float* m, float* v, int64_t n, double lr,
+           double b1, double b2, double eps, double wd, int64_t t, const double* gs) {
+  const std::array<float, 3> f = adamw_factors(lr, b1, b2, wd, t);
+  be.adamw_step(p, g, m, v, n, f.data(), b1, b2, eps, wd != 0, gs);
+}
+
 TEST(AdamWKernel, MatchesTorchReference) {
   CpuBackend be;
   for (int64_t n : {1, 7, 1001, 40001}) {  // 40001 takes the OpenMP path
@@ -52,7 +59,7 @@ TEST(AdamWKernel, MatchesTorchReference) {
     for (int64_t t = 1; t <= 6; ++t) {
       std::vector<float> g = randn(n, 100 + t, 0.5 * t);
       const double gs = t % 2 ? 1.0 : 0.37;
-      be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, &gs);
+      adamw(be, p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, &gs);
       ref.step(g, lr, b1, b2, eps, wd, t, gs);
     }
     expect_close_rms(p, ref.p, 1e-6, "p");
@@ -73,7 +80,7 @@ TEST(AdamWKernel, VectorisedStepHasTheScalarLoopsBits) {
   std::vector<float> wp = p, wm = m, wv = v;
   const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.37;
   const int64_t t = 5;
-  be.adamw_step(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, &gs);
+  adamw(be, p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, t, &gs);
   const float decay = static_cast<float>(1.0 - lr * wd), fb1 = static_cast<float>(b1),
               fb2 = static_cast<float>(b2), omb1 = static_cast<float>(1.0 - b1),
               omb2 = static_cast<float>(1.0 - b2),
@@ -108,7 +115,7 @@ TEST(AdamWKernel, ClipScaleAndNonFiniteSkip) {
     be.clip_scale(&scale, &bad, 1.0);
     EXPECT_TRUE(std::isnan(scale));
     std::vector<float> p{1.f, 2.f}, g{0.5f, 0.5f}, m{0.1f, 0.1f}, v{0.2f, 0.2f};
-    be.adamw_step(p.data(), g.data(), m.data(), v.data(), 2, 0.1, 0.9, 0.95, 1e-8, 0.1, 3, &scale);
+    adamw(be, p.data(), g.data(), m.data(), v.data(), 2, 0.1, 0.9, 0.95, 1e-8, 0.1, 3, &scale);
     EXPECT_EQ(p, (std::vector<float>{1.f, 2.f}));
     EXPECT_EQ(m, (std::vector<float>{0.1f, 0.1f}));
     EXPECT_EQ(v, (std::vector<float>{0.2f, 0.2f}));
@@ -120,7 +127,7 @@ TEST(AdamWKernel, FirstStepIsSignedLrPlusDecay) {
   CpuBackend be;
   std::vector<float> p{1.f, -2.f, 0.5f}, g{3.f, -0.25f, 0.f}, m(3), v(3);
   const double one = 1.0;
-  be.adamw_step(p.data(), g.data(), m.data(), v.data(), 3, 0.1, 0.9, 0.999, 1e-8, 0.5, 1, &one);
+  adamw(be, p.data(), g.data(), m.data(), v.data(), 3, 0.1, 0.9, 0.999, 1e-8, 0.5, 1, &one);
   EXPECT_NEAR(p[0], 1.0 * 0.95 - 0.1, 1e-6);
   EXPECT_NEAR(p[1], -2.0 * 0.95 + 0.1, 1e-6);
   EXPECT_NEAR(p[2], 0.5 * 0.95, 1e-7);
@@ -201,7 +208,7 @@ TEST(AdamW, StepMatchesKernelPerRangeWithDecayOnlyWhereChosen) {
   EXPECT_NEAR(norm, std::sqrt(sum_sq(g, 0, 72) + sum_sq(g, 75, 78)), 1e-12);  // padding excluded
   EXPECT_EQ(opt.step_count(), 1);
   for (const ParamRange& r : opt.decay_ranges())
-    be.adamw_step(want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
+    adamw(be, want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
                   r.end - r.begin, 0.1, cfg.beta1, cfg.beta2, cfg.eps, r.decay ? 0.5 : 0.0, 1,
                   &kOne);
   EXPECT_EQ(p, want);
@@ -276,7 +283,7 @@ TEST(AdamW, RestoredStepCountDrivesBiasCorrection) {
   opt.clip_and_step(p.data(), g.data(), 0.01, 0.0);
   EXPECT_EQ(opt.step_count(), 11);
   for (const ParamRange& r : opt.decay_ranges())
-    be.adamw_step(want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
+    adamw(be, want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
                   r.end - r.begin, 0.01, cfg.beta1, cfg.beta2, cfg.eps, 0.0, 11, &kOne);
   EXPECT_EQ(p, want);
 }

@@ -40,7 +40,8 @@ TEST(LionKernel, MatchesTheDoubleReference) {
     for (int t = 1; t <= 5; ++t) {
       const std::vector<float> g = normal_floats(n, 10 + t, 0.1 * t);
       const double gs = t % 2 ? 1.0 : 0.4;
-      be.lion_step(p.data(), g.data(), m.data(), n, lr, b1, b2, wd, &gs);
+      be.lion_step(p.data(), g.data(), m.data(), n, decay_factors(lr, wd).data(), b1, b2, true,
+                   &gs);
       for (int64_t i = 0; i < n; ++i) {
         const double gi = g[i] * gs, c = b1 * rm[i] + (1 - b1) * gi;
         rp[i] = rp[i] * (1 - lr * wd) - lr * ((c > 0) - (c < 0));
@@ -62,7 +63,8 @@ TEST(SgdKernel, MatchesTorchSgdInDouble) {
     for (int t = 1; t <= 5; ++t) {
       const std::vector<float> g = normal_floats(n, 20 + t);
       const double gs = t == 3 ? 0.25 : 1.0;
-      be.sgd_step(p.data(), g.data(), buf.data(), n, lr, mu, nesterov, wd, &gs);
+      const float rate = static_cast<float>(lr);
+      be.sgd_step(p.data(), g.data(), buf.data(), n, &rate, mu, nesterov, wd, &gs);
       for (int64_t i = 0; i < n; ++i) {  // torch: d = g + wd p; buf = d (t = 1) or mu buf + d
         const double d = g[i] * gs + wd * rp[i];
         rb[i] = t == 1 ? d : mu * rb[i] + d;
@@ -78,10 +80,11 @@ TEST(OptimizerKernels, NonFiniteScaleWritesNothing) {
   CpuBackend be;
   const double nan = std::nan("");
   std::vector<float> p{1.f, -2.f}, g{0.5f, 0.25f}, s{0.1f, 0.2f}, u(2);
-  be.lion_step(p.data(), g.data(), s.data(), 2, 0.1, 0.9, 0.99, 0.1, &nan);
-  be.sgd_step(p.data(), g.data(), s.data(), 2, 0.1, 0.9, true, 0.1, &nan);
+  const std::array<float, 2> f = decay_factors(0.1, 0.1);
+  be.lion_step(p.data(), g.data(), s.data(), 2, f.data(), 0.9, 0.99, true, &nan);
+  be.sgd_step(p.data(), g.data(), s.data(), 2, &f[1], 0.9, true, 0.1, &nan);
   be.muon_momentum(u.data(), s.data(), g.data(), 2, 0.95, true, &nan);
-  be.muon_apply(p.data(), 2, g.data(), 1, 2, 0.1, 0.1, &nan);
+  be.muon_apply(p.data(), 2, g.data(), 1, 2, f.data(), true, &nan);
   EXPECT_EQ(p, (std::vector<float>{1.f, -2.f}));
   EXPECT_EQ(s, (std::vector<float>{0.1f, 0.2f}));
 }

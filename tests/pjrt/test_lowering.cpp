@@ -175,7 +175,7 @@ TEST_F(LoweringTest, AttentionForwardAndBackward) {
 }
 
 // Clipping and AdamW: three steps against the CPU backend's kernels (the clip scale from a
-// device sum of squares, the per-step constants as runtime scalars), then a non-finite norm that
+// device sum of squares, the per-step factors as scalar arguments), then a non-finite norm that
 // must leave p, m and v as they were.
 TEST_F(LoweringTest, ClipScaleAndAdamW) {
   const int64_t n = 301;
@@ -197,9 +197,8 @@ TEST_F(LoweringTest, ClipScaleAndAdamW) {
     double ss = 0;
     for (float x : g) ss += double{x} * x;
     if (t == 4) g[7] = NAN, ss = NAN;
-    const float decay = static_cast<float>(1.0 - lr * wd);
-    const float step_size = static_cast<float>(lr / (1.0 - std::pow(b1, t)));
-    const float bc2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+    const std::array<float, 3> f = adamw_factors(lr, b1, b2, wd, t);
+    const float decay = f[0], step_size = f[1], bc2 = f[2];
     const float ssf = static_cast<float>(ss);
     PjrtBuffer bp = dev(p, {n}), bg = dev(g, {n}), bm = dev(m, {n}), bv = dev(v, {n});
     PjrtBuffer bs = client_->to_device(&ssf, DType::f32, {}),
@@ -211,7 +210,7 @@ TEST_F(LoweringTest, ClipScaleAndAdamW) {
     const float got_scale = out[3].to_host<float>()[0];
     double want_scale = 0;
     cpu_.clip_scale(&want_scale, &ss, max_norm);
-    cpu_.adamw_step(cp.data(), g.data(), cm.data(), cv.data(), n, lr, b1, b2, eps, wd, t,
+    cpu_.adamw_step(cp.data(), g.data(), cm.data(), cv.data(), n, f.data(), b1, b2, eps, true,
                     &want_scale);
     if (t < 4) {
       EXPECT_NEAR(got_scale, want_scale, 1e-6 * want_scale) << seed_note();

@@ -48,7 +48,8 @@ void LoweringExtraTest::check_dropout(PjrtExecutable& exe, const Dims& dims, dou
   PjrtBuffer bx = client_->to_device(x.data(), dt, dims), bk = dev_i32(key_of(seed, stream), {4});
   const std::vector<T> got = exe.execute(std::vector<PjrtBuffer*>{&bx, &bk})[0].to_host<T>();
   std::vector<T> want(static_cast<size_t>(n));
-  cpu_.dropout(dt, want.data(), x.data(), n, p, seed, stream);
+  const uint64_t key[2] = {seed, stream};
+  cpu_.dropout(dt, want.data(), x.data(), n, p, key, 0);
   ASSERT_EQ(got.size(), want.size()) << what;
   int64_t bad = 0, dropped = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -1,6 +1,6 @@
 // The training step as the PJRT backend hands it to XLA: every argument of the step's program is
 // a named tensor of the model, its own typed array (each parameter, optimizer moment and batch
-// array, and the few per-step scalars), not a range of a flat buffer; the gradients live inside
+// array, and the few per-step values the host writes), not a range of a flat buffer; the gradients live inside
 // the program; a second step runs the same program; and a LoRA step contains no matrix product
 // that would make a frozen weight's gradient.
 #include <gtest/gtest.h>
@@ -84,9 +84,9 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
       known[b] = {DType::i32, {s.B, s.T}};
     if (family == std::string("llama"))
       known["rope.inv_freq"] = {DType::f32, {s.cfg.head_size() / 2}};
-    for (const char* x : {"adamw.decay", "adamw.step_size", "adamw.inv_bc2_sqrt", "loss.grad_scale",
-                          "keep.one"})  // keep.one: Backend::keep's loop bound on XLA:CPU
-      known[x] = {DType::f32, {}};
+    known["keep.one"] = {DType::f32, {}};  // Backend::keep's loop bound on XLA:CPU
+    known["adamw.factors"] = {DType::f32, {3}};  // the step's decay, step size and 1/sqrt(bc2)
+    known["loss.grad_scale"] = {DType::f64, {}};
 
     std::set<std::string> seen;
     for (const ProgramArgument& a : st.last_arguments) {
@@ -101,7 +101,7 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
       EXPECT_TRUE(seen.count("exp_avg." + p.name)) << "exp_avg." << p.name;
       EXPECT_TRUE(seen.count("exp_avg_sq." + p.name)) << "exp_avg_sq." << p.name;
     }
-    for (const char* x : {"batch.ids", "batch.labels", "adamw.step_size", "loss.grad_scale"})
+    for (const char* x : {"batch.ids", "batch.labels", "adamw.factors", "loss.grad_scale"})
       EXPECT_TRUE(seen.count(x)) << x;
     // Every parameter and moment is donated to its own update.
     const std::string& text = st.last_text;

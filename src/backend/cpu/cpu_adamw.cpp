@@ -2,7 +2,8 @@
 // (single-tensor path): decoupled decay p *= 1 - lr * wd first, then
 // m = b1 m + (1 - b1) g, v = b2 v + (1 - b2) g^2,
 // p -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps).
-// The per-step constants are formed in double; the per-element arithmetic is f32, as on a GPU.
+// The per-step factors come formed (adamw_factors: in double, rounded to f32); the per-element
+// arithmetic is f32, as on a GPU.
 // The clipping scale comes from the device (clip_scale), so no value crosses to the host.
 #include <algorithm>
 #include <cmath>
@@ -45,20 +46,18 @@ void CpuBackend::clip_scale(double* scale, const double* sum_squares, double max
   *scale = !std::isfinite(norm) ? NAN : max_norm > 0 ? std::min(1.0, max_norm / (norm + 1e-6)) : 1.0;
 }
 
-void CpuBackend::adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
-                            double beta1, double beta2, double eps, double weight_decay,
-                            int64_t step, const double* scale) {
-  LMT_CHECK(step >= 1, "adamw_step: step counts from 1");
+void CpuBackend::adamw_step(float* p, const float* g, float* m, float* v, int64_t n,
+                            const float* factors, double beta1, double beta2, double eps,
+                            bool decay, const double* scale) {
   const double grad_scale = *scale;
   if (!std::isfinite(grad_scale)) return;  // a non-finite gradient norm: no update
-  const double t = static_cast<double>(step);
   AdamWConstants c;
-  c.decay = static_cast<float>(1.0 - lr * weight_decay);
+  c.decay = decay ? factors[0] : 1.0f;
   c.b1 = static_cast<float>(beta1), c.b2 = static_cast<float>(beta2);
   c.one_minus_b1 = static_cast<float>(1.0 - beta1);
   c.one_minus_b2 = static_cast<float>(1.0 - beta2);
-  c.step_size = static_cast<float>(lr / (1.0 - std::pow(beta1, t)));
-  c.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(beta2, t)));
+  c.step_size = factors[1];
+  c.inv_bc2_sqrt = factors[2];
   c.gs = static_cast<float>(grad_scale), c.eps = static_cast<float>(eps);
   cpu::for_chunks(n, cpu::kChunk, n >= cpu::kParallelMin, [&](int64_t i0, int64_t i1) {
     adamw_range(p + i0, g + i0, m + i0, v + i0, i1 - i0, c);

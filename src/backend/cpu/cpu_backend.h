@@ -47,7 +47,7 @@ class CpuBackend final : public Backend {
   void scale(DType dt, void* x, double s, int64_t n) override;
   void sum(DType dt, double* acc, const void* x, int64_t n) override;
   void sum_squares(DType dt, double* acc, const void* x, int64_t n) override;
-  void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+  void dropout(DType dt, void* out, const void* x, int64_t n, double p, const uint64_t* key,
                uint64_t stream) override;
   void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override;
 
@@ -105,18 +105,19 @@ class CpuBackend final : public Backend {
                  void* losses, double* ce_sum = nullptr) override;
 
   void clip_scale(double* scale, const double* sum_squares, double max_norm) override;
-  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, int64_t step,
+  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const float* factors,
+                  double beta1, double beta2, double eps, bool decay,
                   const double* grad_scale) override;
-  void lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                 double beta2, double weight_decay, const double* grad_scale) override;
-  void sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
-                bool nesterov, double weight_decay, const double* grad_scale) override;
+  void lion_step(float* p, const float* g, float* m, int64_t n, const float* factors,
+                 double beta1, double beta2, bool decay, const double* grad_scale) override;
+  void sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr,
+                double momentum, bool nesterov, double weight_decay,
+                const double* grad_scale) override;
   void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta, bool nesterov,
                      const double* grad_scale) override;
   void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) override;
-  void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols, double lr,
-                  double weight_decay, const double* grad_scale) override;
+  void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,
+                  const float* factors, bool decay, const double* grad_scale) override;
   void copy_2d(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
                int64_t cols) override;
 

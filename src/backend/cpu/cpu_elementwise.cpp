@@ -47,9 +47,11 @@ void CpuBackend::scale(DType dt, void* x, double s, int64_t n) {
   });
 }
 
-// out[n] = x[n] / (1 - p) or 0, by mask (seed, stream): one Philox call per 4 elements.
-void CpuBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
-                         uint64_t stream) {
+// out[n] = x[n] / (1 - p) or 0, by mask (key[0], key[1] ^ stream): one Philox call per 4
+// elements.
+void CpuBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p,
+                         const uint64_t* key, uint64_t stream_of_key) {
+  const uint64_t seed = key[0], stream = key[1] ^ stream_of_key;
   cpu::dispatch_compute(dt, "dropout", [&](auto tag) {
     using T = decltype(tag);
     using C = cpu::compute_t<T>;

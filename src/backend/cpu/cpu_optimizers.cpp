@@ -1,5 +1,5 @@
 // CpuBackend's steps of Lion, SGD with momentum and Muon (backend.h says what each computes).
-// As adamw_step: per-step constants formed in double, per-element arithmetic in f32, the gradient
+// As adamw_step: per-step factors formed before (backend.h), per-element arithmetic in f32, the gradient
 // scale read from the device scalar clip_scale wrote, and no write at all when it is not finite.
 #include <algorithm>
 #include <cmath>
@@ -14,11 +14,11 @@ constexpr int64_t kParallelFrom = 32768;  // elements; below this one thread is 
 
 }  // namespace
 
-void CpuBackend::lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                           double beta2, double weight_decay, const double* grad_scale) {
+void CpuBackend::lion_step(float* p, const float* g, float* m, int64_t n, const float* factors,
+                           double beta1, double beta2, bool with_decay, const double* grad_scale) {
   if (!std::isfinite(*grad_scale)) return;
   const float gs = static_cast<float>(*grad_scale);
-  const float decay = static_cast<float>(1.0 - lr * weight_decay), step = static_cast<float>(lr);
+  const float decay = with_decay ? factors[0] : 1.0f, step = factors[1];
   const float b1 = static_cast<float>(beta1), c1 = static_cast<float>(1.0 - beta1);
   const float b2 = static_cast<float>(beta2), c2 = static_cast<float>(1.0 - beta2);
 #pragma omp parallel for schedule(static) if (n >= kParallelFrom)
@@ -31,12 +31,12 @@ void CpuBackend::lion_step(float* p, const float* g, float* m, int64_t n, double
   }
 }
 
-void CpuBackend::sgd_step(float* p, const float* g, float* buf, int64_t n, double lr,
+void CpuBackend::sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr,
                           double momentum, bool nesterov, double weight_decay,
                           const double* grad_scale) {
   if (!std::isfinite(*grad_scale)) return;
   const float gs = static_cast<float>(*grad_scale), wd = static_cast<float>(weight_decay);
-  const float mu = static_cast<float>(momentum), step = static_cast<float>(lr);
+  const float mu = static_cast<float>(momentum), step = *lr;
 #pragma omp parallel for schedule(static) if (n >= kParallelFrom)
   for (int64_t i = 0; i < n; ++i) {
     const float d = g[i] * gs + wd * p[i];
@@ -67,9 +67,9 @@ void CpuBackend::scale_by_rnorm(float* x, int64_t n, const double* sum_squares, 
 }
 
 void CpuBackend::muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,
-                            double lr, double weight_decay, const double* grad_scale) {
+                            const float* factors, bool with_decay, const double* grad_scale) {
   if (!std::isfinite(*grad_scale)) return;
-  const float decay = static_cast<float>(1.0 - lr * weight_decay), step = static_cast<float>(lr);
+  const float decay = with_decay ? factors[0] : 1.0f, step = factors[1];
 #pragma omp parallel for schedule(static) if (rows * cols >= kParallelFrom)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)

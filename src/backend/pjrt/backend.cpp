@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "backend/pjrt/backend_impl.h"
 #include "core/error.h"
@@ -42,7 +43,8 @@ PjrtClientOptions client_options(const PjrtOptions& options) {
 // The client: on the plugin's devices, or (a compile target) on the CUDA plugin's topology of
 // the target's devices, as many on one host as the mesh names.
 PjrtClient make_client(const std::string& plugin_path, const PjrtOptions& options) {
-  if (!options.target) return PjrtClient(resolve_pjrt_plugin_path(plugin_path), client_options(options));
+  if (!options.target)
+    return PjrtClient(resolve_pjrt_plugin_path(plugin_path), client_options(options));
   const std::string cuda_plugin = resolve_cuda_plugin_path(plugin_path);
   // The plugin logs each deviceless compile at INFO level; a user who wants it sets the level.
   setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
@@ -60,6 +62,13 @@ PjrtClient make_client(const std::string& plugin_path, const PjrtOptions& option
   }
 }
 
+// LMTRAIN_PJRT_TRACE_EVERY_STEP=1 builds every training step's program from the model's calls
+// instead of replaying the step recorded (tests compare the two).
+bool trace_every_step() {
+  const char* v = std::getenv("LMTRAIN_PJRT_TRACE_EVERY_STEP");
+  return v && std::string(v) == "1";
+}
+
 }  // namespace
 
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
@@ -67,6 +76,8 @@ PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& opti
       target_(options.target),
       trace_(tensors_, client_, options.compile_only, options.sharding),
       programs_(client_, settings_for(client_, options), options.compile_only),
+      replays_(tensors_, programs_, client_),
+      replay_(!options.compile_only && !trace_every_step()),
       deterministic_(options.deterministic) {}
 
 DeviceInfo PjrtBackend::device() const {
@@ -101,6 +112,7 @@ std::optional<DeviceMemoryUse> PjrtBackend::device_memory() const {
 // ---- memory ----
 
 void PjrtBackend::to_host(void* host_dst, const void* src, size_t bytes) {
+  building("to_host");
   if (bytes == 0) return;
   int64_t lo = 0;
   PjrtAlloc* a = &tensors_.find(src, static_cast<int64_t>(bytes), &lo);
@@ -123,20 +135,34 @@ void PjrtBackend::to_host(void* host_dst, const void* src, size_t bytes) {
 }
 
 void PjrtBackend::describe(const void* p, const TensorDesc& t) {
+  building("describe");
   int64_t off = 0;
   if (tensors_.find(p, static_cast<int64_t>(t.bytes()), &off).in_program) flush();
   tensors_.describe(p, t);
 }
 
-void PjrtBackend::flush() {
-  if (!trace_.pending()) return;
+void PjrtBackend::flush(bool step_end) {
+  if (!trace_.pending()) {
+    if (step_end) replays_.ran({}, nullptr, false);  // a step of no program: nothing kept
+    return;
+  }
   PjrtAssembled p = trace_.assemble();
   if (p.outs.empty()) {  // nothing written: nothing to run
     trace_.reset();
+    replays_.ran(p, nullptr, false);
     return;
   }
   std::vector<PjrtBuffer> results = programs_.run(p);
+  replays_.ran(p, results.empty() ? nullptr : programs_.last(), step_end);
   trace_.done(p, std::move(results));
+}
+
+void PjrtBackend::record(int key) {
+  if (replay_) replays_.arm(key, trace_.pending());
+}
+
+bool PjrtBackend::replay(int key, const std::function<void()>& writes) {
+  return replay_ && !trace_.pending() && replays_.replay(key, writes);
 }
 
 std::vector<int64_t> PjrtBackend::shape_of(const void* p, DType t, int64_t n) {
@@ -242,14 +268,22 @@ void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
   accumulate_into(acc, DType::f64, b().reduce_sum(sq, all));
 }
 
-// Seed and stream are runtime arguments: the stream names the micro-batch, new every step.
-void PjrtBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
-                          uint64_t stream) {
+// The key is the device array the caller wrote (a new one every step); `stream` picks one mask
+// under it: xor'ed into its stream's words, as the CPU kernel does.
+void PjrtBackend::dropout(DType dt, void* out, const void* x, int64_t n, double p,
+                          const uint64_t* key, uint64_t stream) {
   if (n == 0) return;
-  const uint32_t words[4] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
-                             static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
-  const Value key = trace_.runtime(words, sizeof words, DType::i32, {4}, "dropout.key", true);
-  set(out, hlo::dropout(b(), view(x, dt, {n}), p, key));
+  Value k = view(key, DType::i32, {4});
+  if (stream != 0) {
+    const int32_t lo = static_cast<int32_t>(static_cast<uint32_t>(stream));
+    const int32_t hi = static_cast<int32_t>(static_cast<uint32_t>(stream >> 32));
+    const Value mix = b().concatenate(
+        {b().constant(0.0, DType::i32, {2}), b().constant(double(lo), DType::i32, {1}),
+         b().constant(double(hi), DType::i32, {1})},
+        0);
+    k = b().bit_xor(k, mix);
+  }
+  set(out, hlo::dropout(b(), view(x, dt, {n}), p, k));
 }
 
 void PjrtBackend::convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) {

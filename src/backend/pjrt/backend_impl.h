@@ -10,9 +10,11 @@
 #include "backend/pjrt/backend.h"
 #include "backend/pjrt/hlo/lowering.h"
 #include "backend/pjrt/programs.h"
+#include "backend/pjrt/replay.h"
 #include "backend/pjrt/runtime/client.h"
 #include "backend/pjrt/tensors.h"
 #include "backend/pjrt/trace.h"
+#include "core/error.h"
 
 namespace lmt {
 
@@ -29,27 +31,50 @@ class PjrtBackend final : public Backend {
   std::optional<DeviceMemoryUse> device_memory() const override;
 
   // ---- memory ----
-  void* alloc(size_t bytes) override { return tensors_.alloc(bytes); }
-  void free(void* p) override { trace_.release(p); }
+  void* alloc(size_t bytes) override {
+    building("alloc");
+    return tensors_.alloc(bytes);
+  }
+  void free(void* p) override {
+    building("free");
+    trace_.release(p);
+  }
   void to_host(void* host_dst, const void* src, size_t bytes) override;
   void from_host(void* dst, const void* host_src, size_t bytes) override {
-    trace_.from_host(dst, host_src, bytes);
+    if (!replays_.capture(dst, host_src, bytes)) trace_.from_host(dst, host_src, bytes);
   }
-  void copy(void* dst, const void* src, size_t bytes) override { trace_.copy(dst, src, bytes); }
-  void zero(void* p, size_t bytes) override { trace_.zero(p, bytes); }
-  void discard(void* p) override { trace_.discard(p); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    building("copy");
+    trace_.copy(dst, src, bytes);
+  }
+  void zero(void* p, size_t bytes) override {
+    building("zero");
+    trace_.zero(p, bytes);
+  }
+  void discard(void* p) override {
+    building("discard");
+    trace_.discard(p);
+  }
   void describe(const void* p, const TensorDesc& t) override;
   void keep(const MemoryRange& value, int64_t rows) override {
+    building("keep");
     trace_.keep(value, rows, PjrtTrace::Kept::residual);
   }
   void assemble(const MemoryRange& value, int64_t rows) override {
+    building("assemble");
     trace_.keep(value, rows, PjrtTrace::Kept::assembled);
   }
   bool fused_groups_whole() const override { return client_.mesh().axis_size("tensor") == 1; }
   void recompute_from(const std::vector<MemoryRange>& sources, const MemoryRange& after) override {
+    building("recompute_from");
     trace_.recompute_barrier(sources, after);
   }
-  void synchronize() override { flush(); }
+  void synchronize() override {
+    building("synchronize");
+    flush(true);
+  }
+  void record(int key) override;
+  bool replay(int key, const std::function<void()>& writes) override;
   // Not on XLA's CPU plugin: its programs run on the cores that would build the next one (a
   // step queued ahead measured 0.91x of one at a time there, GPT-2 B4 T64, 2-core VM).
   bool asynchronous() const override {
@@ -72,7 +97,7 @@ class PjrtBackend final : public Backend {
   void scale(DType dt, void* x, double s, int64_t n) override;
   void sum(DType dt, double* acc, const void* x, int64_t n) override;
   void sum_squares(DType dt, double* acc, const void* x, int64_t n) override;
-  void dropout(DType dt, void* out, const void* x, int64_t n, double p, uint64_t seed,
+  void dropout(DType dt, void* out, const void* x, int64_t n, double p, const uint64_t* key,
                uint64_t stream) override;
   void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) override;
 
@@ -128,28 +153,38 @@ class PjrtBackend final : public Backend {
 
   // ---- optimizer (backend_optim.cpp) ----
   void clip_scale(double* scale, const double* sum_squares, double max_norm) override;
-  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr, double beta1,
-                  double beta2, double eps, double weight_decay, int64_t step,
+  void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const float* factors,
+                  double beta1, double beta2, double eps, bool decay,
                   const double* grad_scale) override;
-  void lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                 double beta2, double weight_decay, const double* grad_scale) override;
-  void sgd_step(float* p, const float* g, float* buf, int64_t n, double lr, double momentum,
+  void lion_step(float* p, const float* g, float* m, int64_t n, const float* factors, double beta1,
+                 double beta2, bool decay, const double* grad_scale) override;
+  void sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr, double momentum,
                 bool nesterov, double weight_decay, const double* grad_scale) override;
   void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta, bool nesterov,
                      const double* grad_scale) override;
   void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) override;
-  void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols, double lr,
-                  double weight_decay, const double* grad_scale) override;
+  void muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,
+                  const float* factors, bool decay, const double* grad_scale) override;
   void copy_2d(float* dst, int64_t ldd, const float* src, int64_t lds, int64_t rows,
                int64_t cols) override;
 
   // Compiles (or finds) and runs the pending program; every part it wrote then holds its output
-  // on the device.
-  void flush();
+  // on the device. step_end: the caller's synchronize(), which ends a recorded step.
+  void flush(bool step_end = false);
 
  private:
-  StablehloBuilder& b() { return trace_.b(); }
+  // Every call but from_host builds on the pending program, which a replay's writes must not.
+  void building(const char* call) const {
+    LMT_CHECK(!replays_.capturing(),
+              std::string("PjrtBackend::replay: the step's writes made a call that builds (") +
+                  call + ")");
+  }
+  StablehloBuilder& b() {
+    building("a kernel");
+    return trace_.b();
+  }
   Value view(const void* p, DType t, Dims dims, Dims strides = {}) {
+    building("a kernel");
     return trace_.view(p, t, std::move(dims), std::move(strides));
   }
   void set(void* p, const Value& v, Dims strides = {}) { trace_.set(p, v, std::move(strides)); }
@@ -187,12 +222,17 @@ class PjrtBackend final : public Backend {
   void set_head_rows(void* p, const Value& v, int64_t row_stride);
   // clip_scale's device scalar as the f32 the optimizer steps multiply by.
   Value scale_f32(const double* grad_scale);
+  // An optimizer kernel's factor i, and its decay factor (the constant 1 without decay).
+  Value factor(const float* factors, int i);
+  Value decay_factor(const float* factors, bool decay);
 
   PjrtClient client_;
   std::optional<CompileTarget> target_;  // a deviceless compile's
   PjrtTensors tensors_;
   PjrtTrace trace_;
   PjrtPrograms programs_;
+  PjrtReplays replays_;
+  bool replay_;  // steps are replayed (unless LMTRAIN_PJRT_TRACE_EVERY_STEP=1)
   Value doc_;
   std::string attention_;  // ProgramReport::attention
   bool deterministic_;     // PjrtOptions::deterministic: no cuDNN attention (its backward is not)

@@ -212,7 +212,10 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
   if (a.N == 0) return;
   const bool grads = a.grad_scale != 0;
   Value scale;
-  if (grads) scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
+  if (grads && a.grad_scale_at)  // the step's scale as the caller wrote it: a replay's too
+    scale = down(view(a.grad_scale_at, DType::f64, {}), compute_type(dt));
+  else if (grads)
+    scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
   const hlo::HeadLossOut o =
       hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
                      view(labels, DType::i32, {a.N}), a, grads ? &scale : nullptr, dw != nullptr);

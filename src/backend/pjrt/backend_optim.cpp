@@ -1,9 +1,7 @@
-// The PJRT backend's optimizer steps (see backend_impl.h). The per-step constants are
-// runtime scalars formed as the CPU kernels form them, one argument per name and value however
-// many tensors read it; a weight decay of 0 makes its factor the constant 1, so the program is the
-// same at every step whatever the learning rate.
-#include <cmath>
-
+// The PJRT backend's optimizer steps (see backend_impl.h). The per-step numbers are the
+// optimizer's factors (backend.h), f32 device arrays it writes each step and the program reads:
+// formed on the host as the CPU kernels read them, so both backends step with the same f32
+// numbers, and a replayed step takes each step's.
 #include "backend/pjrt/backend_impl.h"
 
 namespace lmt {
@@ -16,56 +14,51 @@ HloValue PjrtBackend::scale_f32(const double* grad_scale) {
   return b().convert(view(grad_scale, DType::f64, {}), DType::f32);
 }
 
-namespace {
-
-// 1 - lr * wd: a runtime scalar, or the constant 1 without decay.
-HloValue decay_factor(PjrtTrace& trace, double lr, double weight_decay, const char* name) {
-  if (weight_decay == 0) return trace.b().constant(1.0, DType::f32);
-  return trace.runtime_scalar(1.0 - lr * weight_decay, DType::f32, name);
+// Factor i of a kernel's factors (backend.h: the optimizer writes them each step), an f32
+// scalar of the program; a step without decay multiplies by the constant 1 instead, so the
+// program is the same whatever the rates.
+HloValue PjrtBackend::factor(const float* factors, int i) {
+  return view(factors + i, DType::f32, {});
+}
+HloValue PjrtBackend::decay_factor(const float* factors, bool decay) {
+  return decay ? factor(factors, 0) : b().constant(1.0, DType::f32);
 }
 
-}  // namespace
-
-void PjrtBackend::adamw_step(float* p, const float* g, float* m, float* v, int64_t n, double lr,
-                             double beta1, double beta2, double eps, double weight_decay,
-                             int64_t step, const double* grad_scale) {
+void PjrtBackend::adamw_step(float* p, const float* g, float* m, float* v, int64_t n,
+                             const float* factors, double beta1, double beta2, double eps,
+                             bool decay, const double* grad_scale) {
   if (n == 0) return;
-  const double t = static_cast<double>(step);
-  const Value decay = decay_factor(trace_, lr, weight_decay, "adamw.decay");
-  const Value step_size =
-      runtime_scalar(lr / (1.0 - std::pow(beta1, t)), DType::f32, "adamw.step_size");
-  const Value bc2 =
-      runtime_scalar(1.0 / std::sqrt(1.0 - std::pow(beta2, t)), DType::f32, "adamw.inv_bc2_sqrt");
   const Dims d = shape_of(p, DType::f32, n);
   const hlo::AdamWOut o = hlo::adamw_step(
       b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d),
-      view(v, DType::f32, d), beta1, beta2, eps, decay, step_size, bc2, scale_f32(grad_scale));
+      view(v, DType::f32, d), beta1, beta2, eps, decay_factor(factors, decay), factor(factors, 1),
+      factor(factors, 2), scale_f32(grad_scale));
   set(p, o.p);
   set(m, o.m);
   set(v, o.v);
 }
 
-void PjrtBackend::lion_step(float* p, const float* g, float* m, int64_t n, double lr, double beta1,
-                            double beta2, double weight_decay, const double* grad_scale) {
+void PjrtBackend::lion_step(float* p, const float* g, float* m, int64_t n, const float* factors,
+                            double beta1, double beta2, bool decay, const double* grad_scale) {
   if (n == 0) return;
   const Dims d = shape_of(p, DType::f32, n);
-  const hlo::LionOut o = hlo::lion_step(
-      b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d), beta1,
-      beta2, decay_factor(trace_, lr, weight_decay, "lion.decay"),
-      runtime_scalar(lr, DType::f32, "lion.lr"), scale_f32(grad_scale));
+  const hlo::LionOut o =
+      hlo::lion_step(b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d),
+                     beta1, beta2, decay_factor(factors, decay), factor(factors, 1),
+                     scale_f32(grad_scale));
   set(p, o.p);
   set(m, o.m);
 }
 
-void PjrtBackend::sgd_step(float* p, const float* g, float* buf, int64_t n, double lr,
+void PjrtBackend::sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr,
                            double momentum, bool nesterov, double weight_decay,
                            const double* grad_scale) {
   if (n == 0) return;
   const Dims d = shape_of(p, DType::f32, n);
   const hlo::SgdOut o =
       hlo::sgd_step(b(), view(p, DType::f32, d), view(g, DType::f32, d),
-                    view(buf, DType::f32, d), momentum, nesterov, weight_decay,
-                    runtime_scalar(lr, DType::f32, "sgd.lr"), scale_f32(grad_scale));
+                    view(buf, DType::f32, d), momentum, nesterov, weight_decay, factor(lr, 0),
+                    scale_f32(grad_scale));
   set(p, o.p);
   set(buf, o.buf);
 }
@@ -86,12 +79,11 @@ void PjrtBackend::scale_by_rnorm(float* x, int64_t n, const double* sum_squares,
 }
 
 void PjrtBackend::muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,
-                             double lr, double weight_decay, const double* grad_scale) {
+                             const float* factors, bool decay, const double* grad_scale) {
   if (rows == 0 || cols == 0) return;
   const Value pi = hlo::muon_apply(b(), view(p, DType::f32, {rows, cols}, {ldp, 1}),
-                                   view(x, DType::f32, {rows, cols}),
-                                   decay_factor(trace_, lr, weight_decay, "muon.decay"),
-                                   runtime_scalar(lr, DType::f32, "muon.lr"), scale_f32(grad_scale));
+                                   view(x, DType::f32, {rows, cols}), decay_factor(factors, decay),
+                                   factor(factors, 1), scale_f32(grad_scale));
   set(p, pi, {ldp, 1});
 }
 

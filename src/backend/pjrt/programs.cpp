@@ -23,17 +23,17 @@ PjrtPrograms::Compiled& PjrtPrograms::compiled(const std::string& text) {
     if (!report_.largest_memory || need(*c.memory) > need(*report_.largest_memory))
       report_.largest_memory = c.memory;
   }
-  return programs_.emplace(text, std::move(c)).first->second;
+  auto [it, added] = programs_.emplace(text, std::move(c));
+  it->second.text = &it->first;
+  return it->second;
 }
 
 std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
   Compiled& c = compiled(p.text);
-  report_.last_chars = p.text.size();
-  report_.last_text = p.text;
-  report_.last_arguments = p.described_args;
-  report_.last_memory = c.memory;
-  report_.last_launches = c.exe.launches();
-  if (compile_only_) return {};
+  if (compile_only_) {
+    report(c, p.described_args);
+    return {};
+  }
   std::vector<PjrtBuffer> uploads;
   uploads.reserve(p.args.size());
   std::vector<PjrtBuffer*> args;
@@ -45,10 +45,31 @@ std::vector<PjrtBuffer> PjrtPrograms::run(PjrtAssembled& p) {
       args.push_back(&uploads.back());
     }
   }
+  return run(c, args, p.donate, p.out_shardings, p.described_args, false);
+}
+
+std::vector<PjrtBuffer> PjrtPrograms::run(Compiled& c, std::span<PjrtBuffer* const> args,
+                                          std::span<const int> donate,
+                                          std::span<const TensorSharding> out_shardings,
+                                          const std::vector<ProgramArgument>& arguments,
+                                          bool replayed) {
+  report(c, arguments);
   launched_ = std::chrono::steady_clock::now();
-  std::vector<PjrtBuffer> results = c.exe.execute(args, p.donate, p.out_shardings, &last_);
+  std::vector<PjrtBuffer> results = c.exe.execute(args, donate, out_shardings, &pending_);
   ++report_.run;
+  report_.replayed += replayed;
   return results;
+}
+
+// The report's last program: copied when it changes (a step's text is megabytes).
+void PjrtPrograms::report(Compiled& c, const std::vector<ProgramArgument>& arguments) {
+  if (last_ == &c) return;
+  last_ = &c;
+  report_.last_chars = c.text->size();
+  report_.last_text = *c.text;
+  report_.last_arguments = arguments;
+  report_.last_memory = c.memory;
+  report_.last_launches = c.exe.launches();
 }
 
 // LMTRAIN_PJRT_DUMP=DIR writes each program compiled to DIR/program_N.mlir (for reading, or for

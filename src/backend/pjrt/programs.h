@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -19,6 +20,13 @@ namespace lmt {
 
 class PjrtPrograms {
  public:
+  // A compiled program: its executable, XLA's memory plan, and its text (the cache's key).
+  struct Compiled {
+    PjrtExecutable exe;
+    std::optional<ProgramMemory> memory;
+    const std::string* text = nullptr;
+  };
+
   PjrtPrograms(const PjrtClient& client, const CompileSettings& settings, bool compile_only)
       : client_(client), settings_(settings), compile_only_(compile_only) {}
 
@@ -27,6 +35,14 @@ class PjrtPrograms {
   // run is waited for once this one is queued, so the host builds the next program while the
   // device runs this one, and an error of a run surfaces at the latest with the next.
   std::vector<PjrtBuffer> run(PjrtAssembled& p);
+  // The program the last run() ran (stays valid: programs are kept for the process).
+  Compiled* last() const { return last_; }
+  // Runs a program compiled before on device arrays (a replay: replay.h), as run() does;
+  // `arguments` names them for the report.
+  std::vector<PjrtBuffer> run(Compiled& c, std::span<PjrtBuffer* const> args,
+                              std::span<const int> donate,
+                              std::span<const TensorSharding> out_shardings,
+                              const std::vector<ProgramArgument>& arguments, bool replayed);
 
   // Compiles, runs and the last program (ProgramReport::attention is the backend's to fill).
   const ProgramReport& report() const { return report_; }
@@ -35,11 +51,8 @@ class PjrtPrograms {
   std::optional<std::chrono::steady_clock::time_point> last_launch() const { return launched_; }
 
  private:
-  struct Compiled {
-    PjrtExecutable exe;
-    std::optional<ProgramMemory> memory;
-  };
   Compiled& compiled(const std::string& text);
+  void report(Compiled& c, const std::vector<ProgramArgument>& arguments);
   void dump(const std::string& text) const;
 
   const PjrtClient& client_;
@@ -47,8 +60,9 @@ class PjrtPrograms {
   bool compile_only_;
   std::unordered_map<std::string, Compiled> programs_;
   ProgramReport report_;
+  Compiled* last_ = nullptr;  // the program of the newest run
   std::optional<std::chrono::steady_clock::time_point> launched_;
-  PjrtPendingRun last_;  // the newest run, not waited for (destroyed first: waited for)
+  PjrtPendingRun pending_;  // the newest run, not waited for (destroyed first: waited for)
 };
 
 }  // namespace lmt

@@ -80,6 +80,52 @@ size_t PjrtTensors::part_at(const PjrtAlloc& a, int64_t offset) {
   return static_cast<size_t>(it - a.parts.begin() - 1);
 }
 
+namespace {
+
+PjrtLayout::Part layout_of(const PjrtPart& p) {
+  const bool dev = p.dev.valid();
+  return {p.begin, p.end, p.name, p.dtype, p.dims, dev, dev ? p.dev.sharding() : TensorSharding{}};
+}
+
+// Whether the device holds a described tensor (and how it splits it: as the plan says, either
+// way) builds the same program: a read of it is its argument in its type and shape, uploaded
+// first where the host holds it. An undescribed range's type and shape follow its history, and
+// where the device holds it, its array's.
+bool same(const PjrtLayout::Part& l, const PjrtPart& p) {
+  if (l.begin != p.begin || l.end != p.end || l.dtype != p.dtype || l.dims != p.dims ||
+      l.name != p.name)
+    return false;
+  const bool dev = p.dev.valid();
+  return p.described() ||
+         (l.on_device == dev && (dev ? l.sharding == p.dev.sharding() : l.sharding.empty()));
+}
+
+}  // namespace
+
+PjrtLayout PjrtTensors::layout() const {
+  PjrtLayout l;
+  l.allocs.reserve(allocs_.size());
+  for (const auto& [at, a] : allocs_) {
+    PjrtLayout::Alloc x{at, a.bytes, {}};
+    x.parts.reserve(a.parts.size());
+    for (const PjrtPart& p : a.parts) x.parts.push_back(layout_of(p));
+    l.allocs.push_back(std::move(x));
+  }
+  return l;
+}
+
+bool PjrtTensors::has_layout(const PjrtLayout& l) const {
+  if (l.allocs.size() != allocs_.size()) return false;
+  auto it = l.allocs.begin();
+  for (const auto& [at, a] : allocs_) {
+    const PjrtLayout::Alloc& x = *it++;
+    if (x.at != at || x.bytes != a.bytes || x.parts.size() != a.parts.size()) return false;
+    for (size_t i = 0; i < a.parts.size(); ++i)
+      if (!same(x.parts[i], a.parts[i])) return false;
+  }
+  return true;
+}
+
 void PjrtTensors::describe(const void* p, const TensorDesc& t) {
   int64_t lo = 0;
   const int64_t n = static_cast<int64_t>(t.bytes());
@@ -126,6 +172,20 @@ void PjrtTensors::to_host(PjrtPart& part) {
   part.host.assign(static_cast<size_t>(part.bytes()), 0);
   LMT_CHECK(part.dev.byte_size() == part.host.size(), "PjrtTensors: a device array of the wrong size");
   part.dev.to_host(part.host.data(), part.host.size());
+  part.host_valid = true;
+}
+
+void PjrtTensors::hold(PjrtPart& part, PjrtBuffer b) {
+  part.host = {};
+  part.dev = std::move(b);
+  part.dtype = part.dev.dtype();
+  part.dims = part.dev.dims();
+  part.host_valid = false;
+}
+
+void PjrtTensors::drop(PjrtPart& part) {
+  part.dev = PjrtBuffer();
+  part.host = {};
   part.host_valid = true;
 }
 

@@ -58,6 +58,26 @@ struct PjrtAlloc {
   std::map<int64_t, PjrtSegment> segments;  // by begin; disjoint
 };
 
+// What a program built over the tensors depends on of them: every allocation (address, size)
+// and its parts (bytes, name, type, shape, whether the device holds them and how they are split).
+// Two moments with the same layout see the same calls build the same program (replay.h).
+struct PjrtLayout {
+  struct Part {
+    int64_t begin = 0, end = 0;
+    std::string name;
+    DType dtype = DType::u8;
+    std::vector<int64_t> dims;
+    bool on_device = false;
+    TensorSharding sharding;
+  };
+  struct Alloc {
+    uintptr_t at = 0;
+    int64_t bytes = 0;
+    std::vector<Part> parts;
+  };
+  std::vector<Alloc> allocs;
+};
+
 class PjrtTensors {
  public:
   // Where allocations live: far above anything a 64-bit process maps, so a PJRT address is never
@@ -80,11 +100,18 @@ class PjrtTensors {
   // Index of the part holding byte `offset` of a.
   static size_t part_at(const PjrtAlloc& a, int64_t offset);
 
+  PjrtLayout layout() const;
+  bool has_layout(const PjrtLayout& l) const;  // compared in place, nothing copied
+
   // Host copies: brings a part's contents to the host (if only the device holds them).
   static void to_host(PjrtPart& part);
   // Patches bytes [lo, hi) of a part (offsets within the allocation) on the host; the device
   // array, if any, is out of date and dropped.
   static void patch_host(PjrtPart& part, int64_t lo, const uint8_t* src, int64_t n);
+  // A part's contents are the device array b from now on (a program's output).
+  static void hold(PjrtPart& part, PjrtBuffer b);
+  // A part's contents are dead (discarded scratch after its program): its arrays are dropped.
+  static void drop(PjrtPart& part);
 
  private:
   std::map<uintptr_t, PjrtAlloc> allocs_;

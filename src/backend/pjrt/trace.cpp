@@ -86,16 +86,21 @@ void PjrtTrace::from_host(void* dst, const void* src, size_t bytes) {
   for (size_t i = PjrtTensors::part_at(a, lo); i < a.parts.size() && a.parts[i].begin < hi; ++i)
     on_device |= a.parts[i].dev.valid();
   const auto* s = static_cast<const uint8_t*>(src);
-  if (builder_ || on_device) {  // the data becomes an argument of the program
+  const bool started = builder_ != nullptr;
+  if (started || on_device) {  // the data becomes an argument of the program
     const PjrtPart& p = a.parts[PjrtTensors::part_at(a, lo)];
+    const auto w = PjrtArgSource::write;
     if (p.described() && p.begin == lo && p.end == hi) {
-      const Value v = runtime(s, bytes, p.dtype, p.dims, p.name, false);
+      const Value v = runtime(s, bytes, p.dtype, p.dims, p.name, false, w);
       write_bytes(a, lo, hi, b().reshape(v, {numel(p.dims)}));
     } else {
-      write_bytes(a, lo, hi, runtime(s, bytes, DType::u8, {hi - lo}, "bytes", false));
+      write_bytes(a, lo, hi, runtime(s, bytes, DType::u8, {hi - lo}, "bytes", false, w));
     }
+    early_write_ |= !started;  // an argument because the device held it: not a replay's
+    writes_.push_back({dst, bytes});
     return;
   }
+  early_write_ = true;
   for (size_t i = PjrtTensors::part_at(a, lo); i < a.parts.size() && a.parts[i].begin < hi; ++i) {
     PjrtPart& p = a.parts[i];
     const int64_t p0 = std::max(lo, p.begin), p1 = std::min(hi, p.end);
@@ -174,7 +179,7 @@ void PjrtTrace::keep(const MemoryRange& value, int64_t rows, Kept kind) {
   if (!cpu && kind == Kept::assembled) {
     v = b().optimization_barrier({v})[0];
   } else if (cpu && kind == Kept::residual) {
-    const Value one = runtime_scalar(1.0, DType::f32, "keep.one");
+    const Value one = runtime_scalar(1.0, DType::f32, "keep.one", PjrtArgSource::constant);
     const std::vector<Value> out = b().while_loop(
         {b().constant(0.0, DType::i32), v},
         [&](StablehloBuilder& lb, const std::vector<Value>& x) {
@@ -264,7 +269,7 @@ const HloValue& PjrtTrace::input(PjrtAlloc& a, size_t i, DType hint) {
 }
 
 HloValue PjrtTrace::runtime(const void* data, size_t bytes, DType dt, Dims dims,
-                            const std::string& name, bool shared) {
+                            const std::string& name, bool shared, PjrtArgSource source) {
   const auto* p = static_cast<const uint8_t*>(data);
   if (shared) {
     auto [from, to] = shared_.equal_range(name);
@@ -281,6 +286,8 @@ HloValue PjrtTrace::runtime(const void* data, size_t bytes, DType dt, Dims dims,
   arg.dims = dims;
   arg.name = name;
   arg.sharding = sharding_of(name, dims);
+  arg.source = source;
+  if (source == PjrtArgSource::write) arg.write = static_cast<int>(writes_.size());  // from_host's
   arg.param = b().param(dt, std::move(dims));
   b().shard_param(arg.param, arg.sharding);
   if (shared) shared_.emplace(name, args_.size());
@@ -288,11 +295,12 @@ HloValue PjrtTrace::runtime(const void* data, size_t bytes, DType dt, Dims dims,
   return args_.back().param;
 }
 
-HloValue PjrtTrace::runtime_scalar(double v, DType dt, const std::string& name) {
-  if (dt == DType::f64) return runtime(&v, sizeof v, dt, {}, name, true);
+HloValue PjrtTrace::runtime_scalar(double v, DType dt, const std::string& name,
+                                   PjrtArgSource source) {
+  if (dt == DType::f64) return runtime(&v, sizeof v, dt, {}, name, true, source);
   LMT_CHECK(dt == DType::f32, "PjrtBackend: runtime scalars are f32 or f64");
   const float f = static_cast<float>(v);
-  return runtime(&f, sizeof f, dt, {}, name, true);
+  return runtime(&f, sizeof f, dt, {}, name, true, source);
 }
 
 // ---- byte ranges ----

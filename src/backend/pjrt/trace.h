@@ -29,6 +29,13 @@ namespace lmt {
 
 class PjrtClient;
 
+// Where an argument's value comes from: a part's contents at the program's start (a freed part's
+// when its allocation was released while the program was pending), the host data of the
+// program's n-th from_host, a constant of the program (Backend::keep's one), or a number a kernel
+// computed on the host (a value of this step only). A replay (replay.h) supplies the first three
+// anew; a program with the last cannot be replayed.
+enum class PjrtArgSource { part, freed, write, constant, value };
+
 // A program ready to run: its text, its arguments (device arrays or host data to upload), which
 // arguments it may consume, and where each output goes.
 struct PjrtAssembled {
@@ -39,6 +46,10 @@ struct PjrtAssembled {
     DType dtype = DType::u8;
     std::vector<int64_t> dims;
     TensorSharding sharding;  // how host data is split over the mesh when uploaded
+    PjrtArgSource source = PjrtArgSource::part;
+    uintptr_t alloc = 0;  // source part: the allocation and its part
+    size_t part = 0;
+    int write = -1;  // source write: which of `writes`
   };
   std::vector<Arg> args;
   std::vector<int> donate;
@@ -49,6 +60,16 @@ struct PjrtAssembled {
   std::vector<Out> outs;
   std::vector<TensorSharding> out_shardings;  // outs[i]'s, as the module's results carry them
   std::vector<ProgramArgument> described_args;  // the arguments' names and types
+  // The program's from_host calls, in order (where to, how many bytes), and whether one before
+  // it depended on where the device held its destination (no program was pending: it patched
+  // host copies, or started the program).
+  struct Write {
+    const void* at = nullptr;
+    size_t bytes = 0;
+  };
+  std::vector<Write> writes;
+  bool early_write = false;
+  std::vector<uintptr_t> dead;  // allocations discarded and not written since: arrays dropped
 };
 
 // The sharding plan: how a named tensor (a described part, or host data under that name) of the
@@ -111,9 +132,12 @@ class PjrtTrace {
   // `shared`: equal data under this name earlier in the program is the same argument (for values
   // whose equality is a property of the program, never of the data: a step's learning rate read by
   // every parameter's update, a dropout mask's key read again by a recomputation).
+  // `source`: value (a number of this step a kernel computed) or constant (the same in every
+  // program that has it); from_host's own data are writes.
   Value runtime(const void* data, size_t bytes, DType dt, Dims dims, const std::string& name,
-                bool shared);
-  Value runtime_scalar(double v, DType dt, const std::string& name);  // f32 or f64; shared
+                bool shared, PjrtArgSource source = PjrtArgSource::value);
+  Value runtime_scalar(double v, DType dt, const std::string& name,  // f32 or f64; shared
+                       PjrtArgSource source = PjrtArgSource::value);
 
   // ---- the end of the program ----
   // The program as it stands, with its outputs chosen and donations marked; the trace stays
@@ -136,6 +160,8 @@ class PjrtTrace {
     std::string name;
     Value param;
     TensorSharding sharding;
+    PjrtArgSource source = PjrtArgSource::part;
+    int write = -1;
   };
 
   // A part's sharding: the plan's for a described tensor, whole for anything else. A part's
@@ -180,6 +206,8 @@ class PjrtTrace {
   std::vector<Arg> args_;
   std::vector<PjrtBuffer> keep_;
   std::unordered_multimap<std::string, size_t> shared_;  // name -> index in args_
+  std::vector<PjrtAssembled::Write> writes_;  // the pending program's from_host calls
+  bool early_write_ = false;  // a from_host before the pending program started (early_write)
 };
 
 }  // namespace lmt

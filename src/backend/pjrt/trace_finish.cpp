@@ -65,6 +65,10 @@ PjrtAssembled PjrtTrace::assemble() {
     x.dtype = arg.dtype;
     x.dims = arg.dims;
     x.sharding = arg.sharding;
+    x.source = arg.kept >= 0 ? PjrtArgSource::freed : arg.source;
+    x.alloc = arg.alloc;
+    x.part = arg.part;
+    x.write = arg.write;
     if (arg.kept >= 0)
       x.dev = &keep_[static_cast<size_t>(arg.kept)];
     else if (arg.alloc)
@@ -74,6 +78,10 @@ PjrtAssembled PjrtTrace::assemble() {
     out.args.push_back(x);
     out.described_args.push_back({arg.name, arg.dtype, arg.dims});
   }
+  out.writes = writes_;
+  out.early_write = early_write_;
+  for (uintptr_t at : touched_)
+    if (const PjrtAlloc* a = tensors_.at(at); a && a->dead) out.dead.push_back(at);
   return out;
 }
 
@@ -82,16 +90,10 @@ void PjrtTrace::done(const PjrtAssembled& p, std::vector<PjrtBuffer> results) {
             "PjrtBackend: a program returned the wrong number of outputs");
   for (size_t i = 0; i < p.outs.size(); ++i) {
     PjrtPart& part = tensors_.at(p.outs[i].alloc)->parts[p.outs[i].part];
-    part.host = {};
-    if (results.empty()) {  // compiled only: the values are unspecified (zeros)
-      part.dev = PjrtBuffer();
-      part.host_valid = true;
-      continue;
-    }
-    part.dev = std::move(results[i]);
-    part.dtype = part.dev.dtype();
-    part.dims = part.dev.dims();
-    part.host_valid = false;
+    if (results.empty())  // compiled only: the values are unspecified (zeros)
+      PjrtTensors::drop(part);
+    else
+      PjrtTensors::hold(part, std::move(results[i]));
   }
   reset();
 }
@@ -102,10 +104,7 @@ void PjrtTrace::reset() {
     if (!a) continue;
     for (PjrtPart& part : a->parts) {
       part.input = -1;
-      if (!a->dead) continue;
-      part.dev = PjrtBuffer();
-      part.host = {};
-      part.host_valid = true;
+      if (a->dead) PjrtTensors::drop(part);
     }
     a->in_program = a->written = a->dead = false;
     a->segments.clear();
@@ -114,6 +113,8 @@ void PjrtTrace::reset() {
   args_.clear();
   keep_.clear();
   shared_.clear();
+  writes_.clear();
+  early_write_ = false;
   builder_.reset();
 }
 
