@@ -522,6 +522,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     t.reset();  // a step's time is its own: not the log's, evaluation's or checkpoint's
   }
   result.steps = step;
+  result.replayed = built.backend->device().programs.replayed;
   auto stopped = [&] {
     result.interrupted = true;
     result.signal = signals.received();

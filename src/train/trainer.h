@@ -21,6 +21,7 @@ struct TrainResult {
   std::string last_checkpoint;
   bool interrupted = false;  // stopped by a signal or by stop_after
   int signal = 0;            // the stop signal (SIGINT, SIGTERM, SIGHUP); 0: none
+  int64_t replayed = 0;      // steps the backend ran from a recorded program (Backend::replay)
 };
 
 // stop_after > 0 ends the run early, with a checkpoint, once that many optimizer steps are done

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -153,6 +155,60 @@ TEST_F(PjrtTraining, QueuedStepsTrainTheRunOfStepsOneAtATime) {
     for (int64_t step : evaluated) EXPECT_EQ(got.val.at(step), want.val.at(step)) << step;
     for (const char* ckpt : {"step_0000003", "step_0000006", "step_0000007"})
       EXPECT_TRUE(fs::exists(dir_ / run / "checkpoints" / ckpt / "model.safetensors")) << ckpt;
+  }
+}
+
+// A step replayed from its recorded program (Backend::replay: the step's writes from the host and
+// the program the backend built for it before) trains what building every step's program from
+// the model's calls trains, bit for bit: the losses, the evaluations and the checkpoint's adapters
+// and moments, over packed documents (document masks, positions restarting), LoRA dropout (a new
+// key every micro-batch), two micro-batches a step, evaluations between steps and a resume from a
+// checkpoint (on a new backend, as in a new process).
+TEST_F(PjrtTraining, ReplayedStepsTrainTheTracedStepsBitForBit) {
+  const std::vector<std::string> sets = {
+      "model.hidden_size=32",        "model.intermediate_size=64",
+      "model.num_hidden_layers=2",   "model.num_attention_heads=2",
+      "model.num_key_value_heads=1", "train.micro_batch_size=4",
+      "train.grad_accum_steps=2",    "train.document_masking=true",
+      "lora.rank=4",                 "lora.dropout=0.1",
+      "train.warmup_steps=2",        "train.backend=pjrt",
+      "train.max_steps=9",           "train.eval_every=4",
+      "train.eval_steps=2",          "train.save_every=3",
+      "train.keep_last=5"};
+  TrainResult traced;
+  {
+    test::ScopedEnv every("LMTRAIN_PJRT_TRACE_EVERY_STEP", "1");
+    traced = train(demo("traced", sets), false);
+  }
+  EXPECT_EQ(traced.replayed, 0);
+  const TrainResult replayed = train(demo("replayed", sets), false);
+  // 9 steps: the first of each report slot and the first after the warm-up traced, then an
+  // evaluation's programs between steps 4 and 5 and 8 and 9.
+  EXPECT_GE(replayed.replayed, 4) << "steps replayed of 9";
+  train(demo("resumed", sets), false, /*stop_after=*/3);
+  const TrainResult resumed = train(demo("resumed", sets), true);
+  EXPECT_EQ(resumed.first_step, 3);
+  EXPECT_GE(resumed.replayed, 2) << "steps replayed of 6";
+  std::printf("steps replayed: %ld of 9, %ld of the resumed 6\n",
+              static_cast<long>(replayed.replayed), static_cast<long>(resumed.replayed));
+  auto bytes = [](const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const test::RunLosses want = test::read_losses(dir_ / "traced");
+  ASSERT_EQ(want.train.size(), 9u);
+  ASSERT_EQ(want.val.size(), 3u);  // after steps 4 and 8, and at the end
+  for (const std::string run : {"replayed", "resumed"}) {
+    SCOPED_TRACE(run);
+    const test::RunLosses got = test::read_losses(dir_ / run);
+    EXPECT_EQ(got.train, want.train);  // ==: every bit
+    EXPECT_EQ(got.val, want.val);
+    for (const char* file : {"adapter_model.safetensors", "optimizer.safetensors"}) {
+      const fs::path ckpt = fs::path("checkpoints") / "step_0000009" / file;
+      const std::string a = bytes(dir_ / run / ckpt), b = bytes(dir_ / "traced" / ckpt);
+      EXPECT_FALSE(b.empty()) << ckpt;
+      EXPECT_TRUE(a == b) << ckpt << " differs";
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/pjrt/runtime/client.h"
 #include "core/error.h"
 
 namespace lmt {
@@ -173,6 +174,16 @@ void PjrtTensors::to_host(PjrtPart& part) {
   LMT_CHECK(part.dev.byte_size() == part.host.size(), "PjrtTensors: a device array of the wrong size");
   part.dev.to_host(part.host.data(), part.host.size());
   part.host_valid = true;
+}
+
+void PjrtTensors::upload(PjrtPart& part, const PjrtClient& client,
+                         const TensorSharding& sharding) {
+  std::vector<uint8_t> zeros;
+  if (part.host.empty()) zeros.assign(static_cast<size_t>(part.bytes()), 0);
+  part.dev = client.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype,
+                              part.dims, sharding);
+  part.host = {};
+  part.host_valid = false;  // the device holds it now
 }
 
 void PjrtTensors::hold(PjrtPart& part, PjrtBuffer b) {

@@ -108,6 +108,9 @@ class PjrtTensors {
   // Patches bytes [lo, hi) of a part (offsets within the allocation) on the host; the device
   // array, if any, is out of date and dropped.
   static void patch_host(PjrtPart& part, int64_t lo, const uint8_t* src, int64_t n);
+  // The host's copy of a part (zeros where it holds none) to the device, in the part's type and
+  // shape, split as `sharding` says; the device holds it from now on.
+  static void upload(PjrtPart& part, const PjrtClient& client, const TensorSharding& sharding);
   // A part's contents are the device array b from now on (a program's output).
   static void hold(PjrtPart& part, PjrtBuffer b);
   // A part's contents are dead (discarded scratch after its program): its arrays are dropped.

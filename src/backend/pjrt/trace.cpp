@@ -237,12 +237,7 @@ void PjrtTrace::upload(PjrtPart& part, DType hint) {
     part.dims = {part.bytes() / size_of(t)};
   }
   if (compile_only_) return;  // the program is not run: nothing to upload
-  std::vector<uint8_t> zeros;
-  if (part.host.empty()) zeros.assign(static_cast<size_t>(part.bytes()), 0);
-  part.dev = client_.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype,
-                               part.dims, sharding_of(part.name, part.dims));
-  part.host = {};
-  part.host_valid = false;  // the device holds it now
+  PjrtTensors::upload(part, client_, sharding_of(part.name, part.dims));
 }
 
 // The contents of part i at the program's start, as an argument (uploaded to the device first if
