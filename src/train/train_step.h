@@ -10,6 +10,10 @@
 // into a slot of their own, so the next step can be queued before they are
 // read. On pjrt the host then builds step s + 1 while the device runs step s, as JAX's
 // asynchronous dispatch does; on the CPU backend launch runs the step and report only reads.
+// Once the backend has built a step of a report slot, later steps of that slot are replayed
+// (Backend::replay): launch makes only the step's writes from the host (the batches, the gradient
+// scale, the dropout keys, the optimizer's factors) and the backend runs the program it built,
+// where that is exactly what building the step would give.
 #pragma once
 
 #include <cstdint>

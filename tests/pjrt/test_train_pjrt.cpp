@@ -124,9 +124,9 @@ TEST_F(PjrtTraining, ResumesAcrossBackends) {
 // Steps queued one ahead, as on a GPU (the test plugin naming platform "cuda" and an H100, running
 // XLA:CPU's programs), train exactly the run whose steps are taken one at a time (an evaluation
 // after every step leaves nothing to queue): the same losses, the same evaluations after the
-// steps they fall on, and checkpoints of those steps. (A resume on this platform is left out: the
-// first run resumed in a process left the uninterrupted one at step 5, queued or not; see
-// docs/status.md.)
+// steps they fall on, and checkpoints of those steps; and a run resumed from its step-3 checkpoint
+// (twice in one process: docs/status.md once recorded the first such resume leaving the run) does
+// too. The queued steps are replayed (Backend::replay) from the fourth on.
 TEST_F(PjrtTraining, QueuedStepsTrainTheRunOfStepsOneAtATime) {
   const std::vector<std::string> small = {
       "model.hidden_size=32",        "model.intermediate_size=64",
@@ -143,10 +143,14 @@ TEST_F(PjrtTraining, QueuedStepsTrainTheRunOfStepsOneAtATime) {
   test::ScopedEnv kind("LMT_TEST_PLUGIN_DEVICE_KIND", "NVIDIA H100 80GB HBM3");
   train(demo("one_at_a_time", with({"train.eval_every=1", "train.save_every=0"})), false);
   const std::vector<std::string> queued = {"train.eval_every=2", "train.save_every=3"};
-  train(demo("queued", with(queued)), false);
+  EXPECT_GE(train(demo("queued", with(queued)), false).replayed, 2);
+  for (const std::string run : {"resumed", "resumed_again"}) {
+    train(demo(run, with(queued)), false, /*stop_after=*/3);
+    EXPECT_EQ(train(demo(run, with(queued)), true).first_step, 3);
+  }
   const test::RunLosses want = test::read_losses(dir_ / "one_at_a_time");
   ASSERT_EQ(want.train.size(), 7u);
-  for (const std::string run : {"queued"}) {
+  for (const std::string run : {"queued", "resumed", "resumed_again"}) {
     SCOPED_TRACE(run);
     const test::RunLosses got = test::read_losses(dir_ / run);
     EXPECT_EQ(got.train, want.train);  // the same programs on the same data: the same bits

@@ -11,9 +11,10 @@
 // batch array) is its own typed device array and its own argument and output of the programs,
 // donated from one step to the next; activations are the program's own values.
 //
-// Values that change every step and would otherwise be constants of the program are runtime
-// arguments instead, so one compiled step serves every step: the optimizer's learning rate and
-// bias corrections, cross-entropy's gradient scale, dropout's seed and stream.
+// Values that change every step and would otherwise be constants of the program are tensors the
+// host writes instead (the batch, the gradient scale, dropout's key, the optimizer's factors), so
+// one compiled step serves every step, and a step built once is replayed with each step's writes
+// (Backend::record and replay: replay.h). LMTRAIN_PJRT_TRACE_EVERY_STEP=1 builds every step.
 #pragma once
 
 #include <memory>
