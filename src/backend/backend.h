@@ -236,8 +236,8 @@ class Backend {
   // (the caller writes it once per step, so that a replayed step takes each step's; stream picks
   // one mask of several under it). The mask is a pure function of (seed, stream, i): backward
   // applies the same call to the gradient. out may be x.
-  virtual void dropout(DType dt, void* out, const void* x, int64_t n, double p,
-                       const uint64_t* key, uint64_t stream) = 0;
+  virtual void dropout(DType dt, void* out, const void* x, int64_t n, double p, const uint64_t* key,
+                       uint64_t stream) = 0;
   // Converts n elements between floating dtypes (f32, f64, bf16, f16).
   virtual void convert(DType dst_dt, void* dst, DType src_dt, const void* src, int64_t n) = 0;
 

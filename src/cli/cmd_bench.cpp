@@ -47,9 +47,10 @@ Run add_bench(CLI::App& app) {
     if (j.contains("host_ms") && j["host_ms"].is_number()) {
       fmt::print(stderr,
                  "host time per step: median {:.3f} ms, mean {:.3f} ms (from a step's start to its "
-                 "launch; {} of {} steps replayed)\n",
+                 "launch; {} of the {} timed steps replayed, after {} warm-up steps)\n",
                  j["host_ms_median"].get<double>(), j["host_ms"].get<double>(),
-                 j.at("steps_replayed").get<int64_t>(), o->steps + 1);
+                 j.at("steps_replayed").get<int64_t>(), o->steps,
+                 j.at("warmup_steps").get<int64_t>());
     }
     return 0;
   };

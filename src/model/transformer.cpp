@@ -342,8 +342,8 @@ int64_t Transformer::forward_backward(const int32_t* ids, const int32_t* labels,
   return tokens;
 }
 
-int64_t Transformer::write_inputs(const int32_t* ids, const int32_t* labels, int64_t B,
-                                  int64_t T, double grad_scale, const Packing* packing) {
+int64_t Transformer::write_inputs(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                                  double grad_scale, const Packing* packing) {
   LMT_CHECK(grad_scale != 0.0, "forward_backward needs a non-zero grad_scale");
   upload_batch(ids, labels, B, T, packing);
   auto device = [&](Buffer& b, const char* name, DType dt, std::vector<int64_t> shape) {

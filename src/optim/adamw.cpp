@@ -63,8 +63,8 @@ void adamw_spans(Backend* be, const std::vector<Span>& spans, float* params, con
                  float* m, float* v, const float* factors, double beta1, double beta2, double eps,
                  double weight_decay, const double* grad_scale) {
   for (const Span& s : spans)
-    be->adamw_step(params + s.param, grads + s.param, m + s.state, v + s.state, s.n, factors,
-                   beta1, beta2, eps, s.decay && weight_decay != 0, grad_scale);
+    be->adamw_step(params + s.param, grads + s.param, m + s.state, v + s.state, s.n, factors, beta1,
+                   beta2, eps, s.decay && weight_decay != 0, grad_scale);
 }
 
 std::vector<float> AdamW::factors_of(double lr) const {

@@ -58,12 +58,9 @@ nlohmann::json device_fit(const DeviceInfo& d, const ProgramMemory& m) {
 // peak; for a compile target, whether the step fits and the kernels it launches.
 nlohmann::json program_report(const DeviceInfo& d) {
   const ProgramReport& p = d.programs;
-  nlohmann::json j = {{"platform", d.platform},
-                      {"device_kind", d.kind},
-                      {"attention", p.attention},
-                      {"programs_compiled", p.compiled},
-                      {"programs_run", p.run},
-                      {"compile_seconds", p.compile_seconds},
+  nlohmann::json j = {{"platform", d.platform},       {"device_kind", d.kind},
+                      {"attention", p.attention},     {"programs_compiled", p.compiled},
+                      {"programs_run", p.run},        {"compile_seconds", p.compile_seconds},
                       {"program_chars", p.last_chars}};
   j["step_memory"] = p.last_memory ? program_memory(*p.last_memory) : nlohmann::json("n/a");
   j["device_peak_bytes"] = d.peak_bytes ? nlohmann::json(*d.peak_bytes) : nlohmann::json("n/a");
@@ -92,6 +89,7 @@ struct Timing {
   // The host's part of a timed step (StepReport::host_seconds): mean and median; none where the
   // backend computes in its calls.
   std::optional<double> host_mean_s, host_median_s;
+  int64_t warmup = 1, replayed = 0;  // steps before the timed ones; timed steps replayed
 };
 
 double median(std::vector<double> x) {
@@ -120,24 +118,33 @@ std::vector<Batch> random_micro_batches(const RunConfig& cfg) {
   return batches;
 }
 
-// One warm-up step, then `steps` timed ones, each the trainer's step (TrainStep), queued one
-// ahead as training queues them (the host builds step s + 1 while the device runs step s); a
-// step's time is from the previous step's report to its own.
+// Warm-up steps, then `steps` timed ones, each the trainer's step (TrainStep), queued one ahead as
+// training queues them (the host builds step s + 1 while the device runs step s); a step's time
+// is from the previous step's report to its own. The warm-up is the first step, and on a backend
+// that replays a step it built before (Backend::replay) the steps it builds until one is replayed
+// (three on pjrt: the first of each report slot and the first after the warm-up; at most
+// kMaxWarmup), as a run's first steps are.
 Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int64_t steps) {
   const std::vector<Batch> batches = random_micro_batches(cfg);
   size_t next_batch = 0;
   auto next = [&]() -> const Batch& { return batches[next_batch++ % batches.size()]; };
   Timing t;
   Timer first;
-  train_step.run(0, next);  // warm-up: plans the arena, touches every page (and compiles, on pjrt)
+  // Warm-up: plans the arena, touches every page (and compiles, on pjrt).
+  StepReport r = train_step.run(0, next);
   t.first_s = first.seconds();
+  constexpr int64_t kMaxWarmup = 4;
+  while (steps > 0 && r.host_seconds && !r.replayed && t.warmup < kMaxWarmup)
+    r = train_step.run(t.warmup++, next);
   be.reset_gemm_seconds();
   std::vector<double> times, host;
   Timer all, one;
-  for (int64_t s = 1; s <= steps; ++s) {
-    const StepReport r = train_step.advance(s, next, [&](int64_t n) { return n <= steps; });
+  const int64_t end = t.warmup + steps;
+  for (int64_t s = t.warmup; s < end; ++s) {
+    r = train_step.advance(s, next, [&](int64_t n) { return n < end; });
     times.push_back(one.seconds());
     if (r.host_seconds) host.push_back(*r.host_seconds);
+    t.replayed += r.replayed;
     one.reset();
   }
   t.total_s = all.seconds();
@@ -231,7 +238,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only,
   };
   j["host_ms"] = ms(t.host_mean_s);
   j["host_ms_median"] = ms(t.host_median_s);
-  j["steps_replayed"] = be->device().programs.replayed;  // of the steps + 1 run (Backend::replay)
+  j["warmup_steps"] = t.warmup;
+  j["steps_replayed"] = t.replayed;  // of the timed steps (Backend::replay)
   j["flops_per_token"] = fpt;
   j["achieved_flops"] = fpt * tps;
   j["peak_flops"] = peak.flops;

@@ -71,7 +71,8 @@ void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_m
     opt_.write_step(q.report.lr);
   };
   Backend* be = model_.backend();
-  if (!be->replay(q.slot, writes)) {
+  q.report.replayed = be->replay(q.slot, writes);
+  if (!q.report.replayed) {
     // The step reads nothing back (one program on pjrt). A non-finite loss makes a non-finite
     // gradient, so the update is skipped on the device.
     be->record(q.slot);

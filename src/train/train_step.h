@@ -48,6 +48,7 @@ struct StepReport {
   // The host's time from launch()'s start until the backend queued the step's program (a
   // compiling backend); nullopt where the backend computes in its calls (the CPU backend).
   std::optional<double> host_seconds;
+  bool replayed = false;  // the backend ran the program it built for an earlier step (replay)
 };
 
 class TrainStep {

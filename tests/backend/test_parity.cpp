@@ -286,13 +286,13 @@ Case optimizer_case(const std::string& name, std::vector<Spec> in, std::vector<i
 // The optimizers' kernels and Newton-Schulz (Muon's composition of GEMMs and scalings).
 void add_optimizer_cases(std::vector<Case>& cs) {
   const int64_t n = 37;
-  cs.push_back(optimizer_case("adamw step", {{n}, {n}, {n}, {n, Spec::positive}}, {0, 2, 3}, {},
-                              [=](Run& r, const double* gs) {
-                                const Buffer f = on_device(r, adamw_factors(1e-2, 0.9, 0.95, 0.1, 3));
-                                r.be->adamw_step(f32_at(r, 0, true), f32_at(r, 1, false),
-                                                 f32_at(r, 1, true), f32_at(r, 2, true), n,
-                                                 f.as<float>(), 0.9, 0.95, 1e-8, true, gs);
-                              }));
+  cs.push_back(optimizer_case(
+      "adamw step", {{n}, {n}, {n}, {n, Spec::positive}}, {0, 2, 3}, {},
+      [=](Run& r, const double* gs) {
+        const Buffer f = on_device(r, adamw_factors(1e-2, 0.9, 0.95, 0.1, 3));
+        r.be->adamw_step(f32_at(r, 0, true), f32_at(r, 1, false), f32_at(r, 1, true),
+                         f32_at(r, 2, true), n, f.as<float>(), 0.9, 0.95, 1e-8, true, gs);
+      }));
   cs.push_back(
       optimizer_case("lion step", {{n}, {n}, {n}}, {0, 2}, {}, [=](Run& r, const double* gs) {
         const Buffer f = on_device(r, decay_factors(1e-3, 0.5));

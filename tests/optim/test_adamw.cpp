@@ -209,8 +209,7 @@ TEST(AdamW, StepMatchesKernelPerRangeWithDecayOnlyWhereChosen) {
   EXPECT_EQ(opt.step_count(), 1);
   for (const ParamRange& r : opt.decay_ranges())
     adamw(be, want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
-                  r.end - r.begin, 0.1, cfg.beta1, cfg.beta2, cfg.eps, r.decay ? 0.5 : 0.0, 1,
-                  &kOne);
+          r.end - r.begin, 0.1, cfg.beta1, cfg.beta2, cfg.eps, r.decay ? 0.5 : 0.0, 1, &kOne);
   EXPECT_EQ(p, want);
   for (int64_t i = 72; i < 75; ++i) EXPECT_EQ(p[i], 7.f);
   // With zero gradients only decay moves parameters: matrices shrink by 1 - lr wd, the rest stay.
@@ -284,7 +283,7 @@ TEST(AdamW, RestoredStepCountDrivesBiasCorrection) {
   EXPECT_EQ(opt.step_count(), 11);
   for (const ParamRange& r : opt.decay_ranges())
     adamw(be, want.data() + r.begin, g.data() + r.begin, m.data() + r.begin, v.data() + r.begin,
-                  r.end - r.begin, 0.01, cfg.beta1, cfg.beta2, cfg.eps, 0.0, 11, &kOne);
+          r.end - r.begin, 0.01, cfg.beta1, cfg.beta2, cfg.eps, 0.0, 11, &kOne);
   EXPECT_EQ(p, want);
 }
 

@@ -1,8 +1,8 @@
 // The training step as the PJRT backend hands it to XLA: every argument of the step's program is
 // a named tensor of the model, its own typed array (each parameter, optimizer moment and batch
-// array, and the few per-step values the host writes), not a range of a flat buffer; the gradients live inside
-// the program; a second step runs the same program; and a LoRA step contains no matrix product
-// that would make a frozen weight's gradient.
+// array, and the few per-step values the host writes), not a range of a flat buffer; the gradients
+// live inside the program; a second step runs the same program; and a LoRA step contains no matrix
+// product that would make a frozen weight's gradient.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -84,7 +84,7 @@ TEST_F(StepProgram, EveryArgumentIsANamedTensor) {
       known[b] = {DType::i32, {s.B, s.T}};
     if (family == std::string("llama"))
       known["rope.inv_freq"] = {DType::f32, {s.cfg.head_size() / 2}};
-    known["keep.one"] = {DType::f32, {}};  // Backend::keep's loop bound on XLA:CPU
+    known["keep.one"] = {DType::f32, {}};        // Backend::keep's loop bound on XLA:CPU
     known["adamw.factors"] = {DType::f32, {3}};  // the step's decay, step size and 1/sqrt(bc2)
     known["loss.grad_scale"] = {DType::f64, {}};
 

@@ -169,16 +169,23 @@ TEST_F(PjrtTraining, QueuedStepsTrainTheRunOfStepsOneAtATime) {
 // key every micro-batch), two micro-batches a step, evaluations between steps and a resume from a
 // checkpoint (on a new backend, as in a new process).
 TEST_F(PjrtTraining, ReplayedStepsTrainTheTracedStepsBitForBit) {
-  const std::vector<std::string> sets = {
-      "model.hidden_size=32",        "model.intermediate_size=64",
-      "model.num_hidden_layers=2",   "model.num_attention_heads=2",
-      "model.num_key_value_heads=1", "train.micro_batch_size=4",
-      "train.grad_accum_steps=2",    "train.document_masking=true",
-      "lora.rank=4",                 "lora.dropout=0.1",
-      "train.warmup_steps=2",        "train.backend=pjrt",
-      "train.max_steps=9",           "train.eval_every=4",
-      "train.eval_steps=2",          "train.save_every=3",
-      "train.keep_last=5"};
+  const std::vector<std::string> sets = {"model.hidden_size=32",
+                                         "model.intermediate_size=64",
+                                         "model.num_hidden_layers=2",
+                                         "model.num_attention_heads=2",
+                                         "model.num_key_value_heads=1",
+                                         "train.micro_batch_size=4",
+                                         "train.grad_accum_steps=2",
+                                         "train.document_masking=true",
+                                         "lora.rank=4",
+                                         "lora.dropout=0.1",
+                                         "train.warmup_steps=2",
+                                         "train.backend=pjrt",
+                                         "train.max_steps=9",
+                                         "train.eval_every=4",
+                                         "train.eval_steps=2",
+                                         "train.save_every=3",
+                                         "train.keep_last=5"};
   TrainResult traced;
   {
     test::ScopedEnv every("LMTRAIN_PJRT_TRACE_EVERY_STEP", "1");

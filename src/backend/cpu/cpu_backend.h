@@ -108,11 +108,10 @@ class CpuBackend final : public Backend {
   void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const float* factors,
                   double beta1, double beta2, double eps, bool decay,
                   const double* grad_scale) override;
-  void lion_step(float* p, const float* g, float* m, int64_t n, const float* factors,
-                 double beta1, double beta2, bool decay, const double* grad_scale) override;
-  void sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr,
-                double momentum, bool nesterov, double weight_decay,
-                const double* grad_scale) override;
+  void lion_step(float* p, const float* g, float* m, int64_t n, const float* factors, double beta1,
+                 double beta2, bool decay, const double* grad_scale) override;
+  void sgd_step(float* p, const float* g, float* buf, int64_t n, const float* lr, double momentum,
+                bool nesterov, double weight_decay, const double* grad_scale) override;
   void muon_momentum(float* u, float* buf, const float* g, int64_t n, double beta, bool nesterov,
                      const double* grad_scale) override;
   void scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) override;

@@ -1,6 +1,7 @@
 // CpuBackend's steps of Lion, SGD with momentum and Muon (backend.h says what each computes).
-// As adamw_step: per-step factors formed before (backend.h), per-element arithmetic in f32, the gradient
-// scale read from the device scalar clip_scale wrote, and no write at all when it is not finite.
+// As adamw_step: per-step factors formed before (backend.h), per-element arithmetic in f32, the
+// gradient scale read from the device scalar clip_scale wrote, and no write at all when it is not
+// finite.
 #include <algorithm>
 #include <cmath>
 

@@ -29,10 +29,10 @@ void PjrtBackend::adamw_step(float* p, const float* g, float* m, float* v, int64
                              bool decay, const double* grad_scale) {
   if (n == 0) return;
   const Dims d = shape_of(p, DType::f32, n);
-  const hlo::AdamWOut o = hlo::adamw_step(
-      b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d),
-      view(v, DType::f32, d), beta1, beta2, eps, decay_factor(factors, decay), factor(factors, 1),
-      factor(factors, 2), scale_f32(grad_scale));
+  const hlo::AdamWOut o =
+      hlo::adamw_step(b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d),
+                      view(v, DType::f32, d), beta1, beta2, eps, decay_factor(factors, decay),
+                      factor(factors, 1), factor(factors, 2), scale_f32(grad_scale));
   set(p, o.p);
   set(m, o.m);
   set(v, o.v);
@@ -42,10 +42,9 @@ void PjrtBackend::lion_step(float* p, const float* g, float* m, int64_t n, const
                             double beta1, double beta2, bool decay, const double* grad_scale) {
   if (n == 0) return;
   const Dims d = shape_of(p, DType::f32, n);
-  const hlo::LionOut o =
-      hlo::lion_step(b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d),
-                     beta1, beta2, decay_factor(factors, decay), factor(factors, 1),
-                     scale_f32(grad_scale));
+  const hlo::LionOut o = hlo::lion_step(
+      b(), view(p, DType::f32, d), view(g, DType::f32, d), view(m, DType::f32, d), beta1, beta2,
+      decay_factor(factors, decay), factor(factors, 1), scale_f32(grad_scale));
   set(p, o.p);
   set(m, o.m);
 }
@@ -56,9 +55,8 @@ void PjrtBackend::sgd_step(float* p, const float* g, float* buf, int64_t n, cons
   if (n == 0) return;
   const Dims d = shape_of(p, DType::f32, n);
   const hlo::SgdOut o =
-      hlo::sgd_step(b(), view(p, DType::f32, d), view(g, DType::f32, d),
-                    view(buf, DType::f32, d), momentum, nesterov, weight_decay, factor(lr, 0),
-                    scale_f32(grad_scale));
+      hlo::sgd_step(b(), view(p, DType::f32, d), view(g, DType::f32, d), view(buf, DType::f32, d),
+                    momentum, nesterov, weight_decay, factor(lr, 0), scale_f32(grad_scale));
   set(p, o.p);
   set(buf, o.buf);
 }

@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cstdint>
-#include <span>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>

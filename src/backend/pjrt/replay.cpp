@@ -36,8 +36,7 @@ void PjrtReplays::ran(const PjrtAssembled& p, PjrtPrograms::Compiled* c, bool st
   if (!armed_) return;
   Armed armed = std::move(*armed_);
   armed_.reset();
-  if (!step_end || !armed.clean || !c || !replayable(p) || !same_allocations(armed.layout))
-    return;
+  if (!step_end || !armed.clean || !c || !replayable(p) || !same_allocations(armed.layout)) return;
   Recording r;
   r.program = c;
   r.layout = std::move(armed.layout);

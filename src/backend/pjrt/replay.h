@@ -46,7 +46,7 @@ class PjrtReplays {
  private:
   struct Recording {
     PjrtPrograms::Compiled* program = nullptr;
-    PjrtLayout layout;  // the tensors' when the step started
+    PjrtLayout layout;                     // the tensors' when the step started
     std::vector<PjrtAssembled::Arg> args;  // sources (part, write or constant), types, shardings
     std::vector<std::vector<uint8_t>> constants;  // a constant argument's data, by argument
     std::vector<PjrtAssembled::Write> writes;

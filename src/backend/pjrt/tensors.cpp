@@ -176,8 +176,7 @@ void PjrtTensors::to_host(PjrtPart& part) {
   part.host_valid = true;
 }
 
-void PjrtTensors::upload(PjrtPart& part, const PjrtClient& client,
-                         const TensorSharding& sharding) {
+void PjrtTensors::upload(PjrtPart& part, const PjrtClient& client, const TensorSharding& sharding) {
   std::vector<uint8_t> zeros;
   if (part.host.empty()) zeros.assign(static_cast<size_t>(part.bytes()), 0);
   part.dev = client.to_device(part.host.empty() ? zeros.data() : part.host.data(), part.dtype,

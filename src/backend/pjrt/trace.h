@@ -206,7 +206,7 @@ class PjrtTrace {
   std::vector<Arg> args_;
   std::vector<PjrtBuffer> keep_;
   std::unordered_multimap<std::string, size_t> shared_;  // name -> index in args_
-  std::vector<PjrtAssembled::Write> writes_;  // the pending program's from_host calls
+  std::vector<PjrtAssembled::Write> writes_;             // the pending program's from_host calls
   bool early_write_ = false;  // a from_host before the pending program started (early_write)
 };
 
