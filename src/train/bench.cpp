@@ -121,9 +121,9 @@ std::vector<Batch> random_micro_batches(const RunConfig& cfg) {
 // Warm-up steps, then `steps` timed ones, each the trainer's step (TrainStep), queued one ahead as
 // training queues them (the host builds step s + 1 while the device runs step s); a step's time
 // is from the previous step's report to its own. The warm-up is the first step, and on a backend
-// that replays a step it built before (Backend::replay) the steps it builds until one is replayed
-// (three on pjrt: the first of each report slot and the first after the warm-up; at most
-// kMaxWarmup), as a run's first steps are.
+// that replays a step it built before (Backend::replay) every step until one has been replayed,
+// as a run's first steps are: on pjrt four (step 0, which allocates, and the next step of each
+// report slot are built; step 3 is the first replayed), at most kMaxWarmup.
 Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int64_t steps) {
   const std::vector<Batch> batches = random_micro_batches(cfg);
   size_t next_batch = 0;
@@ -133,7 +133,7 @@ Timing time_steps(Backend& be, TrainStep& train_step, const RunConfig& cfg, int6
   // Warm-up: plans the arena, touches every page (and compiles, on pjrt).
   StepReport r = train_step.run(0, next);
   t.first_s = first.seconds();
-  constexpr int64_t kMaxWarmup = 4;
+  constexpr int64_t kMaxWarmup = 6;
   while (steps > 0 && r.host_seconds && !r.replayed && t.warmup < kMaxWarmup)
     r = train_step.run(t.warmup++, next);
   be.reset_gemm_seconds();

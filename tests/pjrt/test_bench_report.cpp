@@ -2,13 +2,16 @@
 // test plugin (XLA's CPU plugin naming the device and its memory as the test says, recording what
 // it is asked to compile): MFU taken against the nominal dense peak of the device kind the plugin
 // names (the datasheet figures typed here, not read from lmtrain's table), a measured GEMM peak for
-// a device the table does not know, the device's peak memory as the plugin reports it, and
-// train.deterministic in the compile options of every program the run compiles.
+// a device the table does not know, the device's peak memory as the plugin reports it,
+// train.deterministic in the compile options of every program the run compiles, and the host's
+// time per step over replayed steps.
 #include <gtest/gtest.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
@@ -26,8 +29,8 @@ using test::PjrtTest;
 using test::read_file;
 using test::ScopedEnv;
 
-// A tiny Llama on the test plugin, two timed steps.
-RunConfig tiny(const std::vector<std::string>& sets) {
+// A tiny Llama on the test plugin: its --set overrides of configs/demo.yaml, and its config.
+std::vector<std::string> tiny_sets(const std::vector<std::string>& sets) {
   std::vector<std::string> all = {"model.vocab_size=256",
                                   "model.hidden_size=64",
                                   "model.intermediate_size=128",
@@ -39,7 +42,11 @@ RunConfig tiny(const std::vector<std::string>& sets) {
                                   "train.backend=pjrt",
                                   std::string("train.pjrt_plugin=") + LMT_TEST_PJRT_PLUGIN};
   all.insert(all.end(), sets.begin(), sets.end());
-  return load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml", all);
+  return all;
+}
+
+RunConfig tiny(const std::vector<std::string>& sets) {
+  return load_run_config(std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml", tiny_sets(sets));
 }
 
 using BenchReport = test::TestPluginTest;
@@ -121,6 +128,37 @@ TEST_F(BenchReport, AGivenPeakIsTakenAsItIs) {
   EXPECT_EQ(j["peak_flops_source"], "a peak of 2.5 TFLOP/s (train.peak_tflops)");
   EXPECT_DOUBLE_EQ(j["mfu"].get<double>(), j["achieved_flops"].get<double>() / 2.5e12);
   expect_compile_options(record_dir_, false, 1);
+}
+
+// The host's time per step (host_ms, host_ms_median: from a step's start to its program's launch)
+// in the JSON and in the line bench prints on stderr, timed over steps that all replay the
+// program built for an earlier step (Backend::replay) after a warm-up that ends with the first
+// replayed step; the CPU backend, which computes in its calls, has none to report.
+TEST_F(BenchReport, HostTimePerStepOverReplayedSteps) {
+  std::string cmd = std::string(LMT_BINARY) + " bench --steps 3 --config " + LMT_SOURCE_DIR +
+                    "/configs/demo.yaml";
+  for (const std::string& set : tiny_sets({"train.peak_tflops=1"})) cmd += " --set " + set;
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen((cmd + " 2>&1").c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  for (size_t n; p && (n = fread(buf, 1, sizeof buf, p.get())) > 0;) out.append(buf, n);
+  const size_t open = out.find('{'), close = out.find("}\n");
+  ASSERT_NE(close, std::string::npos) << out;
+  const nlohmann::json j = nlohmann::json::parse(out.substr(open, close + 1 - open));
+  EXPECT_GT(j.at("host_ms").get<double>(), 0.0);
+  EXPECT_GT(j.at("host_ms_median").get<double>(), 0.0);
+  EXPECT_EQ(j.at("steps_replayed"), 3) << "every timed step replayed";
+  EXPECT_EQ(j.at("warmup_steps"), 4) << "built: step 0 and the next step of each report slot";
+  EXPECT_NE(out.find("host time per step: median "), std::string::npos) << out;
+  EXPECT_NE(out.find("3 of the 3 timed steps replayed, after 4 warm-up steps"), std::string::npos)
+      << out;
+
+  const nlohmann::json cpu =
+      run_bench(tiny({"train.backend=cpu", "train.pjrt_plugin=", "train.peak_tflops=1"}), 1);
+  EXPECT_EQ(cpu.at("host_ms"), "n/a");
+  EXPECT_EQ(cpu.at("host_ms_median"), "n/a");
+  EXPECT_EQ(cpu.at("steps_replayed"), 0);
+  EXPECT_EQ(cpu.at("warmup_steps"), 1);
 }
 
 }  // namespace

@@ -189,15 +189,15 @@ TEST_F(PjrtTraining, ReplayedStepsTrainTheTracedStepsBitForBit) {
   TrainResult traced;
   {
     test::ScopedEnv every("LMTRAIN_PJRT_TRACE_EVERY_STEP", "1");
-    traced = train(demo("traced", sets), false);
+    traced = train(demo("replay_traced", sets), false);
   }
   EXPECT_EQ(traced.replayed, 0);
-  const TrainResult replayed = train(demo("replayed", sets), false);
+  const TrainResult replayed = train(demo("replay_replayed", sets), false);
   // 9 steps: the first of each report slot and the first after the warm-up traced, then an
   // evaluation's programs between steps 4 and 5 and 8 and 9.
   EXPECT_GE(replayed.replayed, 4) << "steps replayed of 9";
-  train(demo("resumed", sets), false, /*stop_after=*/3);
-  const TrainResult resumed = train(demo("resumed", sets), true);
+  train(demo("replay_resumed", sets), false, /*stop_after=*/3);
+  const TrainResult resumed = train(demo("replay_resumed", sets), true);
   EXPECT_EQ(resumed.first_step, 3);
   EXPECT_GE(resumed.replayed, 2) << "steps replayed of 6";
   std::printf("steps replayed: %ld of 9, %ld of the resumed 6\n",
@@ -206,17 +206,17 @@ TEST_F(PjrtTraining, ReplayedStepsTrainTheTracedStepsBitForBit) {
     std::ifstream f(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
   };
-  const test::RunLosses want = test::read_losses(dir_ / "traced");
+  const test::RunLosses want = test::read_losses(dir_ / "replay_traced");
   ASSERT_EQ(want.train.size(), 9u);
   ASSERT_EQ(want.val.size(), 3u);  // after steps 4 and 8, and at the end
-  for (const std::string run : {"replayed", "resumed"}) {
+  for (const std::string run : {"replay_replayed", "replay_resumed"}) {
     SCOPED_TRACE(run);
     const test::RunLosses got = test::read_losses(dir_ / run);
     EXPECT_EQ(got.train, want.train);  // ==: every bit
     EXPECT_EQ(got.val, want.val);
     for (const char* file : {"adapter_model.safetensors", "optimizer.safetensors"}) {
       const fs::path ckpt = fs::path("checkpoints") / "step_0000009" / file;
-      const std::string a = bytes(dir_ / run / ckpt), b = bytes(dir_ / "traced" / ckpt);
+      const std::string a = bytes(dir_ / run / ckpt), b = bytes(dir_ / "replay_traced" / ckpt);
       EXPECT_FALSE(b.empty()) << ckpt;
       EXPECT_TRUE(a == b) << ckpt << " differs";
     }
