@@ -121,6 +121,26 @@ PJRT_Client* create_client(const PjrtPlugin& plugin, const PjrtClientOptions& op
   return create.client;
 }
 
+// MLIR text as a PJRT_Program; it points into `code`, which must outlive it.
+PJRT_Program mlir_program(std::string& code) {
+  static constexpr char kFormat[] = "mlir";
+  PJRT_Program program{};
+  program.struct_size = PJRT_Program_STRUCT_SIZE;
+  program.code = code.data();
+  program.code_size = code.size();
+  program.format = kFormat;
+  program.format_size = sizeof(kFormat) - 1;
+  return program;
+}
+
+size_t num_outputs(const PjrtPlugin& plugin, PJRT_Executable* executable) {
+  PJRT_Executable_NumOutputs_Args outputs{};
+  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  outputs.executable = executable;
+  plugin.check(plugin.api()->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
+  return outputs.num_outputs;
+}
+
 }  // namespace
 
 PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& options) {
@@ -235,13 +255,7 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSetting
   const PjrtPlugin& plugin = session_->plugin;
   const PJRT_Api* api = plugin.api();
   std::string code = mlir;  // PJRT_Program.code is not const
-  static const std::string kFormat = "mlir";
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = code.data();
-  program.code_size = code.size();
-  program.format = kFormat.data();
-  program.format_size = kFormat.size();
+  PJRT_Program program = mlir_program(code);
 
   CompileSettings spmd = settings;
   spmd.devices = mesh_device_ids_;
@@ -255,12 +269,7 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSetting
   plugin.check(api->PJRT_Client_Compile(&args), "PJRT_Client_Compile");
   PjrtExecutable result(session_, args.executable, 0);
 
-  ExecutableView view(plugin, args.executable);
-  PJRT_Executable_NumOutputs_Args outputs{};
-  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
-  outputs.executable = view.get();
-  plugin.check(api->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
-  result.num_outputs_ = outputs.num_outputs;
+  result.num_outputs_ = num_outputs(plugin, ExecutableView(plugin, args.executable).get());
   return result;
 }
 
@@ -272,13 +281,7 @@ PjrtExecutable PjrtClient::compile_deviceless(const std::string& mlir,
   const PjrtPlugin& plugin = session_->plugin;
   const PJRT_Api* api = plugin.api();
   std::string code = mlir;  // PJRT_Program.code is not const
-  static const std::string kFormat = "mlir";
-  PJRT_Program program{};
-  program.struct_size = PJRT_Program_STRUCT_SIZE;
-  program.code = code.data();
-  program.code_size = code.size();
-  program.format = kFormat.data();
-  program.format_size = kFormat.size();
+  PJRT_Program program = mlir_program(code);
 
   const DumpDir dump;
   settings.devices = mesh_device_ids_;
@@ -296,11 +299,7 @@ PjrtExecutable PjrtClient::compile_deviceless(const std::string& mlir,
   plugin.check(api->PJRT_Compile(&args), "PJRT_Compile");
   PjrtExecutable result(session_, args.executable, 0);
 
-  PJRT_Executable_NumOutputs_Args outputs{};
-  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
-  outputs.executable = args.executable;
-  plugin.check(api->PJRT_Executable_NumOutputs(&outputs), "PJRT_Executable_NumOutputs");
-  result.num_outputs_ = outputs.num_outputs;
+  result.num_outputs_ = num_outputs(plugin, args.executable);
   result.launches_ = kernel_launches_in(dump.path());
   return result;
 }
