@@ -91,15 +91,10 @@ void ModelWeights::set_compute_dtype(DType dt) {
 // concatenated at every read).
 void ModelWeights::to_compute() {
   if (!mixed()) return;
-  const bool whole = be_->fused_groups_whole();
-  for (size_t i = 0; i < params_.size();) {
-    const ParamInfo& first = params_[i];
-    int64_t n = first.numel();
-    for (++i; whole && i < params_.size() && params_[i].fused; ++i) n += params_[i].numel();
-    if (n > 0)
-      be_->convert(compute_dt_, compute_at(compute_weights_.data(), first.offset), held_dt_,
-                   held_at(weights_.data(), first.offset), n);
-  }
+  for (const ParamInfo& p : be_->fused_groups_whole() ? fused_groups(params_) : params_)
+    if (p.numel() > 0)
+      be_->convert(compute_dt_, compute_at(compute_weights_.data(), p.offset), held_dt_,
+                   held_at(weights_.data(), p.offset), p.numel());
   for (const ParamInfo& p : adapters_.params)
     be_->convert(compute_dt_, compute_at(compute_adapters_.data(), p.offset), held_dt_,
                  held_at(adapter_weights_.data(), p.offset), p.numel());
