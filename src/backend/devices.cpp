@@ -5,12 +5,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <regex>
-#include <string_view>
 #include <utility>
 
 #include "core/error.h"
-#include "core/regular_file.h"
 
 namespace lmt {
 namespace {
@@ -55,10 +52,6 @@ DeviceSpec row(const char* key, std::vector<std::string> kinds, const char* name
 }
 
 }  // namespace
-
-// The target configs compiled into lmtrain (CMakeLists.txt generates them from
-// src/backend/targets/*.txtpb): file name without extension, text.
-const std::vector<std::pair<std::string_view, std::string_view>>& gpu_target_configs();
 
 // HBM: NVIDIA's "80GB" / "141GB" are binary (HBM stacks of 16 or 24 GiB); Cloud TPU's pages give
 // GiB. Link: what a ring all-gather moves per chip and second in one direction, half the
@@ -105,57 +98,6 @@ const DeviceSpec* device_spec_of_kind(const std::string& device_kind) {
     for (const std::string& part : d.kinds)
       if (device_kind.find(part) != std::string::npos) return &d;
   return nullptr;
-}
-
-namespace {
-
-// The keys of the rows with a target config: "h100, h200".
-std::string target_keys() {
-  std::string keys;
-  for (const DeviceSpec& d : device_specs())
-    if (!d.target.empty()) keys += (keys.empty() ? "" : ", ") + d.key;
-  return keys;
-}
-
-CompileTarget read_target(std::string name, std::string config, const std::string& flag) {
-  CompileTarget t;
-  t.name = std::move(name);
-  t.config = std::move(config);
-  std::smatch m;
-  static const std::regex kInfo(R"((^|\n)\s*gpu_device_info\s*\{)");
-  if (!std::regex_search(t.config, kInfo))
-    throw UserError(fmt::format(
-        "{} '{}' is not a GPU target config: it has no gpu_device_info (a text "
-        "stream_executor.GpuTargetConfigProto is expected, as in XLA's "
-        "xla/backends/gpu/target_config/specs/; or name one of {})",
-        flag, t.name, target_keys()));
-  static const std::regex kMemory(R"(device_memory_size:\s*([0-9]+))");
-  if (std::regex_search(t.config, m, kMemory)) t.device_memory = std::stoll(m[1].str());
-  static const std::regex kKind(R"re(device_description_str:\s*"([^"]*)")re");
-  if (std::regex_search(t.config, m, kKind)) t.device_kind = m[1].str();
-  return t;
-}
-
-}  // namespace
-
-CompileTarget compile_target(const std::string& target, const std::string& flag) {
-  std::string k = target;
-  std::transform(k.begin(), k.end(), k.begin(), [](unsigned char c) { return std::tolower(c); });
-  for (const DeviceSpec& d : device_specs()) {
-    if (d.target.empty() || d.key != k) continue;
-    for (const auto& [name, text] : gpu_target_configs())
-      if (name == d.target) return read_target(d.key, std::string(text), flag);
-    LMT_CHECK(false, "no target config compiled in for " + d.key);
-  }
-  std::string text;
-  try {
-    text = read_regular_file(target, flag, kMaxConfigBytes);
-  } catch (const UserError& e) {
-    throw UserError(fmt::format("{} '{}' is neither a target lmtrain knows ({}) nor a file it can "
-                                "read: {}",
-                                flag, target, target_keys(), e.what()));
-  }
-  return read_target(target, std::move(text), flag);
 }
 
 }  // namespace lmt

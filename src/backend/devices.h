@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "core/dtype.h"
@@ -49,31 +50,69 @@ const DeviceSpec& device_spec(const std::string& key, const std::string& flag);
 // The row naming the device PJRT reports as `device_kind`; nullptr for a device not in the table.
 const DeviceSpec* device_spec_of_kind(const std::string& device_kind);
 
-// A GPU to compile for without having it (deviceless compilation, as MaxText's train_compile.py
-// checks a run before renting the hardware): XLA's target config for it, which the CUDA PJRT
-// plugin takes in place of a device.
-struct CompileTarget {
-  std::string name;         // what --target named: "h200", or the file
-  std::string config;       // a text stream_executor.GpuTargetConfigProto
-  std::string device_kind;  // its device_description_str, as PJRT reports a real one
-  int64_t device_memory = 0;  // its gpu_device_info.device_memory_size, bytes (0: not given)
+// A value of a topology's create option (PJRT_NamedValue): a string, an integer or a list of
+// integers.
+struct TopologyOption {
+  std::string name;
+  std::variant<std::string, int64_t, std::vector<int64_t>> value;
 };
-// --target: the key of a table row with a target config (h100, h200), or a FILE holding a
-// GpuTargetConfigProto in text form (XLA's xla/backends/gpu/target_config/specs/, or what
-// xla_dump_to writes on a real GPU as *.gpu_target_config.pbtxt). One UserError naming `flag` for
-// a name that is neither, a file that cannot be read or is not a target config.
+
+// Hardware to compile for without having it (deviceless compilation, as MaxText's
+// train_compile.py checks a run before renting the hardware): GPUs through the CUDA PJRT plugin,
+// which takes XLA's target config in place of a device, or a TPU slice through libtpu, which
+// takes a topology name and its create options.
+struct CompileTarget {
+  std::string name;  // what --target named: "h200", "2xh100x8", "v5e:2x2", or the file
+  std::string platform =
+      "cuda";          // the plugin that compiles for it: "cuda" (XLA's) or "tpu" (libtpu)
+  std::string config;  // cuda: a text stream_executor.GpuTargetConfigProto
+  // The plugin's topology. cuda: "<slices>x<hosts a slice>x<GPUs a host>", or "" for as many
+  // GPUs on one host as the mesh names (a bare h100, h200 or file); tpu: its name ("v5e:2x2",
+  // "v4:2x2x1").
+  std::string topology;
+  std::vector<TopologyOption>
+      options;                   // tpu: the topology's create options (chip_config_name, ...)
+  std::string accelerator_type;  // tpu: Cloud TPU's name of the slice ("v5litepod-4", "v4-8")
+  int64_t devices = 0;           // the topology's devices (0: as many as the mesh names)
+  std::string device_kind;       // cuda: its device_description_str, as PJRT reports a real one
+  int64_t device_memory = 0;  // cuda: its gpu_device_info.device_memory_size, bytes (0: not given;
+                              // a TPU's comes from libtpu's topology)
+};
+// --target: a GPU of the table with a target config (h100, h200), several on one host (h100x8)
+// or on several hosts of 8 (2xh100x8); a TPU slice by its Cloud name (v4-8, v4-32, v5e-8,
+// v5p-64, v6e-8: TensorCores for v4 and v5p, chips for v5e and v6e) or by its topology (v4:2x2x1,
+// v5:2x2x1 for v5p, v5e:2x2, v6e:2x2); or a FILE holding a GpuTargetConfigProto in text form
+// (XLA's xla/backends/gpu/target_config/specs/, or what xla_dump_to writes on a real GPU as
+// *.gpu_target_config.pbtxt). One UserError naming `flag` for a name that is none of those, a
+// file that cannot be read or is not a target config.
 CompileTarget compile_target(const std::string& target, const std::string& flag);
 
 // Kernel launches of one run of a compiled program, as XLA's GPU thunk sequence lists them: each
 // thunk once, a loop's thunks times its trip count; loops (kWhile) and the completion of
 // asynchronous work (*Done) launch nothing themselves; copies count.
 struct KernelLaunches {
-  int64_t total = 0;          // per run of the program
-  int64_t static_thunks = 0;  // every launching thunk once, loops' as written
+  int64_t total = 0;                     // per run of the program
+  int64_t static_thunks = 0;             // every launching thunk once, loops' as written
   int64_t loops_without_trip_count = 0;  // counted as one trip (XLA did not know theirs)
   // Per kind: "matmul" (GEMM fusions, cuBLAS), "cudnn", "copy", and each other fusion by XLA's
   // kind and root ("loop_convert_fusion", "input_reduce_fusion", "wrapped_concatenate", ...).
   std::map<std::string, int64_t> by_kind;
+};
+
+// The collectives of one run of a compiled program, as XLA's optimized program (after SPMD
+// partitioning) holds them, per device: each instruction once, one in a loop's body times the
+// loop's trip count. Asynchronous pairs count once (their -done); bytes are what each writes
+// (its result's shape).
+struct Collectives {
+  struct Kind {
+    int64_t count = 0;         // per run
+    int64_t bytes = 0;         // per run and device
+    int64_t static_count = 0;  // every instruction once, loops' as written
+  };
+  // "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+  // "collective-broadcast", "ragged-all-to-all"
+  std::map<std::string, Kind> by_kind;
+  int64_t loops_without_trip_count = 0;  // counted as one trip (XLA did not know theirs)
 };
 
 // What XLA planned for one run of a program, in bytes (PJRT's compiled-memory statistics):
@@ -108,6 +147,8 @@ struct ProgramReport {
   // The last program's kernel launches, where the backend counts them (a deviceless compile for
   // a GPU target).
   std::optional<KernelLaunches> last_launches;
+  // The last program's collectives, where the backend counts them (a deviceless compile).
+  std::optional<Collectives> last_collectives;
 };
 
 // The device a backend computes on (Backend::device).

@@ -25,15 +25,20 @@ Run add_bench(CLI::App& app) {
                "backend pjrt: compile the step and report the memory XLA plans for it (arguments, "
                "outputs, temporaries) without running it");
   app.add_option("--target", o->target,
-                 "compile the step for a GPU that is not here, through XLA's CUDA PJRT plugin "
-                 "(implies --compile-only and backend pjrt): h100, h200, or a file holding XLA's "
-                 "GpuTargetConfigProto as text; reports the memory against the device's and the "
-                 "kernels one step launches");
+                 "compile the step for hardware that is not here (implies --compile-only and "
+                 "backend pjrt): GPUs through XLA's CUDA PJRT plugin (h100, h200, h100x8 on a "
+                 "host, 2xh100x8 on two, or a file holding XLA's GpuTargetConfigProto as text), "
+                 "TPU slices through libtpu (v4-8, v5e-8, v5p-64, v6e-8, v5e:2x2, v4:2x2x1, ...); "
+                 "reports the memory per device against the device's, the collectives and, for "
+                 "GPUs, the kernels one step launches");
   app.add_option("--head-loss", o->head_loss,
                  "time the output head and its loss alone (forward and backward) instead of the "
                  "step: full (every token's logits at once), chunked or cut")
       ->check(CLI::IsMember({"full", "chunked", "cut"}));
   return [o]() {
+    // A target compiles on pjrt whatever the config runs on (before the config is checked: a
+    // mesh needs pjrt).
+    if (!o->target.empty()) o->sets.push_back("train.backend=pjrt");
     RunConfig cfg = load_run_config(o->config, o->sets);
     if (!o->head_loss.empty()) {
       fmt::print("{}\n", run_head_loss_bench(cfg, o->head_loss, o->steps, o->compile_only).dump());

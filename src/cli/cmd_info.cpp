@@ -41,10 +41,10 @@ std::string format_bytes(uint64_t b) {
 
 namespace {
 
-// The training step of `run` compiled, not run, on a PJRT plugin (or for a GPU target through
-// the CUDA plugin, without the GPU): XLA's own plan of its device memory (arguments, temporaries)
-// there, as `lmtrain bench --compile-only` gives it, and for a target whether it fits the device
-// and the kernels one step launches.
+// The training step of `run` compiled, not run, on a PJRT plugin (or for a target through the
+// CUDA plugin or libtpu, without the device): XLA's own plan of its device memory (arguments,
+// temporaries) there, as `lmtrain bench --compile-only` gives it, and for a target whether it
+// fits the device, its collectives and (GPUs) the kernels one step launches.
 nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin,
                                 const std::optional<CompileTarget>& target) {
   run.train.backend = "pjrt";
@@ -59,7 +59,7 @@ nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin,
                       {"argument_bytes", m.at("argument_bytes")},
                       {"temp_bytes", m.at("temp_bytes")},
                       {"total_bytes", m.at("argument_plus_temp_bytes")}};
-  for (const char* k : {"device_fit", "launches"})
+  for (const char* k : {"device_fit", "launches", "collectives"})
     if (p.contains(k)) j[k] = p.at(k);
   return j;
 }
@@ -68,13 +68,22 @@ nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin,
 void print_target_step(const nlohmann::json& p) {
   if (p.contains("device_fit")) {
     const nlohmann::json& f = p["device_fit"];
-    fmt::print("  {} the device: the step needs {} of the {} the CUDA plugin's allocator takes "
-               "({:.0f}% of its {})\n",
-               f["fits"].get<bool>() ? "fits" : "does NOT fit",
-               format_bytes(f["step_bytes"].get<uint64_t>()),
-               format_bytes(f["allocator_bytes"].get<uint64_t>()),
-               100 * f["allocator_fraction"].get<double>(),
-               format_bytes(f["device_bytes"].get<uint64_t>()));
+    fmt::print(
+        "  {} the device: the step needs {} of the {} the plugin's allocator takes "
+        "({:.0f}% of its {})\n",
+        f["fits"].get<bool>() ? "fits" : "does NOT fit",
+        format_bytes(f["step_bytes"].get<uint64_t>()),
+        format_bytes(f["allocator_bytes"].get<uint64_t>()),
+        100 * f["allocator_fraction"].get<double>(),
+        format_bytes(f["device_bytes"].get<uint64_t>()));
+  }
+  if (p.contains("collectives")) {
+    std::string by;
+    for (const auto& [k, v] : p["collectives"]["by_kind"].items())
+      by += fmt::format("{}{} {} ({})", by.empty() ? "" : ", ", k, v["count"].get<int64_t>(),
+                        format_bytes(v["bytes"].get<uint64_t>()));
+    fmt::print("  collectives per step and device (loops counted by their trips): {}\n",
+               by.empty() ? "none" : by);
   }
   if (!p.contains("launches")) return;
   const nlohmann::json& l = p["launches"];
@@ -153,15 +162,16 @@ Run add_info(CLI::App& app) {
   app.add_option("--pjrt-plugin", o->pjrt_plugin,
                  "the plugin of --pjrt (default: LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin)");
   app.add_option("--target", o->target,
-                 "with --pjrt: compile for a GPU that is not here, through XLA's CUDA PJRT plugin: "
-                 "h100, h200, or a file holding XLA's GpuTargetConfigProto as text; says whether "
-                 "the step fits the device and the kernels it launches");
+                 "with --pjrt: compile the (single-device) step for hardware that is not here, as "
+                 "bench --target names it (h100, h200, a GpuTargetConfigProto file; v5e-8, "
+                 "v5e:2x2, ... through libtpu); says whether the step fits the device, its "
+                 "collectives and, for a GPU, the kernels it launches");
   app.add_flag("--json", o->json, "print one JSON object");
   const std::shared_ptr<MeshOptions> mo = add_mesh_options(app);
   mo->micro_batch = micro_batch;
   return [o, mo]() {
     if (!o->target.empty() && !o->pjrt)
-      throw UserError("--target compiles the step for a GPU: it goes with --pjrt");
+      throw UserError("--target compiles the step for a GPU or TPU: it goes with --pjrt");
     std::optional<CompileTarget> target;
     if (!o->target.empty()) target = compile_target(o->target, "--target");
     CheckpointHold hold;

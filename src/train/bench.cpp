@@ -40,6 +40,13 @@ nlohmann::json launches_json(const KernelLaunches& l) {
           {"by_kind", l.by_kind}};
 }
 
+nlohmann::json collectives_json(const Collectives& c) {
+  nlohmann::json kinds = nlohmann::json::object();
+  for (const auto& [kind, k] : c.by_kind)
+    kinds[kind] = {{"count", k.count}, {"bytes", k.bytes}, {"static_count", k.static_count}};
+  return {{"by_kind", kinds}, {"loops_without_trip_count", c.loops_without_trip_count}};
+}
+
 // A compile target's memory against the step's: what XLA planned (arguments, temporaries and
 // the outputs not written into donated arguments) beside the share of the device the plugin's
 // allocator takes.
@@ -55,7 +62,8 @@ nlohmann::json device_fit(const DeviceInfo& d, const ProgramMemory& m) {
 }
 
 // What a compiling backend counted: compiles, the step program's planned memory, the device's
-// peak; for a compile target, whether the step fits and the kernels it launches.
+// peak; for a compile target, whether the step fits, its collectives and (GPUs) the kernels it
+// launches.
 nlohmann::json program_report(const DeviceInfo& d) {
   const ProgramReport& p = d.programs;
   nlohmann::json j = {{"platform", d.platform},       {"device_kind", d.kind},
@@ -66,6 +74,7 @@ nlohmann::json program_report(const DeviceInfo& d) {
   j["device_peak_bytes"] = d.peak_bytes ? nlohmann::json(*d.peak_bytes) : nlohmann::json("n/a");
   if (d.memory_bytes > 0 && p.last_memory) j["device_fit"] = device_fit(d, *p.last_memory);
   if (p.last_launches) j["launches"] = launches_json(*p.last_launches);
+  if (p.last_collectives) j["collectives"] = collectives_json(*p.last_collectives);
   return j;
 }
 

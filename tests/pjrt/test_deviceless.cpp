@@ -73,11 +73,11 @@ TEST(Deviceless, TheStepCompilesForAnH200WithoutOne) {
   EXPECT_EQ(l.at("loops_without_trip_count").get<int64_t>(), 0);
 }
 
-// lmtrain's bf16 step on the three shapes of docs/performance.md (GPT-2 124M B16 T1024, Llama-3.2-1B's
-// shape at B4 T2048 and at B1 T32768 checkpointed), compiled for an H200, launches no more kernels
-// a step than the JAX peer's (cuDNN attention) and needs no more memory: JAX's figures for the
-// pinned plugin in tests/data/deviceless/jax_h200.json, made by bench/jax_deviceless_figures.py
-// (run it again when the plugin changes).
+// lmtrain's bf16 step on the three shapes of docs/performance.md (GPT-2 124M B16 T1024,
+// Llama-3.2-1B's shape at B4 T2048 and at B1 T32768 checkpointed), compiled for an H200, launches
+// no more kernels a step than the JAX peer's (cuDNN attention) and needs no more memory: JAX's
+// figures for the pinned plugin in tests/data/deviceless/jax_h200.json, made by
+// bench/jax_deviceless_figures.py (run it again when the plugin changes).
 TEST(Deviceless, TheThreeStepsLaunchAndHoldNoMoreThanJaxs) {
   const std::string root = LMT_SOURCE_DIR;
   std::ifstream in(root + "/tests/data/deviceless/jax_h200.json");
@@ -189,13 +189,13 @@ TEST(Deviceless, BadTargetsAreOneMessageAndExitTwo) {
   };
   for (const Case& c : {
            Case{"", info + "a100",
-                "--target 'a100' is neither a target lmtrain knows (h100, h200)"},
+                "--target 'a100' is neither a target lmtrain knows (h100, h200, "},
            Case{"", info + not_a_target.string(), "is not a GPU target config"},
            Case{"LMTRAIN_VENV=" + empty.string() + " ", info + "h200",
                 "--target compiles through XLA's CUDA PJRT plugin, which is not in"},
            Case{"LMTRAIN_CUDA_DATA_DIR=" + empty.string() + " ", info + "h200", "no ptxas at"},
            Case{"", "info --model " + model.string() + " --target h200",
-                "--target compiles the step for a GPU: it goes with --pjrt"},
+                "--target compiles the step for a GPU or TPU: it goes with --pjrt"},
        }) {
     SCOPED_TRACE(c.args);
     const Result r = capture(c.env + LMT_BINARY + " " + c.args);

@@ -2,6 +2,8 @@
 // dense algebra, elementwise ops, embeddings, norms and RoPE.
 #include "backend/pjrt/backend.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -40,25 +42,59 @@ PjrtClientOptions client_options(const PjrtOptions& options) {
   return c;
 }
 
-// The client: on the plugin's devices, or (a compile target) on the CUDA plugin's topology of
-// the target's devices, as many on one host as the mesh names.
+// A target that names its devices must hold the mesh; a bare GPU (h100, h200, a file) is as
+// many of it on one host as the mesh names.
+void check_mesh_fits(const CompileTarget& t, const Mesh& mesh) {
+  if (t.devices > 0 && mesh.size() > t.devices)
+    throw UserError(fmt::format(
+        "parallel: the mesh data {} x fsdp {} x tensor {} needs {} devices; --target {} has {}",
+        mesh.axis_size("data"), mesh.axis_size("fsdp"), mesh.axis_size("tensor"), mesh.size(),
+        t.name, t.devices));
+}
+
+// A compile target's topology for its plugin.
+PjrtTarget topology_of(const CompileTarget& t, const Mesh& mesh, const std::string& plugin) {
+  PjrtTarget target;
+  if (t.platform == "tpu") {
+    target.name = t.topology;
+    target.options = t.options;
+    return target;
+  }
+  target.options = {
+      {"target_config", t.config},
+      {"topology", t.topology.empty() ? "1x1x" + std::to_string(mesh.size()) : t.topology}};
+  target.cuda_data_dir = resolve_cuda_data_dir(plugin);
+  target.count_launches = true;
+  return target;
+}
+
+// The client: on the plugin's devices, or (a compile target) on the topology of the target's
+// devices in its plugin (the CUDA plugin's, libtpu).
 PjrtClient make_client(const std::string& plugin_path, const PjrtOptions& options) {
   if (!options.target)
     return PjrtClient(resolve_pjrt_plugin_path(plugin_path), client_options(options));
-  const std::string cuda_plugin = resolve_cuda_plugin_path(plugin_path);
-  // The plugin logs each deviceless compile at INFO level; a user who wants it sets the level.
+  const CompileTarget& t = *options.target;
+  const bool tpu = t.platform == "tpu";
+  check_mesh_fits(t, options.mesh);  // before looking for the plugin
+  const std::string plugin =
+      tpu ? resolve_tpu_plugin_path(plugin_path, t.name) : resolve_cuda_plugin_path(plugin_path);
+  // The plugins log each deviceless compile at INFO level; a user who wants it sets the level.
   setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
-  PjrtTarget target;
-  target.config = options.target->config;
-  target.topology = "1x1x" + std::to_string(options.mesh.size());
-  target.cuda_data_dir = resolve_cuda_data_dir(cuda_plugin);
+  // Without a TPU here, libtpu would wait for the cloud's metadata server to describe the host
+  // (TPU_SKIP_MDS_QUERY), and warns unless told the slice and this host's place in it.
+  if (tpu) {
+    setenv("TPU_SKIP_MDS_QUERY", "1", /*overwrite=*/1);
+    setenv("TPU_ACCELERATOR_TYPE", t.accelerator_type.c_str(), /*overwrite=*/1);
+    setenv("TPU_WORKER_HOSTNAMES", "localhost", /*overwrite=*/1);
+    setenv("TPU_WORKER_ID", "0", /*overwrite=*/1);
+  }
   PjrtClientOptions c;
   c.mesh = options.mesh;
   c.devices = options.devices;
   try {
-    return PjrtClient(cuda_plugin, target, c);
+    return PjrtClient(plugin, topology_of(t, options.mesh, plugin), c);
   } catch (const UserError& e) {
-    throw UserError("--target " + options.target->name + ": " + e.what());
+    throw UserError("--target " + t.name + ": " + e.what());
   }
 }
 
@@ -96,7 +132,10 @@ DeviceInfo PjrtBackend::device() const {
   }
   d.programs = programs_.report();
   d.programs.attention = attention_;
-  if (target_) {  // what the CUDA plugin's allocator takes by default (GpuAllocatorConfig)
+  if (target_ && target_->platform == "tpu") {  // what libtpu's allocator may hand out
+    d.memory_bytes = client_.topology_memory_limit();
+    d.allocator_fraction = 1.0;
+  } else if (target_) {  // what the CUDA plugin's allocator takes by default (GpuAllocatorConfig)
     d.memory_bytes = target_->device_memory;
     d.allocator_fraction = kCudaPluginMemoryFraction;
   }

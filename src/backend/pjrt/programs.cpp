@@ -70,6 +70,7 @@ void PjrtPrograms::report(Compiled& c, const std::vector<ProgramArgument>& argum
   report_.last_arguments = arguments;
   report_.last_memory = c.memory;
   report_.last_launches = c.exe.launches();
+  report_.last_collectives = c.exe.collectives();
 }
 
 // LMTRAIN_PJRT_DUMP=DIR writes each program compiled to DIR/program_N.mlir (for reading, or for

@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
+#include <variant>
 
 #include "backend/pjrt/runtime/c_api.h"
+#include "backend/pjrt/runtime/collectives.h"
 #include "backend/pjrt/runtime/compile_options.h"
 #include "backend/pjrt/runtime/launches.h"
 #include "backend/pjrt/runtime/multiprocess.h"
@@ -52,15 +55,43 @@ int64_t device_id(const PjrtPlugin& plugin, PJRT_Device* device) {
   return description_id(plugin, description_of(plugin, device));
 }
 
-PJRT_NamedValue string_option(const std::string& name, const std::string& value) {
+// A create option as the C API takes it; it points into `o`, which must outlive it.
+PJRT_NamedValue named_value(const TopologyOption& o) {
   PJRT_NamedValue v{};
   v.struct_size = PJRT_NamedValue_STRUCT_SIZE;
-  v.name = name.c_str();
-  v.name_size = name.size();
-  v.type = PJRT_NamedValue_kString;
-  v.string_value = value.c_str();
-  v.value_size = value.size();
+  v.name = o.name.c_str();
+  v.name_size = o.name.size();
+  if (const auto* text = std::get_if<std::string>(&o.value)) {
+    v.type = PJRT_NamedValue_kString;
+    v.string_value = text->c_str();
+    v.value_size = text->size();
+  } else if (const auto* n = std::get_if<int64_t>(&o.value)) {
+    v.type = PJRT_NamedValue_kInt64;
+    v.int64_value = *n;
+    v.value_size = 1;
+  } else {
+    const auto& list = std::get<std::vector<int64_t>>(o.value);
+    v.type = PJRT_NamedValue_kInt64List;
+    v.int64_array_value = list.data();
+    v.value_size = list.size();
+  }
   return v;
+}
+
+// A device description's integer attribute `name` (libtpu's device_memory_bytes_limit), or 0.
+int64_t description_int(const PjrtPlugin& plugin, PJRT_DeviceDescription* description,
+                        std::string_view name) {
+  PJRT_DeviceDescription_Attributes_Args args{};
+  args.struct_size = PJRT_DeviceDescription_Attributes_Args_STRUCT_SIZE;
+  args.device_description = description;
+  plugin.check(plugin.api()->PJRT_DeviceDescription_Attributes(&args),
+               "PJRT_DeviceDescription_Attributes");
+  for (size_t i = 0; i < args.num_attributes; ++i) {
+    const PJRT_NamedValue& a = args.attributes[i];
+    if (std::string_view(a.name, a.name_size) == name && a.type == PJRT_NamedValue_kInt64)
+      return a.int64_value;
+  }
+  return 0;
 }
 
 // A directory of its own for XLA's dump of one compile, removed with this object; under
@@ -180,13 +211,14 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtTarget& target,
   const PjrtPlugin& plugin = load_pjrt_plugin(plugin_path);
   const PJRT_Api* api = plugin.api();
   session_ = std::make_shared<PjrtSession>(plugin);
-  static const std::string kConfig = "target_config", kTopology = "topology";
-  PJRT_NamedValue opts[2] = {string_option(kConfig, target.config),
-                             string_option(kTopology, target.topology)};
+  std::vector<PJRT_NamedValue> opts;
+  for (const TopologyOption& o : target_.options) opts.push_back(named_value(o));
   PJRT_TopologyDescription_Create_Args create{};
   create.struct_size = PJRT_TopologyDescription_Create_Args_STRUCT_SIZE;
-  create.create_options = opts;
-  create.num_options = 2;
+  create.topology_name = target_.name.c_str();
+  create.topology_name_size = target_.name.size();
+  create.create_options = opts.data();
+  create.num_options = opts.size();
   plugin.check(api->PJRT_TopologyDescription_Create(&create), "PJRT_TopologyDescription_Create");
   session_->topology = create.topology;
 
@@ -203,12 +235,14 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtTarget& target,
   plugin.check(api->PJRT_TopologyDescription_GetDeviceDescriptions(&devices),
                "PJRT_TopologyDescription_GetDeviceDescriptions");
   if (devices.num_descriptions == 0)
-    throw UserError("PJRT plugin " + plugin.path() + ": the topology " + target.topology +
+    throw UserError("PJRT plugin " + plugin.path() + ": the topology " + target.name +
                     " has no device");
   device_count_ = devices.num_descriptions;
   for (size_t i = 0; i < devices.num_descriptions; ++i)
     device_ids_.push_back(description_id(plugin, devices.descriptions[i]));
   device_kind_ = description_kind(plugin, devices.descriptions[0]);
+  topology_memory_limit_ =
+      description_int(plugin, devices.descriptions[0], "device_memory_bytes_limit");
   choose_mesh_devices(options);
 }
 
@@ -273,9 +307,9 @@ PjrtExecutable PjrtClient::compile(const std::string& mlir, const CompileSetting
   return result;
 }
 
-// PJRT_Compile for the topology, XLA dumping what it compiled (the thunk sequence) into a
-// directory of its own, from which the launches are counted; the plugin finds ptxas and libdevice
-// in the target's CUDA data directory.
+// PJRT_Compile for the topology, XLA dumping what it compiled (the optimized program; for a GPU
+// the thunk sequence) into a directory of its own, from which the collectives and the launches
+// are counted; the CUDA plugin finds ptxas and libdevice in the target's CUDA data directory.
 PjrtExecutable PjrtClient::compile_deviceless(const std::string& mlir,
                                               CompileSettings settings) const {
   const PjrtPlugin& plugin = session_->plugin;
@@ -300,7 +334,8 @@ PjrtExecutable PjrtClient::compile_deviceless(const std::string& mlir,
   PjrtExecutable result(session_, args.executable, 0);
 
   result.num_outputs_ = num_outputs(plugin, args.executable);
-  result.launches_ = kernel_launches_in(dump.path());
+  if (target_.count_launches) result.launches_ = kernel_launches_in(dump.path());
+  result.collectives_ = collectives_in(dump.path());
   return result;
 }
 

@@ -50,9 +50,12 @@ struct PjrtClientOptions {
 
 // What a deviceless client compiles for: the plugin's topology of devices it does not have.
 struct PjrtTarget {
-  std::string config;               // XLA's target config, as text (CompileTarget::config)
-  std::string topology = "1x1x1";   // slices x hosts per slice x devices per host
-  std::string cuda_data_dir;        // where ptxas and libdevice are (xla_gpu_cuda_data_dir)
+  // The topology's name where the plugin takes one (libtpu: "v5e:2x2"; "" for the CUDA plugin)
+  // and its create options (the CUDA plugin: target_config and topology).
+  std::string name;
+  std::vector<TopologyOption> options;
+  std::string cuda_data_dir;  // where ptxas and libdevice are (xla_gpu_cuda_data_dir); "" for none
+  bool count_launches = false;  // count each program's kernel launches (XLA's GPU thunk sequence)
 };
 
 class PjrtClient {
@@ -60,10 +63,11 @@ class PjrtClient {
   // Loads the plugin (load_pjrt_plugin) and creates a client.
   explicit PjrtClient(const std::string& plugin_path, const PjrtClientOptions& options = {});
   // Loads the plugin and creates, instead of a client, its topology for `target`
-  // (PJRT_TopologyDescription_Create with target_config and topology): programs are compiled for
-  // those devices (PJRT_Compile without a client) and never run; each compile counts its kernel
-  // launches (PjrtExecutable::launches) from XLA's dump. A target the plugin cannot read is a
-  // UserError carrying its diagnostic.
+  // (PJRT_TopologyDescription_Create): programs are compiled for those devices (PJRT_Compile
+  // without a client) and never run; each compile counts the collectives of XLA's optimized
+  // program (PjrtExecutable::collectives) and, for a GPU, its kernel launches
+  // (PjrtExecutable::launches) from XLA's dump. A target the plugin cannot read is a UserError
+  // carrying its diagnostic.
   PjrtClient(const std::string& plugin_path, const PjrtTarget& target,
              const PjrtClientOptions& options);
   bool deviceless() const;
@@ -74,6 +78,9 @@ class PjrtClient {
   const std::string& platform_name() const { return platform_name_; }
   const std::string& device_kind() const { return device_kind_; }
   size_t device_count() const { return device_count_; }  // addressable devices
+  // What the allocator of a topology's device may hand out (libtpu's device attribute
+  // device_memory_bytes_limit), bytes; 0 where the plugin does not say or for a real client.
+  int64_t topology_memory_limit() const { return topology_memory_limit_; }
   // The addressable devices' ids (PJRT_DeviceDescription_Id), in the plugin's order: what a
   // compiled program's device assignment names.
   const std::vector<int64_t>& device_ids() const { return device_ids_; }
@@ -104,6 +111,7 @@ class PjrtClient {
   PjrtTarget target_;
   std::string platform_name_, device_kind_;
   size_t device_count_ = 0;
+  int64_t topology_memory_limit_ = 0;
   std::vector<int64_t> device_ids_;
   std::vector<int64_t> mesh_device_ids_;
 };

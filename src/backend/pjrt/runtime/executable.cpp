@@ -20,6 +20,7 @@ PjrtExecutable& PjrtExecutable::operator=(PjrtExecutable&& o) noexcept {
     unloaded_ = std::exchange(o.unloaded_, nullptr);
     num_outputs_ = o.num_outputs_;
     launches_ = std::move(o.launches_);
+    collectives_ = std::move(o.collectives_);
   }
   return *this;
 }

@@ -64,13 +64,16 @@ class PjrtExecutable {
         executable_(std::exchange(o.executable_, nullptr)),
         unloaded_(std::exchange(o.unloaded_, nullptr)),
         num_outputs_(o.num_outputs_),
-        launches_(std::move(o.launches_)) {}
+        launches_(std::move(o.launches_)),
+        collectives_(std::move(o.collectives_)) {}
   PjrtExecutable& operator=(PjrtExecutable&& o) noexcept;
   ~PjrtExecutable() { reset(); }
 
   size_t num_outputs() const { return num_outputs_; }
   // The kernels one run launches, where the compile counted them (a deviceless GPU compile).
   const std::optional<KernelLaunches>& launches() const { return launches_; }
+  // The collectives of XLA's optimized program, where the compile counted them (deviceless).
+  const std::optional<Collectives>& collectives() const { return collectives_; }
 
   // The plugin's account of the program's memory (PJRT_Executable_GetCompiledMemoryStats), or
   // nullopt for a plugin that has none (the entry point missing, or an error in its place).
@@ -107,6 +110,7 @@ class PjrtExecutable {
   PJRT_Executable* unloaded_ = nullptr;  // a deviceless compile's, instead
   size_t num_outputs_ = 0;
   std::optional<KernelLaunches> launches_;
+  std::optional<Collectives> collectives_;
 };
 
 }  // namespace lmt

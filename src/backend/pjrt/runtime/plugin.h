@@ -30,6 +30,11 @@ std::string resolve_cuda_plugin_path(const std::string& explicit_path);
 // $LMTRAIN_CUDA_DATA_DIR, else the site-packages/nvidia/cu13 beside the plugin's wheel, where
 // the nvidia-cuda-nvcc and nvidia-nvvm wheels put them. UserError naming what is missing.
 std::string resolve_cuda_data_dir(const std::string& plugin_path);
+// libtpu, which a compile for a TPU target goes through: `explicit_path` when not empty, else
+// the one the libtpu wheel installs into lmtrain's environment
+// (<venv>/lib/python3*/site-packages/libtpu/libtpu.so). UserError naming `target` and saying how
+// to get it when there is none.
+std::string resolve_tpu_plugin_path(const std::string& explicit_path, const std::string& target);
 
 class PjrtPlugin {
  public:

@@ -32,6 +32,7 @@ std::string find_in_venv(const fs::path& venv, const std::string& in_site_packag
 
 const char kCpuPlugin[] = "xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so";
 const char kCudaPlugin[] = "jax_plugins/xla_cuda13/xla_cuda_plugin.so";
+const char kTpuPlugin[] = "libtpu/libtpu.so";
 
 }  // namespace
 
@@ -56,6 +57,18 @@ std::string resolve_cuda_plugin_path(const std::string& explicit_path) {
     throw UserError("--target compiles through XLA's CUDA PJRT plugin, which is not in " +
                     venv.string() + "/lib/python3*/site-packages/" + kCudaPlugin +
                     " (scripts/setup.sh installs it: the jax-cuda13-pjrt wheel); or name it in "
+                    "train.pjrt_plugin");
+  return found;
+}
+
+std::string resolve_tpu_plugin_path(const std::string& explicit_path, const std::string& target) {
+  if (!explicit_path.empty()) return explicit_path;
+  const fs::path venv = default_venv();
+  std::string found = find_in_venv(venv, kTpuPlugin);
+  if (found.empty())
+    throw UserError("--target " + target + " compiles through libtpu, which is not in " +
+                    venv.string() + "/lib/python3*/site-packages/" + kTpuPlugin +
+                    " (scripts/setup.sh installs it: the libtpu wheel); or name it in "
                     "train.pjrt_plugin");
   return found;
 }

@@ -1,0 +1,214 @@
+// Counting a program's collectives from XLA's optimized HLO text (see collectives.h). The text is
+// a list of computations,
+//   %body.3 (p: (s32[], bf16[8,64])) -> (s32[], bf16[8,64]) {
+//     %all-gather.1 = bf16[16,64]{1,0} all-gather(bf16[8,64]{1,0} %x), channel_id=1, ...
+//   }
+//   ENTRY %main.9 (...) -> ... {
+//     %while.2 = (s32[], bf16[8,64]) while(...), condition=%cond.4, body=%body.3,
+//         backend_config={"known_trip_count":{"n":"8"}}
+//   }
+// each instruction one line. A computation runs as often as the instructions that call it: a
+// loop's body and condition its trip count times, anything else (fusions, async wrappers, calls,
+// a conditional's branches: each counted) once per call.
+#include "backend/pjrt/runtime/collectives.h"
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace lmt {
+
+namespace {
+
+// The kinds counted, by the opcode of the instruction that completes them: a synchronous
+// collective, or an asynchronous pair's -done (its -start is not counted).
+std::string collective_kind(const std::string& opcode) {
+  static const char* const kKinds[] = {
+      "all-gather",         "all-reduce",           "reduce-scatter",   "all-to-all",
+      "collective-permute", "collective-broadcast", "ragged-all-to-all"};
+  for (const char* k : kKinds) {
+    const std::string kind = k;
+    if (opcode == kind || opcode == kind + "-done") return kind;
+  }
+  return "";
+}
+
+struct Instruction {
+  std::string kind;  // a collective's, or ""
+  int64_t bytes = 0;
+  std::vector<std::pair<std::string, int64_t>> calls;  // computations called, times per call
+  bool loop_without_trip_count = false;
+};
+
+// One instruction line: its result shape and opcode ("%x = bf16[2]{0} all-gather(...), ..."),
+// the shape a tuple in parentheses where it is one. False for a line that is none.
+bool parse_instruction(const std::string& line, std::string* shape, std::string* opcode) {
+  const size_t eq = line.find(" = ");
+  if (eq == std::string::npos) return false;
+  size_t at = eq + 3, end = at;
+  if (at < line.size() && line[at] == '(') {  // a tuple: to its closing parenthesis
+    int depth = 0;
+    for (; end < line.size(); ++end) {
+      if (line[end] == '(') ++depth;
+      if (line[end] == ')' && --depth == 0) break;
+    }
+    ++end;
+  } else {
+    end = line.find(' ', at);
+  }
+  if (end == std::string::npos || end >= line.size()) return false;
+  *shape = line.substr(at, end - at);
+  size_t op = end + 1, paren = line.find('(', op);
+  if (paren == std::string::npos) return false;
+  *opcode = line.substr(op, paren - op);
+  return !opcode->empty() && opcode->find(' ') == std::string::npos;
+}
+
+Instruction read_instruction(const std::string& line) {
+  Instruction ins;
+  std::string shape, opcode;
+  if (!parse_instruction(line, &shape, &opcode)) return ins;
+  ins.kind = collective_kind(opcode);
+  if (!ins.kind.empty()) ins.bytes = hlo_shape_bytes(shape);
+  int64_t trips = 1;
+  if (opcode == "while") {
+    static const std::regex kTrips(R"re("known_trip_count":\{"n":"([0-9]+)")re");
+    std::smatch t;
+    if (std::regex_search(line, t, kTrips))
+      trips = std::stoll(t[1].str());
+    else
+      ins.loop_without_trip_count = true;
+  }
+  static const std::regex kCall(
+      R"re((condition|body|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+))re");
+  static const std::regex kCallList(R"re((?:calls|branch_computations)=\{([^}]*)\})re");
+  static const std::regex kName(R"re(%?([\w.\-]+))re");
+  const bool calls =
+      line.find("condition=") != std::string::npos || line.find("calls=") != std::string::npos ||
+      line.find("to_apply=") != std::string::npos || line.find("_computation") != std::string::npos;
+  if (!calls) return ins;
+  for (auto it = std::sregex_iterator(line.begin(), line.end(), kCall);
+       it != std::sregex_iterator(); ++it) {
+    const std::string role = (*it)[1].str();
+    ins.calls.emplace_back((*it)[2].str(), role == "body" || role == "condition" ? trips : 1);
+  }
+  for (auto it = std::sregex_iterator(line.begin(), line.end(), kCallList);
+       it != std::sregex_iterator(); ++it) {
+    const std::string list = (*it)[1].str();
+    for (auto n = std::sregex_iterator(list.begin(), list.end(), kName);
+         n != std::sregex_iterator(); ++n)
+      ins.calls.emplace_back((*n)[1].str(), 1);
+  }
+  return ins;
+}
+
+struct Module {
+  std::map<std::string, std::vector<Instruction>> computations;
+  std::string entry;
+};
+
+Module read_module(const std::string& hlo) {
+  Module m;
+  static const std::regex kHeader(R"re(^(ENTRY\s+)?%?([\w.\-]+)\s+\(.*\{\s*$)re");
+  std::istringstream in(hlo);
+  std::vector<Instruction>* current = nullptr;
+  for (std::string line; std::getline(in, line);) {
+    std::smatch h;
+    if (!line.empty() && line[0] != ' ' && std::regex_match(line, h, kHeader)) {
+      current = &m.computations[h[2].str()];
+      if (h[1].matched) m.entry = h[2].str();
+      continue;
+    }
+    if (line == "}") {
+      current = nullptr;
+      continue;
+    }
+    if (current) current->push_back(read_instruction(line));
+  }
+  return m;
+}
+
+// The collectives of one run of computation `name` and all it calls (memoized by name).
+const Collectives& run_of(const Module& m, const std::string& name,
+                          std::map<std::string, Collectives>& memo, int depth) {
+  if (const auto it = memo.find(name); it != memo.end()) return it->second;
+  Collectives c;
+  LMT_CHECK(depth < 1000, "HLO computations call each other too deeply at " + name);
+  if (const auto comp = m.computations.find(name); comp != m.computations.end()) {
+    for (const Instruction& ins : comp->second) {
+      if (!ins.kind.empty()) {
+        Collectives::Kind& k = c.by_kind[ins.kind];
+        k.count += 1;
+        k.bytes += ins.bytes;
+      }
+      c.loops_without_trip_count += ins.loop_without_trip_count;
+      for (const auto& [callee, times] : ins.calls) {
+        const Collectives& sub = run_of(m, callee, memo, depth + 1);
+        for (const auto& [kind, k] : sub.by_kind) {
+          c.by_kind[kind].count += times * k.count;
+          c.by_kind[kind].bytes += times * k.bytes;
+        }
+        c.loops_without_trip_count += sub.loops_without_trip_count;
+      }
+    }
+  }
+  return memo[name] = std::move(c);
+}
+
+bool ends_with(const std::string& s, const std::string& end) {
+  return s.size() >= end.size() && s.compare(s.size() - end.size(), end.size(), end) == 0;
+}
+
+}  // namespace
+
+int64_t hlo_shape_bytes(const std::string& shape) {
+  static const std::regex kArray(R"re(\b([a-z]+)([0-9]*)(?:[a-z][a-z0-9]*)?\[([0-9,]*)\])re");
+  int64_t total = 0;
+  for (auto it = std::sregex_iterator(shape.begin(), shape.end(), kArray);
+       it != std::sregex_iterator(); ++it) {
+    const std::string type = (*it)[1].str(), bits_text = (*it)[2].str(), dims = (*it)[3].str();
+    int64_t bits = 8;  // pred
+    if (!bits_text.empty()) bits = std::stoll(bits_text);
+    if (type == "token") continue;
+    int64_t elements = 1;
+    std::istringstream d(dims);
+    for (std::string x; std::getline(d, x, ',');)
+      if (!x.empty()) elements *= std::stoll(x);
+    total += (elements * bits + 7) / 8;
+  }
+  return total;
+}
+
+Collectives collectives(const std::string& optimized_hlo) {
+  const Module m = read_module(optimized_hlo);
+  std::map<std::string, Collectives> memo;
+  Collectives c = m.entry.empty() ? Collectives{} : run_of(m, m.entry, memo, 0);
+  for (const auto& [name, instructions] : m.computations)
+    for (const Instruction& ins : instructions)
+      if (!ins.kind.empty()) ++c.by_kind[ins.kind].static_count;
+  return c;
+}
+
+Collectives collectives_in(const std::filesystem::path& dump_dir) {
+  std::error_code ec;
+  std::filesystem::path best;
+  uintmax_t best_size = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dump_dir, ec)) {
+    if (!ends_with(e.path().filename().string(), "after_optimizations.txt")) continue;
+    const uintmax_t size = e.file_size(ec);
+    if (!ec && size >= best_size) best = e.path(), best_size = size;
+  }
+  if (best.empty())
+    throw UserError("XLA's dump in " + dump_dir.string() +
+                    " has no *after_optimizations.txt (the optimized program)");
+  std::ifstream f(best, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return collectives(s.str());
+}
+
+}  // namespace lmt

@@ -1,0 +1,234 @@
+// Compiling a sharded step for hardware that is not here: TPU slices through libtpu and several
+// GPUs through XLA's CUDA PJRT plugin, from a topology and no client (`--target v5e:2x2`,
+// `--target h200x4`). The target names (Cloud TPU's slice names and libtpu's topologies, GPUs a
+// host and hosts), the collectives counted from XLA's optimized program (checked on a
+// hand-written module), a small fsdp 2 x tensor 2 step compiled for a v5e 2x2 and for 4 H200s,
+// and bad input (an unknown target, a mesh larger than the target, no libtpu): one message and
+// exit 2. libtpu and the CUDA plugin come from the environment scripts/setup.sh makes; without
+// them the compiles fail and say so.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend/pjrt/runtime/collectives.h"
+#include "cli/cli_util.h"
+#include "core/error.h"
+#include "train/bench.h"
+#include "train/run_config.h"
+
+namespace lmt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A small Llama on a data 1 x fsdp 2 x tensor 2 mesh, bf16.
+RunConfig small_mesh_llama() {
+  RunConfig cfg;
+  ModelConfig& m = cfg.model;
+  m.family = "llama";
+  m.vocab_size = 512, m.hidden_size = 128, m.intermediate_size = 256;
+  m.num_hidden_layers = 2, m.num_attention_heads = 4, m.num_key_value_heads = 2;
+  m.max_position_embeddings = 256;
+  cfg.data.seq_len = 64;
+  cfg.data.store = "unused";  // bench feeds random tokens
+  cfg.train.micro_batch_size = 4;
+  cfg.train.precision = "bf16";
+  cfg.train.backend = "pjrt";
+  cfg.parallel.fsdp = 2;
+  cfg.parallel.tensor = 2;
+  cfg.validate();
+  return cfg;
+}
+
+std::string option_text(const CompileTarget& t, const std::string& name) {
+  for (const TopologyOption& o : t.options) {
+    if (o.name != name) continue;
+    if (const auto* s = std::get_if<std::string>(&o.value)) return *s;
+    if (const auto* n = std::get_if<int64_t>(&o.value)) return std::to_string(*n);
+    std::string list;
+    for (int64_t x : std::get<std::vector<int64_t>>(o.value))
+      list += (list.empty() ? "" : ",") + std::to_string(x);
+    return list;
+  }
+  return "(none)";
+}
+
+TEST(DevicelessMesh, TargetsNameTpuSlicesAndGpuHosts) {
+  struct Case {
+    std::string target, platform, topology;
+    int64_t devices;
+    std::string chip_config, host_bounds, accelerator;
+  };
+  for (const Case& c : {
+           Case{"v4-8", "tpu", "v4:2x2x1", 4, "megacore", "2,2,1", "v4-8"},
+           Case{"v4-32", "tpu", "v4:2x2x4", 16, "megacore", "2,2,1", "v4-32"},
+           Case{"v5p-64", "tpu", "v5:2x4x4", 32, "megacore", "2,2,1", "v5p-64"},
+           Case{"v5e-8", "tpu", "v5e:2x4", 8, "default", "2,4,1", "v5litepod-8"},
+           Case{"v6e-8", "tpu", "v6e:2x4", 8, "default", "2,4,1", "v6e-8"},
+           Case{"v6e-16", "tpu", "v6e:4x4", 16, "default", "2,2,1", "v6e-16"},
+           Case{"v4:2x2x1", "tpu", "v4:2x2x1", 4, "megacore", "2,2,1", "v4-8"},
+           Case{"v5:2x2x1", "tpu", "v5:2x2x1", 4, "megacore", "2,2,1", "v5p-8"},
+           Case{"V5E:2x2", "tpu", "v5e:2x2", 4, "default", "2,2,1", "v5litepod-4"},
+           Case{"v6e:2x2", "tpu", "v6e:2x2", 4, "default", "2,2,1", "v6e-4"},
+           Case{"h100x8", "cuda", "1x1x8", 8, "(none)", "(none)", ""},
+           Case{"h200x4", "cuda", "1x1x4", 4, "(none)", "(none)", ""},
+           Case{"2xh100x8", "cuda", "1x2x8", 16, "(none)", "(none)", ""},
+           Case{"h200", "cuda", "", 0, "(none)", "(none)", ""},
+       }) {
+    SCOPED_TRACE(c.target);
+    const CompileTarget t = compile_target(c.target, "--target");
+    EXPECT_EQ(t.platform, c.platform);
+    EXPECT_EQ(t.topology, c.topology);
+    EXPECT_EQ(t.devices, c.devices);
+    EXPECT_EQ(option_text(t, "chip_config_name"), c.chip_config);
+    EXPECT_EQ(option_text(t, "chips_per_host_bounds"), c.host_bounds);
+    EXPECT_EQ(t.accelerator_type, c.accelerator);
+    EXPECT_EQ(t.platform == "cuda", !t.config.empty());  // the GPU's target config
+  }
+  for (const char* bad : {"v4-6", "v4-4", "v5e-3", "v5e:2x2x2", "v4:2x2", "h100x9", "0xh100x8"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THROW(compile_target(bad, "--target"), UserError);
+  }
+}
+
+// A module as XLA writes it: the entry calls a loop of 3 trips whose body holds an all-gather and
+// an asynchronous all-reduce (start and done: one), and a fusion holding an all-to-all of two
+// arrays; the entry's own collective-permute is asynchronous too. Layouts with TPU tiles.
+TEST(DevicelessMesh, CollectivesCountLoopsByTheirTripsAndPairsOnce) {
+  const std::string hlo =
+      "HloModule jit_main, entry_computation_layout={(bf16[8,64]{1,0})->bf16[8,64]{1,0}}\n"
+      "\n"
+      "%body.3 (p: (s32[], bf16[8,64])) -> (s32[], bf16[8,64]) {\n"
+      "  %p = (s32[], bf16[8,64]{1,0}) parameter(0)\n"
+      "  %x = bf16[8,64]{1,0:T(8,128)(2,1)} get-tuple-element(%p), index=1\n"
+      "  %all-gather.1 = bf16[16,64]{1,0:T(8,128)(2,1)} all-gather(%x), channel_id=1, "
+      "replica_groups=[2,2]<=[4], dimensions={0}\n"
+      "  %all-reduce-start.2 = f32[8,64]{1,0} all-reduce-start(%y), channel_id=2, "
+      "to_apply=%add\n"
+      "  %all-reduce-done.2 = f32[8,64]{1,0} all-reduce-done(%all-reduce-start.2)\n"
+      "  ROOT %t = (s32[], bf16[8,64]{1,0}) tuple(%i, %x)\n"
+      "}\n"
+      "\n"
+      "%add (a: f32[], b: f32[]) -> f32[] {\n"
+      "  ROOT %s = f32[] add(%a, %b)\n"
+      "}\n"
+      "\n"
+      "%cond.4 (p: (s32[], bf16[8,64])) -> pred[] {\n"
+      "  ROOT %lt = pred[] compare(%i, %n), direction=LT\n"
+      "}\n"
+      "\n"
+      "%fused_a2a (q: bf16[4,64]) -> (bf16[4,64], bf16[4,64]) {\n"
+      "  ROOT %all-to-all.7 = (bf16[4,64]{1,0}, bf16[4,64]{1,0}) all-to-all(%q, %q), "
+      "channel_id=3, replica_groups={{0,1},{2,3}}\n"
+      "}\n"
+      "\n"
+      "ENTRY %main.9 (a: bf16[8,64]) -> bf16[8,64] {\n"
+      "  %while.2 = (s32[], bf16[8,64]{1,0}) while(%init), condition=%cond.4, body=%body.3, "
+      "backend_config={\"known_trip_count\":{\"n\":\"3\"}}\n"
+      "  %fusion.1 = (bf16[4,64]{1,0}, bf16[4,64]{1,0}) fusion(%q), kind=kCustom, "
+      "calls=%fused_a2a\n"
+      "  %collective-permute-start.1 = (bf16[8,64]{1,0}, bf16[8,64]{1,0}, u32[], u32[]) "
+      "collective-permute-start(%a), channel_id=4, source_target_pairs={{0,1},{1,0}}\n"
+      "  ROOT %collective-permute-done.1 = bf16[8,64]{1,0} "
+      "collective-permute-done(%collective-permute-start.1)\n"
+      "}\n";
+  const Collectives c = collectives(hlo);
+  EXPECT_EQ(c.loops_without_trip_count, 0);
+  ASSERT_EQ(c.by_kind.size(), 4u);
+  EXPECT_EQ(c.by_kind.at("all-gather").count, 3);
+  EXPECT_EQ(c.by_kind.at("all-gather").static_count, 1);
+  EXPECT_EQ(c.by_kind.at("all-gather").bytes, 3 * 16 * 64 * 2);
+  EXPECT_EQ(c.by_kind.at("all-reduce").count, 3);
+  EXPECT_EQ(c.by_kind.at("all-reduce").bytes, 3 * 8 * 64 * 4);
+  EXPECT_EQ(c.by_kind.at("all-to-all").count, 1);
+  EXPECT_EQ(c.by_kind.at("all-to-all").bytes, 2 * 4 * 64 * 2);
+  EXPECT_EQ(c.by_kind.at("collective-permute").count, 1);
+  EXPECT_EQ(c.by_kind.at("collective-permute").bytes, 8 * 64 * 2);
+
+  EXPECT_EQ(hlo_shape_bytes("pred[3]{0}"), 3);
+  EXPECT_EQ(hlo_shape_bytes("(f8e4m3fn[4]{0}, s32[], token[])"), 4 + 4);
+  EXPECT_EQ(hlo_shape_bytes("c64[2]"), 16);
+}
+
+int64_t count_of(const nlohmann::json& p, const std::string& kind) {
+  const nlohmann::json& by = p.at("collectives").at("by_kind");
+  return by.contains(kind) ? by.at(kind).at("count").get<int64_t>() : 0;
+}
+
+// The step on fsdp 2 x tensor 2 gathers the fsdp-sharded weights and sums over the mesh (the
+// tensor-parallel partial products, the gradients' statistics): both kinds appear on either
+// target, the per-device memory is XLA's for one of the four devices, against the device's.
+void expect_sharded_step(const nlohmann::json& p, int64_t device_bytes) {
+  const nlohmann::json& m = p.at("step_memory");
+  EXPECT_GT(m.at("argument_bytes").get<int64_t>(), 0);
+  EXPECT_GT(m.at("temp_bytes").get<int64_t>(), 0);
+  const nlohmann::json& fit = p.at("device_fit");
+  EXPECT_EQ(fit.at("device_bytes").get<int64_t>(), device_bytes);
+  EXPECT_TRUE(fit.at("fits").get<bool>());
+  EXPECT_GT(count_of(p, "all-gather"), 0);
+  EXPECT_GT(count_of(p, "all-reduce"), 0);
+  EXPECT_EQ(p.at("collectives").at("loops_without_trip_count").get<int64_t>(), 0);
+  std::printf("%s: arguments %lld, temporaries %lld bytes a device; collectives %s\n",
+              p.at("device_kind").get<std::string>().c_str(),
+              static_cast<long long>(m.at("argument_bytes").get<int64_t>()),
+              static_cast<long long>(m.at("temp_bytes").get<int64_t>()),
+              p.at("collectives").at("by_kind").dump().c_str());
+}
+
+TEST(DevicelessMesh, AShardedStepCompilesForATpuV5e2x2) {
+  const CompileTarget t = compile_target("v5e:2x2", "--target");
+  const nlohmann::json p = run_bench(small_mesh_llama(), 0, true, t).at("pjrt");
+  EXPECT_EQ(p.at("platform"), "tpu");
+  EXPECT_EQ(p.at("device_kind"), "TPU v5 lite");
+  // libtpu's device_memory_bytes_limit for a v5e: 15.75 GiB of its 16 GiB HBM.
+  const int64_t limit = p.at("device_fit").at("device_bytes").get<int64_t>();
+  EXPECT_GT(limit, int64_t{15} << 30);
+  EXPECT_LE(limit, int64_t{16} << 30);
+  expect_sharded_step(p, limit);
+  EXPECT_FALSE(p.contains("launches"));  // kernels are counted from a GPU's thunks only
+}
+
+TEST(DevicelessMesh, AShardedStepCompilesForFourH200s) {
+  const CompileTarget t = compile_target("h200x4", "--target");
+  const nlohmann::json p = run_bench(small_mesh_llama(), 0, true, t).at("pjrt");
+  EXPECT_EQ(p.at("platform"), "cuda");
+  EXPECT_EQ(p.at("device_kind"), "NVIDIA H200 141GB HBM3e");
+  expect_sharded_step(p, t.device_memory);
+  EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
+}
+
+TEST(DevicelessMesh, BadInputIsOneMessageAndExitTwo) {
+  const fs::path empty =
+      fs::temp_directory_path() / ("lmt_deviceless_mesh_" + std::to_string(getpid()));
+  fs::create_directories(empty);
+  const std::string demo = std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml";
+  const std::string bench = "bench --config " + demo + " --target ";
+  struct Case {
+    std::string env, args, says;
+  };
+  for (const Case& c : {
+           Case{"", bench + "v7-8", "--target 'v7-8' is neither a target lmtrain knows"},
+           Case{"", bench + "v4-6", "a v4 slice has a power of two of TensorCores"},
+           Case{"", bench + "v5e:2x2 --set parallel.fsdp=8",
+                "parallel: the mesh data 1 x fsdp 8 x tensor 1 needs 8 devices; --target "
+                "v5e:2x2 has 4"},
+           Case{"", bench + "2xh100x8 --set parallel.fsdp=32 --set train.micro_batch_size=32",
+                "--target 2xh100x8 has 16"},
+           Case{"LMTRAIN_VENV=" + empty.string() + " ", bench + "v5e-8",
+                "--target v5e-8 compiles through libtpu, which is not in"},
+       }) {
+    SCOPED_TRACE(c.args);
+    const Result r = capture(c.env + LMT_BINARY + " " + c.args);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(c.says), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
+  }
+  fs::remove_all(empty);
+}
+
+}  // namespace
+}  // namespace lmt
