@@ -162,10 +162,11 @@ Run add_info(CLI::App& app) {
   app.add_option("--pjrt-plugin", o->pjrt_plugin,
                  "the plugin of --pjrt (default: LMTRAIN_PJRT_PLUGIN, else XLA's CPU plugin)");
   app.add_option("--target", o->target,
-                 "with --pjrt: compile the (single-device) step for hardware that is not here, as "
-                 "bench --target names it (h100, h200, a GpuTargetConfigProto file; v5e-8, "
-                 "v5e:2x2, ... through libtpu); says whether the step fits the device, its "
-                 "collectives and, for a GPU, the kernels it launches");
+                 "with --pjrt: compile the step for hardware that is not here, as bench --target "
+                 "names it (h100, h200, h100x8, a GpuTargetConfigProto file; v5e-8, v5e:2x2, ... "
+                 "through libtpu), for the mesh of --mesh / --chips where one is planned; says "
+                 "whether the step fits the device, its collectives and, for a GPU, the kernels "
+                 "it launches");
   app.add_flag("--json", o->json, "print one JSON object");
   const std::shared_ptr<MeshOptions> mo = add_mesh_options(app);
   mo->micro_batch = micro_batch;
@@ -204,6 +205,14 @@ Run add_info(CLI::App& app) {
     }
     run.train.precision = o->precision;
     run.train.loss_chunk_tokens = o->loss_chunk;
+    // A target and a planned mesh: the step is compiled for that mesh of the target's devices,
+    // its memory and collectives per device beside the plan's.
+    const bool target_mesh = target && mo->planning();
+    if (target_mesh) {
+      run.parallel.data = mesh.axis_size("data");
+      run.parallel.fsdp = mesh.axis_size("fsdp");
+      run.parallel.tensor = mesh.axis_size("tensor");
+    }
     shape.seq_len = T;
     shape.checkpointing = o->checkpointing;
     shape.bf16 = o->precision == "bf16";
@@ -363,7 +372,12 @@ Run add_info(CLI::App& app) {
           "on pjrt ({}, {}{}), as XLA plans the compiled step: arguments {}, temporaries {}, "
           "total {} (compiled in {:.1f} s, not run)\n",
           p["platform"].get<std::string>(), p["device_kind"].get<std::string>(),
-          target ? ", deviceless: target " + target->name : "",
+          !target       ? ""
+          : target_mesh ? fmt::format(", deviceless: target {}, per device of the mesh data {} x "
+                                      "fsdp {} x tensor {}",
+                                      target->name, mesh.axis_size("data"), mesh.axis_size("fsdp"),
+                                      mesh.axis_size("tensor"))
+                        : ", deviceless: target " + target->name,
           format_bytes(p["argument_bytes"].get<uint64_t>()),
           format_bytes(p["temp_bytes"].get<uint64_t>()),
           format_bytes(p["total_bytes"].get<uint64_t>()), p["compile_seconds"].get<double>());

@@ -201,6 +201,34 @@ TEST(DevicelessMesh, AShardedStepCompilesForFourH200s) {
   EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
 }
 
+// `info --mesh` with `--pjrt --target`: the planned mesh compiled for the target, XLA's figures
+// per device beside the plan's (stderr is discarded: the JSON is stdout).
+TEST(DevicelessMesh, AShardedStepOfInfoMeshCompilesForTheTarget) {
+  const fs::path dir = fs::temp_directory_path() / ("lmt_info_mesh_" + std::to_string(getpid()));
+  const Result init =
+      run("init --family llama --set model.vocab_size=512 --set model.hidden_size=128 --set "
+          "model.intermediate_size=256 --set model.num_hidden_layers=2 --set "
+          "model.num_attention_heads=4 --set model.num_key_value_heads=2 --out " +
+          dir.string());
+  ASSERT_EQ(init.code, 0) << init.out;
+  const Result r = capture(std::string(LMT_BINARY) + " info --model " + dir.string() +
+                           " --seq-len 64 --mesh fsdp=2,tensor=2 --device v5e --pjrt --target "
+                           "v5e:2x2 --precision bf16 --json 2>/dev/null");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& p = j.at("pjrt_step");
+  EXPECT_EQ(p.at("platform"), "tpu");
+  EXPECT_TRUE(p.at("device_fit").at("fits").get<bool>());
+  EXPECT_GT(count_of(p, "all-gather"), 0);
+  EXPECT_GT(count_of(p, "all-reduce"), 0);
+  EXPECT_TRUE(j.contains("mesh_plan"));
+  // Sharded four ways: a device holds about a quarter of the f32 weights and AdamW moments (12
+  // bytes a parameter), plus the batch, the replicated norms and padding to TPU tiles.
+  const int64_t params = j.at("parameters").at("total").get<int64_t>();
+  EXPECT_LT(p.at("argument_bytes").get<int64_t>(), params * 12 / 2);
+  fs::remove_all(dir);
+}
+
 TEST(DevicelessMesh, BadInputIsOneMessageAndExitTwo) {
   const fs::path empty =
       fs::temp_directory_path() / ("lmt_deviceless_mesh_" + std::to_string(getpid()));

@@ -81,9 +81,12 @@ PjrtClient make_client(const std::string& plugin_path, const PjrtOptions& option
   // The plugins log each deviceless compile at INFO level; a user who wants it sets the level.
   setenv("TF_CPP_MIN_LOG_LEVEL", "1", /*overwrite=*/0);
   // Without a TPU here, libtpu would wait for the cloud's metadata server to describe the host
-  // (TPU_SKIP_MDS_QUERY), and warns unless told the slice and this host's place in it.
+  // (TPU_SKIP_MDS_QUERY), and warns unless told the slice and this host's place in it. It also
+  // takes /tmp/libtpu_lockfile, which guards a host's TPUs, so that a second process loading it
+  // (a compile beside another, a test beside another) fails: a compile touches no TPU.
   if (tpu) {
     setenv("TPU_SKIP_MDS_QUERY", "1", /*overwrite=*/1);
+    setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1", /*overwrite=*/1);
     setenv("TPU_ACCELERATOR_TYPE", t.accelerator_type.c_str(), /*overwrite=*/1);
     setenv("TPU_WORKER_HOSTNAMES", "localhost", /*overwrite=*/1);
     setenv("TPU_WORKER_ID", "0", /*overwrite=*/1);
