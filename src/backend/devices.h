@@ -108,6 +108,10 @@ struct Collectives {
     int64_t count = 0;         // per run
     int64_t bytes = 0;         // per run and device
     int64_t static_count = 0;  // every instruction once, loops' as written
+    // What each device sends per run by ring algorithms over its group of n (the model of
+    // train/mesh_plan.h): all-gather and all-to-all (n-1)/n of the result, all-reduce twice
+    // that, reduce-scatter n-1 results, a permute or broadcast its result.
+    int64_t sent_bytes = 0;
   };
   // "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
   // "collective-broadcast", "ragged-all-to-all"

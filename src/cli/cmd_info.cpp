@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
@@ -18,6 +19,7 @@
 #include "train/bench.h"
 #include "train/checkpoint.h"
 #include "train/memory_check.h"
+#include "train/mesh_plan.h"
 #include "train/run_config.h"
 
 namespace lmt::cli {
@@ -94,6 +96,33 @@ void print_target_step(const nlohmann::json& p) {
   for (const auto& [n, k] : kinds) by += fmt::format("{}{} {}", by.empty() ? "" : ", ", k, n);
   fmt::print("  kernel launches per step: {} ({} thunks, loops counted by their trips): {}\n",
              l["total"].get<int64_t>(), l["static_thunks"].get<int64_t>(), by);
+}
+
+// XLA's collectives beside the plan's (train/mesh_plan.h), per kind: count and bytes each
+// device sends a step, both by ring algorithms, and XLA's bytes against the plan's.
+void print_against_plan(const nlohmann::json& p, const std::vector<Collective>& plan) {
+  if (!p.contains("collectives")) return;
+  std::map<std::string, std::pair<int64_t, int64_t>> planned, xla;  // kind: count, bytes sent
+  for (const Collective& c : plan)
+    for (const char* kind : {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"})
+      if (c.what.rfind(kind, 0) == 0) {
+        planned[kind].first += c.count;
+        planned[kind].second += static_cast<int64_t>(c.bytes);
+      }
+  for (const auto& [k, v] : p["collectives"]["by_kind"].items())
+    xla[k] = {v["count"].get<int64_t>(), v["sent_bytes"].get<int64_t>()};
+  for (const auto& [k, v] : planned) xla.emplace(k, std::pair<int64_t, int64_t>{0, 0});
+  fmt::print("  XLA beside the plan, a step and device (count, bytes sent by ring algorithms):\n");
+  for (const auto& [k, x] : xla) {
+    const auto it = planned.find(k);
+    const std::pair<int64_t, int64_t> pl =
+        it == planned.end() ? std::pair<int64_t, int64_t>{} : it->second;
+    const std::string error =
+        pl.second > 0 ? fmt::format(" ({:+.0f}%)", 100.0 * (x.second - pl.second) / pl.second) : "";
+    fmt::print("    {:<20} XLA {:>5} x {:>10}   plan {:>4} x {:>10}{}\n", k, x.first,
+               format_bytes(static_cast<uint64_t>(x.second)), pl.first,
+               format_bytes(static_cast<uint64_t>(pl.second)), error);
+  }
 }
 
 struct ParamCounts {
@@ -382,6 +411,7 @@ Run add_info(CLI::App& app) {
           format_bytes(p["temp_bytes"].get<uint64_t>()),
           format_bytes(p["total_bytes"].get<uint64_t>()), p["compile_seconds"].get<double>());
       print_target_step(p);
+      if (target_mesh) print_against_plan(p, step_collectives(cfg, shape, mesh));
     }
     if (mo->planning()) print_mesh_plan(*mo, cfg, shape, mesh);
     return 0;

@@ -43,7 +43,10 @@ nlohmann::json launches_json(const KernelLaunches& l) {
 nlohmann::json collectives_json(const Collectives& c) {
   nlohmann::json kinds = nlohmann::json::object();
   for (const auto& [kind, k] : c.by_kind)
-    kinds[kind] = {{"count", k.count}, {"bytes", k.bytes}, {"static_count", k.static_count}};
+    kinds[kind] = {{"count", k.count},
+                   {"bytes", k.bytes},
+                   {"sent_bytes", k.sent_bytes},
+                   {"static_count", k.static_count}};
   return {{"by_kind", kinds}, {"loops_without_trip_count", c.loops_without_trip_count}};
 }
 

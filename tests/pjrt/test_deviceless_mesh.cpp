@@ -100,7 +100,8 @@ TEST(DevicelessMesh, TargetsNameTpuSlicesAndGpuHosts) {
 // arrays; the entry's own collective-permute is asynchronous too. Layouts with TPU tiles.
 TEST(DevicelessMesh, CollectivesCountLoopsByTheirTripsAndPairsOnce) {
   const std::string hlo =
-      "HloModule jit_main, entry_computation_layout={(bf16[8,64]{1,0})->bf16[8,64]{1,0}}\n"
+      "HloModule jit_main, entry_computation_layout={(bf16[8,64]{1,0})->bf16[8,64]{1,0}}, "
+      "num_partitions=4\n"
       "\n"
       "%body.3 (p: (s32[], bf16[8,64])) -> (s32[], bf16[8,64]) {\n"
       "  %p = (s32[], bf16[8,64]{1,0}) parameter(0)\n"
@@ -148,6 +149,21 @@ TEST(DevicelessMesh, CollectivesCountLoopsByTheirTripsAndPairsOnce) {
   EXPECT_EQ(c.by_kind.at("all-to-all").bytes, 2 * 4 * 64 * 2);
   EXPECT_EQ(c.by_kind.at("collective-permute").count, 1);
   EXPECT_EQ(c.by_kind.at("collective-permute").bytes, 8 * 64 * 2);
+  // Sent by ring algorithms: the all-gather in groups of 2 ([2,2]<=[4]), the all-reduce over all
+  // 4 partitions (no groups: the start's), the all-to-all in pairs, the permute its result.
+  EXPECT_EQ(c.by_kind.at("all-gather").sent_bytes, 3 * 16 * 64 * 2 / 2);
+  EXPECT_EQ(c.by_kind.at("all-reduce").sent_bytes, 3 * 2 * 8 * 64 * 4 * 3 / 4);
+  EXPECT_EQ(c.by_kind.at("all-to-all").sent_bytes, 2 * 4 * 64 * 2 / 2);
+  EXPECT_EQ(c.by_kind.at("collective-permute").sent_bytes, 8 * 64 * 2);
+
+  // A TPU's groups by mesh axes: fsdp x tensor of 2 x 2 in groups over tensor.
+  const Collectives t = collectives(
+      "HloModule m, num_partitions=4\n"
+      "ENTRY %main (a: f32[8]) -> f32[16] {\n"
+      "  ROOT %all-gather = f32[16]{0:T(256)} all-gather(%a), channel_id=1, "
+      "replica_groups=mesh['fsdp'=2,'tensor'=2] {'tensor'}, dimensions={0}\n"
+      "}\n");
+  EXPECT_EQ(t.by_kind.at("all-gather").sent_bytes, 16 * 4 / 2);
 
   EXPECT_EQ(hlo_shape_bytes("pred[3]{0}"), 3);
   EXPECT_EQ(hlo_shape_bytes("(f8e4m3fn[4]{0}, s32[], token[])"), 4 + 4);

@@ -12,6 +12,8 @@
 // a conditional's branches: each counted) once per call.
 #include "backend/pjrt/runtime/collectives.h"
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -37,9 +39,55 @@ std::string collective_kind(const std::string& opcode) {
   return "";
 }
 
+// The devices in each group of a collective's replica_groups: "[2,2]<=[4]" (an iota: groups x
+// size), "mesh['fsdp'=2,'tensor'=2] {'fsdp'}" (the named axes), "{{0,1},{2,3}}" (listed); all
+// of the program's `devices` for none or "{}". 0 for a line without replica_groups.
+int64_t group_size(const std::string& line, int64_t devices) {
+  const size_t at = line.find("replica_groups=");
+  if (at == std::string::npos) return 0;
+  const std::string g = line.substr(at + 15, 600);
+  std::smatch m;
+  static const std::regex kIota(R"re(^\[([0-9]+),([0-9]+)\])re");
+  if (std::regex_search(g, m, kIota)) return std::stoll(m[2].str());
+  if (g.rfind("mesh[", 0) == 0) {
+    const size_t close = g.find(']'), open = g.find('{', close), end = g.find('}', open);
+    if (close == std::string::npos || open == std::string::npos || end == std::string::npos)
+      return devices;
+    std::map<std::string, int64_t> axes;
+    static const std::regex kAxis(R"re('([^']+)'=([0-9]+))re");
+    const std::string list = g.substr(0, close);
+    for (auto it = std::sregex_iterator(list.begin(), list.end(), kAxis);
+         it != std::sregex_iterator(); ++it)
+      axes[(*it)[1].str()] = std::stoll((*it)[2].str());
+    static const std::regex kName(R"re('([^']+)')re");
+    const std::string names = g.substr(open, end - open);
+    int64_t n = 1;
+    for (auto it = std::sregex_iterator(names.begin(), names.end(), kName);
+         it != std::sregex_iterator(); ++it)
+      n *= axes.count((*it)[1].str()) ? axes[(*it)[1].str()] : 1;
+    return n;
+  }
+  if (g.rfind("{{", 0) == 0) {
+    const std::string first = g.substr(2, g.find('}') - 2);
+    return static_cast<int64_t>(std::count(first.begin(), first.end(), ',')) + 1;
+  }
+  return devices;
+}
+
+// What a device sends of a collective writing `bytes` in groups of n (Collectives::Kind).
+int64_t ring_sent(const std::string& kind, int64_t bytes, int64_t n) {
+  if (n <= 1) return kind == "collective-permute" || kind == "collective-broadcast" ? bytes : 0;
+  if (kind == "all-gather" || kind == "all-to-all" || kind == "ragged-all-to-all")
+    return bytes * (n - 1) / n;
+  if (kind == "all-reduce") return 2 * bytes * (n - 1) / n;
+  if (kind == "reduce-scatter") return bytes * (n - 1);
+  return bytes;
+}
+
 struct Instruction {
   std::string kind;  // a collective's, or ""
   int64_t bytes = 0;
+  int64_t sent = 0;
   std::vector<std::pair<std::string, int64_t>> calls;  // computations called, times per call
   bool loop_without_trip_count = false;
 };
@@ -68,12 +116,38 @@ bool parse_instruction(const std::string& line, std::string* shape, std::string*
   return !opcode->empty() && opcode->find(' ') == std::string::npos;
 }
 
-Instruction read_instruction(const std::string& line) {
+// The groups of the asynchronous collectives started so far, by the start's name: its -done,
+// which counts, names the start as its operand.
+using StartGroups = std::map<std::string, int64_t>;
+
+Instruction read_instruction(const std::string& line, int64_t devices, StartGroups& starts) {
   Instruction ins;
   std::string shape, opcode;
   if (!parse_instruction(line, &shape, &opcode)) return ins;
   ins.kind = collective_kind(opcode);
-  if (!ins.kind.empty()) ins.bytes = hlo_shape_bytes(shape);
+  static const std::regex kName(R"re(^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=)re");
+  std::smatch name;
+  if (opcode.size() > 6 && opcode.compare(opcode.size() - 6, 6, "-start") == 0 &&
+      std::regex_search(line, name, kName))
+    starts[name[1].str()] = group_size(line, devices);
+  if (!ins.kind.empty()) {
+    ins.bytes = hlo_shape_bytes(shape);
+    int64_t n = group_size(line, devices);
+    if (n == 0) {  // a -done: its start's, the %name of its operand
+      const size_t done = line.find("-done(");
+      const size_t at = done == std::string::npos ? done : line.find('%', done);
+      if (at != std::string::npos) {
+        size_t end = at + 1;
+        while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) ||
+                                     line[end] == '_' || line[end] == '.' || line[end] == '-'))
+          ++end;
+        const auto it = starts.find(line.substr(at + 1, end - at - 1));
+        if (it != starts.end()) n = it->second;
+      }
+    }
+    if (n == 0 && ins.kind != "collective-permute") n = devices;
+    ins.sent = ring_sent(ins.kind, ins.bytes, n);
+  }
   int64_t trips = 1;
   if (opcode == "while") {
     static const std::regex kTrips(R"re("known_trip_count":\{"n":"([0-9]+)")re");
@@ -86,7 +160,7 @@ Instruction read_instruction(const std::string& line) {
   static const std::regex kCall(
       R"re((condition|body|calls|to_apply|true_computation|false_computation)=%?([\w.\-]+))re");
   static const std::regex kCallList(R"re((?:calls|branch_computations)=\{([^}]*)\})re");
-  static const std::regex kName(R"re(%?([\w.\-]+))re");
+  static const std::regex kCallee(R"re(%?([\w.\-]+))re");
   const bool calls =
       line.find("condition=") != std::string::npos || line.find("calls=") != std::string::npos ||
       line.find("to_apply=") != std::string::npos || line.find("_computation") != std::string::npos;
@@ -114,6 +188,11 @@ struct Module {
 Module read_module(const std::string& hlo) {
   Module m;
   static const std::regex kHeader(R"re(^(ENTRY\s+)?%?([\w.\-]+)\s+\(.*\{\s*$)re");
+  static const std::regex kPartitions(R"re(num_partitions=([0-9]+))re");
+  std::smatch p;
+  const std::string header = hlo.substr(0, hlo.find('\n'));
+  const int64_t devices = std::regex_search(header, p, kPartitions) ? std::stoll(p[1].str()) : 1;
+  StartGroups starts;
   std::istringstream in(hlo);
   std::vector<Instruction>* current = nullptr;
   for (std::string line; std::getline(in, line);) {
@@ -127,7 +206,7 @@ Module read_module(const std::string& hlo) {
       current = nullptr;
       continue;
     }
-    if (current) current->push_back(read_instruction(line));
+    if (current) current->push_back(read_instruction(line, devices, starts));
   }
   return m;
 }
@@ -144,6 +223,7 @@ const Collectives& run_of(const Module& m, const std::string& name,
         Collectives::Kind& k = c.by_kind[ins.kind];
         k.count += 1;
         k.bytes += ins.bytes;
+        k.sent_bytes += ins.sent;
       }
       c.loops_without_trip_count += ins.loop_without_trip_count;
       for (const auto& [callee, times] : ins.calls) {
@@ -151,6 +231,7 @@ const Collectives& run_of(const Module& m, const std::string& name,
         for (const auto& [kind, k] : sub.by_kind) {
           c.by_kind[kind].count += times * k.count;
           c.by_kind[kind].bytes += times * k.bytes;
+          c.by_kind[kind].sent_bytes += times * k.sent_bytes;
         }
         c.loops_without_trip_count += sub.loops_without_trip_count;
       }
