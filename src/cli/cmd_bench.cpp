@@ -1,6 +1,7 @@
 #include <fmt/core.h>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "train/bench.h"
 #include "train/run_config.h"
 
@@ -47,6 +48,11 @@ Run add_bench(CLI::App& app) {
     std::optional<CompileTarget> target;
     if (!o->target.empty()) target = compile_target(o->target, "--target");
     const nlohmann::json j = run_bench(std::move(cfg), o->steps, o->compile_only, target);
+    // A step that does not fit its target is the answer, not a report: one line, exit 2.
+    if (target && j.contains("pjrt") && j["pjrt"].contains("device_fit") &&
+        j["pjrt"]["device_fit"].contains("verdict"))
+      throw UserError("--target " + target->name + ": " +
+                      j["pjrt"]["device_fit"]["verdict"].get<std::string>());
     fmt::print("{}\n", j.dump());
     // The host's part of a step, as a person reads it (stderr: stdout is the one JSON object).
     if (j.contains("host_ms") && j["host_ms"].is_number()) {

@@ -68,12 +68,13 @@ nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin,
 
 // A target's lines: the step against the device's memory, and the kernels it launches by kind.
 void print_target_step(const nlohmann::json& p) {
-  if (p.contains("device_fit")) {
+  if (p.contains("device_fit") && p["device_fit"].contains("verdict")) {
+    fmt::print("  {}\n", p["device_fit"]["verdict"].get<std::string>());
+  } else if (p.contains("device_fit")) {
     const nlohmann::json& f = p["device_fit"];
     fmt::print(
-        "  {} the device: the step needs {} of the {} the plugin's allocator takes "
+        "  fits the device: the step needs {} of the {} the plugin's allocator takes "
         "({:.0f}% of its {})\n",
-        f["fits"].get<bool>() ? "fits" : "does NOT fit",
         format_bytes(f["step_bytes"].get<uint64_t>()),
         format_bytes(f["allocator_bytes"].get<uint64_t>()),
         100 * f["allocator_fraction"].get<double>(),
@@ -98,31 +99,71 @@ void print_target_step(const nlohmann::json& p) {
              l["total"].get<int64_t>(), l["static_thunks"].get<int64_t>(), by);
 }
 
-// XLA's collectives beside the plan's (train/mesh_plan.h), per kind: count and bytes each
-// device sends a step, both by ring algorithms, and XLA's bytes against the plan's.
-void print_against_plan(const nlohmann::json& p, const std::vector<Collective>& plan) {
-  if (!p.contains("collectives")) return;
-  std::map<std::string, std::pair<int64_t, int64_t>> planned, xla;  // kind: count, bytes sent
+// XLA's compiled step beside the plan's (train/step_memory.h, train/mesh_plan.h), per device: the
+// memory (arguments, temporaries, their sum) and, per kind of collective, the count and the bytes
+// each device sends a step (both by ring algorithms), with the plan's error against XLA in percent
+// (positive: XLA needs or sends more than the plan says).
+nlohmann::json against_plan_json(const nlohmann::json& p, const StepMemory& m,
+                                 const std::vector<Collective>& plan) {
+  auto error = [](int64_t xla, int64_t planned) {
+    return planned > 0 ? nlohmann::json(100.0 * static_cast<double>(xla - planned) /
+                                        static_cast<double>(planned))
+                       : nlohmann::json(nullptr);
+  };
+  auto term = [&](int64_t xla, uint64_t planned) {
+    return nlohmann::json{{"xla_bytes", xla},
+                          {"plan_bytes", planned},
+                          {"error_percent", error(xla, static_cast<int64_t>(planned))}};
+  };
+  const int64_t args = p.at("argument_bytes").get<int64_t>(), temp = p.at("temp_bytes").get<int64_t>();
+  nlohmann::json j = {{"memory",
+                       {{"arguments", term(args, m.argument_bytes)},
+                        {"temporaries", term(temp, m.temp_bytes())},
+                        {"total", term(args + temp, m.total_bytes())}}},
+                      {"collectives", nlohmann::json::object()}};
+  if (!p.contains("collectives")) return j;
+  nlohmann::json& cs = j["collectives"];
+  auto kind = [&](const std::string& k) -> nlohmann::json& {
+    if (!cs.contains(k))
+      cs[k] = {{"xla_count", 0}, {"xla_sent_bytes", 0}, {"plan_count", 0}, {"plan_sent_bytes", 0}};
+    return cs[k];
+  };
   for (const Collective& c : plan)
-    for (const char* kind : {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"})
-      if (c.what.rfind(kind, 0) == 0) {
-        planned[kind].first += c.count;
-        planned[kind].second += static_cast<int64_t>(c.bytes);
+    for (const char* k : {"all-gather", "reduce-scatter", "all-reduce", "all-to-all"})
+      if (c.what.rfind(k, 0) == 0) {
+        nlohmann::json& e = kind(k);
+        e["plan_count"] = e["plan_count"].get<int64_t>() + c.count;
+        e["plan_sent_bytes"] = e["plan_sent_bytes"].get<int64_t>() + static_cast<int64_t>(c.bytes);
       }
-  for (const auto& [k, v] : p["collectives"]["by_kind"].items())
-    xla[k] = {v["count"].get<int64_t>(), v["sent_bytes"].get<int64_t>()};
-  for (const auto& [k, v] : planned) xla.emplace(k, std::pair<int64_t, int64_t>{0, 0});
-  fmt::print("  XLA beside the plan, a step and device (count, bytes sent by ring algorithms):\n");
-  for (const auto& [k, x] : xla) {
-    const auto it = planned.find(k);
-    const std::pair<int64_t, int64_t> pl =
-        it == planned.end() ? std::pair<int64_t, int64_t>{} : it->second;
-    const std::string error =
-        pl.second > 0 ? fmt::format(" ({:+.0f}%)", 100.0 * (x.second - pl.second) / pl.second) : "";
-    fmt::print("    {:<20} XLA {:>5} x {:>10}   plan {:>4} x {:>10}{}\n", k, x.first,
-               format_bytes(static_cast<uint64_t>(x.second)), pl.first,
-               format_bytes(static_cast<uint64_t>(pl.second)), error);
+  for (const auto& [k, v] : p["collectives"]["by_kind"].items()) {
+    nlohmann::json& e = kind(k);
+    e["xla_count"] = v["count"];
+    e["xla_sent_bytes"] = v["sent_bytes"];
   }
+  for (auto& [k, e] : cs.items())
+    e["error_percent"] = error(e["xla_sent_bytes"].get<int64_t>(), e["plan_sent_bytes"].get<int64_t>());
+  return j;
+}
+
+std::string percent_text(const nlohmann::json& e) {
+  return e.is_number() ? fmt::format(" ({:+.0f}%)", e.get<double>()) : "";
+}
+
+void print_against_plan(const nlohmann::json& a) {
+  fmt::print("  XLA beside the plan, per device (plan's error: XLA against the plan):\n");
+  for (const char* t : {"arguments", "temporaries", "total"}) {
+    const nlohmann::json& e = a["memory"][t];
+    fmt::print("    {:<20} XLA {:>10}   plan {:>10}{}\n", t,
+               format_bytes(e["xla_bytes"].get<uint64_t>()),
+               format_bytes(e["plan_bytes"].get<uint64_t>()), percent_text(e["error_percent"]));
+  }
+  if (a["collectives"].empty()) return;
+  fmt::print("    collectives a step (count x bytes sent by ring algorithms):\n");
+  for (const auto& [k, e] : a["collectives"].items())
+    fmt::print("    {:<20} XLA {:>5} x {:>10}   plan {:>4} x {:>10}{}\n", k,
+               e["xla_count"].get<int64_t>(), format_bytes(e["xla_sent_bytes"].get<uint64_t>()),
+               e["plan_count"].get<int64_t>(), format_bytes(e["plan_sent_bytes"].get<uint64_t>()),
+               percent_text(e["error_percent"]));
 }
 
 struct ParamCounts {
@@ -348,6 +389,10 @@ Run add_info(CLI::App& app) {
       if (adapter.empty()) j["pjrt_predicted"] = predicted_step_json(cfg, shape);
       if (mo->planning()) j["mesh_plan"] = mesh_plan_json(*mo, cfg, shape, mesh);
       if (o->pjrt) j["pjrt_step"] = pjrt_step_memory(run, o->pjrt_plugin, target);
+      if (o->pjrt && target && mo->planning())
+        j["xla_against_plan"] =
+            against_plan_json(j["pjrt_step"], step_memory(cfg, shape, mesh, StepTarget::accelerator),
+                              step_collectives(cfg, shape, mesh));
       fmt::print("{}\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
       return 0;
     }
@@ -411,7 +456,10 @@ Run add_info(CLI::App& app) {
           format_bytes(p["temp_bytes"].get<uint64_t>()),
           format_bytes(p["total_bytes"].get<uint64_t>()), p["compile_seconds"].get<double>());
       print_target_step(p);
-      if (target_mesh) print_against_plan(p, step_collectives(cfg, shape, mesh));
+      if (target_mesh)
+        print_against_plan(against_plan_json(
+            p, step_memory(cfg, shape, mesh, StepTarget::accelerator),
+            step_collectives(cfg, shape, mesh)));
     }
     if (mo->planning()) print_mesh_plan(*mo, cfg, shape, mesh);
     return 0;

@@ -18,6 +18,7 @@
 #include "optim/optimizer.h"
 #include "train/flops.h"
 #include "train/memory_check.h"
+#include "train/mesh_plan.h"
 #include "train/model_builder.h"
 #include "train/train_step.h"
 
@@ -50,24 +51,73 @@ nlohmann::json collectives_json(const Collectives& c) {
   return {{"by_kind", kinds}, {"loops_without_trip_count", c.loops_without_trip_count}};
 }
 
+// The step's shape as the mesh plan takes it (train/mesh_plan.h).
+StepShape plan_shape(const RunConfig& cfg) {
+  StepShape s;
+  s.micro_batch = cfg.train.micro_batch_size;
+  s.seq_len = cfg.data.seq_len;
+  s.checkpointing = cfg.train.activation_checkpointing;
+  s.bf16 = cfg.train.precision == "bf16";
+  s.optimizer = cfg.optimizer.name;
+  s.loss_chunk = cfg.train.loss_chunk_tokens;
+  return s;
+}
+
+// Where a compiled step does not fit its target: the plan's smallest mesh (fsdp x tensor, as many
+// sequences a device as this run has) whose step fits the share of the device the allocator
+// takes; found false where the device is not in the table or no mesh fits.
+MeshFit plan_fit(const RunConfig& cfg, const DeviceInfo& d, int64_t allocatable,
+                 int64_t per_device) {
+  const DeviceSpec* spec = d.spec ? d.spec : device_spec_of_kind(d.kind);
+  if (!spec) return {};
+  DeviceSpec limit = *spec;
+  limit.memory = static_cast<uint64_t>(allocatable);
+  return smallest_fitting_mesh(cfg.model, plan_shape(cfg), per_device, limit);
+}
+
 // A compile target's memory against the step's: what XLA planned (arguments, temporaries and
 // the outputs not written into donated arguments) beside the share of the device the plugin's
-// allocator takes.
-nlohmann::json device_fit(const DeviceInfo& d, const ProgramMemory& m) {
+// allocator takes; where it does not fit, by how much and the plan's smallest mesh that does.
+nlohmann::json device_fit(const RunConfig& cfg, const DeviceInfo& d, const ProgramMemory& m) {
   const int64_t need = m.argument + m.temp + m.output - m.alias;
   const auto allocatable =
       static_cast<int64_t>(static_cast<double>(d.memory_bytes) * d.allocator_fraction);
-  return {{"device_bytes", d.memory_bytes},
-          {"allocator_fraction", d.allocator_fraction},
-          {"allocator_bytes", allocatable},
-          {"step_bytes", need},
-          {"fits", need <= allocatable}};
+  nlohmann::json j = {{"device_bytes", d.memory_bytes},
+                      {"allocator_fraction", d.allocator_fraction},
+                      {"allocator_bytes", allocatable},
+                      {"step_bytes", need},
+                      {"fits", need <= allocatable}};
+  if (need <= allocatable) return j;
+  const int64_t per_device =
+      cfg.train.micro_batch_size / std::max<int64_t>(cfg.parallel.data * cfg.parallel.fsdp, 1);
+  const MeshFit fit = plan_fit(cfg, d, allocatable, per_device);
+  std::string smallest = "the plan finds no mesh of fsdp x tensor that fits";
+  if (fit.found) {
+    j["smallest_fitting_mesh"] = {{"fsdp", fit.mesh.axis_size("fsdp")},
+                                  {"tensor", fit.mesh.axis_size("tensor")},
+                                  {"devices", fit.mesh.size()},
+                                  {"planned_bytes", fit.memory.total_bytes()}};
+    smallest = fmt::format(
+        "the smallest mesh that fits by the plan (info --mesh --fit, {} sequence{} a device): "
+        "fsdp {} x tensor {} = {} devices, {} planned a device",
+        per_device, per_device == 1 ? "" : "s",
+        fit.mesh.axis_size("fsdp"), fit.mesh.axis_size("tensor"), fit.mesh.size(),
+        gib_text(fit.memory.total_bytes()));
+  }
+  j["verdict"] = fmt::format(
+      "the step does not fit {}: it needs {} a device, {} over the {} its allocator takes ({:.0f}% "
+      "of {}); {}",
+      d.kind.empty() ? d.platform : d.kind, gib_text(static_cast<uint64_t>(need)),
+      gib_text(static_cast<uint64_t>(need - allocatable)),
+      gib_text(static_cast<uint64_t>(allocatable)), 100 * d.allocator_fraction,
+      gib_text(static_cast<uint64_t>(d.memory_bytes)), smallest);
+  return j;
 }
 
 // What a compiling backend counted: compiles, the step program's planned memory, the device's
 // peak; for a compile target, whether the step fits, its collectives and (GPUs) the kernels it
 // launches.
-nlohmann::json program_report(const DeviceInfo& d) {
+nlohmann::json program_report(const RunConfig& cfg, const DeviceInfo& d) {
   const ProgramReport& p = d.programs;
   nlohmann::json j = {{"platform", d.platform},       {"device_kind", d.kind},
                       {"attention", p.attention},     {"programs_compiled", p.compiled},
@@ -75,7 +125,7 @@ nlohmann::json program_report(const DeviceInfo& d) {
                       {"program_chars", p.last_chars}};
   j["step_memory"] = p.last_memory ? program_memory(*p.last_memory) : nlohmann::json("n/a");
   j["device_peak_bytes"] = d.peak_bytes ? nlohmann::json(*d.peak_bytes) : nlohmann::json("n/a");
-  if (d.memory_bytes > 0 && p.last_memory) j["device_fit"] = device_fit(d, *p.last_memory);
+  if (d.memory_bytes > 0 && p.last_memory) j["device_fit"] = device_fit(cfg, d, *p.last_memory);
   if (p.last_launches) j["launches"] = launches_json(*p.last_launches);
   if (p.last_collectives) j["collectives"] = collectives_json(*p.last_collectives);
   return j;
@@ -234,7 +284,7 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only,
   j["activation_bytes"] = model.activation_bytes(cfg.train.micro_batch_size, cfg.data.seq_len);
   j["peak_rss_bytes"] = peak_rss_bytes();
   // Under the backend's name ("pjrt", the one that compiles).
-  if (const DeviceInfo d = be->device(); d.compiles) j[be->name()] = program_report(d);
+  if (const DeviceInfo d = be->device(); d.compiles) j[be->name()] = program_report(cfg, d);
   if (compile_only) return j;
   const double tokens = static_cast<double>(cfg.train.micro_batch_size * cfg.data.seq_len *
                                             cfg.train.grad_accum_steps);

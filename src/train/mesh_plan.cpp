@@ -16,7 +16,9 @@ double ring(int64_t n) { return n > 1 ? static_cast<double>(n - 1) / static_cast
 
 struct Sizes {
   int64_t layer_fsdp = 0;  // one layer's fsdp-split parameters, whole over fsdp (tensor-split)
-  int64_t tables = 0;      // embedding and head (and gpt2's positions), the same
+  // Tables gathered whole over fsdp: the head (the embedding where tied) and gpt2's positions.
+  // An untied token embedding is not: its looked-up rows move instead (step_collectives).
+  int64_t tables = 0;
   int64_t tensor_local = 0;  // every parameter split by tensor only
   int64_t device_local = 0;  // every parameter as a device holds it
   int64_t matmul = 0;        // parameters in matrix products (flops.h)
@@ -42,7 +44,9 @@ Sizes sizes_of(const ModelConfig& cfg, const Mesh& mesh) {
     s.tensor_local += whole;
     s.device_local += local;
     const bool layer0 = p.name.find(".layers.0.") != std::string::npos || p.name.rfind("h.0.", 0) == 0;
-    const bool table = p.kind == ParamKind::embedding || p.name == "lm_head.weight";
+    const bool tokens = p.name == "model.embed_tokens.weight" || p.name == "transformer.wte.weight";
+    const bool table = (p.kind == ParamKind::embedding && (!tokens || cfg.tie_word_embeddings)) ||
+                       p.name == "lm_head.weight";
     if (by_fsdp && layer0) s.layer_fsdp += whole;
     if (by_fsdp && table) s.tables += whole;
     s.matmul += p.numel();
@@ -78,8 +82,13 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
     if (shape.checkpointing)
       add("fsdp_gather_recompute", "all-gather of each layer's weights, recomputation", "fsdp", L,
           L * layer, false);
-    add("fsdp_gather_tables", "all-gather of the embedding and head, forward and backward",
+    add("fsdp_gather_tables", "all-gather of the head (tied: the embedding), forward and backward",
         "fsdp", 2, 2 * tables, false);
+    // The embedding table is split by hidden over fsdp: a device looks up its hidden slice of
+    // every token's row, and XLA moves the rows (and, backward, their gradients) to the devices
+    // that hold those tokens, rather than gather the table.
+    add("fsdp_lookup_rows", "all-to-all of the looked-up embedding rows, forward and backward",
+        "fsdp", 2, 2 * ring(f) * N * static_cast<double>(cfg.hidden_size) * es, false);
     // Gradients are reduced in the compute dtype, as the weight-gradient products make their
     // partial sums, before each is widened into the f32 update (step_memory.h counts them so).
     add("fsdp_reduce_scatter", "reduce-scatter of every gradient", "fsdp", L + 1,

@@ -185,9 +185,31 @@ struct Module {
   std::string entry;
 };
 
+// The name of the computation a line opens ("ENTRY %main (p: f32[8]) -> f32[8] {", "%body.3
+// (...) -> (...) {"), "" for any other line. By hand, not by a regular expression: the entry's
+// header of a large model lists thousands of parameters on one line, and libstdc++'s regex
+// matcher recurses once a character there (a stack overflow).
+std::string computation_header(const std::string& line, bool* entry) {
+  if (line.empty() || line[0] == ' ' || line[0] == '}') return "";
+  size_t last = line.find_last_not_of(" \t\r");
+  if (last == std::string::npos || line[last] != '{') return "";
+  size_t at = 0;
+  *entry = line.compare(0, 6, "ENTRY ") == 0;
+  if (*entry) at = line.find_first_not_of(' ', 6);
+  if (at < line.size() && line[at] == '%') ++at;
+  size_t end = at;
+  while (end < line.size() && (std::isalnum(static_cast<unsigned char>(line[end])) ||
+                               line[end] == '_' || line[end] == '.' || line[end] == '-'))
+    ++end;
+  const size_t paren = line.find_first_not_of(' ', end);
+  if (end == at || end == line.size() || line[end] != ' ' || paren == std::string::npos ||
+      line[paren] != '(')
+    return "";
+  return line.substr(at, end - at);
+}
+
 Module read_module(const std::string& hlo) {
   Module m;
-  static const std::regex kHeader(R"re(^(ENTRY\s+)?%?([\w.\-]+)\s+\(.*\{\s*$)re");
   static const std::regex kPartitions(R"re(num_partitions=([0-9]+))re");
   std::smatch p;
   const std::string header = hlo.substr(0, hlo.find('\n'));
@@ -196,10 +218,10 @@ Module read_module(const std::string& hlo) {
   std::istringstream in(hlo);
   std::vector<Instruction>* current = nullptr;
   for (std::string line; std::getline(in, line);) {
-    std::smatch h;
-    if (!line.empty() && line[0] != ' ' && std::regex_match(line, h, kHeader)) {
-      current = &m.computations[h[2].str()];
-      if (h[1].matched) m.entry = h[2].str();
+    bool entry = false;
+    if (const std::string name = computation_header(line, &entry); !name.empty()) {
+      current = &m.computations[name];
+      if (entry) m.entry = name;
       continue;
     }
     if (line == "}") {

@@ -55,12 +55,17 @@ std::map<int64_t, std::string> thunk_names(const std::string& metadata) {
 // Each while instruction's known trip count, by its name (without the %).
 std::map<std::string, int64_t> trip_counts(const std::string& hlo) {
   std::map<std::string, int64_t> trips;
-  static const std::regex kWhile(R"re(^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*\swhile\()re");
+  // The name is matched on the text before the '=' only: a loop's line carries its whole state's
+  // shape, and libstdc++'s regex matcher recurses once a character it spans.
+  static const std::regex kName(R"re(^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=$)re");
   static const std::regex kTrips(R"re("known_trip_count":\{"n":"([0-9]+)")re");
   std::istringstream in(hlo);
   for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq == std::string::npos || line.find(" while(") == std::string::npos) continue;
+    const std::string head = line.substr(0, eq + 1);
     std::smatch w, t;
-    if (std::regex_search(line, w, kWhile) && std::regex_search(line, t, kTrips))
+    if (std::regex_search(head, w, kName) && std::regex_search(line, t, kTrips))
       trips[w[1].str()] = std::stoll(t[1].str());
   }
   return trips;
