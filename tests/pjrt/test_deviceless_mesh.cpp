@@ -11,12 +11,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
 #include "backend/pjrt/runtime/collectives.h"
 #include "cli/cli_util.h"
 #include "core/error.h"
+#include "test_util.h"
 #include "train/bench.h"
 #include "train/run_config.h"
 
@@ -215,6 +217,57 @@ TEST(DevicelessMesh, AShardedStepCompilesForFourH200s) {
   EXPECT_EQ(p.at("device_kind"), "NVIDIA H200 141GB HBM3e");
   expect_sharded_step(p, t.device_memory);
   EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
+}
+
+// Every file under dir (recursively) whose name ends with `suffix`, and how many of them hold
+// an f64 value (the text "f64").
+struct F64Files {
+  int files = 0, with_f64 = 0;
+};
+F64Files f64_files(const fs::path& dir, const std::string& suffix) {
+  F64Files r;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+      continue;
+    ++r.files;
+    std::ifstream f(e.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    r.with_f64 += text.find("f64") != std::string::npos;
+  }
+  return r;
+}
+
+// The step for a TPU v5e 2x2 and for 4 H200s, with clipping, Muon, z-loss and two micro-batches
+// a step: neither the StableHLO lmtrain sends (LMTRAIN_PJRT_DUMP) nor the program XLA optimized
+// from it (LMTRAIN_XLA_DUMP) holds an f64 value; the step's statistics are f32 pairs there.
+// (libtpu's optimized step held 16 f64 values while they were f64 scalars.)
+TEST(DevicelessMesh, AStepForATpuOrAGpuHoldsNoF64) {
+  RunConfig cfg = small_mesh_llama();
+  cfg.optimizer.name = "muon";
+  cfg.loss.z_loss = 1e-4;
+  cfg.train.grad_accum_steps = 2;
+  cfg.train.grad_clip = 0.5;
+  cfg.validate();
+  for (const char* target : {"v5e:2x2", "h200x4"}) {
+    SCOPED_TRACE(target);
+    const fs::path dir =
+        fs::temp_directory_path() / ("lmt_no_f64_" + std::to_string(getpid()) + "_" + target);
+    fs::remove_all(dir);
+    fs::create_directories(dir / "stablehlo");
+    {
+      test::ScopedEnv sent("LMTRAIN_PJRT_DUMP", (dir / "stablehlo").c_str());
+      test::ScopedEnv xla("LMTRAIN_XLA_DUMP", (dir / "xla").c_str());
+      run_bench(cfg, 0, true, compile_target(target, "--target"));
+    }
+    const F64Files sent = f64_files(dir / "stablehlo", ".mlir");
+    const F64Files optimized = f64_files(dir / "xla", "after_optimizations.txt");
+    EXPECT_GE(sent.files, 1);
+    EXPECT_GE(optimized.files, 1);
+    EXPECT_EQ(sent.with_f64, 0);
+    EXPECT_EQ(optimized.with_f64, 0);
+    fs::remove_all(dir);
+  }
 }
 
 // `info --mesh` with `--pjrt --target`: the planned mesh compiled for the target, XLA's figures
