@@ -223,7 +223,8 @@ TEST_F(AcceleratorStatistics, LossSumsAgreeWithF64OverManyTokens) {
   }
 }
 
-// A described f64 scalar on an accelerator reads and writes as a double; an undescribed one is
+// A described f64 scalar on an accelerator reads and writes as a double (the nearest pair: about
+// 48 bits); a sum of squares that overflows f32 is not finite there; an undescribed scalar is
 // refused by the kernels that would misread it.
 TEST_F(AcceleratorStatistics, DeviceScalarsReadAndWriteAsDoubles) {
   auto acc = posing_as("tpu");
@@ -239,7 +240,18 @@ TEST_F(AcceleratorStatistics, DeviceScalarsReadAndWriteAsDoubles) {
   acc->to_host(read, report.as<double>() + 1, sizeof(double));  // one element of three
   EXPECT_EQ(read[0], read[1]);
 
-  Buffer raw(acc.get(), sizeof(double)), x(acc.get(), 4 * sizeof(float));
+  // A sum of squares beyond f32's range is not finite, and so is the clipping scale.
+  const std::vector<float> huge = {1.0f, 2e19f, 3.0f, 1.0f};
+  Buffer x(acc.get(), huge.size() * sizeof(float));
+  acc->from_host(x.data(), huge.data(), x.bytes());
+  const Buffer ss = device_scalar(acc.get(), "grad_sum_squares"),
+               scale = device_scalar(acc.get(), "clip_scale");
+  acc->sum_squares(DType::f32, ss.as<double>(), x.data(), 4);
+  acc->clip_scale(scale.as<double>(), ss.as<double>(), 1.0);
+  EXPECT_FALSE(std::isfinite(read_scalar(acc.get(), ss)));
+  EXPECT_TRUE(std::isnan(read_scalar(acc.get(), scale)));
+
+  Buffer raw(acc.get(), sizeof(double));
   const std::string msg = [&] {
     try {
       acc->sum(DType::f32, raw.as<double>(), x.data(), 4);
