@@ -11,14 +11,13 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "backend/pjrt/runtime/collectives.h"
 #include "cli/cli_util.h"
 #include "core/error.h"
-#include "test_util.h"
+#include "pjrt_test_util.h"
 #include "train/bench.h"
 #include "train/run_config.h"
 
@@ -231,9 +230,7 @@ F64Files f64_files(const fs::path& dir, const std::string& suffix) {
     if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix))
       continue;
     ++r.files;
-    std::ifstream f(e.path(), std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    r.with_f64 += text.find("f64") != std::string::npos;
+    r.with_f64 += test::read_file(e.path()).find("f64") != std::string::npos;
   }
   return r;
 }
