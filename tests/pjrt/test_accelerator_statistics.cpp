@@ -6,7 +6,7 @@
 // of squares, the clipping scale and the head's loss sums agree with the f64 ones of the CPU
 // backend and XLA:CPU on fresh random inputs; every program of a run (steps, evaluations,
 // checkpoints) holds no f64, for f32 and bf16, clipping, Muon and Lion, the loss variants, the
-// cut loss's loops and gradient accumulation; and a run resumed from a checkpoint repeats the
+// cut loss's loops, gradient accumulation and LoRA; and a run resumed from a checkpoint repeats the
 // uninterrupted run bit for bit.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -70,13 +70,12 @@ TEST_F(WideSum, AMillionElementsSumToTheirExactSum) {
     const HloValue halves =
         hlo::wide_add(b, hlo::wide_sum(b, b.slice(p, {0}, {half}), hlo::WideForm::f32_pair),
                       hlo::wide_sum(b, b.slice(p, {half}, {n}), hlo::WideForm::f32_pair));
-    const HloValue rows = hlo::wide_sum(b, b.reshape(b.slice(p, {0}, {n - 3}), {1024, (n - 3) / 1024}),
-                                        hlo::WideForm::f32_pair);
+    const HloValue rows = hlo::wide_sum(
+        b, b.reshape(b.slice(p, {0}, {n - 3}), {1024, (n - 3) / 1024}), hlo::WideForm::f32_pair);
     const HloValue plain = b.reduce_sum(p, {0});
     b.ret({whole, halves, rows, hlo::wide_value(b, whole), plain});
     PjrtBuffer bx = client_->to_device(x.data(), DType::f32, {n});
-    std::vector<PjrtBuffer> out =
-        client_->compile(b.text()).execute(std::vector<PjrtBuffer*>{&bx});
+    std::vector<PjrtBuffer> out = client_->compile(b.text()).execute(std::vector<PjrtBuffer*>{&bx});
     const std::vector<double> xd(x.begin(), x.end());
     const double want = exact_sum(xd), mag = magnitude(x);
     const double want_rows = exact_sum(std::vector<double>(xd.begin(), xd.end() - 3));
@@ -158,9 +157,10 @@ TEST_F(AcceleratorStatistics, SumsAndNormsAgreeWithTheCpuBackendsF64) {
   const double sum_err = std::fabs(got.sum - want.sum) / magnitude(x);
   const double ss_err = std::fabs(got.sum_squares / want.sum_squares - 1);
   const double scale_err = std::fabs(got.scale / want.scale - 1);
-  std::printf("accelerator form against f64: sum %.1e of the magnitudes, sum of squares %.1e, "
-              "clipping scale %.1e (relative)\n",
-              sum_err, ss_err, scale_err);
+  std::printf(
+      "accelerator form against f64: sum %.1e of the magnitudes, sum of squares %.1e, "
+      "clipping scale %.1e (relative)\n",
+      sum_err, ss_err, scale_err);
   EXPECT_LE(sum_err, 1e-12);
   EXPECT_LE(ss_err, 6e-8);
   EXPECT_LE(scale_err, 3e-7);
@@ -174,7 +174,8 @@ TEST_F(AcceleratorStatistics, SumsAndNormsAgreeWithTheCpuBackendsF64) {
 // CPU backend's (within 1e-6: its rows' losses are f32 sums in another order).
 TEST_F(AcceleratorStatistics, LossSumsAgreeWithF64OverManyTokens) {
   const int64_t N = 6000, C = 32, V = 384;
-  std::vector<float> h = uniform(static_cast<size_t>(N * C)), w = uniform(static_cast<size_t>(V * C));
+  std::vector<float> h = uniform(static_cast<size_t>(N * C)),
+                     w = uniform(static_cast<size_t>(V * C));
   for (float& v : h) v *= 2;
   std::vector<int32_t> labels(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
@@ -189,7 +190,8 @@ TEST_F(AcceleratorStatistics, LossSumsAgreeWithF64OverManyTokens) {
     be->from_host(dl.data(), labels.data(), dl.bytes());
     const Buffer loss = device_scalar(be, "loss_sum"), ce = device_scalar(be, "ce_sum");
     const HeadLossScratch s = head_loss_scratch(a.chunk, V, tile);
-    Buffer logits(be, static_cast<size_t>(s.logits) * 4), losses(be, static_cast<size_t>(s.losses) * 4);
+    Buffer logits(be, static_cast<size_t>(s.logits) * 4),
+        losses(be, static_cast<size_t>(s.losses) * 4);
     be->head_loss(DType::f32, a, dh.data(), dw.data(), static_cast<const int32_t*>(dl.data()),
                   loss.as<double>(), nullptr, nullptr, logits.data(), losses.data(),
                   ce.as<double>());
@@ -202,13 +204,14 @@ TEST_F(AcceleratorStatistics, LossSumsAgreeWithF64OverManyTokens) {
     SCOPED_TRACE(seed_note() + ", vocabulary tile " + std::to_string(tile));
     const auto want = sums(cpu.get(), tile), f64 = sums(xla_cpu.get(), tile),
                got = sums(acc.get(), tile);
-    const double vs_f64 = std::max(std::fabs(got.first / f64.first - 1),
-                                   std::fabs(got.second / f64.second - 1));
-    const double vs_cpu = std::max(std::fabs(got.first / want.first - 1),
-                                   std::fabs(got.second / want.second - 1));
-    std::printf("loss sums over %lld rows (tile %lld): accelerator form against XLA:CPU's f64 "
-                "%.1e, against the CPU backend %.1e (relative)\n",
-                static_cast<long long>(N), static_cast<long long>(tile), vs_f64, vs_cpu);
+    const double vs_f64 =
+        std::max(std::fabs(got.first / f64.first - 1), std::fabs(got.second / f64.second - 1));
+    const double vs_cpu =
+        std::max(std::fabs(got.first / want.first - 1), std::fabs(got.second / want.second - 1));
+    std::printf(
+        "loss sums over %lld rows (tile %lld): accelerator form against XLA:CPU's f64 "
+        "%.1e, against the CPU backend %.1e (relative)\n",
+        static_cast<long long>(N), static_cast<long long>(tile), vs_f64, vs_cpu);
     EXPECT_LE(vs_f64, 1e-7);
     EXPECT_LE(vs_cpu, 1e-6);
     EXPECT_NE(got.first, got.second);  // two sums, not one
@@ -277,17 +280,18 @@ class AcceleratorRuns : public test::TestPluginTest {
   // The run's config (as a file: later --set style `sets` win), writing to dir_/out.
   RunConfig config(const std::string& out, const std::vector<std::string>& sets) {
     const fs::path yaml = dir_ / "run.yaml";
-    std::ofstream(yaml) << "model: {family: llama, vocab_size: 257, hidden_size: 32,\n"
-                           "  intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 2,\n"
-                           "  num_key_value_heads: 1, max_position_embeddings: 32}\n"
-                           "data: {sources: [{path: "
-                        << (dir_ / "docs.txt").string()
-                        << "}], seq_len: 16, val_fraction: 0.1}\n"
-                           "train: {backend: pjrt, pjrt_plugin: " LMT_TEST_PJRT_PLUGIN
-                           ", micro_batch_size: 4,\n"
-                           "  warmup_steps: 2, lr: 1.0e-2, grad_clip: 0.5, eval_every: 2,\n"
-                           "  eval_steps: 1, keep_last: 0, log_every: 1, sample_tokens: 0}\n"
-                           "logging: {console: false}\n";
+    std::ofstream(yaml)
+        << "model: {family: llama, vocab_size: 257, hidden_size: 32,\n"
+           "  intermediate_size: 64, num_hidden_layers: 2, num_attention_heads: 2,\n"
+           "  num_key_value_heads: 1, max_position_embeddings: 32}\n"
+           "data: {sources: [{path: "
+        << (dir_ / "docs.txt").string()
+        << "}], seq_len: 16, val_fraction: 0.1}\n"
+           "train: {backend: pjrt, pjrt_plugin: " LMT_TEST_PJRT_PLUGIN
+           ", micro_batch_size: 4,\n"
+           "  warmup_steps: 2, lr: 1.0e-2, grad_clip: 0.5, eval_every: 2,\n"
+           "  eval_steps: 1, keep_last: 0, log_every: 1, sample_tokens: 0}\n"
+           "logging: {console: false}\n";
     std::vector<std::string> all = {"train.out_dir=" + (dir_ / out).string()};
     all.insert(all.end(), sets.begin(), sets.end());
     return load_run_config(yaml.string(), all);
@@ -308,8 +312,8 @@ class AcceleratorRuns : public test::TestPluginTest {
 // Every program of a run sent to a GPU or a TPU (recorded by the test plugin, which compiles and
 // runs them on XLA:CPU): steps, evaluations and checkpoints, of f32 and bf16 runs with clipping,
 // AdamW, Muon and Lion, z-loss, focal loss and label smoothing, the cut loss (its loops carry the
-// sums) and gradient accumulation, holds no f64. The same run on XLA:CPU does hold f64 (its
-// statistics stay f64): what the search would find.
+// sums), gradient accumulation and LoRA on a bf16 base, holds no f64. The same run on XLA:CPU
+// does hold f64 (its statistics stay f64): what the search would find.
 TEST_F(AcceleratorRuns, NoProgramSentToAnAcceleratorHoldsF64) {
   struct Case {
     const char* platform;
@@ -320,16 +324,22 @@ TEST_F(AcceleratorRuns, NoProgramSentToAnAcceleratorHoldsF64) {
   // is then XLA's.
   const std::vector<Case> cases = {
       {"cuda", "f32", {}},
-      {"tpu", "bf16-muon-zloss-accum",
+      {"tpu",
+       "bf16-muon-zloss-accum",
        {"train.precision=bf16", "optimizer.name=muon", "loss.z_loss=1e-4",
         "train.grad_accum_steps=2"}},
-      {"cuda", "bf16-focal-smoothing-lion-cut-accum",
+      {"cuda",
+       "bf16-focal-smoothing-lion-cut-accum",
        {"train.precision=bf16", "train.deterministic=true", "loss.name=focal",
         "loss.label_smoothing=0.1", "optimizer.name=lion", "loss.impl=cut", "loss.vocab_tile=64",
         "train.loss_chunk_tokens=32", "train.grad_accum_steps=2"}},
-      {"tpu", "f32-focal-smoothing-cut",
+      {"tpu",
+       "f32-focal-smoothing-cut",
        {"loss.name=focal", "loss.label_smoothing=0.1", "loss.z_loss=1e-4", "loss.impl=cut",
         "loss.vocab_tile=64", "train.loss_chunk_tokens=32"}},
+      {"tpu",
+       "lora-bf16-base-dropout",  // the head staged from the base: Backend::sum's sums
+       {"lora.rank=4", "lora.dropout=0.1", "lora.base_dtype=bf16", "loss.z_loss=1e-4"}},
       {"cpu", "xla-cpu", {}},
   };
   for (const Case& c : cases) {

@@ -227,7 +227,8 @@ F64Files f64_files(const fs::path& dir, const std::string& suffix) {
   F64Files r;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
-    if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix))
       continue;
     ++r.files;
     r.with_f64 += test::read_file(e.path()).find("f64") != std::string::npos;

@@ -285,7 +285,7 @@ void PjrtBackend::scale(DType dt, void* x, double s, int64_t n) {
 }
 
 void PjrtBackend::add_wide(double* acc, const Value& s) {
-  if (wide_ == hlo::WideForm::f32_pair) check_pair(acc);
+  check_wide(acc);
   if (trace_.zeros(acc, sizeof(double)))  // += on zeros this program wrote: just s
     set(acc, s);
   else

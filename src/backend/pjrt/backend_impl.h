@@ -220,19 +220,18 @@ class PjrtBackend final : public Backend {
   void set_head_rows(void* p, const Value& v, int64_t row_stride);
   // ---- device scalars (backend.h's double*), held as wide_ says (hlo::WideForm) ----
   Value wide_at(const double* p) {
-    if (wide_ == hlo::WideForm::f64) return view(p, DType::f64, {});
-    check_pair(p);
-    return view(p, DType::f32, {2});
+    check_wide(p);
+    return wide_ == hlo::WideForm::f64 ? view(p, DType::f64, {}) : view(p, DType::f32, {2});
   }
   Value wide_value_at(const double* p) { return hlo::wide_value(b(), wide_at(p)); }
   void set_wide(double* p, const Value& v) {
-    if (wide_ == hlo::WideForm::f32_pair) check_pair(p);
+    check_wide(p);
     set(p, hlo::as_wide(b(), v, wide_));
   }
   void add_wide(double* acc, const Value& s);  // *acc += s, a wide value
-  // p is an element of a described f64 tensor, which the host reads as doubles.
-  void check_pair(const double* p) {
-    LMT_CHECK(tensors_.holds_pairs(p),
+  // Pairs: p is an element of a described f64 tensor, which the host reads as doubles.
+  void check_wide(const double* p) {
+    LMT_CHECK(wide_ == hlo::WideForm::f64 || tensors_.holds_pairs(p),
               "PjrtBackend: a device scalar (double*) on an accelerator must be described as f64 "
               "(Backend::describe) before a kernel uses it");
   }

@@ -26,8 +26,7 @@ struct ChunkOut {
 
 // Rows hc [n, C] against labels lc [n], whole rows of logits at once. dw: the chunk's product.
 ChunkOut chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const Value& lc,
-                    const HeadLossArgs& a, const Value* grad_scale, bool want_dw,
-                    WideForm sums) {
+                    const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums) {
   const DType f = hc.dtype == DType::f64 ? DType::f64 : DType::f32;
   // The logits [n, V] in the rows' dtype, as the CPU backend holds them (bf16 with mixed
   // precision: half the memory of f32 logits); the loss widens them as it reads them.
@@ -146,8 +145,7 @@ ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, co
 }  // namespace
 
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw,
-                      WideForm sums) {
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums) {
   LMT_CHECK(h.rank() == 2 && w.rank() == 2 && w.dims[1] == h.dims[1] && w.dtype == h.dtype &&
                 labels.rank() == 1 && labels.dims[0] == h.dims[0] && labels.dtype == DType::i32,
             "head_loss: h [N,C], w [V,C] of h's dtype, labels [N] i32");

@@ -212,8 +212,7 @@ struct HeadLossOut {
   Value loss_sum, ce_sum, dh, dw;
 };
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw,
-                      WideForm sums);
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums);
 
 // ---- optimizer (optimizer.cpp) ----
 
