@@ -229,6 +229,10 @@ class Backend {
   virtual void scale(DType dt, void* x, double s, int64_t n) = 0;                      // x *= s
   // Reductions into device scalars (one f64 each, on the device like any buffer), so that a step
   // reads nothing back before its end. *acc += sum of x[n] (of squares), formed in double.
+  // Every double* a kernel takes is such a scalar. A backend may hold them otherwise (the pjrt
+  // backend on an accelerator: f32 pairs, summed with compensation, about 48 bits), and there
+  // each must be described as f64 (describe) before a kernel uses it; the host reads and writes
+  // doubles either way.
   virtual void sum(DType dt, double* acc, const void* x, int64_t n) = 0;
   virtual void sum_squares(DType dt, double* acc, const void* x, int64_t n) = 0;
   // Dropout: out[i] = x[i] / (1 - p) where element i of mask (seed, key[1] ^ stream) is kept

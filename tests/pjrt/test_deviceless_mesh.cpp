@@ -21,6 +21,7 @@
 #include "backend/pjrt/runtime/launches.h"
 #include "cli/cli_util.h"
 #include "core/error.h"
+#include "pjrt_test_util.h"
 #include "train/bench.h"
 #include "train/run_config.h"
 
@@ -28,6 +29,25 @@ namespace lmt {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A small Llama on a data 1 x fsdp 2 x tensor 2 mesh, bf16.
+RunConfig small_mesh_llama() {
+  RunConfig cfg;
+  ModelConfig& m = cfg.model;
+  m.family = "llama";
+  m.vocab_size = 512, m.hidden_size = 128, m.intermediate_size = 256;
+  m.num_hidden_layers = 2, m.num_attention_heads = 4, m.num_key_value_heads = 2;
+  m.max_position_embeddings = 256;
+  cfg.data.seq_len = 64;
+  cfg.data.store = "unused";  // bench feeds random tokens
+  cfg.train.micro_batch_size = 4;
+  cfg.train.precision = "bf16";
+  cfg.train.backend = "pjrt";
+  cfg.parallel.fsdp = 2;
+  cfg.parallel.tensor = 2;
+  cfg.validate();
+  return cfg;
+}
 
 std::string option_text(const CompileTarget& t, const std::string& name) {
   for (const TopologyOption& o : t.options) {
@@ -318,6 +338,56 @@ TEST(DevicelessMesh, AStepThatDoesNotFitIsOneLineAndExitTwo) {
   EXPECT_EQ(i.code, 0) << i.out;
   EXPECT_NE(i.out.find(says), std::string::npos) << i.out;
   fs::remove_all(dir);
+}
+
+// Every file under dir (recursively) whose name ends with `suffix`, and how many of them hold
+// an f64 value (the text "f64").
+struct F64Files {
+  int files = 0, with_f64 = 0;
+};
+F64Files f64_files(const fs::path& dir, const std::string& suffix) {
+  F64Files r;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < suffix.size() ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix))
+      continue;
+    ++r.files;
+    r.with_f64 += test::read_file(e.path()).find("f64") != std::string::npos;
+  }
+  return r;
+}
+
+// The step for a TPU v5e 2x2 and for 4 H200s, with clipping, Muon, z-loss and two micro-batches
+// a step: neither the StableHLO lmtrain sends (LMTRAIN_PJRT_DUMP) nor the program XLA optimized
+// from it (LMTRAIN_XLA_DUMP) holds an f64 value; the step's statistics are f32 pairs there.
+// (libtpu's optimized step held 16 f64 values while they were f64 scalars.)
+TEST(DevicelessMesh, AStepForATpuOrAGpuHoldsNoF64) {
+  RunConfig cfg = small_mesh_llama();
+  cfg.optimizer.name = "muon";
+  cfg.loss.z_loss = 1e-4;
+  cfg.train.grad_accum_steps = 2;
+  cfg.train.grad_clip = 0.5;
+  cfg.validate();
+  for (const char* target : {"v5e:2x2", "h200x4"}) {
+    SCOPED_TRACE(target);
+    const fs::path dir =
+        fs::temp_directory_path() / ("lmt_no_f64_" + std::to_string(getpid()) + "_" + target);
+    fs::remove_all(dir);
+    fs::create_directories(dir / "stablehlo");
+    {
+      test::ScopedEnv sent("LMTRAIN_PJRT_DUMP", (dir / "stablehlo").c_str());
+      test::ScopedEnv xla("LMTRAIN_XLA_DUMP", (dir / "xla").c_str());
+      run_bench(cfg, 0, true, compile_target(target, "--target"));
+    }
+    const F64Files sent = f64_files(dir / "stablehlo", ".mlir");
+    const F64Files optimized = f64_files(dir / "xla", "after_optimizations.txt");
+    EXPECT_GE(sent.files, 1);
+    EXPECT_GE(optimized.files, 1);
+    EXPECT_EQ(sent.with_f64, 0);
+    EXPECT_EQ(optimized.with_f64, 0);
+    fs::remove_all(dir);
+  }
 }
 
 TEST(DevicelessMesh, BadInputIsOneMessageAndExitTwo) {

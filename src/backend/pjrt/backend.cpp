@@ -113,6 +113,8 @@ bool trace_every_step() {
 PjrtBackend::PjrtBackend(const std::string& plugin_path, const PjrtOptions& options)
     : client_(make_client(plugin_path, options)),
       target_(options.target),
+      wide_(hlo::wide_form(client_.platform_name())),
+      tensors_(wide_ == hlo::WideForm::f32_pair),
       trace_(tensors_, client_, options.compile_only, options.sharding),
       programs_(client_, settings_for(client_, options), options.compile_only),
       replays_(tensors_, programs_, client_),
@@ -173,7 +175,14 @@ void PjrtBackend::to_host(void* host_dst, const void* src, size_t bytes) {
       std::memset(dst + (p0 - lo), 0, static_cast<size_t>(p1 - p0));
     else
       std::memcpy(dst + (p0 - lo), p.host.data() + (p0 - p.begin), static_cast<size_t>(p1 - p0));
+    if (p.pairs) PjrtTensors::pairs_to_doubles(p, p0, dst + (p0 - lo), p1 - p0);
   }
+}
+
+void PjrtBackend::from_host(void* dst, const void* host_src, size_t bytes) {
+  std::vector<uint8_t> paired;  // host_src with its doubles as pairs, where dst holds pairs
+  const void* src = tensors_.as_held(dst, host_src, bytes, paired);
+  if (!replays_.capture(dst, src, bytes)) trace_.from_host(dst, src, bytes);
 }
 
 void PjrtBackend::describe(const void* p, const TensorDesc& t) {
@@ -275,39 +284,48 @@ void PjrtBackend::scale(DType dt, void* x, double s, int64_t n) {
   set(x, b().multiply(v, b().constant(s, dt, {n})));
 }
 
-void PjrtBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
-  if (n == 0) return;
-  accumulate_into(acc, DType::f64, b().reduce_sum(b().convert(view(x, dt, {n}), DType::f64), {0}));
+void PjrtBackend::add_wide(double* acc, const Value& s) {
+  check_wide(acc);
+  if (trace_.zeros(acc, sizeof(double)))  // += on zeros this program wrote: just s
+    set(acc, s);
+  else
+    set(acc, hlo::wide_add(b(), wide_at(acc), s));
 }
 
-// Squares summed in f64, as the CPU backend sums them. XLA:CPU fuses no product into a reduction
-// of more than 32 elements (it splits one into a tree of windows first), so there the tensor's
-// squares are summed in f32 over runs of at most 32 elements, a reduction the product fuses into,
-// and those partial sums in f64: in f64 throughout, XLA:CPU wrote every gradient out again at
-// twice its size before reducing it (about 1 GB a GPT-2 step, a tenth of its time), and one f32
-// sum over a whole tensor drifts the run away from the CPU backend's within a hundred steps.
+void PjrtBackend::sum(DType dt, double* acc, const void* x, int64_t n) {
+  if (n == 0) return;
+  add_wide(acc, hlo::wide_sum(b(), view(x, dt, {n}), wide_));
+}
+
+// On an accelerator the squares are rounded to f32 (each within 2^-24 of its value, so their sum
+// too: they are positive) and summed with compensation. On XLA:CPU they are summed in f64, as
+// the CPU backend sums them; XLA:CPU fuses no product into a reduction of more than 32 elements
+// (it splits one into a tree of windows first), so there the tensor's squares are summed in f32
+// over runs of at most 32 elements, a reduction the product fuses into, and those partial sums in
+// f64: in f64 throughout, XLA:CPU wrote every gradient out again at twice its size before
+// reducing it (about 1 GB a GPT-2 step, a tenth of its time), and one f32 sum over a whole
+// tensor drifts the run away from the CPU backend's within a hundred steps.
 void PjrtBackend::sum_squares(DType dt, double* acc, const void* x, int64_t n) {
   if (n == 0) return;
   const Value v = view(x, dt, shape_of(x, dt, n));
-  Value sq;  // f64; its sum over every axis is the sum of squares
-  if (client_.platform_name() == "cpu") {
-    // The last axis split into runs (the others kept whole, so that a sharded tensor stays so).
-    Dims dims = v.dims.empty() ? Dims{1} : v.dims;
-    const int64_t last = dims.back();
-    int64_t run = 32;
-    while (last % run != 0) --run;
-    dims.back() = last / run;
-    dims.push_back(run);
-    Value r = b().reshape(v, dims);
-    if (r.dtype != DType::f32 && r.dtype != DType::f64) r = b().convert(r, DType::f32);
-    sq = b().convert(b().reduce_sum(b().multiply(r, r), {r.rank() - 1}), DType::f64);
-  } else {
-    const Value w = b().convert(v, DType::f64);
-    sq = b().multiply(w, w);
+  if (wide_ == hlo::WideForm::f32_pair) {
+    const Value w = up(v);
+    add_wide(acc, hlo::wide_sum(b(), b().multiply(w, w), wide_));
+    return;
   }
+  // The last axis split into runs (the others kept whole, so that a sharded tensor stays so).
+  Dims dims = v.dims.empty() ? Dims{1} : v.dims;
+  const int64_t last = dims.back();
+  int64_t run = 32;
+  while (last % run != 0) --run;
+  dims.back() = last / run;
+  dims.push_back(run);
+  Value r = b().reshape(v, dims);
+  if (r.dtype != DType::f32 && r.dtype != DType::f64) r = b().convert(r, DType::f32);
+  const Value sq = b().convert(b().reduce_sum(b().multiply(r, r), {r.rank() - 1}), DType::f64);
   Dims all(sq.dims.size());
   std::iota(all.begin(), all.end(), int64_t{0});
-  accumulate_into(acc, DType::f64, b().reduce_sum(sq, all));
+  add_wide(acc, b().reduce_sum(sq, all));
 }
 
 // The key is the device array the caller wrote (a new one every step); `stream` picks one mask

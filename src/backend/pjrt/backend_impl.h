@@ -40,9 +40,7 @@ class PjrtBackend final : public Backend {
     trace_.release(p);
   }
   void to_host(void* host_dst, const void* src, size_t bytes) override;
-  void from_host(void* dst, const void* host_src, size_t bytes) override {
-    if (!replays_.capture(dst, host_src, bytes)) trace_.from_host(dst, host_src, bytes);
-  }
+  void from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override {
     building("copy");
     trace_.copy(dst, src, bytes);
@@ -220,6 +218,24 @@ class PjrtBackend final : public Backend {
   // x [N, H, D] from N token rows `row_stride` elements apart (RoPE, the q/k norm), and back.
   Value head_rows(const void* p, DType dt, int64_t N, int64_t row_stride, int64_t H, int64_t D);
   void set_head_rows(void* p, const Value& v, int64_t row_stride);
+  // ---- device scalars (backend.h's double*), held as wide_ says (hlo::WideForm) ----
+  Value wide_at(const double* p) {
+    check_wide(p);
+    return wide_ == hlo::WideForm::f64 ? view(p, DType::f64, {}) : view(p, DType::f32, {2});
+  }
+  Value wide_value_at(const double* p) { return hlo::wide_value(b(), wide_at(p)); }
+  void set_wide(double* p, const Value& v) {
+    check_wide(p);
+    set(p, hlo::as_wide(b(), v, wide_));
+  }
+  void add_wide(double* acc, const Value& s);  // *acc += s, a wide value
+  // Pairs: p is an element of a described f64 tensor, which the host reads as doubles.
+  void check_wide(const double* p) {
+    LMT_CHECK(wide_ == hlo::WideForm::f64 || tensors_.holds_pairs(p),
+              "PjrtBackend: a device scalar (double*) on an accelerator must be described as f64 "
+              "(Backend::describe) before a kernel uses it");
+  }
+
   // clip_scale's device scalar as the f32 the optimizer steps multiply by.
   Value scale_f32(const double* grad_scale);
   // An optimizer kernel's factor i, and its decay factor (the constant 1 without decay).
@@ -228,6 +244,9 @@ class PjrtBackend final : public Backend {
 
   PjrtClient client_;
   std::optional<CompileTarget> target_;  // a deviceless compile's
+  // f64 on XLA:CPU; elsewhere f32 pairs, which tensors_ holds a described f64 tensor as and
+  // from_host and to_host convert, so the host reads and writes doubles everywhere.
+  hlo::WideForm wide_;
   PjrtTensors tensors_;
   PjrtTrace trace_;
   PjrtPrograms programs_;

@@ -213,14 +213,14 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
   const bool grads = a.grad_scale != 0;
   Value scale;
   if (grads && a.grad_scale_at)  // the step's scale as the caller wrote it: a replay's too
-    scale = down(view(a.grad_scale_at, DType::f64, {}), compute_type(dt));
+    scale = down(wide_value_at(a.grad_scale_at), compute_type(dt));
   else if (grads)
     scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
-  const hlo::HeadLossOut o =
-      hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
-                     view(labels, DType::i32, {a.N}), a, grads ? &scale : nullptr, dw != nullptr);
-  accumulate_into(loss_sum, DType::f64, o.loss_sum);
-  if (ce_sum) accumulate_into(ce_sum, DType::f64, o.ce_sum);
+  const hlo::HeadLossOut o = hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
+                                            view(labels, DType::i32, {a.N}), a,
+                                            grads ? &scale : nullptr, dw != nullptr, wide_);
+  add_wide(loss_sum, o.loss_sum);
+  if (ce_sum) add_wide(ce_sum, o.ce_sum);
   if (!grads) return;
   set(dh, o.dh);
   if (dw) accumulate_into(dw, dt, down(o.dw, dt));

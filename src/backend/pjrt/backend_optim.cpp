@@ -7,11 +7,11 @@
 namespace lmt {
 
 void PjrtBackend::clip_scale(double* scale, const double* sum_squares, double max_norm) {
-  set(scale, hlo::clip_scale(b(), view(sum_squares, DType::f64, {}), max_norm));
+  set_wide(scale, hlo::clip_scale(b(), wide_value_at(sum_squares), max_norm));
 }
 
 HloValue PjrtBackend::scale_f32(const double* grad_scale) {
-  return b().convert(view(grad_scale, DType::f64, {}), DType::f32);
+  return down(wide_value_at(grad_scale), DType::f32);
 }
 
 // Factor i of a kernel's factors (backend.h: the optimizer writes them each step), an f32
@@ -73,7 +73,7 @@ void PjrtBackend::muon_momentum(float* u, float* buf, const float* g, int64_t n,
 
 void PjrtBackend::scale_by_rnorm(float* x, int64_t n, const double* sum_squares, double eps) {
   if (n == 0) return;
-  set(x, hlo::scale_by_rnorm(b(), view(x, DType::f32, {n}), view(sum_squares, DType::f64, {}), eps));
+  set(x, hlo::scale_by_rnorm(b(), view(x, DType::f32, {n}), wide_value_at(sum_squares), eps));
 }
 
 void PjrtBackend::muon_apply(float* p, int64_t ldp, const float* x, int64_t rows, int64_t cols,

@@ -2,6 +2,7 @@
 #include "backend/pjrt/tensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/pjrt/runtime/client.h"
@@ -149,6 +150,11 @@ void PjrtTensors::describe(const void* p, const TensorDesc& t) {
       d.name = t.name;
       d.dtype = t.dtype;
       d.dims = t.shape;
+      d.pairs = f64_as_pairs_ && t.dtype == DType::f64;
+      if (d.pairs) {
+        d.dtype = DType::f32;
+        d.dims.push_back(2);
+      }
       out.push_back(std::move(d));
     }
     PjrtPart& d = *std::find_if(out.begin(), out.end(), [&](const PjrtPart& x) {
@@ -165,6 +171,63 @@ void PjrtTensors::describe(const void* p, const TensorDesc& t) {
   std::sort(out.begin(), out.end(),
             [](const PjrtPart& x, const PjrtPart& y) { return x.begin < y.begin; });
   a.parts = std::move(out);
+}
+
+namespace {
+
+// The elements of bytes [lo, lo + n) of a part held as pairs: whole ones.
+int64_t pair_elements(const PjrtPart& part, int64_t lo, int64_t n) {
+  LMT_CHECK(part.pairs && (lo - part.begin) % 8 == 0 && n % 8 == 0,
+            "PjrtBackend: " + part.name +
+                " (f64, held as f32 pairs) read or written in part of an element");
+  return n / 8;
+}
+
+// The 8 bytes at `at`, a double, made the pair {hi, lo} of f32 that sum to it (hi the f32
+// nearest it; lo 0 beyond f32's range), and back.
+void to_pair(uint8_t* at) {
+  double v = 0;
+  std::memcpy(&v, at, 8);
+  const float hi = static_cast<float>(v);
+  const float pair[2] = {hi, std::isfinite(hi) ? static_cast<float>(v - double{hi}) : 0.0f};
+  std::memcpy(at, pair, 8);
+}
+
+void to_double(uint8_t* at) {
+  float pair[2];
+  std::memcpy(pair, at, 8);
+  const double v = double{pair[0]} + double{pair[1]};
+  std::memcpy(at, &v, 8);
+}
+
+}  // namespace
+
+const void* PjrtTensors::as_held(const void* p, const void* src, size_t bytes,
+                                 std::vector<uint8_t>& held) {
+  if (!f64_as_pairs_ || bytes == 0) return src;
+  int64_t lo = 0;
+  PjrtAlloc& a = find(p, static_cast<int64_t>(bytes), &lo);
+  const int64_t hi = lo + static_cast<int64_t>(bytes);
+  const auto* s = static_cast<const uint8_t*>(src);
+  for (size_t i = part_at(a, lo); i < a.parts.size() && a.parts[i].begin < hi; ++i) {
+    const PjrtPart& q = a.parts[i];
+    if (!q.pairs) continue;
+    if (held.empty()) held.assign(s, s + bytes);
+    const int64_t p0 = std::max(lo, q.begin), p1 = std::min(hi, q.end);
+    for (int64_t e = 0; e < pair_elements(q, p0, p1 - p0); ++e) to_pair(&held[p0 - lo + 8 * e]);
+  }
+  return held.empty() ? src : held.data();
+}
+
+bool PjrtTensors::holds_pairs(const void* p) {
+  int64_t off = 0;
+  const PjrtAlloc& a = find(p, 8, &off);
+  const PjrtPart& part = a.parts[part_at(a, off)];
+  return part.pairs && (off - part.begin) % 8 == 0;
+}
+
+void PjrtTensors::pairs_to_doubles(const PjrtPart& part, int64_t lo, uint8_t* data, int64_t n) {
+  for (int64_t e = 0; e < pair_elements(part, lo, n); ++e) to_double(data + 8 * e);
 }
 
 void PjrtTensors::to_host(PjrtPart& part) {

@@ -4,6 +4,11 @@
 // its own host copy. What no one described is one untyped part per gap, so a buffer the model never
 // describes (scratch, the activation arena) is one flat part, as a plain allocation.
 //
+// On an accelerator (f64_as_pairs) a described f64 tensor is held as f32 [shape..., 2], each
+// double as the pair {hi, lo} of f32 whose sum is it (hlo::WideForm::f32_pair): the same bytes,
+// converted where host data comes in (as_held) and goes out (pairs_to_doubles), so that no
+// program for the device needs f64 and the host still reads and writes doubles.
+//
 // This file knows nothing of programs: the pending program's state per allocation (what it wrote
 // where, which parts it reads as arguments) lives here only as data, kept by trace.h.
 #pragma once
@@ -34,6 +39,7 @@ struct PjrtPart {
   int input = -1;
   HloValue input_param;  // that argument, as the part's dtype and dims
   HloValue input_value;  // the same, flat
+  bool pairs = false;    // a described f64 tensor held as f32 pairs (f64_as_pairs)
 
   bool described() const { return !name.empty(); }
   int64_t bytes() const { return end - begin; }
@@ -84,6 +90,8 @@ class PjrtTensors {
   // mistaken for host memory.
   static constexpr uintptr_t kAddressBase = uintptr_t{1} << 56;
 
+  explicit PjrtTensors(bool f64_as_pairs = false) : f64_as_pairs_(f64_as_pairs) {}
+
   void* alloc(size_t bytes);
   // Removes the allocation; the caller keeps whatever of its arrays a pending program still needs.
   PjrtAlloc release(void* p);
@@ -92,10 +100,20 @@ class PjrtTensors {
   PjrtAlloc* find_exact(const void* p);  // the allocation that starts at p, or null
   PjrtAlloc* at(uintptr_t address);      // by its address, or null (freed)
 
-  // Splits the parts of p's allocation so that [p, p + bytes of t) is one part described as t.
-  // The contents stay what they were (parts that held them on the device are brought to the host
-  // first).
+  // Splits the parts of p's allocation so that [p, p + bytes of t) is one part described as t
+  // (an f64 tensor as pairs, with f64_as_pairs). The contents stay what they were (parts that
+  // held them on the device are brought to the host first); a tensor held as pairs is described
+  // before anything is written to it.
   void describe(const void* p, const TensorDesc& t);
+
+  // Host data for [p, p + bytes) as the parts hold it: src, or where the range covers parts held
+  // as pairs, a copy in `held` with those doubles made pairs.
+  const void* as_held(const void* p, const void* src, size_t bytes, std::vector<uint8_t>& held);
+  // Whether p is an element of a part held as pairs.
+  bool holds_pairs(const void* p);
+  // Bytes [lo, lo + n) of a part held as pairs (offsets within the allocation; whole elements),
+  // read back into data, made doubles in place.
+  static void pairs_to_doubles(const PjrtPart& part, int64_t lo, uint8_t* data, int64_t n);
 
   // Index of the part holding byte `offset` of a.
   static size_t part_at(const PjrtAlloc& a, int64_t offset);
@@ -117,6 +135,7 @@ class PjrtTensors {
   static void drop(PjrtPart& part);
 
  private:
+  bool f64_as_pairs_;
   std::map<uintptr_t, PjrtAlloc> allocs_;
   uintptr_t next_ = kAddressBase;
 };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/pjrt/hlo/lowering.h"
 #include "backend/pjrt/runtime/client.h"
 #include "core/error.h"
 
@@ -53,6 +54,7 @@ StablehloBuilder& PjrtTrace::b() {
     // Tensor parallel: a product with the fused q|k|v (gate|up) weight is one product per
     // projection, each split by its own heads (features), not the concatenation split in halves.
     builder_->split_concatenations(client_.mesh().axis_size("tensor") > 1);
+    if (hlo::wide_form(client_.platform_name()) != hlo::WideForm::f64) builder_->refuse_f64();
   }
   return *builder_;
 }

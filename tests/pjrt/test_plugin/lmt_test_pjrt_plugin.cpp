@@ -14,6 +14,10 @@
 //                                     plugin: recorded, not compiled": XLA here could not build it
 //   LMT_TEST_PLUGIN_RECORD_ONLY=1     with RECORD, every program is refused so after recording it
 //                                     (a test that only reads the program skips XLA's compile)
+//   LMT_TEST_PLUGIN_RECORD_POSED=1    with RECORD, a program for the platform posed (PLATFORM) is
+//                                     compiled all the same, by XLA:CPU as it runs without
+//                                     RECORD (a cuDNN call is still refused): a whole run is then
+//                                     recorded as it would be sent to that platform
 //   LMT_TEST_PLUGIN_MEMORY=U,P,L      PJRT_Device_MemoryStats answers bytes_in_use U, peak P and
 //                                     limit L (P or L empty: reported as not set)
 //   LMT_TEST_PLUGIN_DEVICES=N         PJRT_Client_AddressableDevices answers the first N devices
@@ -155,7 +159,8 @@ std::string record(const std::filesystem::path& dir, std::string_view program,
 // Why XLA here should not see the program ("" when it may).
 std::string refusal(PJRT_Client* client, std::string_view program) {
   if (env("LMT_TEST_PLUGIN_RECORD_ONLY")) return "LMT_TEST_PLUGIN_RECORD_ONLY";
-  if (const char* platform = env("LMT_TEST_PLUGIN_PLATFORM")) {
+  const char* platform = env("LMT_TEST_PLUGIN_PLATFORM");
+  if (platform && !env("LMT_TEST_PLUGIN_RECORD_POSED")) {
     PJRT_Client_PlatformName_Args name{};
     name.struct_size = PJRT_Client_PlatformName_Args_STRUCT_SIZE;
     name.client = client;

@@ -39,10 +39,20 @@ std::string signature(const std::vector<HloValue>& in, const HloValue& out) {
   return s + ") -> " + mlir_tensor_type(out);
 }
 
+void check_dims(const std::vector<int64_t>& dims, int64_t n, const char* what) {
+  std::vector<bool> seen(n, false);
+  for (int64_t d : dims) {
+    LMT_CHECK(d >= 0 && d < n && !seen[d], std::string(what) + ": bad dimension " +
+                                               std::to_string(d) + " of rank " + std::to_string(n));
+    seen[d] = true;
+  }
+}
+
 }  // namespace shlo
 
 namespace {
 
+using shlo::check_dims;
 using shlo::element_type;
 using shlo::join;
 using shlo::signature;
@@ -99,16 +109,6 @@ std::string constant_literal(double value, DType t) {
   }
 }
 
-// Distinct dimensions of a rank-n tensor.
-void check_dims(const std::vector<int64_t>& dims, int64_t n, const char* what) {
-  std::vector<bool> seen(n, false);
-  for (int64_t d : dims) {
-    LMT_CHECK(d >= 0 && d < n && !seen[d], std::string(what) + ": bad dimension " +
-                                               std::to_string(d) + " of rank " + std::to_string(n));
-    seen[d] = true;
-  }
-}
-
 std::atomic<int> next_builder_id{0};
 
 }  // namespace
@@ -123,8 +123,16 @@ StablehloBuilder::StablehloBuilder() : id_(next_builder_id++) {}
 
 StablehloBuilder::Value StablehloBuilder::next(DType dtype, Dims dims, bool pred) {
   for (int64_t d : dims) LMT_CHECK(d >= 0, "StableHLO: negative dimension");
-  if (!pred) element_type(dtype);  // a type MLIR can spell
+  if (!pred) check_type(dtype);
   return Value{id_, ops_++, false, pred, dtype, std::move(dims), false, -1, open_scopes_.back()};
+}
+
+// A type MLIR can spell, and no f64 after refuse_f64().
+void StablehloBuilder::check_type(DType t) const {
+  element_type(t);
+  LMT_CHECK(!(refuse_f64_ && t == DType::f64),
+            "StableHLO: an f64 value in a program for an accelerator, which holds none (the PJRT "
+            "backend keeps its f64 statistics there as f32 pairs)");
 }
 
 // %arg3 (parameter), %7 (op result), %7#1 (result 1 of a multi-result op), %r2_1 (argument 1 of
@@ -147,7 +155,7 @@ void StablehloBuilder::check_mine(const Value& v) const {
 StablehloBuilder::Value StablehloBuilder::param(DType dtype, Dims dims, int donate_to) {
   LMT_CHECK(!returned_, "StableHLO: param after ret");
   for (int64_t d : dims) LMT_CHECK(d >= 0, "StableHLO: negative dimension");
-  element_type(dtype);
+  check_type(dtype);
   Value v{id_, static_cast<int>(params_.size()), true, false, dtype, std::move(dims)};
   params_.push_back(v);
   donate_to_.push_back(donate_to);

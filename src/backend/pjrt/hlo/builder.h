@@ -72,6 +72,9 @@ class StablehloBuilder {
   // their sum), and so for elementwise ops and broadcasts. Then each of q, k and v keeps the
   // split of its own parameter (by heads), where their concatenation, split in halves, would not.
   void split_concatenations(bool on) { split_ = on; }
+  // A program for a device that emulates f64 or runs it slowly (an accelerator): from here on
+  // an f64 parameter or result is a failed check, so no f64 reaches it by any path.
+  void refuse_f64() { refuse_f64_ = true; }
   // x constrained to the sharding s over the mesh (Shardy's sharding_constraint; axes the mesh
   // lacks or has of size 1 are left out); x itself on a single device.
   Value sharding_constraint(const Value& x, TensorSharding s);
@@ -139,6 +142,14 @@ class StablehloBuilder {
   // Sum or max over `dims` (removed from the result); init 0 or -inf (the dtype's lowest for i32).
   Value reduce_sum(const Value& x, Dims dims);
   Value reduce_max(const Value& x, Dims dims);
+  // Several operands of one shape reduced together over `dims` (removed from the results), from
+  // `init` (a scalar of each operand's type). combine(a, c) joins two partial results, each one
+  // value per operand; XLA joins them in an order of its own choosing, so combine must not care
+  // beyond rounding (the compensated sums of hlo/wide.cpp).
+  using Combine = std::function<std::vector<Value>(StablehloBuilder&, const std::vector<Value>& a,
+                                                   const std::vector<Value>& c)>;
+  std::vector<Value> reduce_with(const std::vector<Value>& xs, const std::vector<Value>& init,
+                                 const Dims& dims, const Combine& combine);
   Value compare(const Value& a, const Value& b, CompareDir dir);  // a pred tensor
   Value select(const Value& pred, const Value& on_true, const Value& on_false);
   Value iota(DType dtype, Dims dims, int64_t dim);  // element = its index along `dim`
@@ -184,6 +195,7 @@ class StablehloBuilder {
 
  private:
   Value next(DType dtype, Dims dims, bool pred = false);
+  void check_type(DType t) const;
   std::string name(const Value& v) const;
   void check_mine(const Value& v) const;
   Value elementwise(const char* op, const Value& a, const Value& b);
@@ -226,6 +238,7 @@ class StablehloBuilder {
   std::vector<Def> defs_;                           // by op number
   std::unordered_map<std::string, Value> emitted_;  // data-movement op text -> its result
   bool split_ = false;
+  bool refuse_f64_ = false;
 
   std::string sharding_attr(const TensorSharding& s, size_t rank) const;
 

@@ -12,6 +12,7 @@
 namespace lmt {
 
 using Value = StablehloBuilder::Value;
+using shlo::check_dims;
 using shlo::join;
 using shlo::signature;
 
@@ -107,6 +108,65 @@ std::vector<Value> StablehloBuilder::while_loop(const std::vector<Value>& init, 
   lines_.insert(lines_.end(), body_text.begin(), body_text.end());
   lines_.push_back("}) : (" + types + ") -> (" + types + ")");
   return op_results(op, init);
+}
+
+// Printed in the generic form, "stablehlo.reduce"(operands, inits) ({^bb0(a..., c...): body}),
+// as while_loop is.
+std::vector<Value> StablehloBuilder::reduce_with(const std::vector<Value>& xs,
+                                                 const std::vector<Value>& init, const Dims& dims,
+                                                 const Combine& combine) {
+  LMT_CHECK(!xs.empty() && init.size() == xs.size(), "StableHLO reduce: one init per operand");
+  std::vector<Value> scalars, results;
+  std::string operands, inits, types, init_types, result_types;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Value &x = xs[i], &z = init[i];
+    check_mine(x), check_mine(z);
+    LMT_CHECK(!x.pred && x.dims == xs[0].dims && z.rank() == 0 && z.dtype == x.dtype && !z.pred,
+              "StableHLO reduce: operands of one shape, each with a scalar init of its type");
+    operands += (i ? ", " : "") + name(x);
+    inits += ", " + name(z);
+    types += (i ? ", " : "") + mlir_tensor_type(x);
+    init_types += ", " + mlir_tensor_type(z);
+    scalars.push_back(z);
+  }
+  check_dims(dims, xs[0].rank(), "StableHLO reduce");
+  Dims kept;
+  for (int64_t d = 0; d < xs[0].rank(); ++d)
+    if (std::find(dims.begin(), dims.end(), d) == dims.end()) kept.push_back(xs[0].dims[d]);
+  for (const Value& x : xs) results.push_back(type_of(x.dtype, kept));
+  for (size_t i = 0; i < results.size(); ++i)
+    result_types += (i ? ", " : "") + mlir_tensor_type(results[i]);
+
+  const int op = ops_++;
+  std::vector<Value> block = scalars;
+  block.insert(block.end(), scalars.begin(), scalars.end());
+  const std::vector<Value> args = open_region(block);
+  const std::vector<Value> a(args.begin(), args.begin() + long(xs.size())),
+      c(args.begin() + long(xs.size()), args.end());
+  const std::vector<Value> joined = combine(*this, a, c);
+  LMT_CHECK(joined.size() == xs.size(), "StableHLO reduce: combine gives one value per operand");
+  std::string header = "^bb0(", ret = "stablehlo.return ", ret_types;
+  for (size_t i = 0; i < args.size(); ++i)
+    header += (i ? ", " : "") + name(args[i]) + ": " + mlir_tensor_type(args[i]);
+  for (size_t i = 0; i < joined.size(); ++i) {
+    check_mine(joined[i]);
+    LMT_CHECK(mlir_tensor_type(joined[i]) == mlir_tensor_type(scalars[i]),
+              "StableHLO reduce: combine gives " + mlir_tensor_type(joined[i]) + " for " +
+                  mlir_tensor_type(scalars[i]));
+    ret += (i ? ", " : "") + name(joined[i]);
+    ret_types += (i ? ", " : "") + mlir_tensor_type(joined[i]);
+  }
+  lines_.push_back(ret + " : " + ret_types);
+  const std::vector<std::string> body = close_region();
+
+  const std::string result =
+      "%" + std::to_string(op) + (xs.size() > 1 ? ":" + std::to_string(xs.size()) : "");
+  lines_.push_back(result + " = \"stablehlo.reduce\"(" + operands + inits + ") ({");
+  lines_.push_back("  " + header + "):");
+  lines_.insert(lines_.end(), body.begin(), body.end());
+  lines_.push_back("}) {dimensions = array<i64: " + join(dims) + ">} : (" + types + init_types +
+                   ") -> (" + result_types + ")");
+  return op_results(op, results);
 }
 
 namespace {

@@ -15,5 +15,7 @@ std::string element_type(DType t);
 std::string join(const std::vector<int64_t>& v);
 // "(tensor<..>, tensor<..>) -> tensor<..>"
 std::string signature(const std::vector<HloValue>& in, const HloValue& out);
+// Checks that dims are distinct dimensions of a rank-n tensor (`what` names the op).
+void check_dims(const std::vector<int64_t>& dims, int64_t n, const char* what);
 
 }  // namespace lmt::shlo

@@ -21,16 +21,12 @@ namespace lmt::hlo {
 namespace {
 
 struct ChunkOut {
-  Value loss, ce, dh, dw;  // f64 scalars; [n, C] in h's dtype; [V, C] in the compute type
+  Value loss, ce, dh, dw;  // wide scalars; [n, C] in h's dtype; [V, C] in the compute type
 };
-
-Value sum_f64(StablehloBuilder& b, const Value& x) {
-  return b.reduce_sum(b.convert(x, DType::f64), {0});
-}
 
 // Rows hc [n, C] against labels lc [n], whole rows of logits at once. dw: the chunk's product.
 ChunkOut chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const Value& lc,
-                    const HeadLossArgs& a, const Value* grad_scale, bool want_dw) {
+                    const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums) {
   const DType f = hc.dtype == DType::f64 ? DType::f64 : DType::f32;
   // The logits [n, V] in the rows' dtype, as the CPU backend holds them (bf16 with mixed
   // precision: half the memory of f32 logits); the loss widens them as it reads them.
@@ -39,8 +35,8 @@ ChunkOut chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const 
   const CrossEntropy ce =
       cross_entropy(b, z, lc, a.ignore_index, grad_scale ? 1.0 : 0.0, a.softcap, a.loss);
   ChunkOut o;
-  o.loss = sum_f64(b, ce.losses);
-  o.ce = a.loss.plain() ? o.loss : sum_f64(b, ce.ce);
+  o.loss = wide_sum(b, ce.losses, sums);
+  o.ce = a.loss.plain() ? o.loss : wide_sum(b, ce.ce, sums);
   if (!grad_scale) return o;
   Value d = b.multiply(ce.dlogits, b.broadcast_in_dim(*grad_scale, ce.dlogits.dims, {}));
   if (d.dtype != hc.dtype) d = b.convert(d, hc.dtype);  // the products in the rows' dtype
@@ -79,7 +75,8 @@ Tile vocab_tile(StablehloBuilder& b, const Value& i, const Value& hc, const Valu
 // The cut cross-entropy of rows hc [n, C] against labels lc [n]. dw_acc: the weight gradient
 // so far ([V, C], compute type), returned with this chunk's products added (want_dw).
 ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const Value& lc,
-                        const HeadLossArgs& a, const Value* grad_scale, const Value* dw_acc) {
+                        const HeadLossArgs& a, const Value* grad_scale, const Value* dw_acc,
+                        WideForm sums) {
   const int64_t n = hc.dims[0], C = hc.dims[1], V = w.dims[0], vt = a.vocab_tile;
   const int64_t tiles = (V + vt - 1) / vt;
   const DType f = hc.dtype == DType::f64 ? DType::f64 : DType::f32;
@@ -108,8 +105,8 @@ ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, co
   const Value valid = b.compare(lc, b.constant(a.ignore_index, DType::i32, {n}), CompareDir::ne);
   const RowLoss<Value> r = row_loss(b, a.loss, lse, stats[4], stats[3], V);
   ChunkOut o;
-  o.loss = sum_f64(b, b.select(valid, r.objective, zeros(b)));
-  o.ce = a.loss.plain() ? o.loss : sum_f64(b, b.select(valid, r.ce, zeros(b)));
+  o.loss = wide_sum(b, b.select(valid, r.objective, zeros(b)), sums);
+  o.ce = a.loss.plain() ? o.loss : wide_sum(b, b.select(valid, r.ce, zeros(b)), sums);
   if (!grad_scale) return o;
   auto coef = [&](const Value& x) {  // x * grad_scale on valid rows, 0 on ignored ones
     return b.select(valid, b.multiply(x, b.broadcast_in_dim(*grad_scale, {n}, {})), zeros(b));
@@ -148,7 +145,7 @@ ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, co
 }  // namespace
 
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw) {
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums) {
   LMT_CHECK(h.rank() == 2 && w.rank() == 2 && w.dims[1] == h.dims[1] && w.dtype == h.dtype &&
                 labels.rank() == 1 && labels.dims[0] == h.dims[0] && labels.dtype == DType::i32,
             "head_loss: h [N,C], w [V,C] of h's dtype, labels [N] i32");
@@ -159,8 +156,8 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
   const DType f = h.dtype == DType::f64 ? DType::f64 : DType::f32;
   // One chunk's loss; dw_acc: the weight gradient so far, for the cut loss to add into.
   auto one = [&](StablehloBuilder& lb, const Value& hc, const Value& lc, const Value* dw_acc) {
-    if (cut) return cut_chunk_loss(lb, hc, w, lc, a, grad_scale, dw ? dw_acc : nullptr);
-    ChunkOut c = chunk_loss(lb, hc, w, lc, a, grad_scale, dw);
+    if (cut) return cut_chunk_loss(lb, hc, w, lc, a, grad_scale, dw ? dw_acc : nullptr, sums);
+    ChunkOut c = chunk_loss(lb, hc, w, lc, a, grad_scale, dw, sums);
     if (dw && dw_acc) c.dw = lb.add(*dw_acc, c.dw);
     return c;
   };
@@ -175,7 +172,7 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
     hp = b.concatenate({h, b.constant(0.0, h.dtype, {Np - N, C})}, 0);
     lp = b.concatenate({labels, b.constant(a.ignore_index, DType::i32, {Np - N})}, 0);
   }
-  std::vector<Value> init = {i32(b, 0), b.constant(0.0, DType::f64), b.constant(0.0, DType::f64)};
+  std::vector<Value> init = {i32(b, 0), wide_zero(b, sums), wide_zero(b, sums)};
   if (grads) init.push_back(b.constant(0.0, h.dtype, {Np, C}));
   if (dw) init.push_back(b.constant(0.0, f, {V, C}));
   const std::vector<Value> out = b.while_loop(
@@ -189,8 +186,8 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
         const Value hc = lb.dynamic_slice(hp, {start, zero}, {chunk, C});
         const Value lc = lb.dynamic_slice(lp, {start}, {chunk});
         const ChunkOut c = one(lb, hc, lc, dw ? &v[4] : nullptr);
-        std::vector<Value> next = {lb.add(v[0], i32(lb, 1)), lb.add(v[1], c.loss),
-                                   lb.add(v[2], c.ce)};
+        std::vector<Value> next = {lb.add(v[0], i32(lb, 1)), wide_add(lb, v[1], c.loss),
+                                   wide_add(lb, v[2], c.ce)};
         if (grads) next.push_back(lb.dynamic_update_slice(v[3], c.dh, {start, zero}));
         if (dw) next.push_back(c.dw);
         return next;

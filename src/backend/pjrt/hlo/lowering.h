@@ -26,6 +26,27 @@ using Value = HloValue;
 // step serves every step's stream. At most 4 (2^31 - 1) elements.
 Value dropout(StablehloBuilder& b, const Value& x, double p, const Value& key);
 
+// ---- device scalars (wide.cpp) ----
+
+// The scalars backend.h passes as double* (loss sums, sums of squares, the clipping and gradient
+// scales), which the host reads and writes as doubles. WideForm::f64: an f64 scalar, as the CPU
+// backend holds them (XLA:CPU). WideForm::f32_pair: f32[2] {hi, lo}, the value hi + lo with
+// |lo| <= ulp(hi) / 2 (about 48 bits), summed with compensation: for an accelerator, whose
+// programs hold no f64 (a TPU emulates it, a GPU runs it at a fraction of f32's rate). A value's
+// form is its type.
+enum class WideForm { f64, f32_pair };
+WideForm wide_form(const std::string& platform);  // f64 on PJRT's "cpu" only
+Value wide_zero(StablehloBuilder& b, WideForm form);
+// The sum of every element of x (a float type; f64 only for WideForm::f64): in f64, or as a
+// compensated f32 sum (stablehlo.reduce of pairs), within about n 2^-46 of the sum of the
+// elements' magnitudes.
+Value wide_sum(StablehloBuilder& b, const Value& x, WideForm form);
+Value wide_add(StablehloBuilder& b, const Value& a, const Value& c);  // a + c, one form
+// A wide value as a plain scalar: the f64, or a pair's hi (the f32 nearest the value).
+Value wide_value(StablehloBuilder& b, const Value& w);
+// A float scalar as a wide value (exactly, as {v, 0} for a pair).
+Value as_wide(StablehloBuilder& b, const Value& v, WideForm form);
+
 // ---- embedding (embedding.cpp) ----
 
 // Embedding: out[N,C] = table[ids[n], :] (ids i32 [N], table [V,C]); backward returns the table
@@ -185,13 +206,13 @@ RowLoss<Value> row_loss(StablehloBuilder& b, const LossSpec& loss, const Value& 
 // (two stablehlo.while loops: the online log-sum-exp, then the gradients), so one tile of logits
 // exists at a time. grad_scale: null for the loss only, else a runtime scalar of the compute type
 // the gradients are multiplied by. Returns the objective's and the plain cross-entropy's sums
-// (f64 scalars) and, with grad_scale, dh [N,C] (h's dtype) and, with want_dw, dw [V,C] summed
-// over the chunks in the compute type.
+// (wide scalars of form `sums`) and, with grad_scale, dh [N,C] (h's dtype) and, with want_dw,
+// dw [V,C] summed over the chunks in the compute type.
 struct HeadLossOut {
   Value loss_sum, ce_sum, dh, dw;
 };
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw);
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums);
 
 // ---- optimizer (optimizer.cpp) ----
 
@@ -227,7 +248,7 @@ struct MuonMomentumOut {
 };
 MuonMomentumOut muon_momentum(StablehloBuilder& b, const Value& buf, const Value& g, double beta,
                               bool nesterov, const Value& grad_scale);
-// x / (sqrt(sum_squares) + eps), sum_squares an f64 scalar.
+// x / (sqrt(sum_squares) + eps), sum_squares a float scalar.
 Value scale_by_rnorm(StablehloBuilder& b, const Value& x, const Value& sum_squares, double eps);
 Value muon_apply(StablehloBuilder& b, const Value& p, const Value& x, const Value& decay,
                  const Value& lr, const Value& grad_scale);
