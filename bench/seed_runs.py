@@ -11,7 +11,8 @@ model's layer count; the analytic plan (`info --mesh`, no compile) at that count
 Whole-model compiles take too long on a 2-core VM (a Gemma-2 layer at T = 32768: minutes), which
 is why the line: every figure at the full depth is extrapolated unless the run compiled it.
 
-  python3 bench/seed_runs.py run [RUN ...]     # compile (default: every run, in the order below)
+  python3 bench/seed_runs.py run [RUN[:L] ...] # compile (default: every run, in the order below;
+                                               # RUN:L one layer count, e.g. the full depth)
   python3 bench/seed_runs.py fit [--markdown]  # fit and extrapolate what has been compiled
 
 Stdlib only. LMTRAIN (default build/lmtrain) is the binary.
@@ -146,7 +147,7 @@ def plan_figures(run):
         kind = c["what"].split(" of ")[0]
         k = kinds.setdefault(kind, [0, 0])
         k[0] += c["count"]
-        k[1] += c["count"] * c["bytes_per_device"]
+        k[1] += c["bytes_per_device"]  # the key's whole, over its count
     pd = plan["per_device"]
     return {"arguments": pd["argument_bytes"], "temporaries": pd["temp_bytes"],
             "total": pd["total_bytes"], "collectives": kinds, "fits": plan.get("fits")}
@@ -174,20 +175,24 @@ def fit(markdown):
               f"compiled at L = {sorted(figs)}, full depth {full}")
         keys = sorted({k for f in figs.values() for k in f
                        if k not in ("fits", "device_bytes", "step_bytes")})
-        xs = sorted(figs)
+        xs = sorted(L for L in figs if L != full)
         out = {}
         for k in keys:
             ys = [figs[L].get(k, 0) for L in xs]
-            if full in figs:
-                out[k] = (figs[full].get(k, 0), None, "compiled")
-            elif len(xs) >= 3:
+            line_at_full, worst, how = None, None, f"{len(xs)} points"
+            if len(xs) >= 3:
                 a, b, worst = line(xs, ys)
-                out[k] = (a + b * full, worst, f"a {a:.6g} + b {b:.6g} L")
+                line_at_full, how = a + b * full, f"a {a:.6g} + b {b:.6g} L"
+            if full in figs:
+                v = figs[full].get(k, 0)
+                if line_at_full is not None:
+                    how += f"; compiled at L={full}: {v}, the line " + (
+                        f"{100 * (line_at_full - v) / v:+.3f}%" if v else f"{line_at_full:.6g}")
+                out[k] = (v, worst, how)
             else:
-                out[k] = (None, None, f"{len(xs)} points")
-            v, worst, how = out[k]
+                out[k] = (line_at_full, worst, how)
             w = "" if worst is None else f"  residual {100 * worst:.4f}%"
-            print(f"  {k:28s} at L={xs}: {ys} -> L={full}: {v}  ({how}){w}")
+            print(f"  {k:28s} at L={xs}: {ys} -> L={full}: {line_at_full}  ({how}){w}")
         any_fig = next(iter(figs.values()))
         dev = any_fig["device_bytes"]
         if out.get("arguments", (None,))[0] is not None:
@@ -213,10 +218,11 @@ def main():
     if sys.argv[1] == "fit":
         fit("--markdown" in sys.argv)
         return
-    names = sys.argv[2:] or list(RUNS)
-    for name in names:
-        for L in RUNS[name]["layers"]:
-            compile_one(name, L)
+    # RUN compiles its layer counts; RUN:L one of them (or the full depth)
+    for item in sys.argv[2:] or list(RUNS):
+        name, _, L = item.partition(":")
+        for layers in ([int(L)] if L else RUNS[name]["layers"]):
+            compile_one(name, layers)
 
 
 if __name__ == "__main__":
