@@ -19,6 +19,7 @@ Stdlib only. LMTRAIN (default build/lmtrain) is the binary.
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -83,6 +84,14 @@ def bench_cmd(run, layers):
             run["target"], "--set", f"model.num_hidden_layers={layers}"]
 
 
+def unlimited_stack():
+    """lmtrain reads XLA's optimized HLO with std::regex, whose matcher recurses once a character:
+    a whole model's entry computation header (every parameter's shape and sharding on one line)
+    overflowed the 8 MiB stack (SIGSEGV in std::__detail::_Executor::_M_dfs, Gemma-2-9B's 42
+    layers). The compile itself had finished."""
+    resource.setrlimit(resource.RLIMIT_STACK, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+
 def compile_one(name, layers):
     run = RUNS[name]
     out = os.path.join(RESULTS, f"{name}-L{layers}.json")
@@ -92,7 +101,7 @@ def compile_one(name, layers):
     cmd = ["/usr/bin/time", "-v", "nice"] + cmd
     print(f"{time.strftime('%H:%M:%S')} {name} L{layers}: {' '.join(cmd[3:])}", flush=True)
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, preexec_fn=unlimited_stack)
     rss = [l for l in p.stderr.splitlines() if "Maximum resident" in l]
     record = {"command": cmd[3:], "returncode": p.returncode, "wall_seconds": time.time() - t0,
               "max_rss": rss[-1].split(":")[-1].strip() + " kB" if rss else None}
