@@ -125,7 +125,8 @@ def xla_figures(record):
     if r is None:
         return None
     step = r.get("pjrt_step") or r.get("pjrt")
-    f = {"arguments": step["argument_bytes"], "temporaries": step["temp_bytes"]}
+    mem = step.get("step_memory", step)  # bench nests them, info does not
+    f = {"arguments": mem["argument_bytes"], "temporaries": mem["temp_bytes"]}
     for kind, c in step["collectives"]["by_kind"].items():
         f[f"{kind} count"] = c["count"]
         f[f"{kind} sent"] = c["sent_bytes"]
