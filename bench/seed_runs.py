@@ -131,7 +131,7 @@ def xla_figures(record):
         f[f"{kind} count"] = c["count"]
         f[f"{kind} sent"] = c["sent_bytes"]
     f["loops_without_trip_count"] = step["collectives"].get("loops_without_trip_count", 0)
-    f["device_bytes"] = step["device_fit"]["device_bytes"]
+    f["device_bytes"] = step["device_fit"]["allocator_bytes"]  # what the allocator hands out
     f["fits"] = step["device_fit"]["fits"]
     f["step_bytes"] = step["device_fit"]["step_bytes"]
     return f
@@ -166,7 +166,9 @@ def plan_figures(run):
 def fit(markdown):
     for name, run in RUNS.items():
         records = {}
-        for L in run["layers"]:
+        full = (json.load(open(os.path.join(ROOT, run["model"], "config.json")))
+                ["num_hidden_layers"] if "model" in run else max(run["layers"]))
+        for L in sorted(set(run["layers"] + [full])):
             path = os.path.join(RESULTS, f"{name}-L{L}.json")
             if os.path.exists(path):
                 records[L] = json.load(open(path))
@@ -179,12 +181,10 @@ def fit(markdown):
         figs = {L: f for L, f in figs.items() if f is not None}
         if not figs:
             continue
-        full = (json.load(open(os.path.join(ROOT, run["model"], "config.json")))
-                ["num_hidden_layers"] if "model" in run else max(figs))
         print(f"\n## {name} ({run['target']}, {run.get('mesh', 'see config')}), "
               f"compiled at L = {sorted(figs)}, full depth {full}")
         keys = sorted({k for f in figs.values() for k in f
-                       if k not in ("fits", "device_bytes", "step_bytes")})
+                       if k not in ("fits", "device_bytes")})
         xs = sorted(L for L in figs if L != full)
         out = {}
         for k in keys:
@@ -206,9 +206,9 @@ def fit(markdown):
         any_fig = next(iter(figs.values()))
         dev = any_fig["device_bytes"]
         if out.get("arguments", (None,))[0] is not None:
-            tot = out["arguments"][0] + out["temporaries"][0]
+            tot = out["step_bytes"][0]  # arguments, temporaries, outputs not donated
             print(f"  XLA per device at L={full}: arguments {out['arguments'][0] / 2**30:.2f} GiB,"
-                  f" temporaries {out['temporaries'][0] / 2**30:.2f} GiB, total "
+                  f" temporaries {out['temporaries'][0] / 2**30:.2f} GiB, step "
                   f"{tot / 2**30:.2f} GiB of {dev / 2**30:.2f} GiB "
                   f"({'fits' if tot <= dev else f'over by {(tot - dev) / 2**30:.2f} GiB, x{tot / dev:.2f}'})")
         if "model" in run:
@@ -216,7 +216,7 @@ def fit(markdown):
             print(f"  plan at L={full}: arguments {p['arguments'] / 2**30:.2f} GiB, temporaries "
                   f"{p['temporaries'] / 2**30:.2f} GiB, total {p['total'] / 2**30:.2f} GiB")
             if out.get("arguments", (None,))[0] is not None:
-                tot = out["arguments"][0] + out["temporaries"][0]
+                tot = out["step_bytes"][0]
                 print(f"  plan vs XLA total: {100 * (p['total'] - tot) / tot:+.1f}%")
             for kind, (n, b) in p["collectives"].items():
                 print(f"  plan {kind}: {n} x, {b / 1e6:.1f} MB sent a device")
