@@ -164,6 +164,7 @@ def plan_figures(run):
 
 
 def fit(markdown):
+    rows = []
     for name, run in RUNS.items():
         records = {}
         full = (json.load(open(os.path.join(ROOT, run["model"], "config.json")))
@@ -211,6 +212,18 @@ def fit(markdown):
                   f" temporaries {out['temporaries'][0] / 2**30:.2f} GiB, step "
                   f"{tot / 2**30:.2f} GiB of {dev / 2**30:.2f} GiB "
                   f"({'fits' if tot <= dev else f'over by {(tot - dev) / 2**30:.2f} GiB, x{tot / dev:.2f}'})")
+        row = None
+        if out.get("arguments", (None,))[0] is not None:
+            ext = lambda k: "" if full in figs else "*"  # extrapolated from the line
+            gib = lambda k: f"{out[k][0] / 2**30:.2f}{ext(k)}"
+            tot = out["step_bytes"][0]
+            kinds = sorted({k.rsplit(" ", 1)[0] for k in out if k.endswith(" count")})
+            coll = "; ".join(f"{k} {out[k + ' count'][0]:.0f} / {out[k + ' sent'][0] / 1e9:.2f}"
+                             for k in kinds if out[k + " count"][0])
+            fits = ("fits" if tot <= dev else
+                    f"over by {(tot - dev) / 2**30:.2f} GiB (x{tot / dev:.2f})")
+            row = [name, run["target"], run.get("mesh", "data=8"), gib("arguments"),
+                   gib("temporaries"), gib("step_bytes"), f"{dev / 2**30:.2f}", fits, coll]
         if "model" in run:
             p = plan_figures(run)
             print(f"  plan at L={full}: arguments {p['arguments'] / 2**30:.2f} GiB, temporaries "
@@ -220,6 +233,21 @@ def fit(markdown):
                 print(f"  plan vs XLA total: {100 * (p['total'] - tot) / tot:+.1f}%")
             for kind, (n, b) in p["collectives"].items():
                 print(f"  plan {kind}: {n} x, {b / 1e6:.1f} MB sent a device")
+            if row:
+                row += [f"{p['total'] / 2**30:.2f}",
+                        f"{100 * (p['total'] - out['step_bytes'][0]) / out['step_bytes'][0]:+.1f}%",
+                        "; ".join(f"{k} {n} / {b / 1e9:.2f}" for k, (n, b) in p["collectives"].items())]
+        elif row:
+            row += ["no plan (LoRA)", "", ""]
+        if row:
+            rows.append(row)
+    if markdown:
+        print("\n| run | target | mesh | arguments | temporaries | step | limit | fits |"
+              " collectives, XLA (count / GB sent a device) | plan | plan's error |"
+              " collectives, plan |")
+        print("|" + "---|" * 12)
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
 
 
 def main():
