@@ -221,14 +221,24 @@ def fit(markdown):
                   f"({'fits' if tot <= dev else f'over by {(tot - dev) / 2**30:.2f} GiB, x{tot / dev:.2f}'})")
         row = None
         if out.get("arguments", (None,))[0] is not None:
-            ext = lambda k: "" if full in figs else "*"  # extrapolated from the line
-            gib = lambda k: f"{out[k][0] / 2**30:.2f}{ext(k)}"
-            tot = out["step_bytes"][0]
+            def affine(k):  # compiled whole, or a line that holds (residual under 1%)
+                return full in figs or out[k][1] < 0.01
+
+            def gib(k):
+                if full in figs:
+                    return f"{out[k][0] / 2**30:.2f}"
+                if not affine(k):
+                    return f"not affine (residual {100 * out[k][1]:.1f}%)"
+                return f"{out[k][0] / 2**30:.2f}*"  # extrapolated from the line
+            tot = out["step_bytes"][0] if affine("step_bytes") else out["arguments"][0]
             kinds = sorted({k.rsplit(" ", 1)[0] for k in out if k.endswith(" count")})
             coll = "; ".join(f"{k} {out[k + ' count'][0]:.0f} / {out[k + ' sent'][0] / 1e9:.2f}"
                              for k in kinds if out[k + " count"][0])
             fits = ("fits" if tot <= dev else
                     f"over by {(tot - dev) / 2**30:.2f} GiB (x{tot / dev:.2f})")
+            if not affine("step_bytes"):
+                fits = ("arguments alone " if tot > dev else "arguments fit; ") + (
+                    fits if tot > dev else "the step unknown")
             row = [name, run["target"], run.get("mesh", "data=8"), gib("arguments"),
                    gib("temporaries"), gib("step_bytes"), f"{dev / 2**30:.2f}", fits, coll]
         if "model" in run:
@@ -241,8 +251,10 @@ def fit(markdown):
             for kind, (n, b) in p["collectives"].items():
                 print(f"  plan {kind}: {n} x, {b / 1e6:.1f} MB sent a device")
             if row:
-                row += [f"{p['total'] / 2**30:.2f}",
-                        f"{100 * (p['total'] - out['step_bytes'][0]) / out['step_bytes'][0]:+.1f}%",
+                err = (f"{100 * (p['total'] - out['step_bytes'][0]) / out['step_bytes'][0]:+.1f}%"
+                       if affine("step_bytes") else
+                       f"arguments {100 * (p["arguments"] - out["arguments"][0]) / out["arguments"][0]:+.3f}%")
+                row += [f"{p['total'] / 2**30:.2f}", err,
                         "; ".join(f"{k} {n} / {b / 1e9:.2f}" for k, (n, b) in p["collectives"].items())]
         elif row:
             row += ["no plan (LoRA)", "", ""]
