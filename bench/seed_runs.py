@@ -253,7 +253,7 @@ def fit(markdown):
             if row:
                 err = (f"{100 * (p['total'] - out['step_bytes'][0]) / out['step_bytes'][0]:+.1f}%"
                        if affine("step_bytes") else
-                       f"arguments {100 * (p["arguments"] - out["arguments"][0]) / out["arguments"][0]:+.3f}%")
+                       f"arguments {100 * (p['arguments'] - out['arguments'][0]) / out['arguments'][0]:+.3f}%")
                 row += [f"{p['total'] / 2**30:.2f}", err,
                         "; ".join(f"{k} {n} / {b / 1e9:.2f}" for k, (n, b) in p["collectives"].items())]
         elif row:
