@@ -64,8 +64,8 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
     return make_pjrt_backend(
         options.pjrt_plugin,
         PjrtOptions{options.compile_only || options.target.has_value(), options.deterministic,
-                    options.mesh, options.devices, options.coordination_dir,
-                    options.coordination_timeout, options.sharding, options.target});
+                    options.mesh, options.devices, options.store, options.sharding,
+                    options.target});
   if (!options.mesh.single())
     throw UserError("parallel: a mesh of " + std::to_string(options.mesh.size()) +
                     " devices needs backend pjrt (it is '" + name + "')");

@@ -51,7 +51,13 @@ class DirectoryStore {
   // is lost meanwhile (naming its rank and the key) or the time runs out.
   std::string get(const std::string& key,
                   std::chrono::milliseconds limit = std::chrono::milliseconds::max());
+  // As get, but waits up to `limit` even when it is longer than the store's timeout (a rank
+  // waiting for rank 0 to write a checkpoint); `what` says in a timeout's message what it waited
+  // for. A lost peer still ends the wait within kLostAfter.
+  std::string wait(const std::string& key, std::chrono::seconds limit, const std::string& what);
   std::optional<std::string> try_get(const std::string& key) const;
+  // Removes the key's file (a key nobody reads any more); no error when it is gone.
+  void remove(const std::string& key);
 
   const ProcessGroup& group() const { return group_; }
   const std::string& run_id() const { return run_id_; }
@@ -66,6 +72,9 @@ class DirectoryStore {
   void start_heartbeat();
   void heartbeat_loop();
   void stop_heartbeat() noexcept;  // and marks this rank's heartbeat "ended"
+  // get and wait: polls for the key up to `limit`, which `limit_name` names in the message.
+  std::string await(const std::string& key, std::chrono::milliseconds limit,
+                    const std::string& limit_name);
   // The first peer found lost or ended, described; "" while all are alive (or when read lately).
   std::string lost_peer();
   std::filesystem::path alive_path(int rank) const;

@@ -249,6 +249,8 @@ struct LoggingConfig {
       "code");
   }
   void validate() const { wandb.validate(); }
+  // Every sink off (the ranks of a run across processes but rank 0).
+  static LoggingConfig none() { return {.console = false, .jsonl = false, .tensorboard = false}; }
 };
 
 // Several devices (backend pjrt): a mesh of named axes whose product is the number of devices the

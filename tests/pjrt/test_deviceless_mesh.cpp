@@ -3,6 +3,7 @@
 // `--target h200x4`). The target names (Cloud TPU's slice names and libtpu's topologies, GPUs a
 // host and hosts), the collectives counted from XLA's optimized program (checked on a
 // hand-written module), a small fsdp 2 x tensor 2 step compiled for a v5e 2x2 and for 4 H200s,
+// a data 2 x fsdp 8 step for two hosts of 8 H100s (what each process of a 2-host run compiles),
 // and bad input (an unknown target, a mesh larger than the target, no libtpu): one message and
 // exit 2. libtpu and the CUDA plugin come from the environment scripts/setup.sh makes; without
 // them the compiles fail and say so.
@@ -215,6 +216,25 @@ TEST(DevicelessMesh, AShardedStepCompilesForFourH200s) {
   EXPECT_EQ(p.at("device_kind"), "NVIDIA H200 141GB HBM3e");
   expect_sharded_step(p, t.device_memory);
   EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
+}
+
+// The program a run of two processes on two hosts of 8 H100s compiles (each process compiles
+// the same global program over the 16 devices of the CUDA topology 1x2x8, host-major as the
+// processes' devices are): data 2 (across the hosts) x fsdp 8 (within each), bf16. Its weights are
+// gathered over fsdp and its gradients summed over the whole mesh, XLA's memory a device against
+// an H100's. The processes themselves are not run: that waits for two GPU hosts.
+TEST(DevicelessMesh, TheStepOfATwoHostRunCompilesForTwoHostsOfEightH100s) {
+  const CompileTarget t = compile_target("2xh100x8", "--target");
+  RunConfig cfg = small_mesh_llama();
+  cfg.parallel.data = 2;
+  cfg.parallel.fsdp = 8;
+  cfg.parallel.tensor = 1;
+  cfg.train.micro_batch_size = 16;
+  cfg.validate();
+  const nlohmann::json p = run_bench(cfg, 0, true, t).at("pjrt");
+  EXPECT_EQ(p.at("platform"), "cuda");
+  EXPECT_EQ(p.at("device_kind"), "NVIDIA H100 80GB HBM3");
+  expect_sharded_step(p, t.device_memory);
 }
 
 // `info --mesh` with `--pjrt --target`: the planned mesh compiled for the target, XLA's figures
