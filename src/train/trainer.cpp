@@ -497,6 +497,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     metrics.log_line("note: continuing on other data (--allow-data-change): " + data_change);
 
   TrainResult result;
+  result.writer = writer;
   result.first_step = step;
   result.val_unigram_entropy = data.validation->unigram_entropy();
   TrainStep train_step(model, *built.optimizer, cfg, &processes);

@@ -51,10 +51,19 @@ class Multiprocess : public ::testing::Test {
         << "model: {family: llama, vocab_size: 260, hidden_size: 32, intermediate_size: 64,\n"
            "        num_hidden_layers: 1, num_attention_heads: 2, num_key_value_heads: 1,\n"
            "        max_position_embeddings: 64}\n"
-           "data: {sources: [{path: /usr/share/games/fortunes}], tokenizer: bytes, seq_len: 32}\n"
+           "data: {sources: [{path: "
+        << (dir_ / "corpus.jsonl").string()
+        << ", format: jsonl}], tokenizer: bytes, seq_len: 32}\n"
            "parallel: {data: 2}\n"
            "train: {backend: pjrt, micro_batch_size: 2, out_dir: "
         << (dir_ / "out").string() << "}\n";
+    // 300 documents of a few sentences: some for evaluation (data.val_fraction), the rest for
+    // training.
+    std::ofstream corpus(dir_ / "corpus.jsonl");
+    for (int d = 0; d < 300; ++d)
+      corpus << "{\"text\": \"Document " << d << " says that " << d * 7 % 13
+             << " ships sailed north, and " << d * 11 % 17 << " came back before the winter.\"}\n";
+    corpus.close();
     // Rank r's output in out.r, its exit code in rc.r.
     std::ofstream(dir_ / "rank.sh") << "r=$OMPI_COMM_WORLD_RANK\n\"$@\" > " << dir_.string()
                                     << "/out.$r 2>&1\necho $? > " << dir_.string() << "/rc.$r\n";
@@ -244,7 +253,7 @@ TEST_F(Multiprocess, TwoRanksTrainAndResumeWithRankZeroTheOnlyWriter) {
   EXPECT_TRUE(fs::exists(out / ".lock"));
   EXPECT_TRUE(fs::exists(out / ".lock.rank1")) << "rank 1's own run lock";
   const std::string rank0 = read_file(dir_ / "out.0"), rank1 = read_file(dir_ / "out.1");
-  EXPECT_NE(rank0.find("val_loss"), std::string::npos) << rank0;
+  EXPECT_NE(rank0.find("eval       4 | val loss"), std::string::npos) << rank0;
   EXPECT_EQ(rank1.find("loss"), std::string::npos) << "rank 1 logs nothing\n" << rank1;
 
   const std::string record0 = read_file(records() / "node_0.txt");
