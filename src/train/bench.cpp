@@ -212,9 +212,8 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only,
                     "'; only pjrt compiles its step");
   if (!compile_only) check_training_memory(cfg, physical_memory_bytes());
   const RunProcesses processes(cfg);  // under a launcher: met in parallel.coordination_dir
-  const BuiltModel built =
-      build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, "",
-                        target, processes.store()});
+  const BuiltModel built = build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed,
+                                             compile_only, "", target, processes.store()});
   Backend* be = built.backend.get();
   Transformer& model = *built.model;
   const PeakFlops peak =

@@ -117,8 +117,8 @@ std::optional<std::string> resume_point(const fs::path& run_dir, bool resume,
 // The loss sum and labelled tokens over the evaluation batches, each a global batch of B rows of
 // which this process feeds its own (the loader's rank slice; the labelled tokens summed over the
 // ranks). Stops early (a partial sum) once a stop signal has arrived.
-LossSum evaluate(Transformer& model, LossSums& sums, EvalLoader& loader, int64_t batches,
-                 int64_t B, int64_t T, bool masking, RunProcesses& processes) {
+LossSum evaluate(Transformer& model, LossSums& sums, EvalLoader& loader, int64_t batches, int64_t B,
+                 int64_t T, bool masking, RunProcesses& processes) {
   loader.reset();
   std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size(), kNoLabel),
       starts(ids.size()), pos(ids.size());
@@ -180,9 +180,9 @@ class Evaluation {
         mean(evaluate(model_, sums_, *all_, batches, B, T_, tc_.document_masking, processes_));
     std::vector<SourceEval> sources;
     for (auto& [name, loader] : sources_) {
-      const LossSum s = evaluate(model_, sums_, *loader,
-                                 std::min(batches, loader->batches_per_pass()), B, T_,
-                                 tc_.document_masking, processes_);
+      const LossSum s =
+          evaluate(model_, sums_, *loader, std::min(batches, loader->batches_per_pass()), B, T_,
+                   tc_.document_masking, processes_);
       sources.push_back({name, mean(s), s.tokens});
     }
     if (g_stop_signal.load() != 0) return;  // cut short: not an evaluation
@@ -472,9 +472,8 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   dir.tokenizer_fingerprint = tokenizer_fingerprint(cfg.data.tokenizer);
   Loader loader(*data.train, processes.rows(tc.micro_batch_size), static_cast<uint64_t>(tc.seed),
                 processes.group().rank, processes.group().count);
-  const BuiltModel built = build_model(cfg, {.start = StartFrom::run,
-                                             .resume = ckpt.value_or(""),
-                                             .store = processes.store()});
+  const BuiltModel built = build_model(
+      cfg, {.start = StartFrom::run, .resume = ckpt.value_or(""), .store = processes.store()});
   Transformer& model = *built.model;
   Evaluation evaluation(cfg, data, model, processes);
   const std::string data_change =
@@ -483,9 +482,9 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   int64_t step = at.step, tokens = at.tokens;
   if (writer) write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
   // Only rank 0 logs: the others' console and sinks are off (their step is the same program's).
-  metrics_out = std::make_unique<Metrics>(dir.path.string(),
-                                          writer ? cfg.logging : LoggingConfig::none(),
-                                          ckpt ? step : -1, run_config_to_json(cfg));
+  metrics_out =
+      std::make_unique<Metrics>(dir.path.string(), writer ? cfg.logging : LoggingConfig::none(),
+                                ckpt ? step : -1, run_config_to_json(cfg));
   Metrics& metrics = *metrics_out;
   if (!ckpt || at.config_changed) metrics.log_config(step, dir.config_yaml);
   const PeakFlops peak =

@@ -11,8 +11,8 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,8 +93,8 @@ class Multiprocess : public ::testing::Test {
   }
 
   // `lmtrain <command>` (a subcommand and its flags) on the test config, as launch() runs it.
-  void launch_command(const std::string& plugin, const std::string& env,
-                      const std::string& command, bool bare_rank1 = false) {
+  void launch_command(const std::string& plugin, const std::string& env, const std::string& command,
+                      bool bare_rank1 = false) {
     const std::string cmd = std::string(LMT_BINARY) + " " + command + " --config " +
                             (dir_ / "run.yaml").string() + " --set train.pjrt_plugin=" + plugin +
                             " --set parallel.coordination_dir=" + (dir_ / "coord").string() +
@@ -218,7 +218,6 @@ TEST_F(Multiprocess, XlasCpuPluginCannotRunAcrossProcesses) {
   }
 }
 
-
 // The steps of metrics.jsonl, in order (eval lines and warnings left out).
 std::vector<int64_t> logged_steps(const fs::path& run_dir) {
   std::vector<int64_t> steps;
@@ -266,7 +265,8 @@ TEST_F(Multiprocess, TwoRanksTrainAndResumeWithRankZeroTheOnlyWriter) {
   ASSERT_EQ(exit_code(0), 0) << outputs();
   ASSERT_EQ(exit_code(1), 0) << outputs();
   EXPECT_EQ(logged_steps(out), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  EXPECT_NE(read_file(dir_ / "out.0").find("resumed from " + (out / "checkpoints" / "step_0000004").string()),
+  EXPECT_NE(read_file(dir_ / "out.0")
+                .find("resumed from " + (out / "checkpoints" / "step_0000004").string()),
             std::string::npos)
       << outputs();
   EXPECT_TRUE(fs::exists(out / "checkpoints" / "step_0000006" / "state.json"));
@@ -306,8 +306,8 @@ TEST_F(Multiprocess, ARankWhoseRunLockIsHeldStopsAndTheOtherNamesIt) {
   ::close(held);
   ASSERT_TRUE(ended) << outputs();
   EXPECT_EQ(exit_code(1), kExitUserError) << outputs();
-  EXPECT_NE(read_file(dir_ / "out.1").find("lmtrain: error: train.out_dir: '" +
-                                           (dir_ / "out").string() + "' is in use"),
+  EXPECT_NE(read_file(dir_ / "out.1")
+                .find("lmtrain: error: train.out_dir: '" + (dir_ / "out").string() + "' is in use"),
             std::string::npos)
       << outputs();
   EXPECT_EQ(exit_code(0), kExitUserError) << outputs();

@@ -26,7 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int64_t kSeqLen = 7;     // odd on purpose
+constexpr int64_t kSeqLen = 7;      // odd on purpose
 constexpr int64_t kGlobalRows = 6;  // the global batch
 
 class RunProcessesTest : public ::testing::Test {
@@ -64,8 +64,8 @@ RunConfig tiny_global_run() {
   return cfg;
 }
 
-// kGlobalRows x kSeqLen fresh random tokens, one document a row; the first two rows (rank 0's) have most of
-// their labels ignored, so the ranks hold very different numbers of labelled tokens.
+// kGlobalRows x kSeqLen fresh random tokens, one document a row; the first two rows (rank 0's) have
+// most of their labels ignored, so the ranks hold very different numbers of labelled tokens.
 Batch random_global_batch(uint64_t seed, int64_t vocab) {
   Rng rng(seed, 1);
   Batch b;
@@ -82,7 +82,8 @@ Batch random_global_batch(uint64_t seed, int64_t vocab) {
 Batch rank_rows(const Batch& b, int64_t first, int64_t rows) {
   Batch part;
   part.ids.assign(b.ids.begin() + first * kSeqLen, b.ids.begin() + (first + rows) * kSeqLen);
-  part.labels.assign(b.labels.begin() + first * kSeqLen, b.labels.begin() + (first + rows) * kSeqLen);
+  part.labels.assign(b.labels.begin() + first * kSeqLen,
+                     b.labels.begin() + (first + rows) * kSeqLen);
   part.doc_starts.assign(static_cast<size_t>(rows), {0});
   return part;
 }
@@ -111,13 +112,15 @@ TEST_F(RunProcessesTest, TheRanksRowsPartitionTheGlobalBatch) {
   EXPECT_NEAR(parts[0].loss + parts[1].loss, whole.loss, 1e-5 * whole.loss);
   EXPECT_GT(parts[0].loss, 0.0);
   EXPECT_GT(parts[1].loss, parts[0].loss);  // rank 1 holds most of the labelled tokens
-  for (const StepReport& r : parts) EXPECT_EQ(r.tokens, kGlobalRows * kSeqLen);  // the global batch's
+  for (const StepReport& r : parts)
+    EXPECT_EQ(r.tokens, kGlobalRows * kSeqLen);  // the global batch's
 }
 
 TEST_F(RunProcessesTest, LabelledTokensAreSummedOverTheRanks) {
   const std::vector<int64_t> sums = on_two_ranks<int64_t>([](RunProcesses& p) {
     int64_t last = 0;
-    for (int step = 0; step < 5; ++step) last = p.sum("labelled tokens", 10 * p.group().rank + step);
+    for (int step = 0; step < 5; ++step)
+      last = p.sum("labelled tokens", 10 * p.group().rank + step);
     return last;
   });
   EXPECT_EQ(sums, (std::vector<int64_t>{18, 18}));  // the last: 4 + (10 + 4)

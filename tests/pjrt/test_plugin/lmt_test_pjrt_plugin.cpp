@@ -379,7 +379,8 @@ PJRT_Error* loaded_executable_execute(PJRT_LoadedExecutable_Execute_Args* args) 
   PJRT_LoadedExecutable_AddressableDevices_Args devices{};
   devices.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
   devices.executable = args->executable;
-  if (!multiprocess_client || args->execute_device) return real->PJRT_LoadedExecutable_Execute(args);
+  if (!multiprocess_client || args->execute_device)
+    return real->PJRT_LoadedExecutable_Execute(args);
   if (PJRT_Error* error = real->PJRT_LoadedExecutable_AddressableDevices(&devices)) return error;
   const size_t all = devices.num_addressable_devices;
   if (args->num_devices == all) return real->PJRT_LoadedExecutable_Execute(args);

@@ -284,8 +284,9 @@ void PjrtClient::choose_process_mesh_devices(const PjrtClientOptions& options) {
   const Mesh& mesh = options.mesh;
   const int rank = options.store->group().rank, count = options.store->group().count;
   if (!options.devices.empty())
-    throw UserError("parallel.devices: a run across processes uses every device of every "
-                    "process; leave it empty");
+    throw UserError(
+        "parallel.devices: a run across processes uses every device of every "
+        "process; leave it empty");
   const std::vector<ProcessDevice> all = devices_by_process(plugin(), session_->client);
   const int64_t replica = mesh.axis_size("fsdp") * mesh.axis_size("tensor");
   if (mesh.size() != static_cast<int64_t>(all.size()))

@@ -143,10 +143,9 @@ std::vector<ProcessDevice> devices_by_process(const PjrtPlugin& plugin, PJRT_Cli
                  "PJRT_DeviceDescription_ProcessIndex");
     devices.push_back({all.devices[i], id.id, process.process_index});
   }
-  std::stable_sort(devices.begin(), devices.end(),
-                   [](const ProcessDevice& a, const ProcessDevice& b) {
-                     return a.process < b.process;
-                   });
+  std::stable_sort(
+      devices.begin(), devices.end(),
+      [](const ProcessDevice& a, const ProcessDevice& b) { return a.process < b.process; });
   return devices;
 }
 
