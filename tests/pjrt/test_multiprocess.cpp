@@ -64,9 +64,14 @@ class Multiprocess : public ::testing::Test {
       corpus << "{\"text\": \"Document " << d << " says that " << d * 7 % 13
              << " ships sailed north, and " << d * 11 % 17 << " came back before the winter.\"}\n";
     corpus.close();
-    // Rank r's output in out.r, its exit code in rc.r.
-    std::ofstream(dir_ / "rank.sh") << "r=$OMPI_COMM_WORLD_RANK\n\"$@\" > " << dir_.string()
-                                    << "/out.$r 2>&1\necho $? > " << dir_.string() << "/rc.$r\n";
+    // Rank r's output in out.r, its exit code in rc.r, the programs the test plugin records (when
+    // asked to) in <LMT_TEST_PLUGIN_RECORD>.r.
+    std::ofstream(dir_ / "rank.sh")
+        << "r=$OMPI_COMM_WORLD_RANK\n"
+           "[ -n \"$LMT_TEST_PLUGIN_RECORD\" ] && export "
+           "LMT_TEST_PLUGIN_RECORD=$LMT_TEST_PLUGIN_RECORD.$r\n"
+           "\"$@\" > "
+        << dir_.string() << "/out.$r 2>&1\necho $? > " << dir_.string() << "/rc.$r\n";
     mpirun_ = std::system("command -v mpirun > /dev/null 2>&1") == 0;
     std::printf("launcher: %s\n",
                 mpirun_ ? "mpirun" : "none installed; OpenMPI's variables by hand");
@@ -216,6 +221,35 @@ TEST_F(Multiprocess, XlasCpuPluginCannotRunAcrossProcesses) {
         << out;
     EXPECT_EQ(out.find(want), out.rfind(want)) << "one message\n" << out;
   }
+}
+
+// Each process of a run across processes compiles the program one process compiles for the same
+// mesh (the global batch, every device of the mesh): the program `--target 2xh100x8` compiles
+// for two hosts is the one a 2-host run would run (tests/pjrt/test_deviceless_mesh.cpp).
+TEST_F(Multiprocess, EachRankCompilesTheProgramOneProcessCompilesForTheMesh) {
+  const fs::path record = dir_ / "record";
+  launch(LMT_TEST_PJRT_PLUGIN, test_plugin_env() + " LMT_TEST_PLUGIN_RECORD=" + record.string());
+  ASSERT_TRUE(wait_launcher(240s)) << outputs();
+  ASSERT_EQ(exit_code(0), 0) << outputs();
+  ASSERT_EQ(exit_code(1), 0) << outputs();
+  const std::string single =
+      "LMT_TEST_PLUGIN_RECORD=" + (dir_ / "single").string() + " " + std::string(LMT_BINARY) +
+      " bench --compile-only --config " + (dir_ / "run.yaml").string() +
+      " --set train.pjrt_plugin=" + LMT_TEST_PJRT_PLUGIN + " > " + (dir_ / "single.out").string() +
+      " 2>&1";
+  ASSERT_EQ(std::system(single.c_str()), 0) << read_file(dir_ / "single.out");
+  int programs = 0;
+  for (; fs::exists(dir_ / "single" / ("program_" + std::to_string(programs) + ".mlir"));
+       ++programs) {
+    const std::string name = "program_" + std::to_string(programs) + ".mlir";
+    const std::string one = read_file(dir_ / "single" / name);
+    SCOPED_TRACE(name);
+    EXPECT_EQ(read_file(fs::path(record.string() + ".0") / name), one);
+    EXPECT_EQ(read_file(fs::path(record.string() + ".1") / name), one);
+  }
+  EXPECT_GT(programs, 0);
+  EXPECT_FALSE(fs::exists(fs::path(record.string() + ".0") /
+                          ("program_" + std::to_string(programs) + ".mlir")));
 }
 
 // The steps of metrics.jsonl, in order (eval lines and warnings left out).
