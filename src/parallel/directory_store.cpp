@@ -289,12 +289,14 @@ std::string DirectoryStore::get(const std::string& key, std::chrono::millisecond
 }
 
 std::string DirectoryStore::wait(const std::string& key, std::chrono::seconds limit,
-                                 const std::string& what) {
-  return await(key, limit, what);
+                                 const std::string& what,
+                                 const std::function<std::string()>& give_up) {
+  return await(key, limit, what, give_up);
 }
 
 std::string DirectoryStore::await(const std::string& key, std::chrono::milliseconds limit,
-                                  const std::string& limit_name) {
+                                  const std::string& limit_name,
+                                  const std::function<std::string()>& give_up) {
   const auto start = Clock::now();
   const fs::path path = key_path(key);
   for (;;) {
@@ -305,6 +307,9 @@ std::string DirectoryStore::await(const std::string& key, std::chrono::milliseco
           "parallel: {} while rank {} of {} waited for key '{}'; the run cannot go on "
           "without it",
           lost, group_.rank, group_.count, excerpt(key, 200));
+    } else if (const std::string reason = give_up ? give_up() : ""; !reason.empty()) {
+      why = fmt::format("parallel: rank {} of {} stopped waiting for key '{}': {}", group_.rank,
+                        group_.count, excerpt(key, 200), reason);
     } else if (Clock::now() - start >= limit) {
       why = fmt::format(
           "parallel: rank {} of {} waited {} ms ({}) for key '{}' in '{}'; every other rank is "

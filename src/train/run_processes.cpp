@@ -55,13 +55,22 @@ int64_t RunProcesses::sum(const std::string& what, int64_t value) {
   auto rank_key = [&](int rank) { return fmt::format("{}/rank {}", key, rank); };
   store_->put(rank_key(group_.rank), std::to_string(value));
   int64_t total = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (int rank = 0; rank < group_.count; ++rank) {
     if (rank == group_.rank) {
       total += value;
       continue;
     }
-    const std::string got =
-        store_->wait(rank_key(rank), kWaitLimit, fmt::format("rank {}'s {}", rank, what));
+    auto give_up = [&] {
+      if (!stopping_ || !stopping_() || std::chrono::steady_clock::now() - start < kStopGrace)
+        return std::string();
+      return fmt::format(
+          "a stop signal arrived, and rank {} has not come to this exchange within {} s: the "
+          "ranks stopped at different steps (continue with --resume from the last checkpoint)",
+          rank, kStopGrace.count());
+    };
+    const std::string got = store_->wait(rank_key(rank), kWaitLimit,
+                                         fmt::format("rank {}'s {}", rank, what), give_up);
     try {
       total += std::stoll(got);
     } catch (const std::exception&) {

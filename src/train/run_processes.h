@@ -54,6 +54,12 @@ class RunProcesses {
 
   // `value` summed over every rank (each calls it, in the same order).
   int64_t sum(const std::string& what, int64_t value);
+  // A stop signal reaches the ranks at different points of a step, so they may stop at different
+  // steps: one waiting in sum for the next step's tokens, another for rank 0's final checkpoint.
+  // Once `stopping` says a signal arrived, a sum that has waited kStopGrace gives up (a
+  // UserError saying so) instead of waiting for a rank that will not come.
+  static constexpr std::chrono::seconds kStopGrace{5};
+  void give_up_when(std::function<bool()> stopping) { stopping_ = std::move(stopping); }
   // Rank 0 runs `write` and tells the others its result (or its error); every rank returns that
   // result, and a failure on rank 0 is a UserError on every rank. Each calls it, in the same
   // order; `what` names it in messages ("checkpoint at step 20").
@@ -64,6 +70,7 @@ class RunProcesses {
 
   ProcessGroup group_;
   std::shared_ptr<DirectoryStore> store_;
+  std::function<bool()> stopping_;
   int64_t serial_ = 0;  // the exchanges so far: each one's keys are its own
   // Keys this rank put since the sum before the last: every rank has read them once every rank
   // has reached the next sum, which then removes them.

@@ -509,6 +509,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     });
   };
   StopSignals signals;
+  processes.give_up_when([&] { return signals.received() != 0; });
   auto stop_requested = [&](int64_t s) { return stop_after > 0 && s >= stop_after; };
   const RunSchedule schedule{tc.max_steps, tc.eval_every, tc.save_every};
   // Step s may be queued before the previous step's report is read (on pjrt the host builds it

@@ -11,6 +11,7 @@
 #include <functional>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/test_seed.h"
@@ -161,6 +162,34 @@ TEST_F(RunProcessesTest, ARankZeroThatFailsToWriteStopsTheOthersWithItsError) {
   EXPECT_EQ(errors[1],
             "parallel: rank 0 failed at the checkpoint at step 2, so rank 1 of 2 stops: "
             "checkpoint: cannot write 'out/checkpoints': No space left on device");
+}
+
+// After a stop signal, a rank waiting for another that stopped at another step gives up after
+// kStopGrace (here rank 1 never comes to the exchange, and stays alive meanwhile).
+TEST_F(RunProcessesTest, AfterAStopSignalARankGivesUpOnOneThatStoppedAtAnotherStep) {
+  const std::vector<std::string> got = on_two_ranks<std::string>([](RunProcesses& p) {
+    if (p.group().rank == 1) {
+      std::this_thread::sleep_for(RunProcesses::kStopGrace + std::chrono::seconds(3));
+      return std::string("rank 1 stayed away");
+    }
+    p.give_up_when([] { return true; });
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      p.sum("labelled tokens of step 12", 5);
+    } catch (const UserError& e) {
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_GE(took, 5.0);
+      EXPECT_LT(took, 7.0);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  });
+  EXPECT_NE(got[0].find("parallel: rank 0 of 2 stopped waiting for key 'lmt/0/labelled tokens of "
+                        "step 12/rank 1': a stop signal arrived, and rank 1 has not come to this "
+                        "exchange within 5 s: the ranks stopped at different steps"),
+            std::string::npos)
+      << got[0];
 }
 
 TEST(RunProcesses, OneProcessNeedsNoStore) {
