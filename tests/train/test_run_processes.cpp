@@ -108,8 +108,8 @@ TEST_F(RunProcessesTest, TheRanksRowsPartitionTheGlobalBatch) {
   });
   // Each rank's loss is its rows' loss sum over every rank's labelled tokens: the two add up to
   // the whole batch's mean (f32 sums in another order: a few ulps). A rank that divided by its
-  // own tokens, or fed other rows, would be far off: rank 0 has 2 of the 8 labelled tokens of
-  // its first two rows.
+  // own tokens, or fed other rows, would be far off: rank 0 holds 9 labelled tokens (its first
+  // two rows 1 each), rank 1 21.
   EXPECT_NEAR(parts[0].loss + parts[1].loss, whole.loss, 1e-5 * whole.loss);
   EXPECT_GT(parts[0].loss, 0.0);
   EXPECT_GT(parts[1].loss, parts[0].loss);  // rank 1 holds most of the labelled tokens
