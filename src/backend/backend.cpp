@@ -61,11 +61,10 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOpti
         ": GPUs are trained on through train.backend: pjrt with the CUDA PJRT plugin "
         "(train.pjrt_plugin: the .so the jax-cuda13-pjrt wheel installs; docs/pjrt.md)");
   if (name == "pjrt")
-    return make_pjrt_backend(
-        options.pjrt_plugin,
-        PjrtOptions{options.compile_only || options.target.has_value(), options.deterministic,
-                    options.mesh, options.devices, options.coordination_dir,
-                    options.coordination_timeout, options.sharding, options.target});
+    return make_pjrt_backend(options.pjrt_plugin,
+                             PjrtOptions{options.compile_only || options.target.has_value(),
+                                         options.deterministic, options.mesh, options.devices,
+                                         options.store, options.sharding, options.target});
   if (!options.mesh.single())
     throw UserError("parallel: a mesh of " + std::to_string(options.mesh.size()) +
                     " devices needs backend pjrt (it is '" + name + "')");

@@ -400,17 +400,19 @@ std::array<float, 3> adamw_factors(double lr, double beta1, double beta2, double
 // Lion and Muon's apply: {1 - lr wd, lr}.
 std::array<float, 2> decay_factors(double lr, double weight_decay);
 
+class DirectoryStore;  // parallel/directory_store.h
+
 // How to make a backend (the PJRT backend's settings; the others have none).
 struct BackendOptions {
   std::string pjrt_plugin;     // "" = the default plugin
   bool deterministic = false;  // ask the compiler for deterministic ops (train.deterministic)
   bool compile_only = false;   // compile the programs, run none: what they need of the device
   // Several devices (parallel.*): the mesh (axes of size 1 left out; none: one device), the
-  // plugin's device ids it uses (empty: the first ones), and where several processes meet.
+  // plugin's device ids it uses (empty: the first ones), and, when a launcher started several
+  // processes, the store where they meet (joined: train/run_processes.h; null for one process).
   Mesh mesh;
   std::vector<int64_t> devices;
-  std::string coordination_dir;
-  int64_t coordination_timeout = 60;  // seconds
+  std::shared_ptr<DirectoryStore> store;
   // On a mesh: how each named tensor is split (model/sharding_plan.h); none: all whole.
   std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>
       sharding;

@@ -42,6 +42,7 @@ Run add_train(CLI::App& app) {
         train(std::move(cfg), resume->count() > 0, 0, o->resume_from, o->allow_data_change);
     // Stopped by a signal, after writing a checkpoint: the shell's code for that signal.
     if (r.interrupted) return train_exit_code(r);
+    if (!r.writer) return 0;        // rank 0 of the processes says it
     if (r.steps == r.first_step) {  // resumed at (or past) max_steps: no step ran, no loss
       fmt::print(
           "nothing to do: the checkpoint is at step {} and train.max_steps is {} (raise "

@@ -35,11 +35,14 @@ class OutputLock {
   int fd_ = -1;
 };
 
-// The lock of a run directory: <out_dir>/.lock, named train.out_dir.
+// The lock of a run directory: <out_dir>/.lock, named train.out_dir. In a run across processes
+// each rank holds its own (<out_dir>/.lock.rank<r> for r > 0), so that a second run started on
+// the same directory stops on every rank, however its processes are spread over hosts.
 class RunDirLock : public OutputLock {
  public:
-  explicit RunDirLock(const std::string& run_dir)
-      : OutputLock(run_dir + "/.lock", "train.out_dir", run_dir, false) {}
+  explicit RunDirLock(const std::string& run_dir, int rank = 0)
+      : OutputLock(run_dir + "/.lock" + (rank > 0 ? ".rank" + std::to_string(rank) : ""),
+                   "train.out_dir", run_dir, false) {}
 };
 
 // The lock of an output that is written elsewhere and renamed into place (a token store, an

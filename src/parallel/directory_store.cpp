@@ -277,8 +277,26 @@ std::optional<std::string> DirectoryStore::try_get(const std::string& key) const
   return read_file(key_path(key));
 }
 
+void DirectoryStore::remove(const std::string& key) {
+  std::error_code ec;
+  fs::remove(key_path(key), ec);
+}
+
 std::string DirectoryStore::get(const std::string& key, std::chrono::milliseconds limit) {
-  const std::chrono::milliseconds ours = timeout_, wait = std::min(ours, limit);
+  const std::chrono::milliseconds ours = timeout_;
+  return limit < ours ? await(key, limit, "the plugin's limit")
+                      : await(key, ours, "parallel.coordination_timeout");
+}
+
+std::string DirectoryStore::wait(const std::string& key, std::chrono::seconds limit,
+                                 const std::string& what,
+                                 const std::function<std::string()>& give_up) {
+  return await(key, limit, what, give_up);
+}
+
+std::string DirectoryStore::await(const std::string& key, std::chrono::milliseconds limit,
+                                  const std::string& limit_name,
+                                  const std::function<std::string()>& give_up) {
   const auto start = Clock::now();
   const fs::path path = key_path(key);
   for (;;) {
@@ -289,12 +307,14 @@ std::string DirectoryStore::get(const std::string& key, std::chrono::millisecond
           "parallel: {} while rank {} of {} waited for key '{}'; the run cannot go on "
           "without it",
           lost, group_.rank, group_.count, excerpt(key, 200));
-    } else if (Clock::now() - start >= wait) {
+    } else if (const std::string reason = give_up ? give_up() : ""; !reason.empty()) {
+      why = fmt::format("parallel: rank {} of {} stopped waiting for key '{}': {}", group_.rank,
+                        group_.count, excerpt(key, 200), reason);
+    } else if (Clock::now() - start >= limit) {
       why = fmt::format(
           "parallel: rank {} of {} waited {} ms ({}) for key '{}' in '{}'; every other rank is "
           "alive, and none put it",
-          group_.rank, group_.count, wait.count(),
-          wait == ours ? "parallel.coordination_timeout" : "the plugin's limit", excerpt(key, 200),
+          group_.rank, group_.count, limit.count(), limit_name, excerpt(key, 200),
           path.parent_path().string());
     }
     if (!why.empty()) {

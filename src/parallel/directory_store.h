@@ -22,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -51,7 +52,15 @@ class DirectoryStore {
   // is lost meanwhile (naming its rank and the key) or the time runs out.
   std::string get(const std::string& key,
                   std::chrono::milliseconds limit = std::chrono::milliseconds::max());
+  // As get, but waits up to `limit` even when it is longer than the store's timeout (a rank
+  // waiting for rank 0 to write a checkpoint); `what` says in a timeout's message what it waited
+  // for. A lost peer still ends the wait within kLostAfter, and so does `give_up` when it returns
+  // a reason (asked at every poll; its reason ends the message).
+  std::string wait(const std::string& key, std::chrono::seconds limit, const std::string& what,
+                   const std::function<std::string()>& give_up = nullptr);
   std::optional<std::string> try_get(const std::string& key) const;
+  // Removes the key's file (a key nobody reads any more); no error when it is gone.
+  void remove(const std::string& key);
 
   const ProcessGroup& group() const { return group_; }
   const std::string& run_id() const { return run_id_; }
@@ -66,6 +75,10 @@ class DirectoryStore {
   void start_heartbeat();
   void heartbeat_loop();
   void stop_heartbeat() noexcept;  // and marks this rank's heartbeat "ended"
+  // get and wait: polls for the key up to `limit`, which `limit_name` names in the message.
+  std::string await(const std::string& key, std::chrono::milliseconds limit,
+                    const std::string& limit_name,
+                    const std::function<std::string()>& give_up = nullptr);
   // The first peer found lost or ended, described; "" while all are alive (or when read lately).
   std::string lost_peer();
   std::filesystem::path alive_path(int rank) const;

@@ -20,6 +20,7 @@
 #include "train/memory_check.h"
 #include "train/mesh_plan.h"
 #include "train/model_builder.h"
+#include "train/run_processes.h"
 #include "train/train_step.h"
 
 namespace lmt {
@@ -260,8 +261,9 @@ nlohmann::json run_bench(RunConfig cfg, int64_t steps, bool compile_only,
     throw UserError("bench --compile-only: train.backend is '" + cfg.train.backend +
                     "'; only pjrt compiles its step");
   if (!compile_only) check_training_memory(cfg, physical_memory_bytes());
-  const BuiltModel built = build_model(
-      cfg, {compile_only ? StartFrom::nothing : StartFrom::seed, compile_only, "", target});
+  const RunProcesses processes(cfg);  // under a launcher: met in parallel.coordination_dir
+  const BuiltModel built = build_model(cfg, {compile_only ? StartFrom::nothing : StartFrom::seed,
+                                             compile_only, "", target, processes.store()});
   Backend* be = built.backend.get();
   Transformer& model = *built.model;
   const PeakFlops peak =

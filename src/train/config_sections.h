@@ -249,6 +249,8 @@ struct LoggingConfig {
       "code");
   }
   void validate() const { wandb.validate(); }
+  // Every sink off (the ranks of a run across processes but rank 0).
+  static LoggingConfig none() { return {.console = false, .jsonl = false, .tensorboard = false}; }
 };
 
 // Several devices (backend pjrt): a mesh of named axes whose product is the number of devices the
@@ -265,7 +267,9 @@ struct ParallelConfig {
 
   template <class V>
   void visit(V& v) {
-    v("data", data, "data-parallel ways: each group of devices takes its share of the batch");
+    v("data", data,
+      "data-parallel ways: each group of devices takes its share of the batch (across processes: "
+      "the axis that spans them)");
     v("fsdp", fsdp,
       "fully sharded data-parallel ways: the batch is split further, and every parameter, its "
       "gradient and its optimizer state are split too (ZeRO-3)");
@@ -277,10 +281,12 @@ struct ParallelConfig {
       "(XLA's CPU plugin makes as many as the mesh needs)");
     v("coordination_dir", coordination_dir,
       "several processes (started by mpirun or another launcher): a directory every process "
-      "sees, where they exchange the plugin's keys; empty: <train.out_dir>/coordination");
+      "sees, where they exchange the plugin's keys and lmtrain's (each step's labelled tokens, "
+      "rank 0's results); empty: <train.out_dir>/coordination");
     v("coordination_timeout", coordination_timeout,
-      "seconds a process waits for the others' keys (or for a lost one's heartbeat) before it "
-      "gives up");
+      "seconds a process waits for the others' keys in the plugin's exchange before it gives up "
+      "(lmtrain's own exchanges, as a checkpoint rank 0 writes, wait up to an hour); a lost "
+      "process is named after 10 s without a heartbeat");
   }
   // The mesh's own consistency; what it must divide (the batch, the model) is RunConfig's check.
   void validate() const;

@@ -119,6 +119,7 @@ BuiltModel build_model(const RunConfig& cfg, const BuildOptions& options) {
   BackendOptions backend = backend_options(cfg);
   backend.compile_only = options.compile_only || options.target.has_value();
   backend.target = options.target;
+  backend.store = options.store;
   b.backend = make_backend(tc.backend, backend);
   if (tc.precision == "bf16")
     if (const std::string why = b.backend->unsupported(DType::bf16); !why.empty())

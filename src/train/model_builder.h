@@ -29,6 +29,9 @@ struct BuildOptions {
   std::string resume;         // a checkpoint to continue from: its weights and optimizer state
   // Compile for this GPU without it (backend pjrt through the CUDA plugin; compile_only).
   std::optional<CompileTarget> target = std::nullopt;
+  // A run across processes: the store they met in (RunProcesses::store), which the backend's
+  // client takes; null for one process.
+  std::shared_ptr<DirectoryStore> store = nullptr;
 };
 
 struct BuiltModel {

@@ -259,10 +259,6 @@ BackendOptions backend_options(const RunConfig& cfg) {
        {MeshAxis{"data", p.data}, MeshAxis{"fsdp", p.fsdp}, MeshAxis{"tensor", p.tensor}})
     if (a.size > 1) o.mesh.axes.push_back(a);
   o.devices = p.devices;
-  o.coordination_dir = p.coordination_dir.empty()
-                           ? (std::filesystem::path(cfg.train.out_dir) / "coordination").string()
-                           : p.coordination_dir;
-  o.coordination_timeout = p.coordination_timeout;
   o.sharding = plan_sharding;
   return o;
 }

@@ -12,14 +12,18 @@
 
 namespace lmt {
 
-TrainStep::TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg)
+TrainStep::TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg,
+                     RunProcesses* processes)
     : model_(model),
       opt_(opt),
       tc_(cfg.train),
+      processes_(processes),
       B_(cfg.train.micro_batch_size),
       T_(cfg.data.seq_len),
+      rows_(processes ? processes->rows(B_) : B_),
+      first_row_(processes ? processes->first_row(B_) : 0),
       ids_(static_cast<size_t>(B_ * T_ * tc_.grad_accum_steps)),
-      labels_(ids_.size()),
+      labels_(ids_.size(), Transformer::kIgnoreIndex),
       doc_start_(ids_.size()),
       positions_(ids_.size()),
       loss_sums_(model.make_loss_sums()) {
@@ -45,12 +49,18 @@ void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_m
   q.report.tokens = N * accum;
   for (int64_t a = 0; a < accum; ++a) {
     const Batch& b = next_micro_batch();
-    std::copy(b.ids.begin(), b.ids.end(), ids_.begin() + a * N);
-    std::copy(b.labels.begin(), b.labels.end(), labels_.begin() + a * N);
-    packed_layout(b.doc_starts, T_, &doc_start_[a * N], &positions_[a * N]);
+    LMT_CHECK(static_cast<int64_t>(b.ids.size()) == rows_ * T_,
+              "TrainStep: a micro-batch of " + std::to_string(b.ids.size()) + " tokens, not " +
+                  std::to_string(rows_) + " rows of " + std::to_string(T_));
+    const int64_t at = a * N + first_row_ * T_;
+    std::copy(b.ids.begin(), b.ids.end(), ids_.begin() + at);
+    std::copy(b.labels.begin(), b.labels.end(), labels_.begin() + at);
+    packed_layout(b.doc_starts, T_, &doc_start_[at], &positions_[at]);
   }
   int64_t labelled = 0;
   for (int32_t l : labels_) labelled += l != Transformer::kIgnoreIndex;
+  if (processes_)
+    labelled = processes_->sum(fmt::format("labelled tokens of step {}", step + 1), labelled);
   if (labelled == 0) throw UserError("data: a training step has no labelled tokens");
   const double grad_scale = 1.0 / static_cast<double>(labelled);
   auto packing = [&](int64_t a) {
@@ -92,6 +102,8 @@ void TrainStep::launch(int64_t step, const std::function<const Batch&()>& next_m
     loss_sums_.copy_to(slot + 1);
     be->synchronize();  // pjrt: the step's program starts; nothing waits for it
   }
+  // The loss sums are the global program's, over every rank's rows.
+  if (processes_ && processes_->group().several()) q.loss_tokens = labelled;
   if (const auto at = be->last_launch(); at && *at >= start)
     q.report.host_seconds = std::chrono::duration<double>(*at - start).count();
   queued_.push_back(q);

@@ -29,6 +29,7 @@
 #include "model/transformer.h"
 #include "optim/optimizer.h"
 #include "train/run_config.h"
+#include "train/run_processes.h"
 
 namespace lmt {
 
@@ -53,8 +54,11 @@ struct StepReport {
 
 class TrainStep {
  public:
-  // model and opt must outlive the step.
-  TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg);
+  // model and opt must outlive the step, and processes, when given: a run across processes
+  // (train/run_processes.h), where each batch is this rank's rows of the global batch
+  // (micro_batch_size), placed at their rows, and the labelled tokens are summed over the ranks.
+  TrainStep(Transformer& model, Optimizer& opt, const RunConfig& cfg,
+            RunProcesses* processes = nullptr);
 
   // step: the optimizer steps done before this one (the schedule's position, the dropout masks'
   // stream, the step named in a NonFiniteError). next_micro_batch is called grad_accum_steps
@@ -90,9 +94,12 @@ class TrainStep {
   Transformer& model_;
   Optimizer& opt_;
   const TrainConfig tc_;
+  RunProcesses* processes_;
   const int64_t B_, T_;
+  const int64_t rows_, first_row_;  // the rows of a micro-batch this process feeds
   // The step's micro-batches, [grad_accum_steps, B, T] each; doc_start_ and positions_ are the
-  // packed layout (data/packing.h), read with train.document_masking.
+  // packed layout (data/packing.h), read with train.document_masking. Other ranks' rows stay
+  // unlabelled here (their devices get theirs from their own process).
   std::vector<int32_t> ids_, labels_, doc_start_, positions_;
   LossSums loss_sums_;  // of the micro-batches of the step being queued
   Buffer slots_[kMaxQueued];  // device f64[3] each, one per queued step

@@ -33,6 +33,7 @@
 #include "train/memory_check.h"
 #include "train/metrics.h"
 #include "train/model_builder.h"
+#include "train/run_processes.h"
 #include "train/run_schedule.h"
 #include "train/train_data.h"
 
@@ -113,20 +114,23 @@ std::optional<std::string> resume_point(const fs::path& run_dir, bool resume,
   return ckpt;
 }
 
-// The loss sum and labelled tokens over the evaluation batches.
-// Stops early (a partial sum) once a stop signal has arrived.
-LossSum evaluate(Transformer& model, LossSums& sums, EvalLoader& loader, int64_t batches,
-                 int64_t B, int64_t T, bool masking) {
+// The loss sum and labelled tokens over the evaluation batches, each a global batch of B rows of
+// which this process feeds its own (the loader's rank slice; the labelled tokens summed over the
+// ranks). Stops early (a partial sum) once a stop signal has arrived.
+LossSum evaluate(Transformer& model, LossSums& sums, EvalLoader& loader, int64_t batches, int64_t B,
+                 int64_t T, bool masking, RunProcesses& processes) {
   loader.reset();
-  std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size()), starts(ids.size()),
-      pos(ids.size());
+  std::vector<int32_t> ids(static_cast<size_t>(B * T)), labels(ids.size(), kNoLabel),
+      starts(ids.size()), pos(ids.size());
+  const size_t at = static_cast<size_t>(processes.first_row(B) * T);
   LossSum total;
   for (int64_t i = 0; i < batches && g_stop_signal.load() == 0; ++i) {
-    loader.next(ids.data(), labels.data(), starts.data(), pos.data());
+    loader.next(&ids[at], &labels[at], &starts[at], &pos[at]);
     const Transformer::Packing packing{pos.data(), starts.data()};
     sums.zero();
-    const int64_t tokens = model.forward_loss(ids.data(), labels.data(), B, T, sums,
-                                              masking ? &packing : nullptr);
+    const int64_t tokens = processes.sum(
+        "labelled tokens of an evaluation batch",
+        model.forward_loss(ids.data(), labels.data(), B, T, sums, masking ? &packing : nullptr));
     const LossSum s = sums.read(tokens);
     total.sum += s.ce;  // the evaluation is the plain cross-entropy, whatever the objective
     total.tokens += s.tokens;
@@ -143,11 +147,18 @@ double mean(const LossSum& s) {
 // of batches, or one pass over a smaller source), named as data.sources names them.
 class Evaluation {
  public:
-  Evaluation(const RunConfig& cfg, const TrainData& data, Transformer& model)
-      : tc_(cfg.train), T_(cfg.data.seq_len), model_(model), sums_(model.make_loss_sums()) {
+  Evaluation(const RunConfig& cfg, const TrainData& data, Transformer& model,
+             RunProcesses& processes)
+      : tc_(cfg.train),
+        T_(cfg.data.seq_len),
+        model_(model),
+        processes_(processes),
+        sums_(model.make_loss_sums()) {
     const SampleSet& val = *data.validation;
     if ((tc_.eval_every <= 0 && tc_.eval_steps <= 0) || val.num_samples() == 0) return;
-    all_ = std::make_unique<EvalLoader>(val, tc_.micro_batch_size);
+    const int rank = processes.group().rank, count = processes.group().count;
+    const int64_t rows = processes.rows(tc_.micro_batch_size);
+    all_ = std::make_unique<EvalLoader>(val, rows, rank, count);
     if (val.num_sources() <= 1) return;
     const std::vector<std::string> names =
         static_cast<int>(cfg.data.sources.size()) == val.num_sources() ? source_names(cfg.data)
@@ -156,7 +167,7 @@ class Evaluation {
       if (val.source_samples(i) > 0)
         sources_.emplace_back(
             names.empty() ? "source" + std::to_string(i) : names[static_cast<size_t>(i)],
-            std::make_unique<EvalLoader>(val, tc_.micro_batch_size, i, 0, 1));
+            std::make_unique<EvalLoader>(val, rows, i, rank, count));
   }
 
   // Logs the evaluation at `step` and keeps its loss in result.last_val_loss. A stop signal ends
@@ -166,12 +177,12 @@ class Evaluation {
     const int64_t B = tc_.micro_batch_size;
     const int64_t batches = tc_.eval_steps > 0 ? tc_.eval_steps : all_->batches_per_pass();
     result.last_val_loss =
-        mean(evaluate(model_, sums_, *all_, batches, B, T_, tc_.document_masking));
+        mean(evaluate(model_, sums_, *all_, batches, B, T_, tc_.document_masking, processes_));
     std::vector<SourceEval> sources;
     for (auto& [name, loader] : sources_) {
-      const LossSum s = evaluate(model_, sums_, *loader,
-                                 std::min(batches, loader->batches_per_pass()), B, T_,
-                                 tc_.document_masking);
+      const LossSum s =
+          evaluate(model_, sums_, *loader, std::min(batches, loader->batches_per_pass()), B, T_,
+                   tc_.document_masking, processes_);
       sources.push_back({name, mean(s), s.tokens});
     }
     if (g_stop_signal.load() != 0) return;  // cut short: not an evaluation
@@ -182,6 +193,7 @@ class Evaluation {
   const TrainConfig& tc_;
   const int64_t T_;
   Transformer& model_;
+  RunProcesses& processes_;
   LossSums sums_;  // of the batches of one evaluation
   std::unique_ptr<EvalLoader> all_;
   std::vector<std::pair<std::string, std::unique_ptr<EvalLoader>>> sources_;
@@ -435,26 +447,44 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   set_threads(tc.threads);
   check_training_memory(cfg, physical_memory_bytes());  // before any allocation
   RunDir dir{make_run_dir(tc.out_dir), run_config_record(cfg), run_config_hash(cfg), {}, {}, {}};
-  const RunDirLock lock(dir.path.string());  // held until train() returns
-  remove_run_dir_leftovers(dir.path);
-  const std::optional<std::string> ckpt = resume_point(dir.path, resume, resume_from);
+  // Several processes (a launcher's): rank 0 writes, every rank feeds its rows (run_processes.h).
+  RunProcesses processes(cfg);
+  const bool writer = processes.writer();
+  const RunDirLock lock(dir.path.string(), processes.group().rank);  // held until train() returns
+  // Rank 0 tidies the directory and chooses the checkpoint; the others take its choice.
+  const std::string chosen = processes.by_writer("choice of the checkpoint to resume from", [&] {
+    remove_run_dir_leftovers(dir.path);
+    return resume_point(dir.path, resume, resume_from).value_or("");
+  });
+  const std::optional<std::string> ckpt =
+      chosen.empty() ? std::nullopt : std::optional<std::string>(chosen);
 
-  TrainData data = open_train_data(cfg, resume);
+  // Rank 0 opens the data first: it prepares <out_dir>/data when data.store is empty, which the
+  // others then open as it is.
+  std::optional<TrainData> data_of_writer;
+  processes.by_writer("data", [&] {
+    data_of_writer = open_train_data(cfg, resume);
+    return std::string();
+  });
+  TrainData data = writer ? std::move(*data_of_writer) : open_train_data(cfg, true);
   dir.data_store = fs::absolute(data.dir).string();
   dir.data_fingerprint = data.fingerprint;
   dir.tokenizer_fingerprint = tokenizer_fingerprint(cfg.data.tokenizer);
-  Loader loader(*data.train, tc.micro_batch_size, static_cast<uint64_t>(tc.seed));
-  const BuiltModel built =
-      build_model(cfg, {.start = StartFrom::run, .resume = ckpt.value_or("")});
+  Loader loader(*data.train, processes.rows(tc.micro_batch_size), static_cast<uint64_t>(tc.seed),
+                processes.group().rank, processes.group().count);
+  const BuiltModel built = build_model(
+      cfg, {.start = StartFrom::run, .resume = ckpt.value_or(""), .store = processes.store()});
   Transformer& model = *built.model;
-  Evaluation evaluation(cfg, data, model);
+  Evaluation evaluation(cfg, data, model, processes);
   const std::string data_change =
       built.resumed ? check_same_data(*built.resumed, dir, cfg, *ckpt, allow_data_change) : "";
   const Position at = resume_position(built, loader, dir, ckpt);
   int64_t step = at.step, tokens = at.tokens;
-  write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
-  metrics_out = std::make_unique<Metrics>(dir.path.string(), cfg.logging, ckpt ? step : -1,
-                                          run_config_to_json(cfg));
+  if (writer) write_text_file((dir.path / "config.yaml").string(), dir.config_yaml);
+  // Only rank 0 logs: the others' console and sinks are off (their step is the same program's).
+  metrics_out =
+      std::make_unique<Metrics>(dir.path.string(), writer ? cfg.logging : LoggingConfig::none(),
+                                ckpt ? step : -1, run_config_to_json(cfg));
   Metrics& metrics = *metrics_out;
   if (!ckpt || at.config_changed) metrics.log_config(step, dir.config_yaml);
   const PeakFlops peak =
@@ -466,13 +496,20 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     metrics.log_line("note: continuing on other data (--allow-data-change): " + data_change);
 
   TrainResult result;
+  result.writer = writer;
   result.first_step = step;
   result.val_unigram_entropy = data.validation->unigram_entropy();
-  TrainStep train_step(model, *built.optimizer, cfg);
+  TrainStep train_step(model, *built.optimizer, cfg, &processes);
   StepLog step_log(step, tc.max_steps, flops_per_token, peak.flops);
   LossWatch loss_watch;
-  auto save_now = [&]() { result.last_checkpoint = save(dir, cfg, built, loader, step, tokens); };
+  // Rank 0 writes the checkpoint; the others wait for it, and stop with its error if it failed.
+  auto save_now = [&]() {
+    result.last_checkpoint = processes.by_writer(fmt::format("checkpoint at step {}", step), [&] {
+      return save(dir, cfg, built, loader, step, tokens);
+    });
+  };
   StopSignals signals;
+  processes.give_up_when([&] { return signals.received() != 0; });
   auto stop_requested = [&](int64_t s) { return stop_after > 0 && s >= stop_after; };
   const RunSchedule schedule{tc.max_steps, tc.eval_every, tc.save_every};
   // Step s may be queued before the previous step's report is read (on pjrt the host builds it
@@ -500,7 +537,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
       metrics.log_warning(step, "divergence", w->text(),
                           {{"recent_median", w->median},
                            {"kept_checkpoint", path_to_json(kept ? *kept : std::string())}});
-      if (kept)
+      if (kept && writer)
         protect_checkpoint(dir.path.string(), checkpoint_step(*kept),
                            fmt::format("the newest checkpoint before the divergence warning at "
                                        "step {}",
@@ -539,13 +576,16 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     // Nothing to do from the newest checkpoint: a run killed between writing its last checkpoint
     // and pruning the oldest ones is tidied as the save would have, and one killed during its
     // final evaluation (written after the final checkpoint) evaluates.
-    prune_checkpoints(dir.path.string(), tc.keep_last);
-    if (step == tc.max_steps && !eval_logged(dir.path, step)) {
+    const std::string evaluated = processes.by_writer("tidying of the finished run", [&] {
+      prune_checkpoints(dir.path.string(), tc.keep_last);
+      return eval_logged(dir.path, step) ? "evaluated" : "";
+    });
+    if (step == tc.max_steps && evaluated.empty()) {
       evaluation.run(metrics, step, result);
       if (signals.received()) return stopped();
     }
   }
-  if (tc.sample_tokens > 0 && !signals.received()) log_sample(metrics, cfg, model);
+  if (tc.sample_tokens > 0 && !signals.received() && writer) log_sample(metrics, cfg, model);
   if (signals.received()) return stopped();
   return result;
 }

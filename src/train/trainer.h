@@ -22,6 +22,7 @@ struct TrainResult {
   bool interrupted = false;  // stopped by a signal or by stop_after
   int signal = 0;            // the stop signal (SIGINT, SIGTERM, SIGHUP); 0: none
   int64_t replayed = 0;      // steps the backend ran from a recorded program (Backend::replay)
+  bool writer = true;  // this process logged the run (false: a rank but 0 of several processes)
 };
 
 // stop_after > 0 ends the run early, with a checkpoint, once that many optimizer steps are done

@@ -3,6 +3,7 @@
 // `--target h200x4`). The target names (Cloud TPU's slice names and libtpu's topologies, GPUs a
 // host and hosts), the collectives counted from XLA's optimized program (checked on a
 // hand-written module), a small fsdp 2 x tensor 2 step compiled for a v5e 2x2 and for 4 H200s,
+// a data 2 x fsdp 8 step for two hosts of 8 H100s (what each process of a 2-host run compiles),
 // and bad input (an unknown target, a mesh larger than the target, no libtpu): one message and
 // exit 2. libtpu and the CUDA plugin come from the environment scripts/setup.sh makes; without
 // them the compiles fail and say so.
@@ -338,6 +339,30 @@ TEST(DevicelessMesh, AStepThatDoesNotFitIsOneLineAndExitTwo) {
   EXPECT_EQ(i.code, 0) << i.out;
   EXPECT_NE(i.out.find(says), std::string::npos) << i.out;
   fs::remove_all(dir);
+}
+
+// The program a run of two processes on two hosts of 8 H100s compiles (each process compiles
+// the same global program over the 16 devices of the CUDA topology 1x2x8, host-major as the
+// processes' devices are): data 2 (across the hosts) x fsdp 8 (within each), bf16. Its weights are
+// gathered over fsdp and its gradients summed over the whole mesh, XLA's memory a device against
+// an H100's. The processes themselves are not run: that waits for two GPU hosts.
+TEST(DevicelessMesh, TheStepOfATwoHostRunCompilesForTwoHostsOfEightH100s) {
+  const CompileTarget t = compile_target("2xh100x8", "--target");
+  RunConfig cfg = small_mesh_llama();
+  cfg.parallel.data = 2;
+  cfg.parallel.fsdp = 8;
+  cfg.parallel.tensor = 1;
+  cfg.train.micro_batch_size = 16;
+  cfg.validate();
+  const nlohmann::json p = run_bench(cfg, 0, true, t).at("pjrt");
+  EXPECT_EQ(p.at("platform"), "cuda");
+  EXPECT_EQ(p.at("device_kind"), "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(p.at("device_fit").at("device_bytes").get<int64_t>(), t.device_memory);
+  EXPECT_TRUE(p.at("device_fit").at("fits").get<bool>());
+  const nlohmann::json& by = p.at("collectives").at("by_kind");
+  EXPECT_TRUE(by.contains("all-gather")) << by.dump();
+  EXPECT_TRUE(by.contains("all-reduce")) << by.dump();
+  EXPECT_EQ(p.at("collectives").at("loops_without_trip_count").get<int64_t>(), 0);
 }
 
 // Every file under dir (recursively) whose name ends with `suffix`, and how many of them hold

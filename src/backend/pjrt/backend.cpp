@@ -13,7 +13,6 @@
 
 #include "backend/pjrt/backend_impl.h"
 #include "core/error.h"
-#include "parallel/directory_store.h"
 
 namespace lmt {
 
@@ -27,7 +26,7 @@ CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& option
 }
 
 // The mesh's devices (XLA's CPU plugin makes as many as the mesh names) and, when a launcher
-// started several processes, the store where they meet before the client is made.
+// started several processes, the store where they met.
 PjrtClientOptions client_options(const PjrtOptions& options) {
   PjrtClientOptions c;
   if (!options.mesh.single()) {  // XLA's CPU plugin: as many devices as the mesh names
@@ -36,9 +35,7 @@ PjrtClientOptions client_options(const PjrtOptions& options) {
   }
   c.mesh = options.mesh;
   c.devices = options.devices;
-  if (const ProcessGroup group = process_group_from_env(); group.several())
-    c.store = std::make_shared<DirectoryStore>(options.coordination_dir, group,
-                                               std::chrono::seconds(options.coordination_timeout));
+  c.store = options.store;
   return c;
 }
 

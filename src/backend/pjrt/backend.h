@@ -37,8 +37,7 @@ struct PjrtOptions {
   // and where several processes exchange the plugin's keys (BackendOptions).
   Mesh mesh;
   std::vector<int64_t> devices;
-  std::string coordination_dir;
-  int64_t coordination_timeout = 60;
+  std::shared_ptr<DirectoryStore> store;
   std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)> sharding;
   // Compile for this GPU target through the CUDA plugin, without the device (compile_only).
   std::optional<CompileTarget> target;

@@ -28,9 +28,16 @@
 //                                     the real client without those options. It writes
 //                                     DIR/node_<id>.pid on entry and DIR/node_<id>.txt (the options
 //                                     and callbacks it was given, what it got) at the end. The
-//                                     client then answers process index <id>, and its devices
-//                                     are its own listed num_nodes times (stand-ins for the
-//                                     others', which lmtrain only counts)
+//                                     client stands in for one process's part of a run across
+//                                     num_nodes processes: the real client has the devices of
+//                                     every node (LMT_TEST_PLUGIN_NODE_DEVICES each, default 1),
+//                                     of which node <id>'s block is addressable, each device
+//                                     answering its node as its process index, and the client
+//                                     process index <id>. A program over every node's devices
+//                                     run with this node's argument lists runs on all of them,
+//                                     the other nodes' devices fed copies of this node's
+//                                     arguments (what the other processes would feed is not
+//                                     here), and hands back this node's outputs
 //   LMT_TEST_PLUGIN_HOLD_NODE=N       with MULTIPROCESS, node N sleeps 300 s before its put (a
 //                                     test kills it meanwhile)
 //
@@ -299,10 +306,10 @@ std::string exchange(const PJRT_Client_Create_Args* args, int64_t node, int64_t 
   return got;
 }
 
-// The client made with node_id and num_nodes, and those two.
+// The client made with node_id and num_nodes, those two, and the devices of each node.
 PJRT_Client* multiprocess_client = nullptr;
-int64_t client_node = 0, client_nodes = 1;
-std::vector<PJRT_Device*> every_device;  // what PJRT_Client_Devices hands out for it
+int64_t client_node = 0, node_devices = 1;
+std::vector<PJRT_DeviceDescription*> described;  // the real client's devices', every node's
 
 PJRT_Error* client_process_index(PJRT_Client_ProcessIndex_Args* args) {
   if (!multiprocess_client || args->client != multiprocess_client)
@@ -311,26 +318,126 @@ PJRT_Error* client_process_index(PJRT_Client_ProcessIndex_Args* args) {
   return nullptr;
 }
 
-PJRT_Error* client_devices(PJRT_Client_Devices_Args* args) {
-  if (PJRT_Error* error = real->PJRT_Client_Devices(args)) return error;
-  if (!multiprocess_client || args->client != multiprocess_client) return nullptr;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (every_device.empty())
-    for (int64_t n = 0; n < client_nodes; ++n)
-      every_device.insert(every_device.end(), args->devices, args->devices + args->num_devices);
-  args->devices = every_device.data();
-  args->num_devices = every_device.size();
+PJRT_Error* description_process_index(PJRT_DeviceDescription_ProcessIndex_Args* args) {
+  const auto at = std::find(described.begin(), described.end(), args->device_description);
+  if (at == described.end()) return real->PJRT_DeviceDescription_ProcessIndex(args);
+  args->process_index = static_cast<int>((at - described.begin()) / node_devices);
   return nullptr;
 }
 
 // LMT_TEST_PLUGIN_DEVICES=N: the client has only its first N devices (a plugin with fewer devices
-// than a mesh needs, or with one).
+// than a mesh needs, or with one). A node of a run across processes: its block of devices.
 PJRT_Error* client_addressable_devices(PJRT_Client_AddressableDevices_Args* args) {
   if (PJRT_Error* error = real->PJRT_Client_AddressableDevices(args)) return error;
+  if (multiprocess_client && args->client == multiprocess_client) {
+    args->addressable_devices += client_node * node_devices;
+    args->num_addressable_devices = static_cast<size_t>(node_devices);
+  }
   if (const char* n = env("LMT_TEST_PLUGIN_DEVICES"))
     args->num_addressable_devices =
         std::min(args->num_addressable_devices, static_cast<size_t>(std::atoll(n)));
   return nullptr;
+}
+
+void destroy_buffer(PJRT_Buffer* buffer) {
+  PJRT_Buffer_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  destroy.buffer = buffer;
+  if (PJRT_Error* error = real->PJRT_Buffer_Destroy(&destroy)) take_message(error);
+}
+
+void await_and_destroy(PJRT_Event* event) {
+  if (!event) return;
+  PJRT_Event_Await_Args wait{};
+  wait.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+  wait.event = event;
+  if (PJRT_Error* error = real->PJRT_Event_Await(&wait)) take_message(error);
+  PJRT_Event_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
+  destroy.event = event;
+  if (PJRT_Error* error = real->PJRT_Event_Destroy(&destroy)) take_message(error);
+}
+
+size_t outputs_of(PJRT_LoadedExecutable* loaded) {
+  PJRT_LoadedExecutable_GetExecutable_Args get{};
+  get.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  get.loaded_executable = loaded;
+  if (PJRT_Error* error = real->PJRT_LoadedExecutable_GetExecutable(&get)) {
+    take_message(error);
+    return 0;
+  }
+  PJRT_Executable_NumOutputs_Args outputs{};
+  outputs.struct_size = PJRT_Executable_NumOutputs_Args_STRUCT_SIZE;
+  outputs.executable = get.executable;
+  if (PJRT_Error* error = real->PJRT_Executable_NumOutputs(&outputs)) take_message(error);
+  PJRT_Executable_Destroy_Args destroy{};
+  destroy.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+  destroy.executable = get.executable;
+  if (PJRT_Error* error = real->PJRT_Executable_Destroy(&destroy)) take_message(error);
+  return outputs.num_outputs;
+}
+
+// A program over every node's devices, run with this node's argument lists: the other nodes'
+// devices get copies of the arguments of this node's device of the same place in its block, and
+// their outputs are waited for and dropped.
+PJRT_Error* loaded_executable_execute(PJRT_LoadedExecutable_Execute_Args* args) {
+  PJRT_LoadedExecutable_AddressableDevices_Args devices{};
+  devices.struct_size = PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE;
+  devices.executable = args->executable;
+  if (!multiprocess_client || args->execute_device)
+    return real->PJRT_LoadedExecutable_Execute(args);
+  if (PJRT_Error* error = real->PJRT_LoadedExecutable_AddressableDevices(&devices)) return error;
+  const size_t all = devices.num_addressable_devices;
+  if (args->num_devices == all) return real->PJRT_LoadedExecutable_Execute(args);
+  const size_t first = static_cast<size_t>(client_node * node_devices);
+  if (args->num_devices != static_cast<size_t>(node_devices) || first + args->num_devices > all)
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "lmtrain test plugin: a program over " + std::to_string(all) +
+                          " devices run with " + std::to_string(args->num_devices) +
+                          " argument lists, not node " + std::to_string(client_node) + "'s " +
+                          std::to_string(node_devices));
+  const size_t outputs = outputs_of(args->executable);
+  std::vector<std::vector<PJRT_Buffer*>> copies(all), dropped(all);
+  std::vector<PJRT_Buffer* const*> arguments(all);
+  std::vector<PJRT_Buffer**> results(all);
+  std::vector<PJRT_Event*> events(all, nullptr);
+  for (size_t d = 0; d < all; ++d) {
+    const bool ours = d >= first && d < first + args->num_devices;
+    if (ours) {
+      arguments[d] = args->argument_lists[d - first];
+      results[d] = args->output_lists[d - first];
+      continue;
+    }
+    for (size_t a = 0; a < args->num_args; ++a) {
+      PJRT_Buffer_CopyToDevice_Args copy{};
+      copy.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE;
+      copy.buffer = args->argument_lists[d % args->num_devices][a];
+      copy.dst_device = devices.addressable_devices[d];
+      if (PJRT_Error* error = real->PJRT_Buffer_CopyToDevice(&copy)) return error;
+      copies[d].push_back(copy.dst_buffer);
+    }
+    arguments[d] = copies[d].data();
+    dropped[d].assign(outputs, nullptr);
+    results[d] = dropped[d].data();
+  }
+  PJRT_LoadedExecutable_Execute_Args run = *args;
+  run.argument_lists = arguments.data();
+  run.num_devices = all;
+  run.output_lists = results.data();
+  run.device_complete_events = events.data();
+  PJRT_Error* error = real->PJRT_LoadedExecutable_Execute(&run);
+  for (size_t d = 0; d < all; ++d) {
+    const bool ours = d >= first && d < first + args->num_devices;
+    if (ours && args->device_complete_events) {
+      args->device_complete_events[d - first] = events[d];
+      continue;
+    }
+    await_and_destroy(events[d]);
+    for (PJRT_Buffer* b : dropped[d])
+      if (b) destroy_buffer(b);
+    for (PJRT_Buffer* b : copies[d]) destroy_buffer(b);
+  }
+  return error;
 }
 
 PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
@@ -350,6 +457,20 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
     }
   }
   if (node < 0 || nodes < 1) return real->PJRT_Client_Create(args);
+  const char* per_node = env("LMT_TEST_PLUGIN_NODE_DEVICES");
+  node_devices = per_node ? std::max(1LL, std::atoll(per_node)) : 1;
+  static const std::string kCount = "cpu_device_count";
+  PJRT_NamedValue count{};
+  count.struct_size = PJRT_NamedValue_STRUCT_SIZE;
+  count.name = kCount.c_str();
+  count.name_size = kCount.size();
+  count.type = PJRT_NamedValue_kInt64;
+  count.int64_value = nodes * node_devices;
+  count.value_size = 1;
+  std::erase_if(passed, [](const PJRT_NamedValue& o) {
+    return std::string_view(o.name, o.name_size) == kCount;
+  });
+  passed.push_back(count);
   const std::filesystem::path base = std::filesystem::path(dir) / ("node_" + std::to_string(node));
   std::filesystem::create_directories(dir);
   std::ofstream(base.string() + ".pid") << getpid() << "\n";
@@ -370,7 +491,18 @@ PJRT_Error* client_create(PJRT_Client_Create_Args* args) {
   plain.num_options = passed.size();
   if (PJRT_Error* failed = real->PJRT_Client_Create(&plain)) return failed;
   args->client = multiprocess_client = plain.client;
-  client_node = node, client_nodes = nodes;
+  client_node = node;
+  PJRT_Client_Devices_Args all{};
+  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
+  all.client = plain.client;
+  if (PJRT_Error* failed = real->PJRT_Client_Devices(&all)) return failed;
+  for (size_t i = 0; i < all.num_devices; ++i) {
+    PJRT_Device_GetDescription_Args get{};
+    get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+    get.device = all.devices[i];
+    if (PJRT_Error* failed = real->PJRT_Device_GetDescription(&get)) return failed;
+    described.push_back(get.device_description);
+  }
   return nullptr;
 }
 
@@ -403,8 +535,9 @@ const PJRT_Api* make_api() {
   wrapped.PJRT_Device_MemoryStats = device_memory_stats;
   wrapped.PJRT_Client_Create = client_create;
   wrapped.PJRT_Client_ProcessIndex = client_process_index;
-  wrapped.PJRT_Client_Devices = client_devices;
   wrapped.PJRT_Client_AddressableDevices = client_addressable_devices;
+  wrapped.PJRT_DeviceDescription_ProcessIndex = description_process_index;
+  wrapped.PJRT_LoadedExecutable_Execute = loaded_executable_execute;
   return &wrapped;
 }
 

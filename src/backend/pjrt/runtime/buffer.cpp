@@ -40,19 +40,26 @@ void PjrtBuffer::to_host(void* dst, size_t bytes) const {
                                       std::to_string(byte_size()));
   const PjrtPlugin& plugin = session_->plugin;
   if (is_replicated(sharding_)) return shard_to_host(plugin, shards_[0], dst, bytes);
-  // Each distinct piece once, from the first device that holds it.
+  // Each distinct piece once, from the first device that holds it. In a run across processes
+  // this process holds only its devices' pieces: a whole copy of every parameter (the client
+  // keeps fsdp x tensor within a process), not of a batch, which is never read back.
   const Mesh& mesh = session_->mesh;
   const std::vector<int64_t> piece_dims = shard_dims(mesh, sharding_, dims_);
   int64_t piece_elements = 1;
   for (int64_t d : piece_dims) piece_elements *= d;
   std::vector<uint8_t> piece(static_cast<size_t>(piece_elements) * dtype_size(dtype_));
-  std::set<std::vector<int64_t>> copied;
+  std::set<std::vector<int64_t>> copied, every;
+  for (int64_t position = 0; position < mesh.size(); ++position)
+    every.insert(shard_offset(mesh, sharding_, dims_, position));
   for (size_t d = 0; d < shards_.size(); ++d) {
-    const auto device = static_cast<int64_t>(d);
-    if (!copied.insert(shard_offset(mesh, sharding_, dims_, device)).second) continue;
+    const int64_t position = session_->mesh_positions[d];
+    if (!copied.insert(shard_offset(mesh, sharding_, dims_, position)).second) continue;
     shard_to_host(plugin, shards_[d], piece.data(), piece.size());
-    insert_shard(mesh, sharding_, dims_, dtype_size(dtype_), device, piece.data(), dst);
+    insert_shard(mesh, sharding_, dims_, dtype_size(dtype_), position, piece.data(), dst);
   }
+  LMT_CHECK(copied.size() == every.size(),
+            "to_host: this process holds " + std::to_string(copied.size()) + " of the " +
+                std::to_string(every.size()) + " pieces of the array");
 }
 
 }  // namespace lmt

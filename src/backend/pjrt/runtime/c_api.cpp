@@ -38,6 +38,14 @@ ExecutableView::~ExecutableView() {
   discard_error(plugin_, plugin_.api()->PJRT_Executable_Destroy(&args));
 }
 
+PJRT_DeviceDescription* description_of(const PjrtPlugin& plugin, PJRT_Device* device) {
+  PJRT_Device_GetDescription_Args get{};
+  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
+  get.device = device;
+  plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
+  return get.device_description;
+}
+
 void discard_error(const PjrtPlugin& plugin, PJRT_Error* error) noexcept {
   if (!error) return;
   PJRT_Error_Destroy_Args args{};

@@ -23,9 +23,12 @@ struct PjrtSession {
   PJRT_TopologyDescription* topology = nullptr;
   PJRT_Device* device = nullptr;  // first addressable device: buffers live and programs run here
   std::vector<PJRT_Device*> devices;  // every addressable device, in the plugin's order
-  // The devices programs run on: mesh device i is mesh_devices[i] (one device: the first).
+  // The devices programs run on: this process's devices of the mesh, mesh_devices[i] at mesh
+  // position mesh_positions[i] (one process: every position, in order; one device: the first).
+  // A run across processes spans every process's devices; each feeds and runs its own.
   Mesh mesh;
   std::vector<PJRT_Device*> mesh_devices;
+  std::vector<int64_t> mesh_positions;
   // Several processes: the store behind the client's key-value callbacks, kept until after
   // the client is destroyed (the plugin may use it as long as the client lives).
   std::shared_ptr<DirectoryStore> store;
@@ -54,6 +57,8 @@ class ExecutableView {
 // Waits for `event` (nullptr: nothing to wait for), destroys it, and throws the UserError of a
 // failed `call`.
 void await_event(const PjrtPlugin& plugin, PJRT_Event* event, const char* call);
+// The device's description (PJRT_Device_GetDescription), which says its id, kind and process.
+PJRT_DeviceDescription* description_of(const PjrtPlugin& plugin, PJRT_Device* device);
 // Frees an error nobody can report (destructors).
 void discard_error(const PjrtPlugin& plugin, PJRT_Error* error) noexcept;
 

@@ -4,6 +4,7 @@
 // message of compile_options.cpp.
 #include "backend/pjrt/runtime/client.h"
 
+#include <fmt/format.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -18,18 +19,11 @@
 #include "backend/pjrt/runtime/launches.h"
 #include "backend/pjrt/runtime/multiprocess.h"
 #include "core/error.h"
+#include "parallel/directory_store.h"
 
 namespace lmt {
 
 namespace {
-
-PJRT_DeviceDescription* description_of(const PjrtPlugin& plugin, PJRT_Device* device) {
-  PJRT_Device_GetDescription_Args get{};
-  get.struct_size = PJRT_Device_GetDescription_Args_STRUCT_SIZE;
-  get.device = device;
-  plugin.check(plugin.api()->PJRT_Device_GetDescription(&get), "PJRT_Device_GetDescription");
-  return get.device_description;
-}
 
 std::string description_kind(const PjrtPlugin& plugin, PJRT_DeviceDescription* description) {
   PJRT_DeviceDescription_Kind_Args kind{};
@@ -201,7 +195,10 @@ PjrtClient::PjrtClient(const std::string& plugin_path, const PjrtClientOptions& 
                            devices.addressable_devices + devices.num_addressable_devices);
   session_->device = session_->devices[0];
   for (PJRT_Device* d : session_->devices) device_ids_.push_back(device_id(plugin, d));
-  choose_mesh_devices(options);
+  if (options.store)
+    choose_process_mesh_devices(options);
+  else
+    choose_mesh_devices(options);
   device_kind_ = describe_device(plugin, session_->device);
 }
 
@@ -270,10 +267,52 @@ void PjrtClient::choose_mesh_devices(const PjrtClientOptions& options) {
         throw UserError("parallel.devices: PJRT plugin " + plugin().path() +
                         " has no device with id " + std::to_string(id));
     }
-    if (!deviceless()) session_->mesh_devices.push_back(session_->devices[at]);
+    if (!deviceless()) {
+      session_->mesh_devices.push_back(session_->devices[at]);
+      session_->mesh_positions.push_back(static_cast<int64_t>(i));
+    }
     mesh_device_ids_.push_back(device_ids_[at]);
   }
   if (!deviceless()) session_->device = session_->mesh_devices[0];
+}
+
+// A run across processes: the mesh is every device of every process, by process
+// (devices_by_process); this process feeds and runs its own block of it. Each process must hold
+// a whole copy of every parameter (fsdp x tensor within its devices, data across processes):
+// reading a parameter for a checkpoint then needs no other process's piece.
+void PjrtClient::choose_process_mesh_devices(const PjrtClientOptions& options) {
+  const Mesh& mesh = options.mesh;
+  const int rank = options.store->group().rank, count = options.store->group().count;
+  if (!options.devices.empty())
+    throw UserError(
+        "parallel.devices: a run across processes uses every device of every "
+        "process; leave it empty");
+  const std::vector<ProcessDevice> all = devices_by_process(plugin(), session_->client);
+  const int64_t replica = mesh.axis_size("fsdp") * mesh.axis_size("tensor");
+  if (mesh.size() != static_cast<int64_t>(all.size()))
+    throw UserError(fmt::format(
+        "parallel: a run across {} processes spans every device of every process: the mesh data "
+        "{} x fsdp {} x tensor {} is {} devices, and the processes have {} in all",
+        count, mesh.axis_size("data"), mesh.axis_size("fsdp"), mesh.axis_size("tensor"),
+        mesh.size(), all.size()));
+  if (static_cast<int64_t>(device_count_) % replica != 0)
+    throw UserError(fmt::format(
+        "parallel: fsdp x tensor is {}, which does not divide the {} devices of one process: a "
+        "parameter split across processes would need their pieces gathered for a checkpoint, "
+        "which lmtrain does not do yet; split across processes by parallel.data",
+        replica, device_count_));
+  session_->mesh = mesh;
+  for (size_t i = 0; i < all.size(); ++i) {
+    mesh_device_ids_.push_back(all[i].id);
+    if (all[i].process != rank) continue;
+    session_->mesh_devices.push_back(all[i].device);
+    session_->mesh_positions.push_back(static_cast<int64_t>(i));
+  }
+  LMT_CHECK(session_->mesh_devices.size() == device_count_,
+            "PJRT client: process " + std::to_string(rank) + " has " +
+                std::to_string(device_count_) + " devices, of which " +
+                std::to_string(session_->mesh_devices.size()) + " are listed as its own");
+  session_->device = session_->mesh_devices[0];
 }
 
 const Mesh& PjrtClient::mesh() const {
@@ -370,7 +409,7 @@ PjrtBuffer PjrtClient::to_device(const void* data, DType dtype, std::vector<int6
   PjrtBuffer buffer(session_, {}, dtype, dims, whole ? TensorSharding{} : sharding);
   for (size_t i = 0; i < session_->mesh_devices.size(); ++i) {
     if (!whole)
-      extract_shard(mesh, sharding, dims, dtype_size(dtype), static_cast<int64_t>(i), data,
+      extract_shard(mesh, sharding, dims, dtype_size(dtype), session_->mesh_positions[i], data,
                     piece.data());
     PJRT_Client_BufferFromHostBuffer_Args args{};
     args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;

@@ -99,12 +99,15 @@ class PjrtClient {
   std::optional<DeviceMemory> device_memory() const;
 
   // Copies a dense row-major host array to the mesh's devices, each its piece as `sharding` says
-  // (empty: the whole array on each), and waits for the copies.
+  // (empty: the whole array on each), and waits for the copies. In a run across processes, to
+  // this process's devices only: the other pieces of `data` are not read (a batch holds only
+  // this process's rows).
   PjrtBuffer to_device(const void* data, DType dtype, std::vector<int64_t> dims,
                        const TensorSharding& sharding = {}) const;
 
  private:
   void choose_mesh_devices(const PjrtClientOptions& options);
+  void choose_process_mesh_devices(const PjrtClientOptions& options);
   PjrtExecutable compile_deviceless(const std::string& mlir, CompileSettings settings) const;
 
   std::shared_ptr<PjrtSession> session_;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -92,19 +93,16 @@ std::string not_spanning(const PjrtPlugin& plugin, PJRT_Client* client, const Pr
   index.struct_size = PJRT_Client_ProcessIndex_Args_STRUCT_SIZE;
   index.client = client;
   plugin.check(api->PJRT_Client_ProcessIndex(&index), "PJRT_Client_ProcessIndex");
-  PJRT_Client_Devices_Args all{};
-  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
-  all.client = client;
-  plugin.check(api->PJRT_Client_Devices(&all), "PJRT_Client_Devices");
+  const size_t all = devices_by_process(plugin, client).size();
   PJRT_Client_AddressableDevices_Args own{};
   own.struct_size = PJRT_Client_AddressableDevices_Args_STRUCT_SIZE;
   own.client = client;
   plugin.check(api->PJRT_Client_AddressableDevices(&own), "PJRT_Client_AddressableDevices");
-  if (index.process_index == group.rank && all.num_devices > own.num_addressable_devices) return "";
+  if (index.process_index == group.rank && all > own.num_addressable_devices) return "";
   return fmt::format(
       "the plugin ignored node_id {} and num_nodes {}: its client is process {}, with {} devices, "
       "all of them its own",
-      group.rank, group.count, index.process_index, all.num_devices);
+      group.rank, group.count, index.process_index, all);
 }
 
 void destroy_client(const PjrtPlugin& plugin, PJRT_Client* client) {
@@ -124,6 +122,32 @@ void destroy_client(const PjrtPlugin& plugin, PJRT_Client* client) {
 }
 
 }  // namespace
+
+std::vector<ProcessDevice> devices_by_process(const PjrtPlugin& plugin, PJRT_Client* client) {
+  const PJRT_Api* api = plugin.api();
+  PJRT_Client_Devices_Args all{};
+  all.struct_size = PJRT_Client_Devices_Args_STRUCT_SIZE;
+  all.client = client;
+  plugin.check(api->PJRT_Client_Devices(&all), "PJRT_Client_Devices");
+  std::vector<ProcessDevice> devices;
+  for (size_t i = 0; i < all.num_devices; ++i) {
+    PJRT_DeviceDescription* description = description_of(plugin, all.devices[i]);
+    PJRT_DeviceDescription_Id_Args id{};
+    id.struct_size = PJRT_DeviceDescription_Id_Args_STRUCT_SIZE;
+    id.device_description = description;
+    plugin.check(api->PJRT_DeviceDescription_Id(&id), "PJRT_DeviceDescription_Id");
+    PJRT_DeviceDescription_ProcessIndex_Args process{};
+    process.struct_size = PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE;
+    process.device_description = description;
+    plugin.check(api->PJRT_DeviceDescription_ProcessIndex(&process),
+                 "PJRT_DeviceDescription_ProcessIndex");
+    devices.push_back({all.devices[i], id.id, process.process_index});
+  }
+  std::stable_sort(
+      devices.begin(), devices.end(),
+      [](const ProcessDevice& a, const ProcessDevice& b) { return a.process < b.process; });
+  return devices;
+}
 
 PJRT_Client* create_multiprocess_client(const PjrtPlugin& plugin, DirectoryStore& store) {
   const ProcessGroup& group = store.group();
