@@ -61,7 +61,7 @@ nlohmann::json pjrt_step_memory(RunConfig run, const std::string& plugin,
                       {"argument_bytes", m.at("argument_bytes")},
                       {"temp_bytes", m.at("temp_bytes")},
                       {"total_bytes", m.at("argument_plus_temp_bytes")}};
-  for (const char* k : {"device_fit", "launches", "collectives"})
+  for (const char* k : {"attention", "device_fit", "launches", "collectives"})
     if (p.contains(k)) j[k] = p.at(k);
   return j;
 }

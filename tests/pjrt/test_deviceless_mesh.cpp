@@ -264,10 +264,12 @@ double sent_ratio(const nlohmann::json& a, const std::string& kind) {
 // - The embedding lookup moves its rows by all-to-all forward and backward, as the plan says
 //   (2), with the ids permuted once; the chunked loss head (two chunks of 1024 rows over the
 //   fsdp-split rows) may move its rows twice more. No reduce-scatter beyond the plan's.
-// - All-gathers send at most 6 times the plan's bytes (XLA gathers attention's q, k and v over
-//   the batch and the heads on a GPU target: 5.6 times), all-reduces at most 2.5 times (the
-//   statistics' pairs, the loss's sums; 2.04 on a GPU).
-void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loops) {
+// - All-gathers send at most `gathers` times the plan's bytes (libtpu splits them into pieces:
+//   3.5 times on the v5e; 1.20 on the GPU, where before a mesh took XLA's attention cuDNN's call
+//   made XLA gather q, k and v: 5.6), all-reduces at most 2.5 times (the statistics' pairs, the
+//   loss's sums; 1.55 and 2.04).
+void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loops,
+                                    double gathers) {
   const nlohmann::json& p = j.at("pjrt_step");
   const nlohmann::json& a = j.at("xla_against_plan");
   EXPECT_TRUE(p.at("device_fit").at("fits").get<bool>());
@@ -280,7 +282,7 @@ void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loo
   EXPECT_LE(xla_count(a, "all-to-all"), plan_count(a, "all-to-all") + 2);
   EXPECT_LE(xla_count(a, "collective-permute"), 1);
   EXPECT_LE(xla_count(a, "reduce-scatter"), plan_count(a, "reduce-scatter"));
-  EXPECT_LT(sent_ratio(a, "all-gather"), 6.0) << a.dump();
+  EXPECT_LT(sent_ratio(a, "all-gather"), gathers) << a.dump();
   EXPECT_LT(sent_ratio(a, "all-reduce"), 2.5) << a.dump();
   EXPECT_GT(sent_ratio(a, "all-gather"), 0.5) << a.dump();
   EXPECT_GT(sent_ratio(a, "all-reduce"), 0.5) << a.dump();
@@ -300,7 +302,7 @@ TEST(DevicelessMesh, TheDemosMeshStepForATpuV5e2x2StaysWithinItsBounds) {
   EXPECT_GT(limit, int64_t{15} << 30);
   EXPECT_LE(limit, int64_t{16} << 30);
   EXPECT_FALSE(p.contains("launches"));  // kernels are counted from a GPU's thunks only
-  expect_demo_step_within_bounds(j, 1);
+  expect_demo_step_within_bounds(j, 1, 4.0);
 }
 
 TEST(DevicelessMesh, TheDemosMeshStepForFourH200sStaysWithinItsBounds) {
@@ -312,7 +314,9 @@ TEST(DevicelessMesh, TheDemosMeshStepForFourH200sStaysWithinItsBounds) {
   EXPECT_EQ(p.at("device_fit").at("device_bytes").get<int64_t>(),
             compile_target("h200x4", "--target").device_memory);
   EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
-  expect_demo_step_within_bounds(j, 0);
+  // XLA's attention, which the partitioner splits, not cuDNN's call, which it cannot.
+  EXPECT_EQ(p.at("attention").get<std::string>().rfind("xla: a mesh", 0), 0u) << p.at("attention");
+  expect_demo_step_within_bounds(j, 0, 1.5);
 }
 
 // A step that does not fit its target: bench says so in one line (what a device needs, by how
