@@ -262,12 +262,11 @@ double sent_ratio(const nlohmann::json& a, const std::string& kind) {
 // - The arguments (the f32 weights, AdamW's moments, the batch: a quarter each, the norms whole)
 //   within 10% of the plan's (TPU tiles pad them); the whole step no more than 10% over it.
 // - The embedding lookup moves its rows by all-to-all forward and backward, as the plan says
-//   (2), with the ids permuted once; the chunked loss head (two chunks of 1024 rows over the
-//   fsdp-split rows) may move its rows twice more. No reduce-scatter beyond the plan's.
+//   (2; libtpu 1), with the ids permuted once. No reduce-scatter beyond the plan's.
 // - All-gathers send at most `gathers` times the plan's bytes (libtpu splits them into pieces:
-//   3.5 times on the v5e; 1.20 on the GPU, where before a mesh took XLA's attention cuDNN's call
-//   made XLA gather q, k and v: 5.6), all-reduces at most 2.5 times (the statistics' pairs, the
-//   loss's sums; 1.55 and 2.04).
+//   2.9 times on the v5e; the GPU's are the plan's, 1.00, since a mesh takes XLA's attention and
+//   the loss head chunks each device's own rows: 5.6 before), all-reduces at most twice (the
+//   statistics' pairs, the loss's sums: 1.36 and 1.45).
 void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loops,
                                     double gathers) {
   const nlohmann::json& p = j.at("pjrt_step");
@@ -278,12 +277,12 @@ void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loo
   EXPECT_LT(std::abs(m.at("arguments").at("error_percent").get<double>()), 10) << m.dump();
   EXPECT_LT(m.at("total").at("error_percent").get<double>(), 10) << m.dump();
   EXPECT_EQ(plan_count(a, "all-to-all"), 2);
-  EXPECT_GE(xla_count(a, "all-to-all"), 2);
-  EXPECT_LE(xla_count(a, "all-to-all"), plan_count(a, "all-to-all") + 2);
+  EXPECT_GE(xla_count(a, "all-to-all"), 1);
+  EXPECT_LE(xla_count(a, "all-to-all"), plan_count(a, "all-to-all"));
   EXPECT_LE(xla_count(a, "collective-permute"), 1);
   EXPECT_LE(xla_count(a, "reduce-scatter"), plan_count(a, "reduce-scatter"));
   EXPECT_LT(sent_ratio(a, "all-gather"), gathers) << a.dump();
-  EXPECT_LT(sent_ratio(a, "all-reduce"), 2.5) << a.dump();
+  EXPECT_LT(sent_ratio(a, "all-reduce"), 2.0) << a.dump();
   EXPECT_GT(sent_ratio(a, "all-gather"), 0.5) << a.dump();
   EXPECT_GT(sent_ratio(a, "all-reduce"), 0.5) << a.dump();
   for (const auto& [kind, c] : a.at("collectives").items())
@@ -302,7 +301,7 @@ TEST(DevicelessMesh, TheDemosMeshStepForATpuV5e2x2StaysWithinItsBounds) {
   EXPECT_GT(limit, int64_t{15} << 30);
   EXPECT_LE(limit, int64_t{16} << 30);
   EXPECT_FALSE(p.contains("launches"));  // kernels are counted from a GPU's thunks only
-  expect_demo_step_within_bounds(j, 1, 4.0);
+  expect_demo_step_within_bounds(j, 1, 3.5);
 }
 
 TEST(DevicelessMesh, TheDemosMeshStepForFourH200sStaysWithinItsBounds) {
@@ -316,7 +315,7 @@ TEST(DevicelessMesh, TheDemosMeshStepForFourH200sStaysWithinItsBounds) {
   EXPECT_GT(p.at("launches").at("total").get<int64_t>(), 0);
   // XLA's attention, which the partitioner splits, not cuDNN's call, which it cannot.
   EXPECT_EQ(p.at("attention").get<std::string>().rfind("xla: a mesh", 0), 0u) << p.at("attention");
-  expect_demo_step_within_bounds(j, 0, 1.5);
+  expect_demo_step_within_bounds(j, 0, 1.1);
 }
 
 // A step that does not fit its target: bench says so in one line (what a device needs, by how

@@ -114,6 +114,11 @@ class PjrtTrace {
   // rows, is constrained to rows split over them.
   enum class Kept { residual, assembled };
   void keep(const MemoryRange& value, int64_t rows, Kept kind);
+  // How the plan splits a residual stream of `rows` x `cols` (Backend::keep's): its rows over the
+  // batch axes; empty on one device or where they do not divide.
+  TensorSharding residual_sharding(int64_t rows, int64_t cols) const {
+    return sharding_of("activation.residual", {rows, cols});
+  }
   // The allocation p is freed: a pending program that reads it keeps its arrays until it runs.
   void release(void* p);
   // Whether bytes [p, p + bytes) hold zeros that this program wrote (zero()), so that a reader can

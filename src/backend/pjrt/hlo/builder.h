@@ -57,6 +57,8 @@ class StablehloBuilder {
   // and result carries its sharding over it (unset ones: whole on every device). A single-device
   // mesh adds nothing to the text.
   void set_mesh(const Mesh& mesh) { mesh_ = mesh; }
+  // The pieces dimension `dim` of a value sharded `s` is split into on the mesh.
+  int64_t shards(const TensorSharding& s, size_t dim) const { return shard_count(mesh_, s, dim); }
   void shard_param(const Value& param, const TensorSharding& sharding);
   void shard_results(std::vector<TensorSharding> shardings);
   // Folding. reshape, slice and concatenate look through the reshapes, slices and concatenations

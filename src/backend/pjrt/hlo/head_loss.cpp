@@ -145,7 +145,8 @@ ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, co
 }  // namespace
 
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums) {
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
+                      const TensorSharding& rows) {
   LMT_CHECK(h.rank() == 2 && w.rank() == 2 && w.dims[1] == h.dims[1] && w.dtype == h.dtype &&
                 labels.rank() == 1 && labels.dims[0] == h.dims[0] && labels.dtype == DType::i32,
             "head_loss: h [N,C], w [V,C] of h's dtype, labels [N] i32");
@@ -166,14 +167,25 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
     const ChunkOut c = one(b, h, labels, dw && cut ? &zero_dw : nullptr);
     return {c.loss, c.ce, c.dh, c.dw};
   }
-  const int64_t chunks = (N + chunk - 1) / chunk, Np = chunks * chunk;
-  Value hp = h, lp = labels;
-  if (Np > N) {  // padded rows carry no label: no loss, no gradient
-    hp = b.concatenate({h, b.constant(0.0, h.dtype, {Np - N, C})}, 0);
-    lp = b.concatenate({labels, b.constant(a.ignore_index, DType::i32, {Np - N})}, 0);
+  // Split rows: G groups of n rows, a device's own rows a group's; chunks of c rows of every group
+  // at once (G c rows, as many as an unsplit chunk), so a chunk's slice stays on its devices.
+  const int64_t G = rows.empty() || rows[0].empty() ? 1 : b.shards(rows, 0);
+  const int64_t n = N / G, c = std::max<int64_t>(1, chunk / G);
+  const int64_t chunks = (n + c - 1) / c, np = chunks * c;
+  const TensorSharding by_group = {G > 1 ? rows[0] : std::vector<std::string>{}, {}, {}};
+  auto grouped = [&](StablehloBuilder& lb, const Value& x, const StablehloBuilder::Dims& dims) {
+    const Value r = lb.reshape(x, dims);
+    return G > 1 ? lb.sharding_constraint(r, TensorSharding(by_group.begin(),
+                                                             by_group.begin() + dims.size()))
+                 : r;
+  };
+  Value hp = grouped(b, h, {G, n, C}), lp = grouped(b, labels, {G, n});
+  if (np > n) {  // padded rows carry no label: no loss, no gradient
+    hp = b.concatenate({hp, b.constant(0.0, h.dtype, {G, np - n, C})}, 1);
+    lp = b.concatenate({lp, b.constant(a.ignore_index, DType::i32, {G, np - n})}, 1);
   }
   std::vector<Value> init = {i32(b, 0), wide_zero(b, sums), wide_zero(b, sums)};
-  if (grads) init.push_back(b.constant(0.0, h.dtype, {Np, C}));
+  if (grads) init.push_back(grouped(b, b.constant(0.0, h.dtype, {G * np, C}), {G, np, C}));
   if (dw) init.push_back(b.constant(0.0, f, {V, C}));
   const std::vector<Value> out = b.while_loop(
       init,
@@ -181,21 +193,24 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
         return lb.compare(v[0], i32(lb, chunks), CompareDir::lt);
       },
       [&](StablehloBuilder& lb, const std::vector<Value>& v) {
-        const Value start = lb.multiply(v[0], i32(lb, chunk));
+        const Value start = lb.multiply(v[0], i32(lb, c));
         const Value zero = i32(lb, 0);
-        const Value hc = lb.dynamic_slice(hp, {start, zero}, {chunk, C});
-        const Value lc = lb.dynamic_slice(lp, {start}, {chunk});
-        const ChunkOut c = one(lb, hc, lc, dw ? &v[4] : nullptr);
-        std::vector<Value> next = {lb.add(v[0], i32(lb, 1)), wide_add(lb, v[1], c.loss),
-                                   wide_add(lb, v[2], c.ce)};
-        if (grads) next.push_back(lb.dynamic_update_slice(v[3], c.dh, {start, zero}));
-        if (dw) next.push_back(c.dw);
+        const Value hc =
+            lb.reshape(lb.dynamic_slice(hp, {zero, start, zero}, {G, c, C}), {G * c, C});
+        const Value lc = lb.reshape(lb.dynamic_slice(lp, {zero, start}, {G, c}), {G * c});
+        const ChunkOut o = one(lb, hc, lc, dw ? &v[4] : nullptr);
+        std::vector<Value> next = {lb.add(v[0], i32(lb, 1)), wide_add(lb, v[1], o.loss),
+                                   wide_add(lb, v[2], o.ce)};
+        if (grads)
+          next.push_back(
+              lb.dynamic_update_slice(v[3], grouped(lb, o.dh, {G, c, C}), {zero, start, zero}));
+        if (dw) next.push_back(o.dw);
         return next;
       });
   HeadLossOut r;
   r.loss_sum = out[1];
   r.ce_sum = out[2];
-  if (grads) r.dh = Np > N ? b.slice(out[3], {0, 0}, {N, C}) : out[3];
+  if (grads) r.dh = b.reshape(np > n ? b.slice(out[3], {0, 0, 0}, {G, n, C}) : out[3], {N, C});
   if (dw) r.dw = out[4];
   return r;
 }

@@ -211,8 +211,12 @@ RowLoss<Value> row_loss(StablehloBuilder& b, const LossSpec& loss, const Value& 
 struct HeadLossOut {
   Value loss_sum, ce_sum, dh, dw;
 };
+// rows: how h's rows are split over the mesh (the residual stream's sharding, empty for none).
+// Split rows are chunked within each device's own rows ([groups, N / groups, C], a chunk taking
+// the same rows of every group), so that no device gathers another's rows to slice a chunk.
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
-                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums);
+                      const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
+                      const TensorSharding& rows = {});
 
 // ---- optimizer (optimizer.cpp) ----
 
