@@ -28,10 +28,10 @@ AttentionArgs training_args(int Hq, int Hkv, int D) {
 
 // The reason given (nullptr: cuDNN's kernel), checked by its opening words.
 void expect_fallback(const char* platform, DType dt, const AttentionArgs& a, const char* reason) {
-  const char* why = hlo::cudnn_attention_fallback(platform, dt, a, false);
+  const char* why = hlo::cudnn_attention_fallback(platform, dt, a, false, 1);
   ASSERT_NE(why, nullptr) << "cuDNN's kernel chosen where XLA's lowering should be: " << reason;
   EXPECT_EQ(std::string(why).rfind(reason, 0), 0u) << why;
-  EXPECT_FALSE(hlo::use_cudnn_attention(platform, dt, a, false));
+  EXPECT_FALSE(hlo::use_cudnn_attention(platform, dt, a, false, 1));
 }
 
 TEST(CudnnAttention, UsedOnCudaForWhatItComputes) {
@@ -41,18 +41,22 @@ TEST(CudnnAttention, UsedOnCudaForWhatItComputes) {
   window.window = 256;
   long_seq.q_len = long_seq.kv_len = 32768;
   for (const AttentionArgs& a : {gqa, window, wide, narrow, long_seq}) {
-    EXPECT_EQ(hlo::cudnn_attention_fallback("cuda", DType::bf16, a, false), nullptr);
-    EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, a, false));
-    EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::f16, a, false));
+    EXPECT_EQ(hlo::cudnn_attention_fallback("cuda", DType::bf16, a, false, 1), nullptr);
+    EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::bf16, a, false, 1));
+    EXPECT_TRUE(hlo::use_cudnn_attention("cuda", DType::f16, a, false, 1));
+    // A mesh: XLA's partitioner cannot split the call.
+    const char* mesh = hlo::cudnn_attention_fallback("cuda", DType::bf16, a, false, 4);
+    ASSERT_NE(mesh, nullptr);
+    EXPECT_EQ(std::string(mesh).rfind("a mesh", 0), 0u) << mesh;
   }
 
   // Other plugins, other dtypes, and what the kernel does not compute: XLA's lowering.
   for (const char* platform : {"cpu", "tpu", "rocm", "CUDA", ""})
     expect_fallback(platform, DType::bf16, gqa, "not XLA's CUDA plugin");
-  const char* det = hlo::cudnn_attention_fallback("cuda", DType::bf16, gqa, true);
+  const char* det = hlo::cudnn_attention_fallback("cuda", DType::bf16, gqa, true, 1);
   ASSERT_NE(det, nullptr) << "cuDNN's kernel chosen under train.deterministic";
   EXPECT_EQ(std::string(det).rfind("train.deterministic", 0), 0u) << det;
-  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::bf16, gqa, true));
+  EXPECT_FALSE(hlo::use_cudnn_attention("cuda", DType::bf16, gqa, true, 1));
   expect_fallback("cuda", DType::f32, gqa, "f32 / f64");
   expect_fallback("cuda", DType::f64, gqa, "f32 / f64");
   AttentionArgs capped = gqa, docs = gqa, offset = gqa;

@@ -49,15 +49,8 @@ void PjrtBackend::set_rows(void* p, const AttentionArgs& a, int64_t row, int64_t
 }
 
 bool PjrtBackend::cudnn_attention(DType dt, const AttentionArgs& a) {
-  const char* fallback =
-      hlo::cudnn_attention_fallback(client_.platform_name(), dt, a, deterministic_);
-  // XLA's SPMD partitioner cannot split the cuDNN custom call: it gathers q, k and v over the
-  // batch and the heads and every device computes the whole batch's attention (docs/parallel.md,
-  // "What the real compilers show"). Until the call runs on each device's shards in a
-  // manual-sharding region, a mesh takes XLA's attention, which the partitioner splits.
-  if (!fallback && client_.mesh().size() > 1)
-    fallback = "a mesh: XLA's SPMD partitioner cannot split cuDNN's call (it would gather q, k "
-               "and v and compute the whole batch's attention on every device)";
+  const char* fallback = hlo::cudnn_attention_fallback(client_.platform_name(), dt, a,
+                                                       deterministic_, client_.mesh().size());
   attention_ = fallback ? std::string("xla: ") + fallback : "cudnn";
   return fallback == nullptr;
 }

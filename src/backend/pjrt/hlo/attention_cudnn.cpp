@@ -110,7 +110,7 @@ int64_t window_of(const AttentionArgsHlo& a, int64_t T) {
 // Not checked: the GPU's generation and cuDNN's version, which cuDNN's flash attention has
 // minimums for (lmtrain asks the plugin for neither).
 const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a,
-                                     bool deterministic) {
+                                     bool deterministic, int64_t devices) {
   if (platform != "cuda") return "not XLA's CUDA plugin: only its XLA has the cuDNN calls";
   if (deterministic)
     return "train.deterministic: XLA's CUDA plugin cannot compile cuDNN's backward "
@@ -126,12 +126,19 @@ const char* cudnn_attention_fallback(const std::string& platform, DType dt, cons
     return "a query offset: the calls here are training's self-attention of whole sequences";
   if (a.num_kv_heads <= 0 || a.num_heads % a.num_kv_heads != 0)
     return "query heads not a multiple of the kv heads";
+  // XLA's SPMD partitioner cannot split the custom call: it gathers q, k and v over the batch and
+  // the heads and every device computes the whole batch's attention (docs/parallel.md, "What the
+  // real compilers show"). Until the call runs on each device's shards in a manual-sharding
+  // region, a mesh takes XLA's attention, which the partitioner splits.
+  if (devices > 1)
+    return "a mesh: XLA's SPMD partitioner cannot split cuDNN's call (it would gather q, k and v "
+           "and compute the whole batch's attention on every device)";
   return nullptr;
 }
 
 bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a,
-                         bool deterministic) {
-  return cudnn_attention_fallback(platform, dt, a, deterministic) == nullptr;
+                         bool deterministic, int64_t devices) {
+  return cudnn_attention_fallback(platform, dt, a, deterministic, devices) == nullptr;
 }
 
 std::string cudnn_fmha_config(int64_t B, int64_t Hq, int64_t T, DType dt, double scale,

@@ -172,12 +172,12 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
   const int64_t G = rows.empty() || rows[0].empty() ? 1 : b.shards(rows, 0);
   const int64_t n = N / G, c = std::max<int64_t>(1, chunk / G);
   const int64_t chunks = (n + c - 1) / c, np = chunks * c;
-  const TensorSharding by_group = {G > 1 ? rows[0] : std::vector<std::string>{}, {}, {}};
   auto grouped = [&](StablehloBuilder& lb, const Value& x, const StablehloBuilder::Dims& dims) {
     const Value r = lb.reshape(x, dims);
-    return G > 1 ? lb.sharding_constraint(r, TensorSharding(by_group.begin(),
-                                                             by_group.begin() + dims.size()))
-                 : r;
+    if (G == 1) return r;
+    TensorSharding by_group(dims.size());  // the groups split as the rows were, the rest whole
+    by_group[0] = rows[0];
+    return lb.sharding_constraint(r, by_group);
   };
   Value hp = grouped(b, h, {G, n, C}), lp = grouped(b, labels, {G, n});
   if (np > n) {  // padded rows carry no label: no loss, no gradient

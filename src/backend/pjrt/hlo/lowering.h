@@ -145,11 +145,12 @@ AttentionGrads attention_backward_blocked(StablehloBuilder& b, const AttentionAr
 // calls cuDNN); use_cudnn_attention is its nullptr test. `deterministic` (train.deterministic)
 // keeps the lowering: XLA's CUDA plugin (jax-cuda13-pjrt 0.11.2, H200) stops with an internal
 // error ("raw_hash_map<>::at") when it compiles cuDNN's backward under
-// xla_gpu_exclude_nondeterministic_ops or xla_gpu_deterministic_ops.
+// xla_gpu_exclude_nondeterministic_ops or xla_gpu_deterministic_ops. `devices`: the mesh's; more
+// than one keeps the lowering too (XLA's partitioner cannot split cuDNN's call).
 const char* cudnn_attention_fallback(const std::string& platform, DType dt, const AttentionArgs& a,
-                                     bool deterministic);
+                                     bool deterministic, int64_t devices);
 bool use_cudnn_attention(const std::string& platform, DType dt, const AttentionArgs& a,
-                         bool deterministic);
+                         bool deterministic, int64_t devices);
 AttentionOut cudnn_attention_forward(StablehloBuilder& b, const AttentionArgsHlo& a, const Value& q,
                                      const Value& k, const Value& v);
 AttentionGrads cudnn_attention_backward(StablehloBuilder& b, const AttentionArgsHlo& a,
