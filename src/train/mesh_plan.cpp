@@ -21,6 +21,10 @@ struct Sizes {
   int64_t tables = 0;
   int64_t tensor_local = 0;  // every parameter split by tensor only
   int64_t device_local = 0;  // every parameter as a device holds it
+  // The token and position tables and an untied head, split by tensor only and as a device
+  // holds them: their gradients are made in f32 (a scatter-add of the looked-up rows' gradients,
+  // the head's product's f32 result) and reduced so.
+  int64_t tables_tensor_local = 0, tables_device_local = 0;
   int64_t matmul = 0;        // parameters in matrix products (flops.h)
 };
 
@@ -47,6 +51,8 @@ Sizes sizes_of(const ModelConfig& cfg, const Mesh& mesh) {
     const bool tokens = p.name == "model.embed_tokens.weight" || p.name == "transformer.wte.weight";
     const bool table = (p.kind == ParamKind::embedding && (!tokens || cfg.tie_word_embeddings)) ||
                        p.name == "lm_head.weight";
+    if (p.kind == ParamKind::embedding || p.name == "lm_head.weight")
+      s.tables_tensor_local += whole, s.tables_device_local += local;
     if (by_fsdp && layer0) s.layer_fsdp += whole;
     if (by_fsdp && table) s.tables += whole;
     s.matmul += p.numel();
@@ -54,6 +60,11 @@ Sizes sizes_of(const ModelConfig& cfg, const Mesh& mesh) {
   if (!cfg.tie_word_embeddings) s.matmul -= cfg.vocab_size * cfg.hidden_size;
   if (cfg.traits().learned_positions) s.matmul -= cfg.max_position_embeddings * cfg.hidden_size;
   return s;
+}
+
+// The bytes of `all` gradients of which `tables` are f32 and the rest in `es` bytes each.
+double gradient_bytes(int64_t all, int64_t tables, double es) {
+  return static_cast<double>(all - tables) * es + static_cast<double>(tables) * 4;
 }
 
 }  // namespace
@@ -90,25 +101,28 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
     add("fsdp_lookup_rows", "all-to-all of the looked-up embedding rows, forward and backward",
         "fsdp", 2, 2 * ring(f) * N * static_cast<double>(cfg.hidden_size) * es, false);
     // Gradients are reduced in the compute dtype, as the weight-gradient products make their
-    // partial sums, before each is widened into the f32 update (step_memory.h counts them so).
+    // partial sums, before each is widened into the f32 update (step_memory.h counts them so);
+    // the tables' in f32 (Sizes).
     add("fsdp_reduce_scatter", "reduce-scatter of every gradient", "fsdp", L + 1,
-        ring(f) * static_cast<double>(s.tensor_local) * es, false);
+        ring(f) * gradient_bytes(s.tensor_local, s.tables_tensor_local, es), false);
   }
   if (d > 1)
     add("data_all_reduce", "all-reduce of every gradient shard", "data", 1,
-        2 * ring(d) * static_cast<double>(s.device_local) * es, false);
+        2 * ring(d) * gradient_bytes(s.device_local, s.tables_device_local, es), false);
   if (t > 1) {
     // Row-parallel o_proj and down_proj sum their partial outputs in the forward; the
     // column-parallel q|k|v and gate|up sum their input gradients in the backward; the
-    // vocabulary-split embedding and head add one each.
-    const double rows = 2 * ring(t) * N * static_cast<double>(cfg.hidden_size) * es;
+    // vocabulary-split embedding and head add one each. The outputs cross in the compute dtype;
+    // the input gradients in f32, as the backward's products make them (bf16 operands, f32
+    // results: XLA's GPU compiler sums them so; libtpu was seen to sum them in bf16).
+    const double rows = 2 * ring(t) * N * static_cast<double>(cfg.hidden_size);
     add("tensor_all_reduce_forward", "all-reduce of attention and MLP outputs, forward",
-        "tensor", 2 * L + 1, (2 * L + 1) * rows, true);
-    add("tensor_all_reduce_backward", "all-reduce of attention and MLP input gradients",
-        "tensor", 2 * L + 1, (2 * L + 1) * rows, true);
+        "tensor", 2 * L + 1, (2 * L + 1) * rows * es, true);
+    add("tensor_all_reduce_backward", "all-reduce of attention and MLP input gradients (f32)",
+        "tensor", 2 * L + 1, (2 * L + 1) * rows * 4, true);
     if (shape.checkpointing)
       add("tensor_all_reduce_recompute", "all-reduce of attention and MLP outputs, recomputation",
-          "tensor", 2 * L, 2 * L * rows, true);
+          "tensor", 2 * L, 2 * L * rows * es, true);
   }
   return c;
 }

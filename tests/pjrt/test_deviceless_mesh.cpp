@@ -171,6 +171,37 @@ TEST(DevicelessMesh, CollectivesCountLoopsByTheirTripsAndPairsOnce) {
       "}\n");
   EXPECT_EQ(t.by_kind.at("all-gather").sent_bytes, 16 * 4 / 2);
 
+  // libtpu's asynchronous collective fusions: one all-gather (channel 7) written in its start's
+  // fusion, its done's and a fusion that runs while it is in flight is one all-gather a run; in a
+  // loop's body it is one a trip.
+  const std::string carried =
+      "  %ag.1 = bf16[96,192]{1,0} all-gather(%p), channel_id=7, replica_groups=[2,2]<=[4], "
+      "dimensions={1}\n";
+  const std::string fused = "HloModule m, num_partitions=4\n"
+                            "%start (p: bf16[96,96]) -> bf16[96,192] {\n" + carried + "}\n"
+                            "%overlap (p: bf16[96,96]) -> bf16[96,192] {\n" + carried + "}\n"
+                            "%done (p: bf16[96,96]) -> bf16[96,192] {\n" + carried + "}\n"
+                            "%body (p: bf16[96,96]) -> bf16[96,192] {\n"
+                            "  %s = bf16[96,192]{1,0} fusion(%p), kind=kCustom, calls=%start\n"
+                            "  %o = bf16[96,192]{1,0} fusion(%p), kind=kCustom, calls=%overlap\n"
+                            "  %d = bf16[96,192]{1,0} fusion(%p), kind=kCustom, calls=%done\n"
+                            "}\n";
+  const Collectives once = collectives(fused +
+                                       "ENTRY %main (a: bf16[96,96]) -> bf16[96,192] {\n"
+                                       "  %c = bf16[96,192]{1,0} call(%a), to_apply=%body\n"
+                                       "}\n");
+  EXPECT_EQ(once.by_kind.at("all-gather").count, 1);
+  EXPECT_EQ(once.by_kind.at("all-gather").static_count, 1);
+  EXPECT_EQ(once.by_kind.at("all-gather").bytes, 96 * 192 * 2);
+  const Collectives looped = collectives(
+      fused +
+      "ENTRY %main (a: bf16[96,96]) -> bf16[96,192] {\n"
+      "  %w = bf16[96,192]{1,0} while(%a), condition=%c, body=%body, "
+      "backend_config={\"known_trip_count\":{\"n\":\"4\"}}\n"
+      "}\n");
+  EXPECT_EQ(looped.by_kind.at("all-gather").count, 4);
+  EXPECT_EQ(looped.by_kind.at("all-gather").sent_bytes, 4 * 96 * 192 * 2 / 2);
+
   EXPECT_EQ(hlo_shape_bytes("pred[3]{0}"), 3);
   EXPECT_EQ(hlo_shape_bytes("(f8e4m3fn[4]{0}, s32[], token[])"), 4 + 4);
   EXPECT_EQ(hlo_shape_bytes("c64[2]"), 16);
@@ -263,10 +294,11 @@ double sent_ratio(const nlohmann::json& a, const std::string& kind) {
 //   within 10% of the plan's (TPU tiles pad them); the whole step no more than 10% over it.
 // - The embedding lookup moves its rows by all-to-all forward and backward, as the plan says
 //   (2; libtpu 1), with the ids permuted once. No reduce-scatter beyond the plan's.
-// - All-gathers send at most `gathers` times the plan's bytes (libtpu splits them into pieces:
-//   2.9 times on the v5e; the GPU's are the plan's, 1.00, since a mesh takes XLA's attention and
-//   the loss head chunks each device's own rows: 5.6 before), all-reduces at most twice (the
-//   statistics' pairs, the loss's sums: 1.36 and 1.45).
+// - All-gathers send at most `gathers` times the plan's bytes (libtpu gathers some weights again
+//   at a later product: 1.42 times on the v5e; the GPU's are the plan's, 1.00, since a mesh takes
+//   XLA's attention and the loss head chunks each device's own rows: 5.6 before). All-reduces
+//   send 0.7 to 1.1 times the plan's (the input gradients' in f32; the GPU 0.96, libtpu, which
+//   sums them in bf16, 0.78).
 void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loops,
                                     double gathers) {
   const nlohmann::json& p = j.at("pjrt_step");
@@ -282,9 +314,9 @@ void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loo
   EXPECT_LE(xla_count(a, "collective-permute"), 1);
   EXPECT_LE(xla_count(a, "reduce-scatter"), plan_count(a, "reduce-scatter"));
   EXPECT_LT(sent_ratio(a, "all-gather"), gathers) << a.dump();
-  EXPECT_LT(sent_ratio(a, "all-reduce"), 2.0) << a.dump();
+  EXPECT_LT(sent_ratio(a, "all-reduce"), 1.1) << a.dump();
   EXPECT_GT(sent_ratio(a, "all-gather"), 0.5) << a.dump();
-  EXPECT_GT(sent_ratio(a, "all-reduce"), 0.5) << a.dump();
+  EXPECT_GT(sent_ratio(a, "all-reduce"), 0.7) << a.dump();
   for (const auto& [kind, c] : a.at("collectives").items())
     if (kind != "collective-permute") EXPECT_GT(c.at("plan_count").get<int64_t>(), 0) << kind;
   std::printf("%s: %s\n", p.at("device_kind").get<std::string>().c_str(), a.dump().c_str());
@@ -301,7 +333,7 @@ TEST(DevicelessMesh, TheDemosMeshStepForATpuV5e2x2StaysWithinItsBounds) {
   EXPECT_GT(limit, int64_t{15} << 30);
   EXPECT_LE(limit, int64_t{16} << 30);
   EXPECT_FALSE(p.contains("launches"));  // kernels are counted from a GPU's thunks only
-  expect_demo_step_within_bounds(j, 1, 3.5);
+  expect_demo_step_within_bounds(j, 1, 1.6);
 }
 
 TEST(DevicelessMesh, TheDemosMeshStepForFourH200sStaysWithinItsBounds) {
