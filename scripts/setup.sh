@@ -12,6 +12,7 @@ packages=(
   libopenblas-dev libopenblas-openmp-dev libomp-dev libdnnl-dev
   libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libpcre2-dev libsentencepiece-dev libsimdjson-dev libsnappy-dev libzstd-dev libxxhash-dev
+  libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libcairo2-dev fonts-dejavu-core
   fortunes

@@ -19,20 +19,6 @@
 
 namespace lmt::cli {
 
-namespace {
-
-// The tokenizer of a checkpoint (its state.json says whether it was trained on bytes or on the
-// tokenizer copied beside it) or of a Hugging Face directory (its tokenizer.json / .model).
-std::string tokenizer_spec(const std::filesystem::path& dir) {
-  std::ifstream f(dir / "state.json");
-  if (!f) return dir.string();
-  auto j = nlohmann::json::parse(f, nullptr, false);
-  if (j.is_discarded()) throw UserError((dir / "state.json").string() + ": not valid JSON");
-  return j.value("tokenizer", std::string("bytes")) == "bytes" ? "bytes" : dir.string();
-}
-
-}  // namespace
-
 Run add_generate(CLI::App& app) {
   struct Opts {
     std::string checkpoint, adapter, prompt, prompt_ids, backend = "cpu";
@@ -121,6 +107,16 @@ Run add_generate(CLI::App& app) {
     }
     return 0;
   };
+}
+
+// The tokenizer of a checkpoint (its state.json says whether it was trained on bytes or on the
+// tokenizer copied beside it) or of a Hugging Face directory (its tokenizer.json / .model).
+std::string tokenizer_spec(const std::filesystem::path& dir) {
+  std::ifstream f(dir / "state.json");
+  if (!f) return dir.string();
+  auto j = nlohmann::json::parse(f, nullptr, false);
+  if (j.is_discarded()) throw UserError((dir / "state.json").string() + ": not valid JSON");
+  return j.value("tokenizer", std::string("bytes")) == "bytes" ? "bytes" : dir.string();
 }
 
 }  // namespace lmt::cli

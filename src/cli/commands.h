@@ -29,12 +29,18 @@ Run add_init(CLI::App& app);
 Run add_info(CLI::App& app);
 Run add_plot(CLI::App& app);
 Run add_check(CLI::App& app);
+Run add_eval(CLI::App& app);
 
 // The model directory a flag names: a directory with config.json (a checkpoint or a Hugging Face
 // directory) as it is, or a run directory's newest checkpoint. `flag` names it in messages.
 // The checkpoint is held (CheckpointHold) while `hold` lives, so a run's pruning leaves it be.
 std::filesystem::path resolve_model_dir(const std::string& arg, const char* flag,
                                         CheckpointHold& hold);
+
+// The tokenizer spec (load_tokenizer) of a model directory: a checkpoint's state.json says whether
+// it was trained on bytes or on the tokenizer copied beside it; a Hugging Face directory's is its
+// tokenizer.json / .model. Shared by generate and eval.
+std::string tokenizer_spec(const std::filesystem::path& dir);
 
 // Token ids given as JSON text, one array of integers in [0, vocab): `what` (a flag or a file)
 // names it in messages. Shared by `logits --ids-file` and `generate --prompt-ids`.

@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   add(lmt::cli::add_info, "info", "a model's family, parameters and training-step memory");
   add(lmt::cli::add_check, "check",
       "verify token stores, checkpoints and exports against the checksums lmtrain recorded");
+  add(lmt::cli::add_eval, "eval",
+      "score a model on held-out text and on lm-evaluation-harness tasks");
   add(lmt::cli::add_plot, "plot", "draw runs' metrics.jsonl (loss, lr, grad norm) as SVG or PNG");
   try {
     app.parse(argc, argv);

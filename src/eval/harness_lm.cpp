@@ -1,0 +1,262 @@
+#include "eval/harness_lm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace lmt::eval {
+
+namespace {
+
+// Per position of a batch [B, T]: log p(labels[i]) and whether labels[i] is the argmax of the
+// logits there (the first of equal maxima, as torch.argmax). Unlabelled positions: 0, false.
+struct Scores {
+  std::vector<double> logprob;
+  std::vector<uint8_t> greedy;
+};
+
+Scores token_scores(Transformer& model, const std::vector<int32_t>& ids,
+                    const std::vector<int32_t>& labels, int64_t B, int64_t T) {
+  const int64_t V = model.config().vocab_size;
+  const std::vector<double> logits = model.forward_logits(ids.data(), B, T);
+  Scores s{std::vector<double>(static_cast<size_t>(B * T), 0.0),
+           std::vector<uint8_t>(static_cast<size_t>(B * T), 0)};
+  for (int64_t i = 0; i < B * T; ++i) {
+    const int32_t y = labels[static_cast<size_t>(i)];
+    if (y == Transformer::kIgnoreIndex) continue;
+    const double* z = logits.data() + i * V;
+    const int64_t best = std::max_element(z, z + V) - z;
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - z[best]);
+    s.logprob[static_cast<size_t>(i)] = z[y] - z[best] - std::log(sum);
+    s.greedy[static_cast<size_t>(i)] = best == y;
+  }
+  return s;
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return !prefix.empty() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+HarnessLM::HarnessLM(Transformer& model, const Tokenizer& tok, int64_t batch)
+    : model_(model), tok_(tok), batch_(std::max<int64_t>(1, batch)) {
+  max_length_ = model.config().max_position_embeddings;
+  prefix_ = tok.bos_id() >= 0 ? tok.bos_id() : tok.eos_id();
+  if (prefix_ < 0)
+    throw UserError(
+        "eval: the tokenizer has neither a beginning- nor an end-of-sequence token, which "
+        "scoring a text from its first token needs (lm-evaluation-harness's prefix token)");
+}
+
+// HFLM.tok_encode(text): the tokenizer's default special tokens, none where the text already
+// starts with the prefix token's text.
+std::vector<int32_t> HarnessLM::encode(const std::string& text) const {
+  if (starts_with(text, tok_.decode({prefix_}))) return tok_.encode(text);
+  return tok_.encode_with_special(text);
+}
+
+std::pair<std::vector<int32_t>, std::vector<int32_t>> HarnessLM::encode_pair(
+    const std::string& context, const std::string& continuation) const {
+  std::string ctx = context, cont = continuation;
+  // Python's str.rstrip(): whitespace as str.isspace() counts it; the ASCII set covers the
+  // harness's delimiters (a Unicode space at the end of a context stays with it here).
+  const size_t keep = ctx.find_last_not_of(" \t\n\r\v\f\x1c\x1d\x1e\x1f");
+  const size_t n_spaces = keep == std::string::npos ? ctx.size() : ctx.size() - keep - 1;
+  if (n_spaces > 0) {
+    cont = ctx.substr(ctx.size() - n_spaces) + cont;
+    ctx.resize(ctx.size() - n_spaces);
+  }
+  const std::vector<int32_t> whole = encode(ctx + cont);
+  std::vector<int32_t> context_enc = encode(ctx);
+  std::vector<int32_t> continuation_enc;
+  if (context_enc.size() < whole.size())
+    continuation_enc.assign(whole.begin() + static_cast<std::ptrdiff_t>(context_enc.size()),
+                            whole.end());
+  return {std::move(context_enc), std::move(continuation_enc)};
+}
+
+std::vector<LoglikelihoodResult> HarnessLM::score_rows(const std::vector<Row>& rows,
+                                                       const Progress& progress) {
+  const auto n = static_cast<int64_t>(rows.size());
+  // Each row as the model sees it: (context + continuation)[-(max_length + 1):][:-1].
+  std::vector<std::vector<int32_t>> inputs(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    if (r.continuation.empty())
+      throw UserError("eval: a continuation encodes to no tokens (an empty choice or target)");
+    if (static_cast<int64_t>(r.continuation.size()) > max_length_)
+      throw UserError(
+          "eval: a continuation of " + std::to_string(r.continuation.size()) +
+          " tokens is longer than the model's " + std::to_string(max_length_) + " positions");
+    std::vector<int32_t> all = r.context;
+    all.insert(all.end(), r.continuation.begin(), r.continuation.end());
+    const auto total = static_cast<int64_t>(all.size());
+    if (total > max_length_ + 1) {
+      ++truncated_;
+      all.erase(all.begin(), all.begin() + (total - max_length_ - 1));
+    }
+    all.pop_back();
+    inputs[i] = std::move(all);
+  }
+  // Longest first, as the harness orders them: a batch's rows are then of similar length.
+  std::vector<int64_t> order(rows.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return inputs[static_cast<size_t>(a)].size() > inputs[static_cast<size_t>(b)].size();
+  });
+  std::vector<LoglikelihoodResult> out(rows.size());
+  for (int64_t at = 0; at < n; at += batch_) {
+    const int64_t B = std::min(batch_, n - at);
+    const auto T = static_cast<int64_t>(inputs[static_cast<size_t>(order[at])].size());
+    std::vector<int32_t> ids(static_cast<size_t>(B * T), 0),
+        labels(static_cast<size_t>(B * T), Transformer::kIgnoreIndex);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto i = static_cast<size_t>(order[at + b]);
+      const std::vector<int32_t>& in = inputs[i];
+      const std::vector<int32_t>& cont = rows[i].continuation;
+      std::copy(in.begin(), in.end(), ids.begin() + b * T);
+      // Position p predicts the token after it: the continuation's tokens are predicted by the
+      // row's last cont.size() positions.
+      const auto L = static_cast<int64_t>(in.size()), C = static_cast<int64_t>(cont.size());
+      for (int64_t j = 0; j < C; ++j)
+        labels[static_cast<size_t>(b * T + L - C + j)] = cont[static_cast<size_t>(j)];
+    }
+    const Scores s = token_scores(model_, ids, labels, B, T);
+    for (int64_t b = 0; b < B; ++b) {
+      LoglikelihoodResult r{0.0, true};
+      for (int64_t t = 0; t < T; ++t) {
+        const auto k = static_cast<size_t>(b * T + t);
+        if (labels[k] == Transformer::kIgnoreIndex) continue;
+        r.logprob += s.logprob[k];
+        r.greedy = r.greedy && s.greedy[k];
+      }
+      out[static_cast<size_t>(order[at + b])] = r;
+    }
+    if (progress) progress(at + B, n);
+  }
+  return out;
+}
+
+std::vector<LoglikelihoodResult> HarnessLM::loglikelihood(
+    const std::vector<LoglikelihoodRequest>& reqs, const Progress& progress) {
+  std::vector<Row> rows;
+  rows.reserve(reqs.size());
+  for (const LoglikelihoodRequest& q : reqs) {
+    Row r;
+    if (q.context.empty()) {
+      // The prefix token as the context, unless the continuation starts with it.
+      r.continuation = tok_.encode(q.continuation);
+      if (!r.continuation.empty() && r.continuation.front() == prefix_) {
+        r.context.assign(r.continuation.begin(), r.continuation.begin() + 1);
+        r.continuation.erase(r.continuation.begin());
+      } else {
+        r.context = {prefix_};
+      }
+    } else {
+      std::tie(r.context, r.continuation) = encode_pair(q.context, q.continuation);
+    }
+    rows.push_back(std::move(r));
+  }
+  return score_rows(rows, progress);
+}
+
+std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> HarnessLM::rolling_windows(
+    const std::vector<int32_t>& tokens, int32_t prefix, int64_t max_length) {
+  std::vector<std::pair<std::vector<int32_t>, std::vector<int32_t>>> w;
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return w;
+  auto slice = [&](int64_t from, int64_t to) {
+    return std::vector<int32_t>(tokens.begin() + from, tokens.begin() + to);
+  };
+  // The first window predicts its every token, from the prefix token on.
+  const int64_t first = std::min(max_length, n);
+  std::vector<int32_t> input = {prefix};
+  for (int64_t i = 0; i + 1 < first; ++i) input.push_back(tokens[static_cast<size_t>(i)]);
+  w.emplace_back(std::move(input), slice(0, first));
+  // Then max_length tokens a window (context_len 1: pred_len = max_length), each conditioned on
+  // as much of what precedes it as fits.
+  int64_t predicted = first;
+  while (predicted < n) {
+    const int64_t len = std::min(n - predicted, max_length);
+    const int64_t end = predicted + len;
+    w.emplace_back(slice(end - max_length - 1, end - 1), slice(end - len, end));
+    predicted += len;
+  }
+  // make_disjoint_window: the input without the tokens it predicts, but the first of them.
+  for (auto& [a, b] : w) a.resize(a.size() - (b.size() - 1));
+  return w;
+}
+
+std::vector<double> HarnessLM::loglikelihood_rolling(const std::vector<std::string>& texts,
+                                                     const Progress& progress) {
+  std::vector<Row> rows;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < texts.size(); ++i)
+    for (auto& [context, predicted] : rolling_windows(encode(texts[i]), prefix_, max_length_)) {
+      rows.push_back({std::move(context), std::move(predicted)});
+      owner.push_back(i);
+    }
+  const std::vector<LoglikelihoodResult> r = score_rows(rows, [&](int64_t done, int64_t total) {
+    if (progress) progress(done * static_cast<int64_t>(texts.size()) / std::max<int64_t>(total, 1),
+                           static_cast<int64_t>(texts.size()));
+  });
+  std::vector<double> out(texts.size(), 0.0);
+  for (size_t k = 0; k < r.size(); ++k) out[owner[k]] += r[k].logprob;
+  return out;
+}
+
+std::vector<std::string> HarnessLM::generate_until(const std::vector<GenerationRequest>& reqs,
+                                                   const Progress& progress) {
+  std::vector<std::string> out;
+  out.reserve(reqs.size());
+  const int32_t eos = tok_.eos_id();
+  const std::string eos_text = eos >= 0 ? tok_.decode({eos}) : std::string();
+  for (const GenerationRequest& q : reqs) {
+    std::vector<std::string> until = q.until;
+    if (eos >= 0 && std::find(until.begin(), until.end(), eos_text) == until.end())
+      until.push_back(eos_text);
+    const int64_t max_ctx = max_length_ - q.max_gen_toks;
+    if (max_ctx <= 0)
+      throw UserError("eval: max_gen_toks " + std::to_string(q.max_gen_toks) +
+                      " leaves no room for a context in the model's " +
+                      std::to_string(max_length_) + " positions");
+    // tok_batch_encode: the tokenizer's special tokens unless the text starts with BOS's text.
+    const int32_t bos = tok_.bos_id();
+    std::vector<int32_t> ctx = bos >= 0 && starts_with(q.context, tok_.decode({bos}))
+                                   ? tok_.encode(q.context)
+                                   : tok_.encode_with_special(q.context);
+    if (static_cast<int64_t>(ctx.size()) > max_ctx) {
+      ++truncated_;
+      ctx.erase(ctx.begin(), ctx.end() - max_ctx);
+    }
+    if (ctx.empty()) ctx = {prefix_};
+    // Greedy, with the KV cache, until EOS, max_gen_toks, or a stop sequence in the text.
+    std::unique_ptr<KvCache> cache =
+        model_.make_kv_cache(static_cast<int64_t>(ctx.size()) + q.max_gen_toks);
+    std::vector<float> logits = model_.feed(*cache, ctx.data(), static_cast<int64_t>(ctx.size()));
+    std::vector<int32_t> gen;
+    std::string text;
+    for (int64_t k = 0; k < q.max_gen_toks; ++k) {
+      const auto next =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      if (next == eos) break;
+      gen.push_back(next);
+      text = tok_.decode(gen);
+      bool stop = false;
+      for (const std::string& u : until) stop = stop || (!u.empty() && text.find(u) != std::string::npos);
+      if (stop || k + 1 == q.max_gen_toks) break;
+      logits = model_.feed(*cache, &next, 1);
+    }
+    for (const std::string& u : until)
+      if (!u.empty()) text = text.substr(0, text.find(u));
+    out.push_back(std::move(text));
+    if (progress) progress(static_cast<int64_t>(out.size()), static_cast<int64_t>(reqs.size()));
+  }
+  return out;
+}
+
+}  // namespace lmt::eval

@@ -1,0 +1,227 @@
+#include "eval/metrics.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <regex>
+
+#include "core/error.h"
+
+namespace lmt::eval {
+
+namespace {
+
+const char* type_name(OutputType t) {
+  switch (t) {
+    case OutputType::multiple_choice:
+      return "multiple_choice";
+    case OutputType::loglikelihood:
+      return "loglikelihood";
+    case OutputType::generate_until:
+      return "generate_until";
+    case OutputType::loglikelihood_rolling:
+      return "loglikelihood_rolling";
+  }
+  return "";
+}
+
+// The first index of the largest value (numpy's argmax).
+size_t argmax(const std::vector<double>& v) {
+  return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Python's whitespace for re's \s on str: ASCII whitespace and the separators below; len of
+// re.split(r"\s+", text): one more than the runs of whitespace (empty pieces at the ends count).
+bool unicode_space(const std::string& s, size_t i, size_t* len) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  *len = 1;
+  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return true;
+  auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0; };
+  if (c == 0xc2 && (at(1) == 0x85 || at(1) == 0xa0)) return *len = 2, true;
+  if (c == 0xe1 && at(1) == 0x9a && at(2) == 0x80) return *len = 3, true;  // U+1680
+  if (c == 0xe2 && at(1) == 0x80 && (at(2) <= 0x8a || at(2) == 0xa8 || at(2) == 0xa9 ||
+                                     at(2) == 0xaf))
+    return *len = 3, true;  // U+2000..U+200A, U+2028, U+2029, U+202F
+  if (c == 0xe2 && at(1) == 0x81 && at(2) == 0x9f) return *len = 3, true;  // U+205F
+  if (c == 0xe3 && at(1) == 0x80 && at(2) == 0x80) return *len = 3, true;  // U+3000
+  return false;
+}
+
+int64_t count_words(const std::string& s) {
+  int64_t pieces = 1;
+  for (size_t i = 0; i < s.size();) {
+    size_t len = 0;
+    if (!unicode_space(s, i, &len)) {
+      ++i;
+      continue;
+    }
+    ++pieces;
+    while (i < s.size() && unicode_space(s, i, &len)) i += len;
+  }
+  return pieces;
+}
+
+// hf evaluate's exact_match on one prediction, with the task's options.
+double exact_match(std::string prediction, std::string reference, const nlohmann::json& opt) {
+  if (opt.contains("regexes_to_ignore") && !opt["regexes_to_ignore"].is_null())
+    for (const auto& r : opt["regexes_to_ignore"]) {
+      const std::regex re(r.get<std::string>());
+      prediction = std::regex_replace(prediction, re, "");
+      reference = std::regex_replace(reference, re, "");
+    }
+  auto strip = [](std::string s, auto&& drop) {
+    s.erase(std::remove_if(s.begin(), s.end(), drop), s.end());
+    return s;
+  };
+  if (opt.value("ignore_case", false))
+    for (std::string* s : {&prediction, &reference})
+      for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (opt.value("ignore_punctuation", false)) {
+    auto punct = [](char c) { return std::ispunct(static_cast<unsigned char>(c)) != 0; };
+    prediction = strip(prediction, punct), reference = strip(reference, punct);
+  }
+  if (opt.value("ignore_numbers", false)) {
+    auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    prediction = strip(prediction, digit), reference = strip(reference, digit);
+  }
+  return prediction == reference ? 1.0 : 0.0;
+}
+
+double mean(const std::vector<MetricItem>& items) {
+  double s = 0;
+  for (const MetricItem& i : items) s += i.value;
+  return s / static_cast<double>(items.size());
+}
+
+double weighted_mean(const std::vector<MetricItem>& items) {
+  double a = 0, b = 0;
+  for (const MetricItem& i : items) a += i.value, b += i.weight;
+  return a / b;
+}
+
+}  // namespace
+
+int64_t code_points(const std::string& utf8) {
+  int64_t n = 0;
+  for (char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::vector<MetricSpec> default_metrics(OutputType type) {
+  std::vector<MetricSpec> m;
+  auto add = [&](const char* name) { m.push_back({name, higher_is_better(name), {}}); };
+  switch (type) {
+    case OutputType::loglikelihood:
+      add("perplexity"), add("acc");
+      break;
+    case OutputType::loglikelihood_rolling:
+      add("word_perplexity"), add("byte_perplexity"), add("bits_per_byte");
+      break;
+    case OutputType::multiple_choice:
+      add("acc"), add("acc_norm");
+      break;
+    case OutputType::generate_until:
+      add("exact_match");
+      break;
+  }
+  return m;
+}
+
+bool higher_is_better(const std::string& metric) {
+  return !(metric == "perplexity" || metric == "word_perplexity" ||
+           metric == "byte_perplexity" || metric == "bits_per_byte");
+}
+
+std::map<std::string, MetricItem> doc_metrics(const EvalTask& task, const EvalDoc& doc,
+                                              const DocAnswer& answer) {
+  const std::vector<MetricSpec> specs =
+      task.metrics.empty() ? default_metrics(task.type) : task.metrics;
+  std::map<std::string, MetricItem> out;
+  auto unknown = [&](const std::string& name) {
+    throw UserError(task.file + ": metric '" + name + "' is not one lmtrain computes for " +
+                    type_name(task.type) + " tasks");
+  };
+  for (const MetricSpec& m : specs) {
+    const std::string& name = m.name;
+    switch (task.type) {
+      case OutputType::loglikelihood: {
+        const LoglikelihoodResult& r = answer.loglikelihoods.at(0);
+        if (name == "perplexity")
+          out[name] = {r.logprob, 0};
+        else if (name == "acc")
+          out[name] = {r.greedy ? 1.0 : 0.0, 0};
+        else
+          unknown(name);
+        break;
+      }
+      case OutputType::loglikelihood_rolling: {
+        const auto bytes = static_cast<double>(doc.target.size());
+        if (name == "word_perplexity")
+          out[name] = {answer.rolling, static_cast<double>(count_words(doc.target))};
+        else if (name == "byte_perplexity" || name == "bits_per_byte")
+          out[name] = {answer.rolling, bytes};
+        else
+          unknown(name);
+        break;
+      }
+      case OutputType::multiple_choice: {
+        std::vector<double> ll, by_chars, by_bytes;
+        for (size_t i = 0; i < answer.loglikelihoods.size(); ++i) {
+          const double l = answer.loglikelihoods[i].logprob;
+          ll.push_back(l);
+          by_chars.push_back(l / static_cast<double>(code_points(doc.choices.at(i))));
+          by_bytes.push_back(l / static_cast<double>(doc.choices.at(i).size()));
+        }
+        // A gold index past the choices counts as wrong (the harness warns and uses -100).
+        const bool valid = doc.gold >= 0 && doc.gold < static_cast<int64_t>(ll.size());
+        const auto gold = static_cast<size_t>(valid ? doc.gold : 0);
+        if (name == "acc")
+          out[name] = {valid && argmax(ll) == gold ? 1.0 : 0.0, 0};
+        else if (name == "acc_norm")
+          out[name] = {valid && argmax(by_chars) == gold ? 1.0 : 0.0, 0};
+        else if (name == "acc_bytes")
+          out[name] = {valid && argmax(by_bytes) == gold ? 1.0 : 0.0, 0};
+        else if (name == "exact_match")
+          out[name] = {valid && answer.loglikelihoods[gold].greedy ? 1.0 : 0.0, 0};
+        else
+          unknown(name);
+        break;
+      }
+      case OutputType::generate_until:
+        if (name == "exact_match")
+          out[name] = {exact_match(answer.generated, doc.target, m.options), 0};
+        else
+          unknown(name);
+        break;
+    }
+  }
+  return out;
+}
+
+Aggregate aggregate(const std::string& metric, const std::vector<MetricItem>& items) {
+  Aggregate a;
+  if (items.empty()) return a;
+  if (metric == "word_perplexity" || metric == "byte_perplexity") {
+    a.value = std::exp(-weighted_mean(items));
+    return a;
+  }
+  if (metric == "bits_per_byte") {
+    a.value = -weighted_mean(items) / std::log(2.0);
+    return a;
+  }
+  const double m = mean(items);
+  if (metric == "perplexity") {
+    a.value = std::exp(-m);
+    return a;  // the harness bootstraps its standard error (100,000 resamples): not yet here
+  }
+  a.value = m;
+  if (items.size() > 1) {
+    double ss = 0;
+    for (const MetricItem& i : items) ss += (i.value - m) * (i.value - m);
+    const auto n = static_cast<double>(items.size());
+    a.stderr_ = std::sqrt(ss / (n - 1)) / std::sqrt(n);
+  }
+  return a;
+}
+
+}  // namespace lmt::eval
