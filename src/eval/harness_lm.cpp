@@ -36,6 +36,44 @@ Scores token_scores(Transformer& model, const std::vector<int32_t>& ids,
   return s;
 }
 
+// Text as Hugging Face tokenizers decodes it (Rust's String::from_utf8_lossy): every maximal
+// invalid subpart of a UTF-8 sequence becomes one U+FFFD. lmtrain's byte-level decoding keeps
+// such bytes (hf_decoder.h); the harness compares and cuts the text HF gives.
+std::string utf8_lossy(const std::string& s) {
+  std::string out;
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char b = byte(i);
+    if (b < 0x80) {
+      out += static_cast<char>(b), ++i;
+      continue;
+    }
+    // The sequence's length and the range of its second byte (Unicode's table 3-7).
+    int n = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) n = 2;
+    else if (b == 0xE0) n = 3, lo = 0xA0;
+    else if ((b >= 0xE1 && b <= 0xEC) || b == 0xEE || b == 0xEF) n = 3;
+    else if (b == 0xED) n = 3, hi = 0x9F;
+    else if (b == 0xF0) n = 4, lo = 0x90;
+    else if (b >= 0xF1 && b <= 0xF3) n = 4;
+    else if (b == 0xF4) n = 4, hi = 0x8F;
+    int k = 1;
+    while (n > 0 && k < n && i + static_cast<size_t>(k) < s.size()) {
+      const unsigned char c = byte(i + static_cast<size_t>(k));
+      if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) break;
+      ++k;
+    }
+    if (n > 0 && k == n) {
+      out.append(s, i, static_cast<size_t>(n));
+    } else {
+      out += "\xEF\xBF\xBD";
+    }
+    i += static_cast<size_t>(k);
+  }
+  return out;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return !prefix.empty() && s.compare(0, prefix.size(), prefix) == 0;
 }
@@ -158,6 +196,9 @@ std::vector<LoglikelihoodResult> HarnessLM::loglikelihood(
       }
     } else {
       std::tie(r.context, r.continuation) = encode_pair(q.context, q.continuation);
+      // A context of nothing but spaces encodes to nothing (they move to the continuation):
+      // the harness stops there (an assertion); it is conditioned on the prefix token here.
+      if (r.context.empty()) r.context = {prefix_};
     }
     rows.push_back(std::move(r));
   }
@@ -245,7 +286,7 @@ std::vector<std::string> HarnessLM::generate_until(const std::vector<GenerationR
           static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       if (next == eos) break;
       gen.push_back(next);
-      text = tok_.decode(gen);
+      text = utf8_lossy(tok_.decode(gen));
       bool stop = false;
       for (const std::string& u : until) stop = stop || (!u.empty() && text.find(u) != std::string::npos);
       if (stop || k + 1 == q.max_gen_toks) break;
