@@ -15,9 +15,11 @@
 #include "core/host_memory.h"
 #include "data/tokenizer/tokenizer.h"
 #include "eval/evaluate.h"
+#include "eval/heldout.h"
 #include "io/hf_model.h"
 #include "io/text_file.h"
 #include "train/checkpoint.h"
+#include "train/run_config.h"
 #include "train/trainer.h"
 
 namespace lmt::cli {
@@ -77,7 +79,7 @@ std::string utc_now() {
 
 Run add_eval(CLI::App& app) {
   struct Opts {
-    std::string model, adapter, tasks, out, samples;
+    std::string model, adapter, tasks, data, out;
     std::vector<std::string> sets;
     int64_t num_fewshot = -1, limit = -1, batch = 8, threads = 0;
     bool log_samples = false;
@@ -90,8 +92,11 @@ Run add_eval(CLI::App& app) {
   app.add_option("--adapter", o->adapter, "a PEFT LoRA adapter directory to put on the model");
   app.add_option("--tasks", o->tasks,
                  "task files, comma-separated: lm-evaluation-harness task YAML naming local data, "
-                 "or lmtrain's short form")
-      ->required();
+                 "or lmtrain's short form");
+  app.add_option("--data", o->data,
+                 "a config whose data: sources give held-out text (the documents prepare holds "
+                 "out by data.val_fraction; every document where it is 0): loss, perplexity and "
+                 "bits per byte per source");
   app.add_option("--num-fewshot", o->num_fewshot,
                  "few-shot examples a document (default: each task's num_fewshot, else 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -110,13 +115,18 @@ Run add_eval(CLI::App& app) {
     if (o->log_samples && o->out.empty())
       throw UserError("--log-samples writes beside --out: give --out RESULTS.json");
     const EvalSettings settings = read_sets(o->sets);
+    if (!o->out.empty() && !fs::path(o->out).parent_path().empty())
+      fs::create_directories(fs::path(o->out).parent_path());
     // Every task file read before the model is loaded: a bad file costs nothing.
     std::vector<eval::EvalTask> tasks;
     for (const std::string& file : split_list(o->tasks))
       tasks.push_back(eval::load_task(
           file, o->num_fewshot >= 0 ? std::optional<int64_t>(o->num_fewshot) : std::nullopt,
           o->limit > 0 ? std::optional<int64_t>(o->limit) : std::nullopt));
-    if (tasks.empty()) throw UserError("--tasks: no task file given");
+    if (tasks.empty() && o->data.empty())
+      throw UserError("eval: give --tasks FILE.yaml[,...] and/or --data CONFIG.yaml");
+    std::optional<RunConfig> data_cfg;
+    if (!o->data.empty()) data_cfg = load_run_config(o->data, {});
 
     CheckpointHold hold;
     const fs::path dir = resolve_model_dir(o->model, "--model", hold);
@@ -174,9 +184,41 @@ Run add_eval(CLI::App& app) {
         {"fewshot_seed", 1234},
         {"max_length", lm.max_length()}};
     nlohmann::json j = eval::results_json(results, config);
+    if (data_cfg) {
+      std::vector<TextSourceSpec> specs;
+      for (const auto& src : data_cfg->data.sources) specs.push_back(to_text_source_spec(src));
+      auto last = std::chrono::steady_clock::now();
+      const std::vector<eval::HeldoutScore> held = eval::score_heldout(
+          lm, *tok, specs, data_cfg->data.val_fraction,
+          o->limit > 0 ? std::optional<int64_t>(o->limit) : std::nullopt,
+          [&](int64_t done, int64_t source) {
+            const auto now = std::chrono::steady_clock::now();
+            if (now - last < std::chrono::seconds(5)) return;
+            last = now;
+            fmt::print(stderr, "eval: held-out text: {}: {} documents scored\n",
+                       specs[static_cast<size_t>(source)].path, done);
+          });
+      nlohmann::json h = nlohmann::json::object();
+      std::string table = "|Held-out source|Documents|Tokens|Loss|Perplexity|Bits per byte|\n"
+                          "|---|---:|---:|---:|---:|---:|\n";
+      for (const eval::HeldoutScore& s : held) {
+        h[s.source] = {{"documents", s.documents}, {"tokens", s.tokens}, {"bytes", s.bytes},
+                       {"loss", s.loss()}, {"perplexity", s.perplexity()},
+                       {"bits_per_byte", s.bits_per_byte()}};
+        table += fmt::format("|{}|{}|{}|{:.4f}|{:.4f}|{:.4f}|\n", s.source, s.documents,
+                             s.tokens, s.loss(), s.perplexity(), s.bits_per_byte());
+        if (s.documents == 0)
+          fmt::print(stderr,
+                     "eval: {}: no held-out documents (data.val_fraction {} holds none of its "
+                     "documents out)\n",
+                     s.source, data_cfg->data.val_fraction);
+      }
+      j["heldout"] = h;
+      fmt::print("{}", table);
+    }
     j["lmtrain_version"] = LMTRAIN_VERSION;
     j["date"] = utc_now();
-    fmt::print("{}", eval::results_table(results));
+    if (!results.empty()) fmt::print("{}", eval::results_table(results));
     if (!o->out.empty()) {
       write_text_file(o->out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       if (o->log_samples)

@@ -160,8 +160,10 @@ std::vector<LoglikelihoodResult> HarnessLM::score_rows(const std::vector<Row>& r
       // Position p predicts the token after it: the continuation's tokens are predicted by the
       // row's last cont.size() positions.
       const auto L = static_cast<int64_t>(in.size()), C = static_cast<int64_t>(cont.size());
+      const std::vector<uint8_t>& mask = rows[i].mask;
       for (int64_t j = 0; j < C; ++j)
-        labels[static_cast<size_t>(b * T + L - C + j)] = cont[static_cast<size_t>(j)];
+        if (mask.empty() || mask[static_cast<size_t>(j)])
+          labels[static_cast<size_t>(b * T + L - C + j)] = cont[static_cast<size_t>(j)];
     }
     const Scores s = token_scores(model_, ids, labels, B, T);
     for (int64_t b = 0; b < B; ++b) {
@@ -246,6 +248,39 @@ std::vector<double> HarnessLM::loglikelihood_rolling(const std::vector<std::stri
                            static_cast<int64_t>(texts.size()));
   });
   std::vector<double> out(texts.size(), 0.0);
+  for (size_t k = 0; k < r.size(); ++k) out[owner[k]] += r[k].logprob;
+  return out;
+}
+
+std::vector<double> HarnessLM::loglikelihood_rolling_masked(
+    const std::vector<std::vector<int32_t>>& ids, const std::vector<std::vector<uint8_t>>& masks,
+    const Progress& progress) {
+  std::vector<Row> rows;
+  std::vector<size_t> owner;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::vector<int32_t> tokens = ids[i];
+    std::vector<uint8_t> mask = masks[i];
+    if (!tokens.empty() && tokens.front() == prefix_ && !mask.front()) {
+      tokens.erase(tokens.begin());
+      mask.erase(mask.begin());
+    }
+    size_t at = 0;  // where each window's predicted tokens start in `tokens`
+    for (auto& [context, predicted] : rolling_windows(tokens, prefix_, max_length_)) {
+      Row r{std::move(context), std::move(predicted), {}};
+      r.mask.assign(mask.begin() + static_cast<std::ptrdiff_t>(at),
+                    mask.begin() + static_cast<std::ptrdiff_t>(at + r.continuation.size()));
+      at += r.continuation.size();
+      // A window with no target scores nothing (a chat's system turn, say): not run at all.
+      if (std::find(r.mask.begin(), r.mask.end(), 1) == r.mask.end()) continue;
+      rows.push_back(std::move(r));
+      owner.push_back(i);
+    }
+  }
+  std::vector<double> out(ids.size(), 0.0);
+  if (rows.empty()) return out;
+  const std::vector<LoglikelihoodResult> r = score_rows(rows, [&](int64_t done, int64_t total) {
+    if (progress) progress(done, total);
+  });
   for (size_t k = 0; k < r.size(); ++k) out[owner[k]] += r[k].logprob;
   return out;
 }

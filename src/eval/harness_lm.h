@@ -66,6 +66,14 @@ class HarnessLM {
   std::vector<std::string> generate_until(const std::vector<GenerationRequest>& reqs,
                                           const Progress& progress = {});
 
+  // Held-out text (eval/heldout.h): the loglikelihood of each document's tokens whose mask is 1
+  // (a loss target, as prepare masks them), scored as loglikelihood_rolling scores a text: the
+  // first token is the context where it is the prefix token (BOS), else the prefix token is put
+  // before it, then rolling windows of max_length.
+  std::vector<double> loglikelihood_rolling_masked(const std::vector<std::vector<int32_t>>& ids,
+                                                   const std::vector<std::vector<uint8_t>>& masks,
+                                                   const Progress& progress = {});
+
   // Requests whose tokens were cut from the left to fit max_length (loglikelihood and
   // generation contexts), so far.
   int64_t truncated() const { return truncated_; }
@@ -78,6 +86,7 @@ class HarnessLM {
  private:
   struct Row {
     std::vector<int32_t> context, continuation;  // as encoded, before truncation
+    std::vector<uint8_t> mask;  // per continuation token, 1: scored; empty: all scored
   };
   // Log-probability sums and greedy flags of rows (the last continuation.size() tokens of each
   // row's context + continuation are scored), batch rows at a time, longest first.
