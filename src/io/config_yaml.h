@@ -155,10 +155,27 @@ void read_value(const YAML::Node& node, T& out, const std::string& path, const C
 template <class T>
 void emit_value(YAML::Emitter& out, T& v);
 
+// A section that declares `static constexpr bool kOmitWhenDefault = true` is left out of the YAML
+// while every key of it holds its default: a run that does not use it writes, and so hashes, its
+// config as before the section existed (tests/data/saved_runs).
+template <class T>
+concept OmitWhenDefault = requires { T::kOmitWhenDefault; };
+
+template <class T>
+std::string emitted(T& v) {
+  YAML::Emitter out;
+  emit_value(out, v);
+  return out.c_str();
+}
+
 struct EmitVisitor {
   YAML::Emitter& out;
   template <class T>
   void operator()(const char* key, T& field, const char*, Choices = {}) {
+    if constexpr (OmitWhenDefault<T>) {
+      T defaults{};
+      if (emitted(field) == emitted(defaults)) return;
+    }
     out << YAML::Key << key << YAML::Value;
     emit_value(out, field);
   }

@@ -163,9 +163,11 @@ void set_y_axis(PlotPanel& p, bool may_be_log) {
 std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
                                    const std::vector<std::string>& labels, PlotX x) {
   LMT_CHECK(runs.size() == labels.size());
-  PlotPanel loss, sources, lr, grad, memory;
+  PlotPanel loss, sources, tasks, lr, grad, memory;
   loss.title = "Loss";
   sources.title = "Validation loss by source";
+  const std::string tasks_title = "Task scores (eval.tasks)";
+  tasks.title = tasks_title;
   lr.title = "Learning rate";
   grad.title = "Gradient norm";
   memory.title = "Memory (GiB)";
@@ -182,13 +184,16 @@ std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
     for (size_t k = 0; k < r.val_sources.size(); ++k)
       add_series(sources, labels[i] + " val " + r.val_sources[k].name, i, 2 + static_cast<int>(k),
                  on_x(r.val_sources[k].val_loss));
+    for (size_t k = 0; k < r.tasks.size(); ++k)
+      add_series(tasks, labels[i] + " " + r.tasks[k].name, i, 2 + static_cast<int>(k),
+                 on_x(r.tasks[k].val_loss));
     add_series(lr, labels[i], i, 0, on_x(r.lr));
     add_series(grad, labels[i], i, 0, on_x(r.grad_norm));
     add_series(memory, labels[i], i, 0, on_x(r.rss_gib));
     add_series(memory, labels[i] + " device", i, kDeviceMemoryStyle, on_x(r.device_gib));
   }
   std::vector<PlotPanel> panels;
-  for (PlotPanel* p : {&loss, &sources, &lr, &grad, &memory})
+  for (PlotPanel* p : {&loss, &sources, &tasks, &lr, &grad, &memory})
     if (!p->series.empty()) panels.push_back(std::move(*p));
   if (panels.empty()) throw UserError("plot: no points to draw");
   double x_lo = std::numeric_limits<double>::infinity(), x_hi = -x_lo;
@@ -199,7 +204,8 @@ std::vector<PlotPanel> plot_panels(const std::vector<RunMetrics>& runs,
   const Axis x_axis = linear_axis(std::min(x_lo, 0.0), x_hi, 6);
   for (PlotPanel& p : panels) {
     p.x = x_axis;
-    set_y_axis(p, p.title != "Learning rate" && p.title != "Memory (GiB)");
+    set_y_axis(p, p.title != "Learning rate" && p.title != "Memory (GiB)" &&
+                      p.title != tasks_title);
   }
   return panels;
 }

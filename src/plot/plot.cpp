@@ -22,6 +22,7 @@ using nlohmann::json;
 bool RunMetrics::empty() const {
   bool any_source = false;
   for (const SourceSeries& s : val_sources) any_source |= !s.val_loss.empty();
+  for (const SourceSeries& s : tasks) any_source |= !s.val_loss.empty();
   return loss.empty() && lr.empty() && grad_norm.empty() && val_loss.empty() && !any_source;
 }
 
@@ -75,6 +76,36 @@ void read_sources(const json& j, double step, const std::string& where, RunMetri
   }
 }
 
+// An eval line's task scores ("eval_tasks"), each metric a series (stderr keys left out).
+void read_tasks(const json& j, double step, const std::string& where, RunMetrics& run) {
+  const auto it = j.find("eval_tasks");
+  if (it == j.end()) return;
+  if (!it->is_object())
+    throw UserError(fmt::format("{}: eval_tasks must be an object (got {})", where,
+                                excerpt(it->dump())));
+  for (const auto& task : it->items()) {
+    const std::string& name = task.key();
+    if (!task.value().is_object())
+      throw UserError(fmt::format("{}: eval_tasks '{}' must be an object of metrics (got {})",
+                                  where, excerpt(name), excerpt(task.value().dump())));
+    for (const auto& metric : task.value().items()) {
+      const std::string& m = metric.key();
+      if (m.size() > 7 && m.compare(m.size() - 7, 7, "_stderr") == 0) continue;
+      const std::string series = name + " " + m;
+      double v;
+      if (!number_field(task.value(), m.c_str(), where + ": eval_tasks '" + name + "'", &v))
+        continue;
+      auto found = std::find_if(run.tasks.begin(), run.tasks.end(),
+                                [&](const SourceSeries& s) { return s.name == series; });
+      if (found == run.tasks.end()) {
+        run.tasks.push_back({series, {}});
+        found = run.tasks.end() - 1;
+      }
+      found->val_loss.push_back({step, v});
+    }
+  }
+}
+
 void read_line(const json& j, const std::string& where, RunMetrics& run) {
   if (!j.is_object()) throw UserError(where + ": not a JSON object");
   auto step_it = j.find("step");
@@ -92,6 +123,7 @@ void read_line(const json& j, const std::string& where, RunMetrics& run) {
   if (number_field(j, "rss_bytes", where, &v)) run.rss_gib.push_back({step, v / kGiB});
   if (number_field(j, "device_bytes_in_use", where, &v)) run.device_gib.push_back({step, v / kGiB});
   read_sources(j, step, where, run);
+  read_tasks(j, step, where, run);
 }
 
 void sort_by_x(std::vector<PlotPoint>& pts) {
@@ -129,6 +161,7 @@ RunMetrics read_run_metrics(const std::string& arg) {
                   &run.device_gib})
     sort_by_x(*s);
   for (SourceSeries& s : run.val_sources) sort_by_x(s.val_loss);
+  for (SourceSeries& s : run.tasks) sort_by_x(s.val_loss);
   return run;
 }
 

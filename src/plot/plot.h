@@ -26,6 +26,9 @@ struct RunMetrics {
   std::string path;  // the metrics.jsonl read
   std::vector<PlotPoint> loss, lr, grad_norm, val_loss;
   std::vector<SourceSeries> val_sources;  // in the order first met (within a line: by name)
+  // Task scores (eval lines' "eval_tasks": {"<task>": {"<metric>": value}}), one series a task
+  // and metric named "<task> <metric>" (standard errors left out).
+  std::vector<SourceSeries> tasks;
   std::vector<PlotPoint> tokens;          // step lines' "tokens" (x = step, y = tokens)
   // Step lines' memory, in GiB: the process's resident set (rss_bytes) and the device's bytes in
   // use (device_bytes_in_use); empty where the lines do not carry them.

@@ -43,6 +43,15 @@ void DataConfig::validate() const {
   }
 }
 
+void EvalConfig::validate() const {
+  require(limit >= 0, "eval.limit", ">= 0 (0 = every document)", limit);
+  require(num_fewshot >= -1, "eval.num_fewshot", ">= 0, or -1 for each task's own", num_fewshot);
+  require(batch >= 1 && batch <= 65536, "eval.batch", "in [1, 65536]", batch);
+  for (size_t i = 0; i < tasks.size(); ++i)
+    if (tasks[i].empty())
+      throw UserError("eval.tasks[" + std::to_string(i) + "] is empty (a task file's path)");
+}
+
 void TrainConfig::validate() const {
   require_finite(*this, "train.");
   require_choices(*this, "train.");

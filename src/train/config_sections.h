@@ -230,6 +230,27 @@ struct WandbConfig {
   }
 };
 
+// lm-evaluation-harness tasks (src/eval/) scored at each of a run's evaluations (train.eval_every),
+// beside the validation loss. Left out of config.yaml, and so of the config's hash, while unused.
+struct EvalConfig {
+  static constexpr bool kOmitWhenDefault = true;
+  std::vector<std::string> tasks;
+  int64_t limit = 0;
+  int64_t num_fewshot = -1;
+  int64_t batch = 8;
+
+  template <class V>
+  void visit(V& v) {
+    v("tasks", tasks,
+      "task files scored at each evaluation: lm-evaluation-harness task YAML naming local data, "
+      "or lmtrain's short form (as lmtrain eval --tasks)");
+    v("limit", limit, "score only the first N documents of each task; 0 = all");
+    v("num_fewshot", num_fewshot, "few-shot examples a document; -1 = each task's own");
+    v("batch", batch, "sequences scored together");
+  }
+  void validate() const;
+};
+
 struct LoggingConfig {
   bool console = true;
   bool jsonl = true;

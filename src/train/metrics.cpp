@@ -242,6 +242,26 @@ void Metrics::log_eval(int64_t step, double val_loss, int64_t tokens,
   }
 }
 
+void Metrics::log_tasks(int64_t step, const std::vector<TaskScore>& scores) {
+  if (scores.empty()) return;
+  nlohmann::json line = {{"step", step}, {"eval_tasks", nlohmann::json::object()}};
+  std::vector<TbScalar> scalars;
+  std::string text;
+  for (const TaskScore& s : scores) {
+    line["eval_tasks"][s.task][s.metric] = s.value;
+    if (s.stderr_) line["eval_tasks"][s.task][s.metric + "_stderr"] = *s.stderr_;
+    scalars.push_back({"eval/" + s.task + "/" + s.metric, s.value});
+    text += fmt::format(" | {} {} {:.4f}", s.task, s.metric, s.value);
+    if (s.stderr_) text += fmt::format(" ± {:.4f}", *s.stderr_);
+  }
+  write(line);
+  if (tb_) to_tensorboard([&] { tb_->scalars(step, scalars); });
+  if (console_) {
+    fmt::print("tasks {:>6}{}\n", step, text);
+    std::fflush(stdout);
+  }
+}
+
 void Metrics::log_warning(int64_t step, const std::string& kind, const std::string& text,
                           const nlohmann::json& fields) {
   nlohmann::json line = {{"step", step}, {"warning", kind}, {"message", text}};

@@ -54,6 +54,14 @@ struct SourceEval {
   int64_t tokens = 0;
 };
 
+// One metric of a task scored at an evaluation (eval.tasks): acc, acc_norm, exact_match,
+// perplexity, ... as lmtrain eval reports it, its standard error where it has one.
+struct TaskScore {
+  std::string task, metric;
+  double value = 0;
+  std::optional<double> stderr_;
+};
+
 class Metrics {
  public:
   // resume_step >= 0: keep only lines of metrics.jsonl with step <= resume_step.
@@ -64,6 +72,9 @@ class Metrics {
   // `sources`: the per-source losses when the evaluation has them (val/<name>/loss and ppl).
   void log_eval(int64_t step, double val_loss, int64_t tokens,
                 const std::vector<SourceEval>& sources = {});
+  // Task scores of the evaluation at `step`: {"step", "eval_tasks": {task: {metric: value,
+  // metric_stderr: ...}}} in metrics.jsonl (and so W&B), eval/<task>/<metric> in TensorBoard.
+  void log_tasks(int64_t step, const std::vector<TaskScore>& scores);
   // The resolved config for TensorBoard's text tab (tag "config"; a markdown code block, as the
   // tab renders markdown); TensorBoard only.
   void log_config(int64_t step, const std::string& yaml);

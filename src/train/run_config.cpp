@@ -89,6 +89,7 @@ void RunConfig::validate() const {
         "holds it in bf16 (use loss.impl: chunked, or lora.base_dtype: f32)");
   optimizer.validate();
   logging.validate();
+  eval.validate();
   parallel.validate();
   check_mesh_divides(parallel, train, model);
   lora.validate();

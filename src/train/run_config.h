@@ -27,6 +27,7 @@ struct RunConfig {
   LoraSpec lora;
   ParallelConfig parallel;
   LoggingConfig logging;
+  EvalConfig eval;
 
   template <class V>
   void visit(V& v) {
@@ -38,6 +39,7 @@ struct RunConfig {
     v("lora", lora, "LoRA adapters (rank 0: full training)");
     v("parallel", parallel, "several devices: the mesh (backend pjrt)");
     v("logging", logging, "metric sinks");
+    v("eval", eval, "lm-evaluation-harness tasks scored at each evaluation");
   }
 
   // Throws UserError naming the key of the first inconsistent or out-of-range value: each

@@ -23,6 +23,7 @@
 #include "data/mixture.h"
 #include "data/prepare.h"
 #include "data/tokenizer/tokenizer.h"
+#include "eval/evaluate.h"
 #include "io/checkpoint_names.h"
 #include "io/text_file.h"
 #include "model/transformer.h"
@@ -154,6 +155,7 @@ class Evaluation {
         model_(model),
         processes_(processes),
         sums_(model.make_loss_sums()) {
+    load_tasks(cfg, processes);
     const SampleSet& val = *data.validation;
     if ((tc_.eval_every <= 0 && tc_.eval_steps <= 0) || val.num_samples() == 0) return;
     const int rank = processes.group().rank, count = processes.group().count;
@@ -173,6 +175,7 @@ class Evaluation {
   // Logs the evaluation at `step` and keeps its loss in result.last_val_loss. A stop signal ends
   // it after the batch in flight, with nothing logged.
   void run(Metrics& metrics, int64_t step, TrainResult& result) {
+    run_tasks(metrics, step);
     if (!all_ || g_stop_signal.load() != 0) return;
     const int64_t B = tc_.micro_batch_size;
     const int64_t batches = tc_.eval_steps > 0 ? tc_.eval_steps : all_->batches_per_pass();
@@ -190,10 +193,56 @@ class Evaluation {
   }
 
  private:
+  // eval.tasks, read and checked before the first step (a bad task file costs no training).
+  void load_tasks(const RunConfig& cfg, const RunProcesses& processes) {
+    const EvalConfig& ec = cfg.eval;
+    if (ec.tasks.empty()) return;
+    if (processes.group().count > 1)
+      throw UserError(
+          "eval.tasks: a run across processes does not score tasks yet (score its checkpoints "
+          "with lmtrain eval)");
+    tokenizer_ = load_tokenizer(cfg.data.tokenizer);
+    for (const std::string& file : ec.tasks)
+      tasks_.push_back(eval::load_task(
+          file, ec.num_fewshot >= 0 ? std::optional<int64_t>(ec.num_fewshot) : std::nullopt,
+          ec.limit > 0 ? std::optional<int64_t>(ec.limit) : std::nullopt));
+    task_batch_ = ec.batch;
+  }
+
+  // Every task of eval.tasks scored on the model as it is (lmtrain eval's numbers), logged.
+  // Generation runs on a CPU copy of the model where the backend does not decode a token at a
+  // time (pjrt).
+  void run_tasks(Metrics& metrics, int64_t step) {
+    if (tasks_.empty() || g_stop_signal.load() != 0) return;
+    std::vector<TaskScore> scores;
+    eval::HarnessLM lm(model_, *tokenizer_, task_batch_);
+    std::unique_ptr<Backend> cpu;
+    std::unique_ptr<Transformer> copy;
+    std::unique_ptr<eval::HarnessLM> decoder;
+    for (const eval::EvalTask& t : tasks_) {
+      eval::HarnessLM* use = &lm;
+      if (t.type == eval::OutputType::generate_until && !model_.backend()->incremental_decoding()) {
+        if (!decoder) {
+          cpu = make_backend("cpu");
+          copy = model_.clone(cpu.get());
+          decoder = std::make_unique<eval::HarnessLM>(*copy, *tokenizer_, task_batch_);
+        }
+        use = decoder.get();
+      }
+      const eval::TaskResult r = eval::evaluate_task(*use, t);
+      if (g_stop_signal.load() != 0) return;  // cut short: nothing logged
+      for (const auto& [name, a] : r.metrics) scores.push_back({t.name, name, a.value, a.stderr_});
+    }
+    metrics.log_tasks(step, scores);
+  }
+
   const TrainConfig& tc_;
   const int64_t T_;
   Transformer& model_;
   RunProcesses& processes_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<eval::EvalTask> tasks_;
+  int64_t task_batch_ = 8;
   LossSums sums_;  // of the batches of one evaluation
   std::unique_ptr<EvalLoader> all_;
   std::vector<std::pair<std::string, std::unique_ptr<EvalLoader>>> sources_;
