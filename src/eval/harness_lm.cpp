@@ -148,11 +148,20 @@ std::vector<LoglikelihoodResult> HarnessLM::score_rows(const std::vector<Row>& r
   });
   std::vector<LoglikelihoodResult> out(rows.size());
   for (int64_t at = 0; at < n; at += batch_) {
-    const int64_t B = std::min(batch_, n - at);
-    const auto T = static_cast<int64_t>(inputs[static_cast<size_t>(order[at])].size());
+    int64_t B = std::min(batch_, n - at);
+    auto T = static_cast<int64_t>(inputs[static_cast<size_t>(order[at])].size());
+    // A backend that compiles a program a shape (pjrt) sees few shapes: every batch full and
+    // its length rounded up to a power of two (the rows padded, their padding unscored).
+    const int64_t used = B;  // rows of requests; the rest padding
+    if (!model_.backend()->incremental_decoding()) {
+      B = batch_;
+      int64_t p = 16;
+      while (p < T) p *= 2;
+      T = std::min(p, std::max(T, max_length_));
+    }
     std::vector<int32_t> ids(static_cast<size_t>(B * T), 0),
         labels(static_cast<size_t>(B * T), Transformer::kIgnoreIndex);
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < used; ++b) {
       const auto i = static_cast<size_t>(order[at + b]);
       const std::vector<int32_t>& in = inputs[i];
       const std::vector<int32_t>& cont = rows[i].continuation;
@@ -166,7 +175,7 @@ std::vector<LoglikelihoodResult> HarnessLM::score_rows(const std::vector<Row>& r
           labels[static_cast<size_t>(b * T + L - C + j)] = cont[static_cast<size_t>(j)];
     }
     const Scores s = token_scores(model_, ids, labels, B, T);
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < used; ++b) {
       LoglikelihoodResult r{0.0, true};
       for (int64_t t = 0; t < T; ++t) {
         const auto k = static_cast<size_t>(b * T + t);
@@ -176,7 +185,7 @@ std::vector<LoglikelihoodResult> HarnessLM::score_rows(const std::vector<Row>& r
       }
       out[static_cast<size_t>(order[at + b])] = r;
     }
-    if (progress) progress(at + B, n);
+    if (progress) progress(at + used, n);
   }
   return out;
 }

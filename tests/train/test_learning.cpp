@@ -48,6 +48,32 @@ TEST(Learning, DemoEndsWellBelowUnigramEntropy) {
   EXPECT_LT(last_val_loss, 0.75 * entropy);
 }
 
+// The demo run scores a task made from its own data at each evaluation (tests/run_demo.sh,
+// eval.tasks): a fortune's first three words, then its rest in order or shuffled, four choices.
+// Chance is 1/4; the trained model must beat it by more than three standard errors, and do
+// better at the end than at its first evaluation.
+TEST(Learning, TheDemoScoresATaskOfItsOwnDataDuringTraining) {
+  ASSERT_EQ(test::demo_run_missing(), "");
+  std::ifstream f(test::demo_run_dir() / "metrics.jsonl");
+  std::vector<std::pair<int64_t, nlohmann::json>> scores;
+  for (std::string line; std::getline(f, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("eval_tasks"))
+      scores.emplace_back(j.at("step").get<int64_t>(), j.at("eval_tasks").at("demo_word_order"));
+  }
+  const RunConfig cfg = load_run_config(test::demo_config(), test::demo_data_sets());
+  // Every evaluation (each eval_every steps, and the last step) scored the task.
+  ASSERT_EQ(static_cast<int64_t>(scores.size()), cfg.train.max_steps / cfg.train.eval_every);
+  for (const auto& [step, s] : scores)
+    std::printf("demo_word_order at step %lld: acc %.3f ± %.3f, acc_norm %.3f\n",
+                static_cast<long long>(step), s.at("acc").get<double>(),
+                s.at("acc_stderr").get<double>(), s.at("acc_norm").get<double>());
+  const nlohmann::json& last = scores.back().second;
+  EXPECT_EQ(scores.back().first, cfg.train.max_steps);
+  EXPECT_GT(last.at("acc").get<double>() - 0.25, 3 * last.at("acc_stderr").get<double>());
+  EXPECT_GT(last.at("acc").get<double>(), scores.front().second.at("acc").get<double>());
+}
+
 // Runs argv (no shell: the prompt holds newlines) and returns its standard output.
 std::string capture(const std::vector<std::string>& argv) {
   int fd[2];
