@@ -69,8 +69,8 @@ struct HeadLossArgs {
   // programs reads the step's scale there instead of fixing the number in its program, so that
   // a replayed step (Backend::replay) takes each step's.
   const double* grad_scale_at = nullptr;
-  double softcap = 0;  // > 0: logits become softcap * tanh(logits / softcap) first
-  LossSpec loss;       // the objective (backend/loss.h); plain: the cross-entropy
+  double softcap = 0;           // > 0: logits become softcap * tanh(logits / softcap) first
+  LossSpec loss;                // the objective (backend/loss.h); plain: the cross-entropy
   // > 0 and < V: the cut cross-entropy, the head's product fused with the loss tile by tile,
   // `chunk` rows by `vocab_tile` token ids: no more than one such tile of logits exists, the
   // log-sum-exp runs online over the tiles and the backward computes each tile again. 0: whole
@@ -432,7 +432,8 @@ struct BackendOptions {
   std::vector<int64_t> devices;
   std::shared_ptr<DirectoryStore> store;
   // On a mesh: how each named tensor is split (model/sharding_plan.h); none: all whole.
-  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)> sharding;
+  std::function<TensorSharding(const std::string& name, const std::vector<int64_t>& dims)>
+      sharding;
   // Compile for this GPU without having it (pjrt through the CUDA plugin, compile_only implied):
   // every choice that depends on the device follows the target.
   std::optional<CompileTarget> target;

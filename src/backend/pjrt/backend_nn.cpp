@@ -216,9 +216,10 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
     scale = down(wide_value_at(a.grad_scale_at), compute_type(dt));
   else if (grads)
     scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
-  const hlo::HeadLossOut o = hlo::head_loss(
-      b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}), view(labels, DType::i32, {a.N}), a,
-      grads ? &scale : nullptr, dw != nullptr, wide_, trace_.residual_sharding(a.N, a.C));
+  const hlo::HeadLossOut o = hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
+                                            view(labels, DType::i32, {a.N}), a,
+                                            grads ? &scale : nullptr, dw != nullptr, wide_,
+                                            trace_.residual_sharding(a.N, a.C));
   add_wide(loss_sum, o.loss_sum);
   if (ce_sum) add_wide(ce_sum, o.ce_sum);
   if (!grads) return;
