@@ -28,7 +28,7 @@ TEST(TokenScores, EqualLogSoftmaxOfTheLogitsForEveryFamily) {
           const std::vector<float> w = test::random_floats(m.flat_size(), seed, 0.3);
           be.from_host(m.params_data(), w.data(), w.size() * sizeof(float));
         }
-        m.set_loss_chunk_tokens(5);  // 26 tokens: 6 chunks, the last of 1
+        m.set_loss_chunk_tokens(5);    // 26 tokens: 6 chunks, the last of 1
         m.set_loss(LossSpec{}, tile);  // 4: 3 tiles of 11 ids, the last clamped
         const std::string what = std::string(v.name) + " " + std::string(dtype_name(dt)) +
                                  " tile " + std::to_string(tile);
@@ -43,7 +43,8 @@ TEST(TokenScores, LoraAdaptersTakePart) {
   CpuBackend be;
   Transformer m(&be, test::tiny("llama"), DType::f64);
   test::randomise(m, seed, 0.3);
-  const std::vector<int32_t> ids = test::random_ids(9, 11, seed), labels = test::random_ids(9, 11, seed + 1);
+  const std::vector<int32_t> ids = test::random_ids(9, 11, seed),
+                             labels = test::random_ids(9, 11, seed + 1);
   const Transformer::TokenScores base = m.forward_token_scores(ids.data(), labels.data(), 1, 9);
   LoraSpec spec;
   spec.rank = 2;

@@ -43,8 +43,8 @@ inline TokenScoreErrors check_token_scores(Transformer& m, uint32_t seed, double
   }
   labels[2] = Transformer::kIgnoreIndex;  // and one inside a document
   const Transformer::Packing packing{pos.data(), start.data()};
-  const Transformer::TokenScores got = m.forward_token_scores(ids.data(), labels.data(), B, T,
-                                                              &packing);
+  const Transformer::TokenScores got =
+      m.forward_token_scores(ids.data(), labels.data(), B, T, &packing);
   const std::vector<double> logits = m.forward_logits(ids.data(), B, T, &packing);
   EXPECT_EQ(got.logprob.size(), static_cast<size_t>(N)) << what;
   EXPECT_EQ(got.greedy.size(), static_cast<size_t>(N)) << what;
@@ -85,8 +85,7 @@ inline TokenScoreErrors check_token_scores(Transformer& m, uint32_t seed, double
     int64_t at = 0;
     for (int64_t len : docs[b]) {
       const int64_t o = b * T + at;
-      const Transformer::TokenScores alone =
-          m.forward_token_scores(&ids[o], &labels[o], 1, len);
+      const Transformer::TokenScores alone = m.forward_token_scores(&ids[o], &labels[o], 1, len);
       for (int64_t i = 0; i < len; ++i) {
         e.vs_alone = std::max(e.vs_alone, std::fabs(alone.logprob[i] - got.logprob[o + i]));
         EXPECT_NEAR(alone.logprob[i], got.logprob[o + i], tol) << what << ": position " << o + i;
@@ -95,9 +94,10 @@ inline TokenScoreErrors check_token_scores(Transformer& m, uint32_t seed, double
       at += len;
     }
   }
-  std::printf("%-40s max |logprob - log_softmax(forward_logits)| %.3g, packed vs alone %.3g (%d "
-              "greedy of %d flags compared)\n",
-              what.c_str(), e.vs_logits, e.vs_alone, greedy, compared_flags);
+  std::printf(
+      "%-40s max |logprob - log_softmax(forward_logits)| %.3g, packed vs alone %.3g (%d "
+      "greedy of %d flags compared)\n",
+      what.c_str(), e.vs_logits, e.vs_alone, greedy, compared_flags);
   return e;
 }
 

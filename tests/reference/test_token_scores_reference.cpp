@@ -84,12 +84,15 @@ TEST(TokenScoresReference, MatchTransformersLogSoftmaxAndArgmax) {
     double worst = 0;
     for (const char* ref : {"a", "b", "p"})
       worst = std::max(worst, compare_scores(out + "/" + family, ref, &skipped));
-    std::printf("[token_scores_reference] %s f32: max |logprob - transformers'| %.3g, flags "
-                "skipped (top two within 1e-6) %d\n",
-                family, worst, skipped);
+    std::printf(
+        "[token_scores_reference] %s f32: max |logprob - transformers'| %.3g, flags "
+        "skipped (top two within 1e-6) %d\n",
+        family, worst, skipped);
   }
-  if (!testing::Test::HasFailure()) fs::remove_all(out);
-  else std::printf("kept %s\n", out.c_str());
+  if (!testing::Test::HasFailure())
+    fs::remove_all(out);
+  else
+    std::printf("kept %s\n", out.c_str());
 }
 
 }  // namespace
