@@ -10,6 +10,11 @@ tests/data/hf (tests/hf/test_hf_parity.cpp) and the ones the reference tier comp
                                                   --packed also ref_p.json, whose positions restart
                                                   at every document
   <out>/<name>/ref_*_logits.safetensors           logits [T, vocab]
+  <out>/<name>/ref_*_scores.safetensors          with --token-scores: per position t < T-1 the
+                                                  log_softmax of logits[t] at input_ids[t+1]
+                                                  (logprob), whether that id is the argmax
+                                                  (greedy, i32) and the top two logits' gap, as
+                                                  lm-evaluation-harness's HF backend scores
   <out>/<name>/ref_*_grads.safetensors            d loss / d parameter, by lmtrain's (Hugging Face
                                                   text-model) name
 
@@ -297,6 +302,16 @@ def write_ref(model, d, name, ids, positions, args):
         json.dump(out, f)
     save_file({"logits": res.logits[0].detach().contiguous()},
               os.path.join(d, f"ref_{name}_logits.safetensors"))
+    if args.token_scores:  # lm-evaluation-harness's HF loglikelihood: log_softmax, then argmax
+        with torch.no_grad():
+            logits = res.logits[0, :-1].detach()
+            lp = torch.nn.functional.log_softmax(logits, dim=-1)
+            target = ids[0, 1:]
+            top2 = logits.topk(2, dim=-1).values
+            save_file({"logprob": lp.gather(-1, target[:, None])[:, 0].contiguous(),
+                       "greedy": (lp.argmax(dim=-1) == target).to(torch.int32).contiguous(),
+                       "gap": (top2[:, 0] - top2[:, 1]).contiguous()},
+                      os.path.join(d, f"ref_{name}_scores.safetensors"))
     grads = {text_name(n): p.grad.detach().contiguous() for n, p in model.named_parameters()
              if p.grad is not None}
     save_file(grads, os.path.join(d, f"ref_{name}_grads.safetensors"))
@@ -376,6 +391,8 @@ def main():
     ap.add_argument("--packed", action="store_true",
                     help="also ref_p: a row of documents whose positions restart")
     ap.add_argument("--noise", type=float, default=0.02, help="std of the noise on every tensor")
+    ap.add_argument("--token-scores", action="store_true",
+                    help="also ref_*_scores: log_softmax at the next token, argmax flags, top-two gap")
     a = ap.parse_args()
     names = RANDOM if a.random_config else FAMILIES
     for f in a.family or []:

@@ -36,6 +36,22 @@ void Backend::head_loss(DType dt, const HeadLossArgs& a, const void* h, const vo
   }
 }
 
+// Chunk by chunk: logits = h w^T, then each row's score; the chunk's results land at its rows.
+void Backend::head_logprobs(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                            const int32_t* labels, void* logprobs, void* greedy, void* logits) {
+  LMT_CHECK(!a.cut(), "Backend::head_logprobs: this backend has no vocabulary tiles");
+  const size_t es = dtype_size(dt);
+  const size_t ss = dtype_size(dt == DType::f64 ? DType::f64 : DType::f32);
+  for (int64_t s = 0; s < a.N; s += a.chunk) {
+    const int64_t n = std::min(a.chunk, a.N - s);
+    const void* hs = static_cast<const char*>(h) + static_cast<size_t>(s * a.C) * es;
+    gemm(dt, false, true, n, a.V, a.C, 1.0, hs, a.C, w, a.C, 0.0, logits, a.V);
+    token_logprobs(dt, logits, labels + s, n, a.V, a.ignore_index, a.softcap,
+                   static_cast<char*>(logprobs) + static_cast<size_t>(s) * ss,
+                   static_cast<int32_t*>(greedy) + s);
+  }
+}
+
 std::array<float, 3> adamw_factors(double lr, double beta1, double beta2, double weight_decay,
                                    int64_t step) {
   LMT_CHECK(step >= 1, "adamw_factors: step counts from 1");

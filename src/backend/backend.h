@@ -352,6 +352,24 @@ class Backend {
                          const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
                          void* losses, double* ce_sum = nullptr);
 
+  // ---- per-token scores (evaluation: lmtrain eval's log-likelihoods) ----
+  // logits[N,V] (read only); labels[N] (i32; == ignore_index: no score). With z a row's logits
+  // after the soft-cap (softcap > 0: softcap * tanh(logits / softcap), as the loss caps them):
+  // logprobs[N] (f32, or f64 when dt is f64) = log_softmax(z)[label], and greedy[N] (i32) = 1
+  // where the label is the row's argmax, ties going to the lowest id (torch.argmax), else 0.
+  // Ignored rows get 0 and 0.
+  virtual void token_logprobs(DType dt, const void* logits, const int32_t* labels, int64_t N,
+                              int64_t V, int32_t ignore_index, double softcap, void* logprobs,
+                              void* greedy) = 0;
+  // token_logprobs of the head's logits h[N,C] w[V,C]^T, `chunk` rows at a time as head_loss
+  // forms them (a.cut(): a vocab_tile of them; a.grad_scale and a.loss are not used): no [N, V]
+  // logits at once. logprobs[N] and greedy[N] as token_logprobs writes them; logits: scratch of
+  // head_loss_scratch(chunk, V, vocab_tile).logits elements. The default runs the chunks
+  // through gemm and token_logprobs (a.cut() is the CPU backend's and the compiling backend's
+  // own); a compiling backend makes them one loop in one program.
+  virtual void head_logprobs(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                             const int32_t* labels, void* logprobs, void* greedy, void* logits);
+
   // ---- optimizer ----
   // Global-norm clipping on the device: *scale = min(1, max_norm / (sqrt(*sum_squares) + 1e-6))
   // (1 when max_norm <= 0), or NaN when the norm is not finite. Device f64 scalars.

@@ -300,6 +300,30 @@ void Transformer::staged_head_loss(const HeadLossArgs& a, double* loss_sum, doub
   }
 }
 
+// The head's per-token scores (Backend::head_logprobs), chunked as head_loss chunks the loss; a
+// head held in bf16 (a LoRA base) goes through its blocks of converted rows, a chunk of logits at a
+// time, and token_logprobs.
+void Transformer::head_logprobs(void* logprobs, void* greedy) {
+  const ActivationPlan& p = *plan_;
+  HeadLossArgs a;
+  a.N = p.N, a.C = cfg_.hidden_size, a.V = dims_.V, a.chunk = p.chunk;
+  a.ignore_index = kIgnoreIndex;
+  a.softcap = cfg_.final_logit_softcapping;
+  a.vocab_tile = settings_.loss_vocab_tile;
+  if (!weights_.staged(head_)) {
+    be_->head_logprobs(compute_dt_, a, p.hf, param_ptr(head_, false), p.labels, logprobs, greedy,
+                       p.logits);
+    return;
+  }
+  LMT_CHECK(!a.cut(), "the vocabulary tiles need the head in the model's dtype");
+  for (int64_t s = 0; s < a.N; s += a.chunk) {
+    const int64_t n = std::min(a.chunk, a.N - s);
+    head_forward(at(p.hf, s * a.C), p.logits, n);
+    be_->token_logprobs(compute_dt_, p.logits, p.labels + s, n, a.V, a.ignore_index, a.softcap,
+                        stat_at(logprobs, s), static_cast<int32_t*>(greedy) + s);
+  }
+}
+
 void Transformer::discard_scratch() {
   for (const Buffer* b : {&plan_->arena, &lora_scratch_, &grad_scale_, &dropout_key_})
     if (b->data()) be_->discard(b->data());
@@ -378,6 +402,36 @@ LossSum batch_loss(Transformer& model, const int32_t* ids, const int32_t* labels
   sums.zero();
   const int64_t tokens = model.forward_loss(ids, labels, B, T, sums, packing);
   return sums.read(tokens);
+}
+
+Transformer::TokenScores Transformer::forward_token_scores(const int32_t* ids,
+                                                           const int32_t* labels, int64_t B,
+                                                           int64_t T, const Packing* packing) {
+  upload_batch(ids, labels, B, T, packing);
+  weights_.to_compute();
+  forward_trunk();
+  const int64_t N = plan_->N;
+  // The results outlive the pass's scratch: their own buffers, read once the pass is queued (a
+  // compiling backend runs the whole pass as one program at the first read).
+  Buffer logprobs(be_, static_cast<size_t>(N) * stat_size(compute_dt_));
+  Buffer greedy(be_, static_cast<size_t>(N) * sizeof(int32_t));
+  head_logprobs(logprobs.data(), greedy.data());
+  discard_scratch();
+  TokenScores out;
+  out.logprob.resize(static_cast<size_t>(N));
+  out.greedy.resize(static_cast<size_t>(N));
+  if (N == 0) return out;
+  std::vector<int32_t> flags(static_cast<size_t>(N));
+  be_->to_host(flags.data(), greedy.data(), flags.size() * sizeof(int32_t));
+  if (compute_dt_ == DType::f64) {
+    be_->to_host(out.logprob.data(), logprobs.data(), out.logprob.size() * sizeof(double));
+  } else {
+    std::vector<float> lp(static_cast<size_t>(N));
+    be_->to_host(lp.data(), logprobs.data(), lp.size() * sizeof(float));
+    std::copy(lp.begin(), lp.end(), out.logprob.begin());
+  }
+  for (size_t i = 0; i < flags.size(); ++i) out.greedy[i] = flags[i] != 0;
+  return out;
 }
 
 std::vector<double> Transformer::host_logits(const void* logits, int64_t n) const {

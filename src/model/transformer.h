@@ -161,6 +161,19 @@ class Transformer {
   std::vector<double> forward_logits(const int32_t* ids, int64_t B, int64_t T,
                                      const Packing* packing = nullptr);
 
+  // Per-token scores of one batch (evaluation: lmtrain eval's log-likelihoods): the forward
+  // pass of forward_loss (adapters, mixed precision and packing alike) whose head computes
+  // Backend::head_logprobs instead of the loss, chunked as the loss is. ids and labels are host
+  // arrays [B, T]; [B * T] results, row-major: logprob = log_softmax(logits)[label] (logits
+  // soft-capped where the family caps them) and greedy = 1 where the label is the argmax (ties:
+  // the lowest id), 0 and 0 where the label is kIgnoreIndex. Read back once per batch.
+  struct TokenScores {
+    std::vector<double> logprob;
+    std::vector<uint8_t> greedy;
+  };
+  TokenScores forward_token_scores(const int32_t* ids, const int32_t* labels, int64_t B, int64_t T,
+                                   const Packing* packing = nullptr);
+
   // The same model (config, weights, adapters, base dtype) on another backend, copied through the
   // host: generation for a model trained where incremental decoding is not available. The copy
   // computes in dtype() (a mixed-precision model's copy runs on its f32 weights).
@@ -256,6 +269,8 @@ class Transformer {
   // backward, the gradient scale is write_inputs' (its value grad_scale).
   int64_t head_loss(bool backward, double grad_scale, LossSums& sums);
   int64_t labelled_tokens() const;
+  // The batch's head_logprobs into logprobs [N] (f32, f64 for f64) and greedy [N] (i32).
+  void head_logprobs(void* logprobs, void* greedy);
   void staged_head_loss(const HeadLossArgs& a, double* loss_sum, double* ce_sum);
   // Tells the backend that the activation arena and the other per-pass scratch are dead.
   void discard_scratch();

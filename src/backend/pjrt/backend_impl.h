@@ -149,6 +149,10 @@ class PjrtBackend final : public Backend {
                  const int32_t* labels, double* loss_sum, void* dh, void* dw, void* logits,
                  void* losses, double* ce_sum = nullptr) override;
 
+  void token_logprobs(DType dt, const void* logits, const int32_t* labels, int64_t N, int64_t V,
+                      int32_t ignore_index, double softcap, void* logprobs, void* greedy) override;
+  void head_logprobs(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                     const int32_t* labels, void* logprobs, void* greedy, void* logits) override;
   // ---- optimizer (backend_optim.cpp) ----
   void clip_scale(double* scale, const double* sum_squares, double max_norm) override;
   void adamw_step(float* p, const float* g, float* m, float* v, int64_t n, const float* factors,

@@ -227,4 +227,28 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
   if (dw) accumulate_into(dw, dt, down(o.dw, dt));
 }
 
+// ---- per-token scores ----
+
+void PjrtBackend::token_logprobs(DType dt, const void* logits, const int32_t* labels, int64_t N,
+                                 int64_t V, int32_t ignore_index, double softcap, void* logprobs,
+                                 void* greedy) {
+  if (N == 0) return;
+  const hlo::TokenScores s = hlo::token_logprobs(
+      b(), up(view(logits, dt, {N, V})), view(labels, DType::i32, {N}), ignore_index, softcap);
+  set(logprobs, stat(s.logprobs, dt));
+  set(greedy, s.greedy);
+}
+
+// One lowering for every chunk, as head_loss: the logits exist inside the program only (the
+// scratch is not needed), and the [N] results are the program's outputs, read back together.
+void PjrtBackend::head_logprobs(DType dt, const HeadLossArgs& a, const void* h, const void* w,
+                                const int32_t* labels, void* logprobs, void* greedy, void* logits) {
+  (void)logits;
+  if (a.N == 0) return;
+  const hlo::TokenScores s = hlo::head_logprobs(
+      b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}), view(labels, DType::i32, {a.N}), a);
+  set(logprobs, stat(s.logprobs, dt));
+  set(greedy, s.greedy);
+}
+
 }  // namespace lmt

@@ -46,32 +46,6 @@ ChunkOut chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const 
   return o;
 }
 
-// One vocabulary tile of a chunk's rows: its first id (clamped so the tile ends by V), the
-// capped logits [n, vt] in the compute type, d capped / d logit (softcap only), whether each
-// column is new to this tile (not in the one before it), and the columns' token ids.
-struct Tile {
-  Value start, z, deriv, fresh, ids;
-};
-Tile vocab_tile(StablehloBuilder& b, const Value& i, const Value& hc, const Value& w, int64_t vt,
-                double softcap) {
-  const int64_t n = hc.dims[0], C = hc.dims[1], V = w.dims[0];
-  const DType f = hc.dtype == DType::f64 ? DType::f64 : DType::f32;
-  Tile t;
-  const Value nominal = b.multiply(i, i32(b, vt));
-  const Value last = i32(b, V - vt);
-  t.start = b.select(b.compare(nominal, last, CompareDir::lt), nominal, last);
-  const Value wt = b.dynamic_slice(w, {t.start, i32(b, 0)}, {vt, C});
-  t.z = b.dot_general(hc, wt, {}, {}, {1}, {1}, f);  // [n, vt]
-  if (softcap > 0) {
-    const Value th = b.tanh(b.divide(t.z, b.constant(softcap, f, {n, vt})));
-    t.z = b.multiply(b.constant(softcap, f, {n, vt}), th);
-    t.deriv = b.subtract(b.constant(1.0, f, {n, vt}), b.multiply(th, th));
-  }
-  t.ids = b.add(b.iota(DType::i32, {n, vt}, 1), b.broadcast_in_dim(t.start, {n, vt}, {}));
-  t.fresh = b.compare(t.ids, b.broadcast_in_dim(nominal, {n, vt}, {}), CompareDir::ge);
-  return t;
-}
-
 // The cut cross-entropy of rows hc [n, C] against labels lc [n]. dw_acc: the weight gradient
 // so far ([V, C], compute type), returned with this chunk's products added (want_dw).
 ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, const Value& lc,
@@ -143,6 +117,26 @@ ChunkOut cut_chunk_loss(StablehloBuilder& b, const Value& hc, const Value& w, co
 }
 
 }  // namespace
+
+Tile vocab_tile(StablehloBuilder& b, const Value& i, const Value& hc, const Value& w, int64_t vt,
+                double softcap) {
+  const int64_t n = hc.dims[0], C = hc.dims[1], V = w.dims[0];
+  const DType f = hc.dtype == DType::f64 ? DType::f64 : DType::f32;
+  Tile t;
+  const Value nominal = b.multiply(i, i32(b, vt));
+  const Value last = i32(b, V - vt);
+  t.start = b.select(b.compare(nominal, last, CompareDir::lt), nominal, last);
+  const Value wt = b.dynamic_slice(w, {t.start, i32(b, 0)}, {vt, C});
+  t.z = b.dot_general(hc, wt, {}, {}, {1}, {1}, f);  // [n, vt]
+  if (softcap > 0) {
+    const Value th = b.tanh(b.divide(t.z, b.constant(softcap, f, {n, vt})));
+    t.z = b.multiply(b.constant(softcap, f, {n, vt}), th);
+    t.deriv = b.subtract(b.constant(1.0, f, {n, vt}), b.multiply(th, th));
+  }
+  t.ids = b.add(b.iota(DType::i32, {n, vt}, 1), b.broadcast_in_dim(t.start, {n, vt}, {}));
+  t.fresh = b.compare(t.ids, b.broadcast_in_dim(nominal, {n, vt}, {}), CompareDir::ge);
+  return t;
+}
 
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
                       const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,

@@ -219,6 +219,22 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
                       const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
                       const TensorSharding& rows = {});
 
+// ---- per-token scores (token_logprobs.cpp) ----
+
+// Backend::token_logprobs on logits [N,V] (f32 or f64) against labels [N] i32: logprobs [N] (the
+// logits' type) and greedy [N] (i32 0/1; argmax ties to the lowest id), ignored rows 0 and 0.
+struct TokenScores {
+  Value logprobs, greedy;
+};
+TokenScores token_logprobs(StablehloBuilder& b, const Value& logits, const Value& labels,
+                           int32_t ignore_index, double softcap);
+// Backend::head_logprobs on whole tensors h [N,C], w [V,C] of h's dtype, labels [N] i32: the
+// logits formed a.chunk rows at a time as head_loss forms them (a stablehlo.while over the chunks
+// when there are several; a.cut(): a second loop over vocabulary tiles inside each), so one
+// program computes every row's score. logprobs in f32 (f64 for f64).
+TokenScores head_logprobs(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
+                          const HeadLossArgs& a);
+
 // ---- optimizer (optimizer.cpp) ----
 
 // Clipping and AdamW as the CPU backend's clip_scale and adamw_step do them. sum_squares: f32

@@ -49,4 +49,15 @@ inline Value to(StablehloBuilder& b, const Value& x, DType t) {
   return x.dtype == t ? x : b.convert(x, t);
 }
 
+// One vocabulary tile of a chunk's rows hc [n, C] against the head w [V, C], tile i of vt ids
+// (head_loss.cpp; the cut cross-entropy's and head_logprobs' walks): its first id (clamped so
+// the tile ends by V), the capped logits [n, vt] in the compute type, d capped / d logit
+// (softcap only), whether each column is new to this tile (not in the one before it), and the
+// columns' token ids.
+struct Tile {
+  Value start, z, deriv, fresh, ids;
+};
+Tile vocab_tile(StablehloBuilder& b, const Value& i, const Value& hc, const Value& w, int64_t vt,
+                double softcap);
+
 }  // namespace lmt::hlo
