@@ -10,32 +10,6 @@ namespace lmt::eval {
 
 namespace {
 
-// Per position of a batch [B, T]: log p(labels[i]) and whether labels[i] is the argmax of the
-// logits there (the first of equal maxima, as torch.argmax). Unlabelled positions: 0, false.
-struct Scores {
-  std::vector<double> logprob;
-  std::vector<uint8_t> greedy;
-};
-
-Scores token_scores(Transformer& model, const std::vector<int32_t>& ids,
-                    const std::vector<int32_t>& labels, int64_t B, int64_t T) {
-  const int64_t V = model.config().vocab_size;
-  const std::vector<double> logits = model.forward_logits(ids.data(), B, T);
-  Scores s{std::vector<double>(static_cast<size_t>(B * T), 0.0),
-           std::vector<uint8_t>(static_cast<size_t>(B * T), 0)};
-  for (int64_t i = 0; i < B * T; ++i) {
-    const int32_t y = labels[static_cast<size_t>(i)];
-    if (y == Transformer::kIgnoreIndex) continue;
-    const double* z = logits.data() + i * V;
-    const int64_t best = std::max_element(z, z + V) - z;
-    double sum = 0;
-    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - z[best]);
-    s.logprob[static_cast<size_t>(i)] = z[y] - z[best] - std::log(sum);
-    s.greedy[static_cast<size_t>(i)] = best == y;
-  }
-  return s;
-}
-
 // Text as Hugging Face tokenizers decodes it (Rust's String::from_utf8_lossy): every maximal
 // invalid subpart of a UTF-8 sequence becomes one U+FFFD. lmtrain's byte-level decoding keeps
 // such bytes (hf_decoder.h); the harness compares and cuts the text HF gives.
@@ -174,7 +148,10 @@ std::vector<LoglikelihoodResult> HarnessLM::score_rows(const std::vector<Row>& r
         if (mask.empty() || mask[static_cast<size_t>(j)])
           labels[static_cast<size_t>(b * T + L - C + j)] = cont[static_cast<size_t>(j)];
     }
-    const Scores s = token_scores(model_, ids, labels, B, T);
+    // Per position: log p(label) and whether the label is the argmax (the first of equal
+    // maxima, as torch.argmax), computed on the backend (Backend::head_logprobs).
+    const Transformer::TokenScores s =
+        model_.forward_token_scores(ids.data(), labels.data(), B, T);
     for (int64_t b = 0; b < used; ++b) {
       LoglikelihoodResult r{0.0, true};
       for (int64_t t = 0; t < T; ++t) {
