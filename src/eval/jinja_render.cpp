@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -94,7 +95,8 @@ bool py_contains(const PyValue& container, const PyValue& item) {
 
 double floor_mod(double a, double b) {
   double m = std::fmod(a, b);
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
+  if (m == 0) return std::copysign(0.0, b);  // CPython's float_rem: the divisor's sign
+  if ((m < 0) != (b < 0)) m += b;
   return m;
 }
 
@@ -188,7 +190,13 @@ std::string as_string_arg(const PyValue& v, const char* what) {
 PyValue to_int(const PyValue& v, const PyValue& dflt) {
   need(v);
   if (v.is_int() || v.is_bool()) return PyValue(v.as_int());
-  if (v.is_float()) return std::isfinite(v.as_double()) ? PyValue(int64_t(v.as_double())) : dflt;
+  if (v.is_float()) {
+    const double d = v.as_double();
+    if (!std::isfinite(d)) return dflt;
+    // Python's int is unbounded; lmtrain's stops at 64 bits and says so rather than wrap.
+    if (std::fabs(d) >= 9.2e18) throw PyError("int() of " + py_float_repr(d) + " is beyond the 64-bit integers lmtrain computes with");
+    return PyValue(int64_t(d));
+  }
   if (v.is_str()) {
     std::string s = py_strip(v.str(), std::nullopt, true, true);
     std::string digits;
@@ -689,6 +697,11 @@ class Renderer {
     const PyValue v = eval(*e.args[0]);
     if (t == "defined") return !v.is_undefined();
     if (t == "undefined") return v.is_undefined();
+    // jinja2's type tests are isinstance checks (or catch the failure), so an undefined value
+    // is simply not a string, a number, ...; even, odd, lower and upper use it and fail.
+    static const std::set<std::string> kTypeTests = {"none", "string", "number", "integer", "float", "boolean",
+                                                     "true", "false", "mapping", "sequence", "iterable"};
+    if (v.is_undefined() && kTypeTests.count(t)) return false;
     need(v);
     if (t == "none") return v.is_none();
     if (t == "string") return v.is_str();

@@ -38,7 +38,8 @@ class ScratchDir {
 // Runs tests/eval/<script> IN OUT with `input` as IN (JSON) and returns OUT's JSON, failing the
 // test (and returning null) when the environment is missing or the script fails. HF datasets is
 // kept offline and its cache inside `dir`.
-inline nlohmann::json run_eval_reference(const std::string& script, const nlohmann::json& input,
+template <class J>
+inline nlohmann::json run_eval_reference(const std::string& script, const J& input,
                                          const std::filesystem::path& dir) {
   std::ofstream(dir / "ref_in.json") << input.dump();
   const std::string args = "'" + (dir / "ref_in.json").string() + "' '" + (dir / "ref_out.json").string() + "'";
