@@ -485,24 +485,25 @@ class SpecBuilder {
     for (size_t i = 0; i < v.list().size(); ++i) {
       const PyValue& m = v.list()[i];
       const std::string key = "metric_list[" + std::to_string(i) + "]";
-      if (!m.is_dict() || !dict_get(m.dict(), "metric")) bad(e, key, "each entry needs 'metric'");
+      const Entry item{e.node.IsSequence() ? e.node[i] : e.node, e.file};
+      if (!m.is_dict() || !dict_get(m.dict(), "metric")) bad(item, key, "each entry needs 'metric'");
       const PyValue& name = *dict_get(m.dict(), "metric");
       if (!name.is_str() || !kMetrics.count(name.str()))
-        bad(e, key, "unknown metric '" + py_str(name) + "' (lmtrain computes: acc, acc_norm, acc_bytes, acc_mutual_info, exact_match, perplexity, word_perplexity, byte_perplexity, bits_per_byte, likelihood, brier_score, f1, mcc)");
+        bad(item, key, "unknown metric '" + py_str(name) + "' (lmtrain computes: acc, acc_norm, acc_bytes, acc_mutual_info, exact_match, perplexity, word_perplexity, byte_perplexity, bits_per_byte, likelihood, brier_score, f1, mcc)");
       MetricSpec spec{name.str(), kMetrics.at(name.str()).aggregation, kMetrics.at(name.str()).higher, Json::object()};
       for (const auto& [k, x] : m.dict()) {
         if (k == "metric") continue;
         if (k == "aggregation") {
-          if (!x.is_str() || !kAggregations.count(x.str())) bad(e, key + ".aggregation", "unknown aggregation '" + py_str(x) + "'");
+          if (!x.is_str() || !kAggregations.count(x.str())) bad(item, key + ".aggregation", "unknown aggregation '" + py_str(x) + "'");
           spec.aggregation = x.str();
         } else if (k == "higher_is_better") {
-          if (!x.is_bool()) bad(e, key + ".higher_is_better", "must be true or false");
+          if (!x.is_bool()) bad(item, key + ".higher_is_better", "must be true or false");
           spec.higher_is_better = py_truth(x);
         } else if (spec.name == "exact_match" &&
                    (k == "ignore_case" || k == "ignore_punctuation" || k == "ignore_numbers" || k == "regexes_to_ignore")) {
           spec.options[k] = to_json(x);
         } else {
-          bad(e, key + "." + k, "option not supported for " + spec.name);
+          bad(item, key + "." + k, "option not supported for " + spec.name);
         }
       }
       spec_.metrics.push_back(spec);
