@@ -572,7 +572,12 @@ class SpecBuilder {
     c["should_decontaminate"] = has("should_decontaminate") ? to_json(val("should_decontaminate")) : Json(false);
     put("doc_to_decontamination_query");
     put("gen_prefix");
-    put("metadata");
+    // TaskFactory._load_full_config: metadata becomes a dict ({"_metadata": value} otherwise)
+    // naming the file it came from.
+    const PyValue meta = val("metadata");
+    Json m = meta.is_dict() ? to_json(meta) : meta.is_none() ? Json::object() : Json{{"_metadata", to_json(meta)}};
+    m["config_source"] = std::filesystem::absolute(yaml_).lexically_normal().string();
+    c["metadata"] = m;
     spec_.config = c;
   }
 

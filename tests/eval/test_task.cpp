@@ -89,6 +89,7 @@ class TaskReference : public ::testing::Test {
       const EvalTask t = load_task(dir_.path() / "tasks" / (c.name + ".yaml"), c.num_fewshot, c.limit);
       ASSERT_EQ(t.docs.size(), r["docs"].size());
       EXPECT_EQ(t.num_fewshot, r["config"]["num_fewshot"].get<int64_t>());
+      EXPECT_EQ(nlohmann::json::parse(t.config.dump()), r["config"]);
       for (size_t i = 0; i < t.docs.size(); ++i) {
         const EvalDoc& d = t.docs[i];
         const nlohmann::json& args = r["docs"][i]["args"];
