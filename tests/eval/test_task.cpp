@@ -182,6 +182,16 @@ TEST_F(TaskReference, AllOutputTypesAndFewShotSetupsMatchTheHarness) {
   task("mc_firstn", mc + "num_fewshot: 3\nfewshot_config:\n  sampler: first_n\n  doc_to_text: \"Q: {{question}}\\nA:\"\n  target_delimiter: \"  \"\n", "same");
   task("mc_zero", mc + "num_fewshot: 0\n", "sep");
   cases_.back().num_fewshot = 2;
+  // data_files relative to the current directory (where `datasets` resolves them), as a list and
+  // as a bare file (the split `datasets` then calls train).
+  const std::string rel_test = std::filesystem::relative(test_).string();
+  const std::string rel_train = std::filesystem::relative(train_).string();
+  dir_.write("tasks/rel_list.yaml", "task: rel_list\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: [" +
+                                        rel_test + "]\n    train: " + rel_train + "\ntest_split: test\nnum_fewshot: 2\n" + mc);
+  cases_.push_back({"rel_list", std::nullopt, std::nullopt});
+  dir_.write("tasks/rel_bare.yaml", "task: rel_bare\ndataset_path: json\ndataset_kwargs:\n  data_files: " + rel_test +
+                                        "\ntest_split: train\nfewshot_split: train\nnum_fewshot: 1\n" + ll);
+  cases_.push_back({"rel_bare", std::nullopt, 4});
   ASSERT_NO_FATAL_FAILURE(compare_all());
 }
 
