@@ -50,8 +50,12 @@ std::string normalize_newlines(const std::string& s) {
 }
 
 // Python's str.rstrip() / lstrip() without arguments, as jinja2's "-" applies them.
-std::string rstrip_ws(const std::string& s) { return py_strip(s, std::nullopt, false, true); }
-std::string lstrip_ws(const std::string& s) { return py_strip(s, std::nullopt, true, false); }
+std::string rstrip_ws(const std::string& s) {
+  return py_strip(s, std::nullopt, false, true);
+}
+std::string lstrip_ws(const std::string& s) {
+  return py_strip(s, std::nullopt, true, false);
+}
 
 class Lexer {
  public:
@@ -74,7 +78,8 @@ class Lexer {
         ++open;
       }
       std::string data = s_.substr(p, open == std::string::npos ? std::string::npos : open - p);
-      const bool strip_before = open != std::string::npos && open + 2 < s_.size() && s_[open + 2] == '-';
+      const bool strip_before =
+          open != std::string::npos && open + 2 < s_.size() && s_[open + 2] == '-';
       if (strip_next) data = lstrip_ws(data);
       if (strip_before) data = rstrip_ws(data);
       if (!data.empty()) items.push_back({Item::kData, normalize_newlines(data), {}, p});
@@ -120,7 +125,8 @@ class Lexer {
       const char c = s_[p];
       const size_t start = p;
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-        while (p < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[p])) || s_[p] == '_')) ++p;
+        while (p < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[p])) || s_[p] == '_'))
+          ++p;
         out.push_back({Token::kName, s_.substr(start, p - start), {}, start});
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         out.push_back(number(p));
@@ -318,7 +324,8 @@ class Parser {
     auto n = std::make_shared<JinjaNode>();
     n->kind = JinjaNode::kSet;
     n->targets = parse_targets();
-    if (!is_op("=")) throw SyntaxError(cur().pos, "expected '=' in a set tag (block set is not supported)");
+    if (!is_op("="))
+      throw SyntaxError(cur().pos, "expected '=' in a set tag (block set is not supported)");
     ++t_;
     n->expr = parse_expr();
     expect_end();
@@ -345,10 +352,14 @@ class Parser {
   }
   void expect_end() {
     if (cur().kind != Token::kEnd)
-      throw SyntaxError(cur().pos, "unexpected '" + (cur().kind == Token::kString ? "'" + cur().text + "'" : cur().text) + "'");
+      throw SyntaxError(cur().pos,
+                        "unexpected '" +
+                            (cur().kind == Token::kString ? "'" + cur().text + "'" : cur().text) +
+                            "'");
   }
 
-  ExprPtr make(JinjaExpr::Kind k, size_t start, std::vector<ExprPtr> args = {}, std::string name = "") {
+  ExprPtr make(JinjaExpr::Kind k, size_t start, std::vector<ExprPtr> args = {},
+               std::string name = "") {
     auto e = std::make_shared<JinjaExpr>();
     e->kind = k;
     e->args = std::move(args);
@@ -423,8 +434,8 @@ class Parser {
       } else if (is_name("in")) {
         ops.push_back("in");
         ++t_;
-      } else if (is_name("not") && t_ + 1 < toks_->size() && (*toks_)[t_ + 1].kind == Token::kName &&
-                 (*toks_)[t_ + 1].text == "in") {
+      } else if (is_name("not") && t_ + 1 < toks_->size() &&
+                 (*toks_)[t_ + 1].kind == Token::kName && (*toks_)[t_ + 1].text == "in") {
         ops.push_back("not in");
         t_ += 2;
       } else {
@@ -571,7 +582,8 @@ class Parser {
         t_ += 2;
         e.kwargs.push_back({key, parse_expr()});
       } else {
-        if (!e.kwargs.empty()) throw SyntaxError(cur().pos, "a positional argument follows a keyword argument");
+        if (!e.kwargs.empty())
+          throw SyntaxError(cur().pos, "a positional argument follows a keyword argument");
         e.args.push_back(parse_expr());
       }
     }

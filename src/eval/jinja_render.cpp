@@ -28,10 +28,13 @@ const PyValue& need(const PyValue& v) {
   return v;
 }
 
-int64_t index_of(int64_t i, size_t n) { return i < 0 ? i + int64_t(n) : i; }
+int64_t index_of(int64_t i, size_t n) {
+  return i < 0 ? i + int64_t(n) : i;
+}
 
 // Python's slice indices for a sequence of length n (slice.indices()).
-std::vector<size_t> slice_positions(size_t n, const PyValue& a, const PyValue& b, const PyValue& c) {
+std::vector<size_t> slice_positions(size_t n, const PyValue& a, const PyValue& b,
+                                    const PyValue& c) {
   auto as_opt = [](const PyValue& v) -> std::optional<int64_t> {
     if (v.is_none()) return std::nullopt;
     if (!v.is_int() && !v.is_bool()) throw PyError("slice indices must be integers or None");
@@ -60,7 +63,8 @@ PyList iterate(const PyValue& v) {
   if (v.is_list()) return v.list();
   if (v.is_str()) {
     PyList out;
-    for (char32_t c : utf8_to_u32(v.str())) out.push_back(PyValue(u32_to_utf8(std::u32string(1, c))));
+    for (char32_t c : utf8_to_u32(v.str()))
+      out.push_back(PyValue(u32_to_utf8(std::u32string(1, c))));
     return out;
   }
   if (v.is_dict()) {
@@ -84,7 +88,8 @@ bool py_contains(const PyValue& container, const PyValue& item) {
   need(item);
   if (container.is_str()) {
     if (!item.is_str())
-      throw PyError(std::string("'in <string>' requires string as left operand, not ") + item.type_name());
+      throw PyError(std::string("'in <string>' requires string as left operand, not ") +
+                    item.type_name());
     return container.str().find(item.str()) != std::string::npos;
   }
   if (container.is_dict()) return item.is_str() && dict_get(container.dict(), item.str());
@@ -104,8 +109,8 @@ PyValue binary(const std::string& op, const PyValue& a, const PyValue& b) {
   need(a);
   need(b);
   if (op == "~") return PyValue(py_str(a) + py_str(b));
-  const std::string unsupported = "unsupported operand type(s) for " + op + ": '" +
-                                  a.type_name() + "' and '" + b.type_name() + "'";
+  const std::string unsupported = "unsupported operand type(s) for " + op + ": '" + a.type_name() +
+                                  "' and '" + b.type_name() + "'";
   if (a.is_number() && b.is_number()) {
     const bool ints = !a.is_float() && !b.is_float();
     if (op == "/") {
@@ -194,7 +199,9 @@ PyValue to_int(const PyValue& v, const PyValue& dflt) {
     const double d = v.as_double();
     if (!std::isfinite(d)) return dflt;
     // Python's int is unbounded; lmtrain's stops at 64 bits and says so rather than wrap.
-    if (std::fabs(d) >= 9.2e18) throw PyError("int() of " + py_float_repr(d) + " is beyond the 64-bit integers lmtrain computes with");
+    if (std::fabs(d) >= 9.2e18)
+      throw PyError("int() of " + py_float_repr(d) +
+                    " is beyond the 64-bit integers lmtrain computes with");
     return PyValue(int64_t(d));
   }
   if (v.is_str()) {
@@ -206,7 +213,8 @@ PyValue to_int(const PyValue& v, const PyValue& dflt) {
     for (; ok && i < s.size(); ++i) {
       if (std::isdigit(static_cast<unsigned char>(s[i]))) {
         digits += s[i];
-      } else if (!(s[i] == '_' && i + 1 < s.size() && std::isdigit(static_cast<unsigned char>(s[i + 1])) &&
+      } else if (!(s[i] == '_' && i + 1 < s.size() &&
+                   std::isdigit(static_cast<unsigned char>(s[i + 1])) &&
                    std::isdigit(static_cast<unsigned char>(s[i - 1])))) {
         ok = false;
       }
@@ -431,8 +439,8 @@ class Renderer {
       case JinjaExpr::kPos: {
         const PyValue v = need(eval(*e.args[0]));
         if (!v.is_number())
-          throw PyError(std::string("bad operand type for unary ") + (e.kind == JinjaExpr::kNeg ? "-" : "+") +
-                        ": '" + v.type_name() + "'");
+          throw PyError(std::string("bad operand type for unary ") +
+                        (e.kind == JinjaExpr::kNeg ? "-" : "+") + ": '" + v.type_name() + "'");
         if (e.kind == JinjaExpr::kPos) return v.is_float() ? v : PyValue(v.as_int());
         return v.is_float() ? PyValue(-v.as_double()) : PyValue(-v.as_int());
       }
@@ -497,8 +505,10 @@ class Renderer {
   }
   static void arity(const Args& a, size_t lo, size_t hi, const std::string& what) {
     if (a.pos.size() + a.kw.size() < lo || a.pos.size() + a.kw.size() > hi)
-      throw PyError(what + " takes " + (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) +
-                    " argument(s), " + std::to_string(a.pos.size() + a.kw.size()) + " given");
+      throw PyError(
+          what + " takes " +
+          (lo == hi ? std::to_string(lo) : std::to_string(lo) + " to " + std::to_string(hi)) +
+          " argument(s), " + std::to_string(a.pos.size() + a.kw.size()) + " given");
   }
   static std::optional<std::string> opt_str(const Args& a, size_t i, const char* name) {
     const PyValue* v = a.get(i, name);
@@ -508,14 +518,16 @@ class Renderer {
   static int64_t opt_int(const Args& a, size_t i, const char* name, int64_t dflt) {
     const PyValue* v = a.get(i, name);
     if (!v) return dflt;
-    if (!need(*v).is_int() && !v->is_bool()) throw PyError(std::string(name) + " must be an integer");
+    if (!need(*v).is_int() && !v->is_bool())
+      throw PyError(std::string(name) + " must be an integer");
     return v->as_int();
   }
 
   PyValue call(const JinjaExpr& e) {
     const JinjaExpr& callee = *e.args[0];
     const Args a = args_of(e, 1);
-    if (callee.kind == JinjaExpr::kName && callee.name == "range" && lookup("range").is_undefined()) {
+    if (callee.kind == JinjaExpr::kName && callee.name == "range" &&
+        lookup("range").is_undefined()) {
       arity(a, 1, 3, "range()");
       for (const auto& v : a.pos)
         if (!need(v).is_int() && !v.is_bool()) throw PyError("range() arguments must be integers");
@@ -532,7 +544,8 @@ class Renderer {
       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(PyValue(i));
       return PyValue(std::move(out));
     }
-    if (callee.kind != JinjaExpr::kGetattr) throw PyError("'" + callee.text + "' is not callable here");
+    if (callee.kind != JinjaExpr::kGetattr)
+      throw PyError("'" + callee.text + "' is not callable here");
     const PyValue obj = need(eval(*callee.args[0]));
     const std::string& m = callee.name;
     if (obj.is_str()) return str_method(obj.str(), m, a);
@@ -566,7 +579,8 @@ class Renderer {
         return PyValue(std::move(out));
       }
     }
-    throw PyError(std::string("'") + obj.type_name() + "' object has no supported method '" + m + "'");
+    throw PyError(std::string("'") + obj.type_name() + "' object has no supported method '" + m +
+                  "'");
   }
 
   PyValue str_method(const std::string& s, const std::string& m, const Args& a) {
@@ -577,13 +591,14 @@ class Renderer {
     if (m == "split") {
       arity(a, 0, 2, "split()");
       PyList out;
-      for (auto& p : py_split(s, opt_str(a, 0, "sep"), opt_int(a, 1, "maxsplit", -1))) out.push_back(PyValue(p));
+      for (auto& p : py_split(s, opt_str(a, 0, "sep"), opt_int(a, 1, "maxsplit", -1)))
+        out.push_back(PyValue(p));
       return PyValue(std::move(out));
     }
     if (m == "replace") {
       arity(a, 2, 3, "replace()");
-      return PyValue(py_replace(s, as_string_arg(a.pos.at(0), "old"), as_string_arg(a.pos.at(1), "new"),
-                                opt_int(a, 2, "count", -1)));
+      return PyValue(py_replace(s, as_string_arg(a.pos.at(0), "old"),
+                                as_string_arg(a.pos.at(1), "new"), opt_int(a, 2, "count", -1)));
     }
     if (m == "lower" || m == "upper" || m == "capitalize" || m == "isdigit") {
       arity(a, 0, 0, m + "()");
@@ -603,7 +618,9 @@ class Renderer {
       std::string out;
       bool first = true;
       for (const auto& item : iterate(a.pos.at(0))) {
-        if (!item.is_str()) throw PyError(std::string("sequence item: expected str instance, ") + item.type_name() + " found");
+        if (!item.is_str())
+          throw PyError(std::string("sequence item: expected str instance, ") + item.type_name() +
+                        " found");
         if (!first) out += s;
         first = false;
         out += item.str();
@@ -649,7 +666,9 @@ class Renderer {
     }
     if (f == "lower" || f == "upper" || f == "capitalize") {
       arity(a, 0, 0, f);
-      return PyValue(f == "lower" ? py_lower(py_str(v)) : f == "upper" ? py_upper(py_str(v)) : capitalize(py_str(v)));
+      return PyValue(f == "lower"   ? py_lower(py_str(v))
+                     : f == "upper" ? py_upper(py_str(v))
+                                    : capitalize(py_str(v)));
     }
     if (f == "string") return PyValue(py_str(v));
     if (f == "length" || f == "count") return PyValue(py_len(v));
@@ -667,8 +686,10 @@ class Renderer {
     }
     if (f == "replace") {
       arity(a, 2, 3, f);
-      const int64_t count = a.get(2, "count") && !a.get(2, "count")->is_none() ? opt_int(a, 2, "count", -1) : -1;
-      return PyValue(py_replace(py_str(v), py_str(need(a.pos.at(0))), py_str(need(a.pos.at(1))), count));
+      const int64_t count =
+          a.get(2, "count") && !a.get(2, "count")->is_none() ? opt_int(a, 2, "count", -1) : -1;
+      return PyValue(
+          py_replace(py_str(v), py_str(need(a.pos.at(0))), py_str(need(a.pos.at(1))), count));
     }
     if (f == "first" || f == "last") {
       const PyList items = iterate(v);
@@ -699,8 +720,9 @@ class Renderer {
     if (t == "undefined") return v.is_undefined();
     // jinja2's type tests are isinstance checks (or catch the failure), so an undefined value
     // is simply not a string, a number, ...; even, odd, lower and upper use it and fail.
-    static const std::set<std::string> kTypeTests = {"none", "string", "number", "integer", "float", "boolean",
-                                                     "true", "false", "mapping", "sequence", "iterable"};
+    static const std::set<std::string> kTypeTests = {"none",    "string",   "number",  "integer",
+                                                     "float",   "boolean",  "true",    "false",
+                                                     "mapping", "sequence", "iterable"};
     if (v.is_undefined() && kTypeTests.count(t)) return false;
     need(v);
     if (t == "none") return v.is_none();
@@ -718,8 +740,10 @@ class Renderer {
       const bool even = v.as_int() % 2 == 0;
       return t == "even" ? even : !even;
     }
-    if (t == "lower") return v.is_str() && py_lower(v.str()) == v.str() && py_upper(v.str()) != v.str();
-    if (t == "upper") return v.is_str() && py_upper(v.str()) == v.str() && py_lower(v.str()) != v.str();
+    if (t == "lower")
+      return v.is_str() && py_lower(v.str()) == v.str() && py_upper(v.str()) != v.str();
+    if (t == "upper")
+      return v.is_str() && py_upper(v.str()) == v.str() && py_lower(v.str()) != v.str();
     throw PyError("the test '" + t + "' is not supported by lmtrain");
   }
 

@@ -15,9 +15,9 @@ class PyRandom {
   // random.Random(seed) for an int seed; Python seeds with abs(seed).
   explicit PyRandom(int64_t seed);
 
-  double random();                   // random.random(): 53 bits in [0, 1)
-  uint64_t getrandbits(int k);       // k in [0, 64]
-  int64_t randbelow(int64_t n);      // Random._randbelow (n >= 1), by rejection on bit_length(n) bits
+  double random();               // random.random(): 53 bits in [0, 1)
+  uint64_t getrandbits(int k);   // k in [0, 64]
+  int64_t randbelow(int64_t n);  // Random._randbelow (n >= 1), by rejection on bit_length(n) bits
   void shuffle(std::vector<int64_t>& x);
   // random.sample(range(n), k) as the indices drawn, in order: the pool algorithm when n is at
   // most 21 (+ 4 ** ceil(log(3k, 4)) when k > 5), the set algorithm otherwise, as CPython picks.

@@ -9,7 +9,8 @@
 namespace lmt::eval {
 
 const char* PyValue::type_name() const {
-  static const char* names[] = {"NoneType", "bool", "int", "float", "str", "list", "dict", "Undefined"};
+  static const char* names[] = {"NoneType", "bool", "int",  "float",
+                                "str",      "list", "dict", "Undefined"};
   return names[v.index()];
 }
 
@@ -34,7 +35,8 @@ PyValue from_json(const Json& j) {
     }
     case Json::value_t::object: {
       PyDict d;
-      for (auto it = j.begin(); it != j.end(); ++it) d.emplace_back(it.key(), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        d.emplace_back(it.key(), from_json(it.value()));
       return PyValue(std::move(d));
     }
     default:
@@ -100,8 +102,8 @@ std::string u32_to_utf8(const std::u32string& s) {
 
 bool py_isspace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 bool py_isdigit_str(const std::string& s) {
@@ -358,8 +360,12 @@ static std::string map_case(const std::string& s, bool upper) {
   }
   return u32_to_utf8(u);
 }
-std::string py_lower(const std::string& s) { return map_case(s, false); }
-std::string py_upper(const std::string& s) { return map_case(s, true); }
+std::string py_lower(const std::string& s) {
+  return map_case(s, false);
+}
+std::string py_upper(const std::string& s) {
+  return map_case(s, true);
+}
 
 std::string decode_py_escapes(const std::string& body) {
   std::string out;
@@ -381,24 +387,52 @@ std::string decode_py_escapes(const std::string& body) {
       append_utf8(out, cp);
     };
     switch (c) {
-      case '\n': break;  // line continuation
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
-      case 'x': hex_escape(2); break;
-      case 'u': hex_escape(4); break;
-      case 'U': hex_escape(8); break;
+      case '\n':
+        break;  // line continuation
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
+      case 'x':
+        hex_escape(2);
+        break;
+      case 'u':
+        hex_escape(4);
+        break;
+      case 'U':
+        hex_escape(8);
+        break;
       default:
         if (c >= '0' && c <= '7') {
           char32_t cp = c - '0';
-          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k)
+          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
+               ++k)
             cp = cp * 8 + (body[++i] - '0');
           append_utf8(out, cp);
         } else {
@@ -473,7 +507,8 @@ class LiteralParser {
     const char c = t_[p_];
     if (c == '\'' || c == '"') {
       std::string s = string_literal();
-      for (skip(); p_ < t_.size() && (t_[p_] == '\'' || t_[p_] == '"'); skip()) s += string_literal();
+      for (skip(); p_ < t_.size() && (t_[p_] == '\'' || t_[p_] == '"'); skip())
+        s += string_literal();
       return PyValue(s);
     }
     if (c == '[') {
@@ -508,9 +543,9 @@ class LiteralParser {
     if (std::isdigit(static_cast<unsigned char>(c)) || c == '.') {
       size_t e = p_;
       bool is_float = false;
-      while (e < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[e])) || t_[e] == '.' ||
-                               t_[e] == '_' ||
-                               ((t_[e] == '-' || t_[e] == '+') && (t_[e - 1] | 0x20) == 'e'))) {
+      while (e < t_.size() &&
+             (std::isalnum(static_cast<unsigned char>(t_[e])) || t_[e] == '.' || t_[e] == '_' ||
+              ((t_[e] == '-' || t_[e] == '+') && (t_[e - 1] | 0x20) == 'e'))) {
         if (t_[e] == '.' || (t_[e] | 0x20) == 'e') is_float = true;
         ++e;
       }

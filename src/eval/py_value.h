@@ -92,8 +92,9 @@ std::string decode_py_escapes(const std::string& body);
 // UTF-8 <-> code points (strings index by code point in Python).
 std::u32string utf8_to_u32(const std::string& s);
 std::string u32_to_utf8(const std::u32string& s);
-bool py_isspace(char32_t c);    // str.isspace() for one character
-bool py_isdigit_str(const std::string& s);  // str.isdigit(): non-empty, all Unicode digits (ASCII here)
+bool py_isspace(char32_t c);  // str.isspace() for one character
+bool py_isdigit_str(
+    const std::string& s);  // str.isdigit(): non-empty, all Unicode digits (ASCII here)
 
 // The string methods templates call, as CPython implements them.
 std::string py_strip(const std::string& s, const std::optional<std::string>& chars, bool left,

@@ -14,10 +14,14 @@ namespace lmt::eval {
 
 const char* output_type_name(OutputType t) {
   switch (t) {
-    case OutputType::multiple_choice: return "multiple_choice";
-    case OutputType::loglikelihood: return "loglikelihood";
-    case OutputType::generate_until: return "generate_until";
-    case OutputType::loglikelihood_rolling: return "loglikelihood_rolling";
+    case OutputType::multiple_choice:
+      return "multiple_choice";
+    case OutputType::loglikelihood:
+      return "loglikelihood";
+    case OutputType::generate_until:
+      return "generate_until";
+    case OutputType::loglikelihood_rolling:
+      return "loglikelihood_rolling";
   }
   return "?";
 }
@@ -34,10 +38,12 @@ bool starts_with_space(const std::string& s) {
 }
 
 // lm_eval.api.utils.maybe_delimit and requires_delimiter.
-std::string maybe_delimit(const std::string& prefix, const std::string& suffix, const std::string& delim) {
+std::string maybe_delimit(const std::string& prefix, const std::string& suffix,
+                          const std::string& delim) {
   if (prefix.empty()) return suffix;
   if (suffix.empty()) return prefix;
-  return ends_in_space(prefix) || starts_with_space(suffix) ? prefix + suffix : prefix + delim + suffix;
+  return ends_in_space(prefix) || starts_with_space(suffix) ? prefix + suffix
+                                                            : prefix + delim + suffix;
 }
 bool requires_delimiter(const std::string& prefix, const std::string& suffix) {
   if (prefix.empty()) return false;
@@ -79,7 +85,8 @@ class TaskBuilder {
     const std::string eval_split = eval_split_name();
     const SplitData& docs = split(eval_split);
     for (const auto& c : docs.columns) features_.insert(c);
-    if (docs.rows.empty()) throw UserError(s_.data_where + ": split '" + eval_split + "' has no records");
+    if (docs.rows.empty())
+      throw UserError(s_.data_where + ": split '" + eval_split + "' has no records");
     t.split_size = int64_t(docs.rows.size());
     probe_first(Rec{&docs.rows[0], docs.labels[0]});
     if (shots > 0) load_fewshot_pool();
@@ -107,7 +114,8 @@ class TaskBuilder {
   std::string eval_split_name() const {
     if (s_.test_split) return *s_.test_split;
     if (s_.validation_split) return *s_.validation_split;
-    throw UserError(s_.file + ": the task needs test_split or validation_split (the split evaluated)");
+    throw UserError(s_.file +
+                    ": the task needs test_split or validation_split (the split evaluated)");
   }
 
   const SplitData& split(const std::string& name) {
@@ -117,7 +125,8 @@ class TaskBuilder {
     if (f == s_.data_files.end()) {
       std::string have;
       for (const auto& [k, v] : s_.data_files) have += (have.empty() ? "" : ", ") + k;
-      throw UserError(s_.data_where + ": the task uses split '" + name + "', but data_files has only: " + have);
+      throw UserError(s_.data_where + ": the task uses split '" + name +
+                      "', but data_files has only: " + have);
     }
     return loaded_.emplace(name, load_split(f->second, s_.data_where)).first->second;
   }
@@ -132,13 +141,19 @@ class TaskBuilder {
         pool_labels_.push_back(s_.file + " fewshot_config.samples[" + std::to_string(i) + "]");
       }
     } else {
-      if (!name) name = s_.training_split ? s_.training_split : s_.validation_split ? s_.validation_split : s_.test_split;
-      if (!name) throw UserError(s_.file + ": num_fewshot > 0 but the task has no split to draw examples from");
+      if (!name)
+        name = s_.training_split     ? s_.training_split
+               : s_.validation_split ? s_.validation_split
+                                     : s_.test_split;
+      if (!name)
+        throw UserError(s_.file +
+                        ": num_fewshot > 0 but the task has no split to draw examples from");
       const SplitData& d = split(*name);
       pool_ = d.rows;
       pool_labels_ = d.labels;
     }
-    if (pool_.empty()) throw UserError(s_.file + ": num_fewshot > 0 but there are no few-shot records");
+    if (pool_.empty())
+      throw UserError(s_.file + ": num_fewshot > 0 but there are no few-shot records");
   }
 
   PyValue field(const Rec& r, const DocFn& fn, const std::string& name) const {
@@ -146,19 +161,23 @@ class TaskBuilder {
     if (!v) fail(r, fn, "the record has no field '" + name + "'");
     return *v;
   }
-  std::string render(const Rec& r, const DocFn& fn) const { return fn.tmpl->render(r.doc->dict(), r.label); }
+  std::string render(const Rec& r, const DocFn& fn) const {
+    return fn.tmpl->render(r.doc->dict(), r.label);
+  }
   PyValue literal(const Rec& r, const DocFn& fn, const std::string& text, const char* what) const {
     try {
       return py_literal_eval(text);
     } catch (const std::invalid_argument& e) {
-      fail(r, fn, std::string(what) + " rendered " + excerpt(py_repr_string(text)) +
-                      ", which Python's ast.literal_eval cannot read (" + e.what() + ")");
+      fail(r, fn,
+           std::string(what) + " rendered " + excerpt(py_repr_string(text)) +
+               ", which Python's ast.literal_eval cannot read (" + e.what() + ")");
     }
   }
 
   PyValue doc_to_text(const Rec& r, const DocFn& fn) const {
     if (fn.value.is_int()) return fn.value;
-    if (!fn.value.is_str()) throw UserError(s_.file + ": doc_to_text must be a field name or a template");
+    if (!fn.value.is_str())
+      throw UserError(s_.file + ": doc_to_text must be a field name or a template");
     if (features_.count(fn.value.str())) return field(r, fn, fn.value.str());
     const std::string t = render(r, fn);
     if (py_isdigit_str(t) && s_.doc_to_choice.set()) return literal(r, fn, t, "doc_to_text");
@@ -166,7 +185,9 @@ class TaskBuilder {
   }
   PyValue doc_to_target(const Rec& r, const DocFn& fn) const {
     if (fn.value.is_int() || fn.value.is_list()) return fn.value;
-    if (!fn.value.is_str()) throw UserError(s_.file + ": doc_to_target must be a field name, a template, a number or a list");
+    if (!fn.value.is_str())
+      throw UserError(s_.file +
+                      ": doc_to_target must be a field name, a template, a number or a list");
     if (features_.count(fn.value.str())) return field(r, fn, fn.value.str());
     const std::string t = render(r, fn);
     if (py_isdigit_str(t) && s_.doc_to_choice.set()) return literal(r, fn, t, "doc_to_target");
@@ -191,16 +212,19 @@ class TaskBuilder {
       for (const auto& [k, x] : fn.value.dict()) vals.push_back(x);
       v = PyValue(vals);
     } else {
-      throw UserError(s_.file + ": doc_to_choice must be a field name, a template, a list or a mapping");
+      throw UserError(s_.file +
+                      ": doc_to_choice must be a field name, a template, a list or a mapping");
     }
-    if (!v.is_list()) fail(r, fn, std::string("doc_to_choice must give a list, not ") + v.type_name());
+    if (!v.is_list())
+      fail(r, fn, std::string("doc_to_choice must give a list, not ") + v.type_name());
     if (v.list().empty()) fail(r, fn, "doc_to_choice gives no choices");
     return v.list();
   }
   std::string resolve_field(const Rec& r, const DocFn& fn) const {
     if (!fn.value.is_str() || fn.value.str().empty()) return "";
     if (const PyValue* v = dict_get(r.doc->dict(), fn.value.str())) {
-      if (!v->is_str()) fail(r, fn, std::string("the field gives a ") + v->type_name() + ", not a string");
+      if (!v->is_str())
+        fail(r, fn, std::string("the field gives a ") + v->type_name() + ", not a string");
       return v->str();
     }
     return render(r, fn);
@@ -210,7 +234,8 @@ class TaskBuilder {
     if (!fn.value.is_str()) return "";
     if (features_.count(fn.value.str())) {
       const PyValue v = field(r, fn, fn.value.str());
-      if (!v.is_str()) fail(r, fn, std::string("gen_prefix's field gives a ") + v.type_name() + ", not a string");
+      if (!v.is_str())
+        fail(r, fn, std::string("gen_prefix's field gives a ") + v.type_name() + ", not a string");
       return v.str();
     }
     return render(r, fn);
@@ -222,39 +247,51 @@ class TaskBuilder {
   void probe_first(const Rec& r) {
     const PyValue text = doc_to_text(r, s_.doc_to_text);
     if (text.is_int() || text.is_bool())
-      fail(r, s_.doc_to_text, "doc_to_text gives a number: tasks with one context per choice (winogrande's form) are not supported");
+      fail(r, s_.doc_to_text,
+           "doc_to_text gives a number: tasks with one context per choice (winogrande's form) are "
+           "not supported");
     const PyValue target = doc_to_target(r, s_.doc_to_target);
     multiple_target_ = target.is_list();
     if (!s_.doc_to_choice.set()) return;
     const PyList choices = doc_to_choice(r, s_.doc_to_choice);
     for (size_t i = 0; i < choices.size(); ++i)
       if (!choices[i].is_str() || choices[i].str().empty())
-        fail(r, s_.doc_to_choice, "choice " + std::to_string(i) + " is " + py_repr(choices[i]) +
-                                      ": choices must be non-empty strings");
+        fail(r, s_.doc_to_choice,
+             "choice " + std::to_string(i) + " is " + py_repr(choices[i]) +
+                 ": choices must be non-empty strings");
   }
 
   // build_qa_turn, as plain text: the question, the delimiter, the answer and the few-shot
   // delimiter (or the generation prefix).
-  std::string qa_turn(const Rec& r, const PyValue& q, const std::optional<PyList>& c, const std::optional<PyValue>& a,
-                      const std::string& gen_prefix, const std::string& tgt_delim, const std::string& few_delim) const {
-    if (!q.is_str()) fail(r, s_.doc_to_text, std::string("doc_to_text gives a ") + q.type_name() + ", not a string");
+  std::string qa_turn(const Rec& r, const PyValue& q, const std::optional<PyList>& c,
+                      const std::optional<PyValue>& a, const std::string& gen_prefix,
+                      const std::string& tgt_delim, const std::string& few_delim) const {
+    if (!q.is_str())
+      fail(r, s_.doc_to_text,
+           std::string("doc_to_text gives a ") + q.type_name() + ", not a string");
     const bool has_answer = a && !a->is_none() && !(a->is_str() && a->str().empty());
     std::string out = q.str();
-    if (has_answer && gen_prefix.empty()) out += tgt_delim;
-    else if (!gen_prefix.empty() && requires_delimiter(q.str(), gen_prefix)) out += tgt_delim;
+    if (has_answer && gen_prefix.empty())
+      out += tgt_delim;
+    else if (!gen_prefix.empty() && requires_delimiter(q.str(), gen_prefix))
+      out += tgt_delim;
     if (has_answer) {
       PyValue ans = *a;
       if (c && !c->empty() && (a->is_int() || a->is_bool())) {
         const int64_t n = int64_t(c->size());
         int64_t i = a->as_int();
         if (i < 0) i += n;
-        if (i < 0 || i >= n) fail(r, s_.doc_to_target, "the target index " + py_str(*a) + " is out of range for " + std::to_string(n) + " choices");
+        if (i < 0 || i >= n)
+          fail(r, s_.doc_to_target,
+               "the target index " + py_str(*a) + " is out of range for " + std::to_string(n) +
+                   " choices");
         ans = (*c)[size_t(i)];
       } else if (a->is_list()) {
         if (a->list().empty()) fail(r, s_.doc_to_target, "doc_to_target gives an empty list");
         ans = a->list()[0];
       }
-      if (!ans.is_str()) fail(r, s_.doc_to_target, "the few-shot answer is " + py_repr(ans) + ", not a string");
+      if (!ans.is_str())
+        fail(r, s_.doc_to_target, "the few-shot answer is " + py_repr(ans) + ", not a string");
       out += maybe_delimit(gen_prefix, ans.str(), " ") + few_delim;
     } else if (!gen_prefix.empty()) {
       out += gen_prefix;
@@ -270,15 +307,17 @@ class TaskBuilder {
       for (size_t i = 0; i < pool_.size() && int64_t(res.size()) < n; ++i)
         if (!exclude || !same(i)) res.push_back(i);
       if (int64_t(res.size()) < n)
-        throw UserError(s_.file + ": num_fewshot " + std::to_string(n) + " exceeds the " + std::to_string(res.size()) + " few-shot records available");
+        throw UserError(s_.file + ": num_fewshot " + std::to_string(n) + " exceeds the " +
+                        std::to_string(res.size()) + " few-shot records available");
       return res;
     }
     // ContextSampler.sample: `if not eval_doc` also treats an empty record as none.
     const bool drop_eval = exclude && !r.doc->dict().empty();
     const int64_t k = drop_eval ? n + 1 : n;
     if (k > size)
-      throw UserError(r.label + ": num_fewshot " + std::to_string(n) + " needs " + std::to_string(k) +
-                      " few-shot records" + (drop_eval ? " (the evaluated record is set aside)" : "") +
+      throw UserError(r.label + ": num_fewshot " + std::to_string(n) + " needs " +
+                      std::to_string(k) + " few-shot records" +
+                      (drop_eval ? " (the evaluated record is set aside)" : "") +
                       ", but there are " + std::to_string(size));
     for (int64_t j : rnd.sample(size, k))
       if (!drop_eval || !same(size_t(j))) res.push_back(size_t(j));
@@ -289,7 +328,8 @@ class TaskBuilder {
       for (size_t i = 0; i < pool_.size(); ++i)
         if (!same(i)) pool.push_back(i);
       if (int64_t(pool.size()) < n)
-        throw UserError(r.label + ": num_fewshot " + std::to_string(n) + " needs more few-shot records than differ from this one");
+        throw UserError(r.label + ": num_fewshot " + std::to_string(n) +
+                        " needs more few-shot records than differ from this one");
       res.clear();
       for (int64_t j : rnd.sample(int64_t(pool.size()), n)) res.push_back(pool[size_t(j)]);
     }
@@ -306,7 +346,8 @@ class TaskBuilder {
         std::optional<PyList> c;
         if (f.doc_to_choice.set()) c = doc_to_choice(fr, f.doc_to_choice);
         const PyValue a = doc_to_target(fr, f.doc_to_target);
-        ctx += qa_turn(fr, q, c, a, resolve_field(fr, f.gen_prefix), f.target_delimiter, f.fewshot_delimiter);
+        ctx += qa_turn(fr, q, c, a, resolve_field(fr, f.gen_prefix), f.target_delimiter,
+                       f.fewshot_delimiter);
       }
     }
     const PyValue q = doc_to_text(r, s_.doc_to_text);
@@ -322,7 +363,9 @@ class TaskBuilder {
     switch (s_.type) {
       case OutputType::loglikelihood:
       case OutputType::loglikelihood_rolling:
-        if (!target.is_str()) fail(r, s_.doc_to_target, std::string("the target must be a string, not ") + target.type_name());
+        if (!target.is_str())
+          fail(r, s_.doc_to_target,
+               std::string("the target must be a string, not ") + target.type_name());
         d.target = target.str();
         if (s_.type == OutputType::loglikelihood) {
           d.context = context;
@@ -344,7 +387,8 @@ class TaskBuilder {
               if (py_equal(choices[size_t(i)], g)) return i;
             return -100;
           }
-          fail(r, s_.doc_to_target, "the target " + py_repr(g) + " is neither a choice index nor a choice");
+          fail(r, s_.doc_to_target,
+               "the target " + py_repr(g) + " is neither a choice index nor a choice");
         };
         if (target.is_list()) {
           for (const auto& g : target.list()) {
@@ -366,13 +410,15 @@ class TaskBuilder {
             fail(r, s_.doc_to_target, "with doc_to_choice the target must be a choice index");
           int64_t i = target.as_int();
           if (i < 0) i += int64_t(choices.size());
-          if (i < 0 || i >= int64_t(choices.size())) fail(r, s_.doc_to_target, "the target index is out of range");
+          if (i < 0 || i >= int64_t(choices.size()))
+            fail(r, s_.doc_to_target, "the target index is out of range");
           d.target = py_str(choices[size_t(i)]);
         } else if (multiple_target_) {
           if (target.is_list()) {
             for (const auto& g : target.list()) d.targets.push_back(py_str(g));
           } else {
-            for (const auto& ch : utf8_to_u32(py_str(target))) d.targets.push_back(u32_to_utf8(std::u32string(1, ch)));
+            for (const auto& ch : utf8_to_u32(py_str(target)))
+              d.targets.push_back(u32_to_utf8(std::u32string(1, ch)));
           }
           if (!d.targets.empty()) d.target = d.targets[0];
         } else {

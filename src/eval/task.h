@@ -48,13 +48,14 @@ struct MetricSpec {
   std::string name;         // acc, acc_norm, exact_match, perplexity, ...
   std::string aggregation;  // mean, perplexity, weighted_perplexity, bits_per_byte, ...
   bool higher_is_better = true;
-  Json options = Json::object();  // exact_match: ignore_case, ignore_punctuation, regexes_to_ignore, ignore_numbers
+  Json options = Json::object();  // exact_match: ignore_case, ignore_punctuation,
+                                  // regexes_to_ignore, ignore_numbers
 };
 
 struct EvalDoc {
-  int64_t doc_id = 0;     // index in the evaluated split
-  Json doc;               // the record as the harness holds it (columns unified), for --log-samples
-  std::string context;    // what the model is conditioned on (empty for rolling)
+  int64_t doc_id = 0;   // index in the evaluated split
+  Json doc;             // the record as the harness holds it (columns unified), for --log-samples
+  std::string context;  // what the model is conditioned on (empty for rolling)
   // multiple_choice: one per choice (target_delimiter + choice); loglikelihood: the one target
   // (as doc_to_target gives it: the harness adds no delimiter); else empty.
   std::vector<std::string> continuations;
@@ -76,11 +77,11 @@ struct EvalTask {
   int64_t fewshot_seed = 1234;
   std::vector<std::string> until;  // generate_until
   int64_t max_gen_toks = 256;
-  Json generation_kwargs;          // as the harness passes them in a request's arguments
-  std::string filter = "none";     // the filter name results are keyed by ("acc,none")
+  Json generation_kwargs;       // as the harness passes them in a request's arguments
+  std::string filter = "none";  // the filter name results are keyed by ("acc,none")
   std::vector<MetricSpec> metrics;
-  Json config;                     // what the harness writes under "configs" for this task, as far as lmtrain knows it
-  int64_t split_size = 0;          // documents in the evaluated split, before `limit`
+  Json config;  // what the harness writes under "configs" for this task, as far as lmtrain knows it
+  int64_t split_size = 0;  // documents in the evaluated split, before `limit`
   std::vector<EvalDoc> docs;
 };
 

@@ -52,7 +52,8 @@ void check_tags(const YAML::Node& n, const std::string& file, const std::string&
 
 // A plain scalar typed by PyYAML's YAML 1.1 resolver.
 PyValue plain_scalar(const std::string& s) {
-  static const std::regex kBool("yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF");
+  static const std::regex kBool(
+      "yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF");
   static const std::regex kNull("~|null|Null|NULL|");
   static const std::regex kInt("[-+]?(0|[1-9][0-9_]*)");
   static const std::regex kOct("[-+]?0[0-7_]+");
@@ -94,14 +95,17 @@ PyValue to_py(const YAML::Node& n) {
     return PyValue(std::move(l));
   }
   PyDict d;
-  for (auto it = n.begin(); it != n.end(); ++it) d.emplace_back(it->first.as<std::string>(), to_py(it->second));
+  for (auto it = n.begin(); it != n.end(); ++it)
+    d.emplace_back(it->first.as<std::string>(), to_py(it->second));
   return PyValue(std::move(d));
 }
 
 Merged load_merged(const std::filesystem::path& path, std::set<std::string>& seen) {
-  const std::filesystem::path abs = std::filesystem::weakly_canonical(std::filesystem::absolute(path));
+  const std::filesystem::path abs =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(path));
   if (!seen.insert(abs.string()).second) throw UserError(path.string() + ": include cycle");
-  if (!std::filesystem::is_regular_file(abs)) throw UserError(path.string() + ": no such task file");
+  if (!std::filesystem::is_regular_file(abs))
+    throw UserError(path.string() + ": no such task file");
   YAML::Node root;
   try {
     root = YAML::LoadFile(abs.string());
@@ -142,7 +146,8 @@ Merged load_merged(const std::filesystem::path& path, std::set<std::string>& see
     for (const auto& inc : incs) {
       std::filesystem::path p = inc;
       if (!p.is_absolute()) p = abs.parent_path() / p;
-      if (!std::filesystem::is_regular_file(p)) bad(*include, "include", "no such file: " + p.string());
+      if (!std::filesystem::is_regular_file(p))
+        bad(*include, "include", "no such file: " + p.string());
       for (const auto& [k, e] : load_merged(p, seen))
         if (k != "task_list") put(k, e);
     }
@@ -153,13 +158,35 @@ Merged load_merged(const std::filesystem::path& path, std::set<std::string>& see
 }
 
 // Keys lmtrain reproduces, ignores, or refuses with a reason.
-const std::set<std::string> kKnown = {
-    "task", "task_alias", "tag", "group", "dataset_path", "dataset_name", "dataset_kwargs",
-    "training_split", "validation_split", "test_split", "fewshot_split", "doc_to_text",
-    "doc_to_target", "doc_to_choice", "description", "target_delimiter", "fewshot_delimiter",
-    "fewshot_config", "num_fewshot", "metric_list", "output_type", "generation_kwargs", "repeats",
-    "filter_list", "should_decontaminate", "doc_to_decontamination_query", "gen_prefix",
-    "metadata", "unsafe_code"};
+const std::set<std::string> kKnown = {"task",
+                                      "task_alias",
+                                      "tag",
+                                      "group",
+                                      "dataset_path",
+                                      "dataset_name",
+                                      "dataset_kwargs",
+                                      "training_split",
+                                      "validation_split",
+                                      "test_split",
+                                      "fewshot_split",
+                                      "doc_to_text",
+                                      "doc_to_target",
+                                      "doc_to_choice",
+                                      "description",
+                                      "target_delimiter",
+                                      "fewshot_delimiter",
+                                      "fewshot_config",
+                                      "num_fewshot",
+                                      "metric_list",
+                                      "output_type",
+                                      "generation_kwargs",
+                                      "repeats",
+                                      "filter_list",
+                                      "should_decontaminate",
+                                      "doc_to_decontamination_query",
+                                      "gen_prefix",
+                                      "metadata",
+                                      "unsafe_code"};
 const std::map<std::string, std::string> kRefused = {
     {"process_docs", "process_docs runs Python; prepare the data beforehand"},
     {"process_results", "process_results runs Python"},
@@ -174,17 +201,23 @@ struct MetricDefault {
   bool higher;
 };
 const std::map<std::string, MetricDefault> kMetrics = {
-    {"acc", {"mean", true}},          {"acc_norm", {"mean", true}},
-    {"acc_bytes", {"mean", true}},    {"acc_mutual_info", {"mean", true}},
-    {"exact_match", {"mean", true}},  {"perplexity", {"perplexity", false}},
+    {"acc", {"mean", true}},
+    {"acc_norm", {"mean", true}},
+    {"acc_bytes", {"mean", true}},
+    {"acc_mutual_info", {"mean", true}},
+    {"exact_match", {"mean", true}},
+    {"perplexity", {"perplexity", false}},
     {"word_perplexity", {"weighted_perplexity", false}},
     {"byte_perplexity", {"weighted_perplexity", false}},
     {"bits_per_byte", {"bits_per_byte", false}},
-    {"likelihood", {"mean", true}},   {"brier_score", {"brier_score", false}},
-    {"f1", {"f1", true}},             {"mcc", {"matthews_corrcoef", true}}};
-const std::set<std::string> kAggregations = {"mean", "median", "perplexity", "weighted_perplexity",
-                                              "bits_per_byte", "f1", "matthews_corrcoef",
-                                              "brier_score", "nanmean"};
+    {"likelihood", {"mean", true}},
+    {"brier_score", {"brier_score", false}},
+    {"f1", {"f1", true}},
+    {"mcc", {"matthews_corrcoef", true}}};
+const std::set<std::string> kAggregations = {
+    "mean",          "median", "perplexity",        "weighted_perplexity",
+    "bits_per_byte", "f1",     "matthews_corrcoef", "brier_score",
+    "nanmean"};
 
 class SpecBuilder {
  public:
@@ -196,7 +229,10 @@ class SpecBuilder {
     if (native) translate_native();
     for (const auto& [k, e] : m_) {
       if (kRefused.count(k)) bad(e, k, kRefused.at(k));
-      if (!kKnown.count(k)) bad(e, k, "unknown key '" + k + "' (lmtrain reads lm-evaluation-harness task keys; see eval/task.h)");
+      if (!kKnown.count(k))
+        bad(e, k,
+            "unknown key '" + k +
+                "' (lmtrain reads lm-evaluation-harness task keys; see eval/task.h)");
     }
     spec_.name = has("task") ? str_of("task") : yaml_.stem().string();
     read_data();
@@ -215,7 +251,8 @@ class SpecBuilder {
     if (has("num_fewshot")) {
       const PyValue v = val("num_fewshot");
       if (!v.is_none()) {
-        if (!v.is_int() || v.as_int() < 0) bad(get("num_fewshot"), "num_fewshot", "must be a whole number >= 0");
+        if (!v.is_int() || v.as_int() < 0)
+          bad(get("num_fewshot"), "num_fewshot", "must be a whole number >= 0");
         spec_.num_fewshot = v.as_int();
       }
     }
@@ -263,14 +300,17 @@ class SpecBuilder {
     if (!has(k)) return DocFn{};
     const PyValue v = val(k);
     if (!(v.is_none() || v.is_str() || v.is_int() || v.is_list() || v.is_dict()))
-      bad(get(k), k, std::string("must be a field name, a template, a number or a list, not ") + v.type_name());
+      bad(get(k), k,
+          std::string("must be a field name, a template, a number or a list, not ") +
+              v.type_name());
     return doc_fn_of(v, where_of(get(k), k));
   }
 
   void translate_native() {
-    static const std::map<std::string, std::string> kNative = {
-        {"type", "output_type"}, {"text", "doc_to_text"}, {"target", "doc_to_target"},
-        {"choices", "doc_to_choice"}};
+    static const std::map<std::string, std::string> kNative = {{"type", "output_type"},
+                                                               {"text", "doc_to_text"},
+                                                               {"target", "doc_to_target"},
+                                                               {"choices", "doc_to_choice"}};
     const std::filesystem::path dir = std::filesystem::absolute(yaml_).parent_path();
     Merged out;
     PyDict files;
@@ -299,7 +339,9 @@ class SpecBuilder {
         }
         out.emplace_back("metric_list", Entry{list, e.file});
       } else if (k == "dataset_path" || k == "dataset_kwargs" || k == "output_type") {
-        bad(e, k, "a native task file (one with `type` or `data`) names its data with `data` and `fewshot_data`");
+        bad(e, k,
+            "a native task file (one with `type` or `data`) names its data with `data` and "
+            "`fewshot_data`");
       } else {
         out.emplace_back(k, e);
       }
@@ -309,7 +351,8 @@ class SpecBuilder {
     native_data_entry_ = data_entry;
     out.emplace_back("test_split", Entry{YAML::Node("test"), data_entry.file});
     for (const auto& [split, f] : files)
-      if (split == "train") out.emplace_back("fewshot_split", Entry{YAML::Node("train"), data_entry.file});
+      if (split == "train")
+        out.emplace_back("fewshot_split", Entry{YAML::Node("train"), data_entry.file});
     if (gen.size()) out.emplace_back("generation_kwargs", Entry{gen, native_gen_entry_.file});
     m_ = std::move(out);
     native_ = true;
@@ -330,7 +373,8 @@ class SpecBuilder {
             "(a Hugging Face hub dataset cannot be downloaded here)");
       if (has("dataset_name") && !val("dataset_name").is_none())
         bad(get("dataset_name"), "dataset_name", "not supported with dataset_path: json");
-      if (!has("dataset_kwargs")) bad(get("dataset_path"), "dataset_path", "dataset_kwargs.data_files is missing");
+      if (!has("dataset_kwargs"))
+        bad(get("dataset_path"), "dataset_path", "dataset_kwargs.data_files is missing");
       where = get("dataset_kwargs");
       const PyValue kw = val("dataset_kwargs");
       if (!kw.is_dict()) bad(where, "dataset_kwargs", "must be a mapping");
@@ -344,16 +388,19 @@ class SpecBuilder {
     // `datasets` names the split of a bare file or list "train".
     auto file_list = [&](const PyValue& v) {
       std::vector<std::string> out;
-      if (v.is_str()) out.push_back(v.str());
+      if (v.is_str())
+        out.push_back(v.str());
       else if (v.is_list())
         for (const auto& e : v.list()) {
           if (!e.is_str()) bad(where, "data_files", "file names must be strings");
           out.push_back(e.str());
         }
-      else bad(where, "data_files", "must be a file, a list of files, or split: file(s)");
+      else
+        bad(where, "data_files", "must be a file, a list of files, or split: file(s)");
       for (const auto& f : out)
         if (f.find_first_of("*?[") != std::string::npos || f.find("://") != std::string::npos)
-          bad(where, "data_files", "'" + f + "': only local file names are supported (no patterns or URLs)");
+          bad(where, "data_files",
+              "'" + f + "': only local file names are supported (no patterns or URLs)");
       return out;
     };
     if (files.is_dict()) {
@@ -365,11 +412,19 @@ class SpecBuilder {
 
   void read_output_type() {
     const std::string t = has("output_type") ? str_of("output_type") : "generate_until";
-    if (t == "multiple_choice") spec_.type = OutputType::multiple_choice;
-    else if (t == "loglikelihood") spec_.type = OutputType::loglikelihood;
-    else if (t == "generate_until") spec_.type = OutputType::generate_until;
-    else if (t == "loglikelihood_rolling") spec_.type = OutputType::loglikelihood_rolling;
-    else bad(get("output_type"), "output_type", "'" + t + "' is not one of multiple_choice, loglikelihood, generate_until, loglikelihood_rolling");
+    if (t == "multiple_choice")
+      spec_.type = OutputType::multiple_choice;
+    else if (t == "loglikelihood")
+      spec_.type = OutputType::loglikelihood;
+    else if (t == "generate_until")
+      spec_.type = OutputType::generate_until;
+    else if (t == "loglikelihood_rolling")
+      spec_.type = OutputType::loglikelihood_rolling;
+    else
+      bad(get("output_type"), "output_type",
+          "'" + t +
+              "' is not one of multiple_choice, loglikelihood, generate_until, "
+              "loglikelihood_rolling");
   }
 
   void read_fewshot() {
@@ -401,15 +456,20 @@ class SpecBuilder {
         for (const auto& r : v.list())
           if (!r.is_dict()) bad(sub, key, "must be a list of records (mappings)");
         f.samples = v.list();
-      } else if (k == "doc_to_text" || k == "doc_to_choice" || k == "doc_to_target" || k == "gen_prefix") {
+      } else if (k == "doc_to_text" || k == "doc_to_choice" || k == "doc_to_target" ||
+                 k == "gen_prefix") {
         DocFn fn = v.is_none() ? DocFn{} : doc_fn_of(v, where_of(sub, key));
-        (k == "doc_to_text" ? f.doc_to_text : k == "doc_to_choice" ? f.doc_to_choice
-                              : k == "doc_to_target" ? f.doc_to_target : f.gen_prefix) = fn;
+        (k == "doc_to_text"     ? f.doc_to_text
+         : k == "doc_to_choice" ? f.doc_to_choice
+         : k == "doc_to_target" ? f.doc_to_target
+                                : f.gen_prefix) = fn;
       } else if (k == "fewshot_delimiter" || k == "target_delimiter") {
         if (!v.is_str()) bad(sub, key, "must be a string");
         (k == "fewshot_delimiter" ? f.fewshot_delimiter : f.target_delimiter) = v.str();
       } else {
-        bad(sub, key, "not supported (sampler, split, samples, doc_to_text, doc_to_choice, doc_to_target, gen_prefix, fewshot_delimiter, target_delimiter)");
+        bad(sub, key,
+            "not supported (sampler, split, samples, doc_to_text, doc_to_choice, doc_to_target, "
+            "gen_prefix, fewshot_delimiter, target_delimiter)");
       }
     }
   }
@@ -419,7 +479,9 @@ class SpecBuilder {
     // defaults to the few-shot delimiter; temperature becomes a float.
     if (!has("generation_kwargs") || val("generation_kwargs").is_none()) {
       if (spec_.type == OutputType::generate_until) {
-        spec_.generation_kwargs = Json{{"temperature", 0.0}, {"do_sample", false}, {"max_gen_toks", 256},
+        spec_.generation_kwargs = Json{{"temperature", 0.0},
+                                       {"do_sample", false},
+                                       {"max_gen_toks", 256},
                                        {"until", Json::array({spec_.fewshot_delimiter})}};
         spec_.until = {spec_.fewshot_delimiter};
       }
@@ -450,10 +512,12 @@ class SpecBuilder {
         spec_.max_gen_toks = x.as_int();
         g[k] = to_json(x);
       } else if (k == "do_sample") {
-        if (!x.is_bool() || py_truth(x)) bad(e, key, "lmtrain generates greedily: do_sample must be false");
+        if (!x.is_bool() || py_truth(x))
+          bad(e, key, "lmtrain generates greedily: do_sample must be false");
         g[k] = false;
       } else if (k == "temperature") {
-        if (!x.is_number() || x.as_double() != 0.0) bad(e, key, "lmtrain generates greedily: temperature must be 0");
+        if (!x.is_number() || x.as_double() != 0.0)
+          bad(e, key, "lmtrain generates greedily: temperature must be 0");
         g[k] = 0.0;
       } else {
         bad(e, key, "not supported (until, max_gen_toks, do_sample: false, temperature: 0)");
@@ -469,7 +533,8 @@ class SpecBuilder {
   void read_metrics() {
     static const std::map<OutputType, std::vector<std::string>> kDefaults = {
         {OutputType::loglikelihood, {"perplexity", "acc"}},
-        {OutputType::loglikelihood_rolling, {"word_perplexity", "byte_perplexity", "bits_per_byte"}},
+        {OutputType::loglikelihood_rolling,
+         {"word_perplexity", "byte_perplexity", "bits_per_byte"}},
         {OutputType::multiple_choice, {"acc", "acc_norm"}},
         {OutputType::generate_until, {"exact_match"}}};
     if (!has("metric_list") || val("metric_list").is_none()) {
@@ -486,21 +551,29 @@ class SpecBuilder {
       const PyValue& m = v.list()[i];
       const std::string key = "metric_list[" + std::to_string(i) + "]";
       const Entry item{e.node.IsSequence() ? e.node[i] : e.node, e.file};
-      if (!m.is_dict() || !dict_get(m.dict(), "metric")) bad(item, key, "each entry needs 'metric'");
+      if (!m.is_dict() || !dict_get(m.dict(), "metric"))
+        bad(item, key, "each entry needs 'metric'");
       const PyValue& name = *dict_get(m.dict(), "metric");
       if (!name.is_str() || !kMetrics.count(name.str()))
-        bad(item, key, "unknown metric '" + py_str(name) + "' (lmtrain computes: acc, acc_norm, acc_bytes, acc_mutual_info, exact_match, perplexity, word_perplexity, byte_perplexity, bits_per_byte, likelihood, brier_score, f1, mcc)");
-      MetricSpec spec{name.str(), kMetrics.at(name.str()).aggregation, kMetrics.at(name.str()).higher, Json::object()};
+        bad(item, key,
+            "unknown metric '" + py_str(name) +
+                "' (lmtrain computes: acc, acc_norm, acc_bytes, acc_mutual_info, exact_match, "
+                "perplexity, word_perplexity, byte_perplexity, bits_per_byte, likelihood, "
+                "brier_score, f1, mcc)");
+      MetricSpec spec{name.str(), kMetrics.at(name.str()).aggregation,
+                      kMetrics.at(name.str()).higher, Json::object()};
       for (const auto& [k, x] : m.dict()) {
         if (k == "metric") continue;
         if (k == "aggregation") {
-          if (!x.is_str() || !kAggregations.count(x.str())) bad(item, key + ".aggregation", "unknown aggregation '" + py_str(x) + "'");
+          if (!x.is_str() || !kAggregations.count(x.str()))
+            bad(item, key + ".aggregation", "unknown aggregation '" + py_str(x) + "'");
           spec.aggregation = x.str();
         } else if (k == "higher_is_better") {
           if (!x.is_bool()) bad(item, key + ".higher_is_better", "must be true or false");
           spec.higher_is_better = py_truth(x);
         } else if (spec.name == "exact_match" &&
-                   (k == "ignore_case" || k == "ignore_punctuation" || k == "ignore_numbers" || k == "regexes_to_ignore")) {
+                   (k == "ignore_case" || k == "ignore_punctuation" || k == "ignore_numbers" ||
+                    k == "regexes_to_ignore")) {
           spec.options[k] = to_json(x);
         } else {
           bad(item, key + "." + k, "option not supported for " + spec.name);
@@ -524,8 +597,9 @@ class SpecBuilder {
     for (const auto& s : steps->list()) {
       const PyValue* fn = s.is_dict() ? dict_get(s.dict(), "function") : nullptr;
       if (!fn || !fn->is_str() || fn->str() != "take_first" || s.dict().size() != 1)
-        bad(e, "filter_list", "filter step " + (fn ? py_str(*fn) : std::string("?")) +
-                                  " is not supported (only take_first)");
+        bad(e, "filter_list",
+            "filter step " + (fn ? py_str(*fn) : std::string("?")) +
+                " is not supported (only take_first)");
     }
     spec_.filter = name->str();
   }
@@ -537,9 +611,9 @@ class SpecBuilder {
     auto put = [&](const char* k) {
       if (has(k) && !val(k).is_none()) c[k] = to_json(val(k));
     };
-    for (const char* k : {"task", "task_alias", "tag", "dataset_path", "dataset_name", "dataset_kwargs",
-                          "training_split", "validation_split", "test_split", "fewshot_split",
-                          "doc_to_text", "doc_to_target"})
+    for (const char* k : {"task", "task_alias", "tag", "dataset_path", "dataset_name",
+                          "dataset_kwargs", "training_split", "validation_split", "test_split",
+                          "fewshot_split", "doc_to_text", "doc_to_target"})
       put(k);
     if (native_) {
       c["dataset_path"] = "json";
@@ -552,30 +626,34 @@ class SpecBuilder {
     c["fewshot_delimiter"] = spec_.fewshot_delimiter;
     const FewshotSpec& f = spec_.fewshot;
     auto fn_json = [](const DocFn& d) { return d.set() ? to_json(d.value) : Json(nullptr); };
-    c["fewshot_config"] = Json{{"sampler", f.sampler},
-                               {"split", f.split ? Json(*f.split) : Json(nullptr)},
-                               {"process_docs", nullptr},
-                               {"fewshot_indices", nullptr},
-                               {"samples", f.samples ? to_json(PyValue(*f.samples)) : Json(nullptr)},
-                               {"doc_to_text", fn_json(f.doc_to_text)},
-                               {"doc_to_choice", fn_json(f.doc_to_choice)},
-                               {"doc_to_target", fn_json(f.doc_to_target)},
-                               {"gen_prefix", fn_json(f.gen_prefix)},
-                               {"fewshot_delimiter", f.fewshot_delimiter},
-                               {"target_delimiter", f.target_delimiter}};
+    c["fewshot_config"] =
+        Json{{"sampler", f.sampler},
+             {"split", f.split ? Json(*f.split) : Json(nullptr)},
+             {"process_docs", nullptr},
+             {"fewshot_indices", nullptr},
+             {"samples", f.samples ? to_json(PyValue(*f.samples)) : Json(nullptr)},
+             {"doc_to_text", fn_json(f.doc_to_text)},
+             {"doc_to_choice", fn_json(f.doc_to_choice)},
+             {"doc_to_target", fn_json(f.doc_to_target)},
+             {"gen_prefix", fn_json(f.gen_prefix)},
+             {"fewshot_delimiter", f.fewshot_delimiter},
+             {"target_delimiter", f.target_delimiter}};
     c["num_fewshot"] = nullptr;  // filled by load_task
     put("metric_list");
     c["output_type"] = output_type_name(spec_.type);
     if (!spec_.generation_kwargs.is_null()) c["generation_kwargs"] = spec_.generation_kwargs;
     c["repeats"] = 1;
     put("filter_list");
-    c["should_decontaminate"] = has("should_decontaminate") ? to_json(val("should_decontaminate")) : Json(false);
+    c["should_decontaminate"] =
+        has("should_decontaminate") ? to_json(val("should_decontaminate")) : Json(false);
     put("doc_to_decontamination_query");
     put("gen_prefix");
     // TaskFactory._load_full_config: metadata becomes a dict ({"_metadata": value} otherwise)
     // naming the file it came from.
     const PyValue meta = val("metadata");
-    Json m = meta.is_dict() ? to_json(meta) : meta.is_none() ? Json::object() : Json{{"_metadata", to_json(meta)}};
+    Json m = meta.is_dict()   ? to_json(meta)
+             : meta.is_none() ? Json::object()
+                              : Json{{"_metadata", to_json(meta)}};
     m["config_source"] = std::filesystem::absolute(yaml_).lexically_normal().string();
     c["metadata"] = m;
     spec_.config = c;

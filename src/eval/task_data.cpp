@@ -14,8 +14,8 @@ namespace {
 
 struct Shape {
   enum Kind { kNull, kBool, kInt, kFloat, kStr, kList, kDict } kind = kNull;
-  std::vector<Shape> elem;                              // kList: one
-  std::vector<std::pair<std::string, Shape>> fields;    // kDict
+  std::vector<Shape> elem;                            // kList: one
+  std::vector<std::pair<std::string, Shape>> fields;  // kDict
 };
 
 const char* kind_name(Shape::Kind k) {
@@ -40,7 +40,8 @@ void widen(Shape& s, const PyValue& v, const std::string& path) {
   if (s.kind == Shape::kNull) {
     s.kind = k;
   } else if (s.kind != k) {
-    if ((s.kind == Shape::kInt && k == Shape::kFloat) || (s.kind == Shape::kFloat && k == Shape::kInt)) {
+    if ((s.kind == Shape::kInt && k == Shape::kFloat) ||
+        (s.kind == Shape::kFloat && k == Shape::kInt)) {
       s.kind = Shape::kFloat;
       return;
     }
@@ -99,7 +100,8 @@ void read_file(const std::string& file, const std::string& where, SplitData& out
       throw UserError(file + ": not valid JSON: " + e.what());
     }
     for (size_t i = 0; i < arr.size(); ++i) {
-      if (!arr[i].is_object()) throw UserError(file + ": element " + std::to_string(i) + " is not an object");
+      if (!arr[i].is_object())
+        throw UserError(file + ": element " + std::to_string(i) + " is not an object");
       out.rows.push_back(from_json(arr[i]));
       out.labels.push_back(file + " element " + std::to_string(i));
     }
@@ -115,7 +117,8 @@ void read_file(const std::string& file, const std::string& where, SplitData& out
     } catch (const Json::exception& e) {
       throw UserError(file + ":" + std::to_string(n) + ": not valid JSON: " + e.what());
     }
-    if (!j.is_object()) throw UserError(file + ":" + std::to_string(n) + ": a record must be a JSON object");
+    if (!j.is_object())
+      throw UserError(file + ":" + std::to_string(n) + ": a record must be a JSON object");
     out.rows.push_back(from_json(j));
     out.labels.push_back(file + ":" + std::to_string(n));
   }

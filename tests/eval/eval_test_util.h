@@ -42,7 +42,8 @@ template <class J>
 inline nlohmann::json run_eval_reference(const std::string& script, const J& input,
                                          const std::filesystem::path& dir) {
   std::ofstream(dir / "ref_in.json") << input.dump();
-  const std::string args = "'" + (dir / "ref_in.json").string() + "' '" + (dir / "ref_out.json").string() + "'";
+  const std::string args =
+      "'" + (dir / "ref_in.json").string() + "' '" + (dir / "ref_out.json").string() + "'";
   setenv("HF_DATASETS_OFFLINE", "1", 1);
   setenv("HF_HUB_OFFLINE", "1", 1);
   setenv("HF_DATASETS_CACHE", (dir / "hf_cache").c_str(), 1);

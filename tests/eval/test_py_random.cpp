@@ -10,14 +10,14 @@ namespace {
 
 TEST(PyRandomReference, MatchesCPythonForManySeedsAndSizes) {
   std::mt19937_64 gen(test::fresh_seed("PyRandomReference"));
-  std::vector<int64_t> seeds = {0, 1, 42, 1234, -7, int64_t(1) << 32, (int64_t(1) << 62) + 12345,
-                                4294967295LL};
+  std::vector<int64_t> seeds = {
+      0, 1, 42, 1234, -7, int64_t(1) << 32, (int64_t(1) << 62) + 12345, 4294967295LL};
   for (int i = 0; i < 40; ++i) seeds.push_back(int64_t(gen() >> 1) >> (gen() % 63));
   // (n, k): k <= 5 keeps setsize 21; k = 6 makes it 21 + 64 = 85; n around those bounds picks
   // the pool (n <= setsize) or the set algorithm.
-  std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1}, {5, 0}, {21, 5}, {22, 5}, {22, 2},
-                                                    {85, 6}, {86, 6}, {200, 6}, {1000, 3},
-                                                    {1000, 40}, {100, 100}, {5000, 350}};
+  std::vector<std::pair<int64_t, int64_t>> sizes = {{1, 1},    {5, 0},     {21, 5},    {22, 5},
+                                                    {22, 2},   {85, 6},    {86, 6},    {200, 6},
+                                                    {1000, 3}, {1000, 40}, {100, 100}, {5000, 350}};
   for (int i = 0; i < 20; ++i) {
     const int64_t n = 1 + int64_t(gen() % 3000);
     sizes.push_back({n, int64_t(gen() % (n + 1))});
@@ -40,7 +40,8 @@ TEST(PyRandomReference, MatchesCPythonForManySeedsAndSizes) {
     r.shuffle(x);
     EXPECT_EQ(x, want["shuffle"].get<std::vector<int64_t>>());
     for (size_t i = 0; i < sizes.size(); ++i)
-      ASSERT_EQ(r.sample(sizes[i].first, sizes[i].second), want["samples"][i].get<std::vector<int64_t>>())
+      ASSERT_EQ(r.sample(sizes[i].first, sizes[i].second),
+                want["samples"][i].get<std::vector<int64_t>>())
           << "sample(range(" << sizes[i].first << "), " << sizes[i].second << ")";
   }
 }

@@ -4,10 +4,9 @@
 // TaskManager from the same YAML files, offline) builds its requests (tests/eval/
 // task_reference.py) and every context, continuation and generation argument must equal ours byte
 // for byte, record by record.
-#include "eval/task.h"
-
 #include <gtest/gtest.h>
 
+#include "eval/task.h"
 #include "eval_test_util.h"
 #include "test_util.h"
 
@@ -18,7 +17,8 @@ namespace {
 // so that setting the evaluated record aside can remove several copies and the sampler has to
 // draw again from the records that differ.
 std::string records(std::mt19937& gen, int n, bool with_duplicate) {
-  static const char* words[] = {"alpha", "beta", "gamma", "delta", "it's", "\"quoted\"", "x\ty", "é", "日本", "7", "  pad  "};
+  static const char* words[] = {"alpha", "beta", "gamma", "delta", "it's",   "\"quoted\"",
+                                "x\ty",  "é",    "日本",  "7",     "  pad  "};
   auto phrase = [&](int k) {
     std::string s;
     for (int i = 0; i < k; ++i) s += std::string(i ? " " : "") + words[gen() % std::size(words)];
@@ -57,9 +57,11 @@ class TaskReference : public ::testing::Test {
     train_ = dir_.write("data/train.jsonl", records(gen, 9, false)).string();
     dir_.write("tasks/_common.yaml",
                "dataset_path: json\n"
-               "dataset_kwargs:\n  data_files:\n    test: " + test_ + "\n    train: " + train_ + "\n"
-               "test_split: test\n"
-               "metadata:\n  version: 1.0\n");
+               "dataset_kwargs:\n  data_files:\n    test: " +
+                   test_ + "\n    train: " + train_ +
+                   "\n"
+                   "test_split: test\n"
+                   "metadata:\n  version: 1.0\n");
   }
 
   // A task file: `splits` is "sep" (few-shot split train), "same" (few-shot split test) or
@@ -74,11 +76,13 @@ class TaskReference : public ::testing::Test {
   }
 
   void compare_all() {
-    nlohmann::json spec = {{"dir", (dir_.path() / "tasks").string()}, {"tasks", nlohmann::json::array()}};
+    nlohmann::json spec = {{"dir", (dir_.path() / "tasks").string()},
+                           {"tasks", nlohmann::json::array()}};
     for (const auto& c : cases_)
-      spec["tasks"].push_back({{"name", c.name},
-                               {"num_fewshot", c.num_fewshot ? nlohmann::json(*c.num_fewshot) : nlohmann::json()},
-                               {"limit", c.limit ? nlohmann::json(*c.limit) : nlohmann::json()}});
+      spec["tasks"].push_back(
+          {{"name", c.name},
+           {"num_fewshot", c.num_fewshot ? nlohmann::json(*c.num_fewshot) : nlohmann::json()},
+           {"limit", c.limit ? nlohmann::json(*c.limit) : nlohmann::json()}});
     const nlohmann::json ref = test::run_eval_reference("task_reference.py", spec, dir_.path());
     ASSERT_TRUE(ref.is_object());
     for (const auto& c : cases_) {
@@ -86,7 +90,8 @@ class TaskReference : public ::testing::Test {
       ASSERT_TRUE(ref.contains(c.name));
       const nlohmann::json& r = ref[c.name];
       ASSERT_FALSE(r.contains("error")) << r["error"];
-      const EvalTask t = load_task(dir_.path() / "tasks" / (c.name + ".yaml"), c.num_fewshot, c.limit);
+      const EvalTask t =
+          load_task(dir_.path() / "tasks" / (c.name + ".yaml"), c.num_fewshot, c.limit);
       ASSERT_EQ(t.docs.size(), r["docs"].size());
       EXPECT_EQ(t.num_fewshot, r["config"]["num_fewshot"].get<int64_t>());
       EXPECT_EQ(nlohmann::json::parse(t.config.dump()), r["config"]);
@@ -154,10 +159,13 @@ TEST_F(TaskReference, AllOutputTypesAndFewShotSetupsMatchTheHarness) {
       "description: \"Answer briefly.\\n\\n\"\n"
       "doc_to_text: \"Q: {{question | trim}}\\nA:\"\n"
       "doc_to_target: \"{{answer}} ({{score}})\"\n"
-      "generation_kwargs:\n  until: [\"\\n\", \"Q:\"]\n  max_gen_toks: 32\n  do_sample: false\n  temperature: 0\n"
-      "metric_list:\n  - metric: exact_match\n    ignore_case: true\n    ignore_punctuation: true\n";
+      "generation_kwargs:\n  until: [\"\\n\", \"Q:\"]\n  max_gen_toks: 32\n  do_sample: false\n  "
+      "temperature: 0\n"
+      "metric_list:\n  - metric: exact_match\n    ignore_case: true\n    ignore_punctuation: "
+      "true\n";
   const std::string gen_default =
-      "doc_to_text: \"{% for c in choices %}{{ loop.index }}. {{ c }}\\n{% endfor %}{{question}}\"\n"
+      "doc_to_text: \"{% for c in choices %}{{ loop.index }}. {{ c }}\\n{% endfor "
+      "%}{{question}}\"\n"
       "doc_to_target: answer\n"
       "gen_prefix: \"Answer:\"\n";
   const std::string roll =
@@ -179,18 +187,24 @@ TEST_F(TaskReference, AllOutputTypesAndFewShotSetupsMatchTheHarness) {
     }
   }
   // first_n, a few-shot-only doc_to_text and target delimiter, a file's own 0 shots kept.
-  task("mc_firstn", mc + "num_fewshot: 3\nfewshot_config:\n  sampler: first_n\n  doc_to_text: \"Q: {{question}}\\nA:\"\n  target_delimiter: \"  \"\n", "same");
+  task("mc_firstn",
+       mc + "num_fewshot: 3\nfewshot_config:\n  sampler: first_n\n  doc_to_text: \"Q: "
+            "{{question}}\\nA:\"\n  target_delimiter: \"  \"\n",
+       "same");
   task("mc_zero", mc + "num_fewshot: 0\n", "sep");
   cases_.back().num_fewshot = 2;
   // data_files relative to the current directory (where `datasets` resolves them), as a list and
   // as a bare file (the split `datasets` then calls train).
   const std::string rel_test = std::filesystem::relative(test_).string();
   const std::string rel_train = std::filesystem::relative(train_).string();
-  dir_.write("tasks/rel_list.yaml", "task: rel_list\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: [" +
-                                        rel_test + "]\n    train: " + rel_train + "\ntest_split: test\nnum_fewshot: 2\n" + mc);
+  dir_.write("tasks/rel_list.yaml",
+             "task: rel_list\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: [" +
+                 rel_test + "]\n    train: " + rel_train + "\ntest_split: test\nnum_fewshot: 2\n" +
+                 mc);
   cases_.push_back({"rel_list", std::nullopt, std::nullopt});
-  dir_.write("tasks/rel_bare.yaml", "task: rel_bare\ndataset_path: json\ndataset_kwargs:\n  data_files: " + rel_test +
-                                        "\ntest_split: train\nfewshot_split: train\nnum_fewshot: 1\n" + ll);
+  dir_.write("tasks/rel_bare.yaml",
+             "task: rel_bare\ndataset_path: json\ndataset_kwargs:\n  data_files: " + rel_test +
+                 "\ntest_split: train\nfewshot_split: train\nnum_fewshot: 1\n" + ll);
   cases_.push_back({"rel_bare", std::nullopt, 4});
   ASSERT_NO_FATAL_FAILURE(compare_all());
 }
