@@ -14,7 +14,6 @@
 // startswith, endswith, join, count, find, index, isdigit, format-free; list methods index and
 // count; dict methods get, keys, values; range(). Anything else is a syntax error naming the
 // place, so a template lmtrain would render differently is refused rather than misread.
-// Case mapping (lower/upper) covers ASCII and Latin-1 only.
 #pragma once
 
 #include <memory>

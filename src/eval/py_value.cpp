@@ -6,6 +6,11 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <clocale>
+#include <cwctype>
+#include <locale.h>
+#include <wctype.h>
+
 namespace lmt::eval {
 
 const char* PyValue::type_name() const {
@@ -349,16 +354,68 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
   return out + s.substr(pos);
 }
 
+// Unicode simple case mapping from the C library's C.UTF-8 tables (towlower_l / towupper_l),
+// plus the special cases of Python's full mapping that task text meets: 'ß'.upper() == 'SS',
+// 'İ'.lower() == 'i̇', and a capital sigma ending a word lowering to 'ς'. Without C.UTF-8, ASCII
+// and Latin-1 only.
+static locale_t utf8_locale() {
+  static const locale_t loc = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t(0));
+  return loc;
+}
+
+static char32_t simple_case(char32_t c, bool upper) {
+  if (const locale_t loc = utf8_locale())
+    return char32_t(upper ? towupper_l(wint_t(c), loc) : towlower_l(wint_t(c), loc));
+  if (upper && ((c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7))) return c - 0x20;
+  if (!upper && ((c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7))) return c + 0x20;
+  return c;
+}
+
+// Unicode's Cased and Case_Ignorable properties, as far as the C tables and a short list give them
+// (for the final-sigma rule only).
+static bool is_cased(char32_t c) {
+  if (c == 0xDF || c == 0xAA || c == 0xBA) return true;
+  if (const locale_t loc = utf8_locale())
+    if (iswlower_l(wint_t(c), loc) || iswupper_l(wint_t(c), loc)) return true;
+  return simple_case(c, true) != c || simple_case(c, false) != c;
+}
+static bool is_case_ignorable(char32_t c) {
+  switch (c) {
+    case '\'': case '.': case ':': case '^': case '`': case 0xA8: case 0xAD: case 0xAF: case 0xB4:
+    case 0xB7: case 0xB8: case 0x2018: case 0x2019: case 0x2024: case 0x2027: case 0xFEFF:
+      return true;
+    default:
+      return (c >= 0x2B0 && c <= 0x36F) || (c >= 0x200B && c <= 0x200F) || (c >= 0x483 && c <= 0x489);
+  }
+}
+
+// CPython's handle_capital_sigma: final when a cased letter precedes (case-ignorable ones
+// skipped) and none follows.
+static bool final_sigma(const std::u32string& u, size_t i) {
+  size_t j = i;
+  while (j > 0 && is_case_ignorable(u[j - 1])) --j;
+  if (j == 0 || !is_cased(u[j - 1])) return false;
+  size_t k = i + 1;
+  while (k < u.size() && is_case_ignorable(u[k])) ++k;
+  return k == u.size() || !is_cased(u[k]);
+}
+
 static std::string map_case(const std::string& s, bool upper) {
-  std::u32string u = utf8_to_u32(s);
-  for (char32_t& c : u) {
-    if (upper) {
-      if ((c >= 'a' && c <= 'z') || (c >= 0xE0 && c <= 0xFE && c != 0xF7)) c -= 0x20;
-    } else if ((c >= 'A' && c <= 'Z') || (c >= 0xC0 && c <= 0xDE && c != 0xD7)) {
-      c += 0x20;
+  const std::u32string u = utf8_to_u32(s);
+  std::u32string out;
+  for (size_t i = 0; i < u.size(); ++i) {
+    const char32_t c = u[i];
+    if (upper && c == 0xDF) {
+      out += U"SS";
+    } else if (!upper && c == 0x130) {
+      out += U"i\u0307";
+    } else if (!upper && c == 0x3A3) {
+      out += final_sigma(u, i) ? char32_t(0x3C2) : char32_t(0x3C3);
+    } else {
+      out += simple_case(c, upper);
     }
   }
-  return u32_to_utf8(u);
+  return u32_to_utf8(out);
 }
 std::string py_lower(const std::string& s) {
   return map_case(s, false);

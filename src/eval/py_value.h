@@ -103,7 +103,7 @@ std::vector<std::string> py_split(const std::string& s, const std::optional<std:
                                   int64_t maxsplit);
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl,
                        int64_t count);
-std::string py_lower(const std::string& s);  // ASCII and the Latin-1 letters
+std::string py_lower(const std::string& s);  // Unicode, see py_value.cpp
 std::string py_upper(const std::string& s);
 
 }  // namespace lmt::eval

@@ -79,7 +79,7 @@ class Cases {
         "a", "b",  "c", "X",  "Y",  " ",        " ",
         ",", ".",  "'", "\"", "\n", "\t",       "\\",
         "é", "日", "]", "1",  "7",  "\xc2\xa0", "\xe2\x80\x83",
-        "-", "?",  "{", "}"};
+        "-", "?", "{", "}", "Ω", "Σ", "ж", "Ж", "ß", "İ", "ǅ"};
     std::string s;
     const int n = int(gen_() % (max_len + 1));
     for (int i = 0; i < n; ++i) s += alphabet[gen_() % alphabet.size()];
