@@ -1,15 +1,15 @@
 // CPython's printing, comparison and string rules for PyValue (py_value.h).
 #include "eval/py_value.h"
 
-#include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <stdexcept>
-
-#include <clocale>
-#include <cwctype>
 #include <locale.h>
 #include <wctype.h>
+
+#include <algorithm>
+#include <charconv>
+#include <clocale>
+#include <cmath>
+#include <cwctype>
+#include <stdexcept>
 
 namespace lmt::eval {
 
@@ -381,11 +381,26 @@ static bool is_cased(char32_t c) {
 }
 static bool is_case_ignorable(char32_t c) {
   switch (c) {
-    case '\'': case '.': case ':': case '^': case '`': case 0xA8: case 0xAD: case 0xAF: case 0xB4:
-    case 0xB7: case 0xB8: case 0x2018: case 0x2019: case 0x2024: case 0x2027: case 0xFEFF:
+    case '\'':
+    case '.':
+    case ':':
+    case '^':
+    case '`':
+    case 0xA8:
+    case 0xAD:
+    case 0xAF:
+    case 0xB4:
+    case 0xB7:
+    case 0xB8:
+    case 0x2018:
+    case 0x2019:
+    case 0x2024:
+    case 0x2027:
+    case 0xFEFF:
       return true;
     default:
-      return (c >= 0x2B0 && c <= 0x36F) || (c >= 0x200B && c <= 0x200F) || (c >= 0x483 && c <= 0x489);
+      return (c >= 0x2B0 && c <= 0x36F) || (c >= 0x200B && c <= 0x200F) ||
+             (c >= 0x483 && c <= 0x489);
   }
 }
 

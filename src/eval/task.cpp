@@ -360,6 +360,7 @@ class TaskBuilder {
   // construct_requests, and what process_results compares with.
   void fill_request(const Rec& r, const std::string& context, EvalDoc& d) const {
     const PyValue target = doc_to_target(r, s_.doc_to_target);
+    d.logged_target = to_json(target);
     switch (s_.type) {
       case OutputType::loglikelihood:
       case OutputType::loglikelihood_rolling:

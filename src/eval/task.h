@@ -68,6 +68,9 @@ struct EvalDoc {
   // loglikelihood_rolling: the text scored; loglikelihood: the target.
   std::string target;
   std::vector<std::string> targets;  // generate_until with a list target: every accepted answer
+  // doc_to_target(doc) as the harness logs it under "target" in --log-samples (an index, a
+  // string or a list; its target_hash is the hash of py_str(from_json(logged_target))).
+  Json logged_target;
 };
 
 struct EvalTask {

@@ -3,7 +3,7 @@
 Usage: task_reference.py SPEC.json OUT.json. SPEC: {"dir": task directory, "tasks": [{"name",
 "num_fewshot" (or null), "limit" (or null)}]}. Each task is loaded by the harness's TaskManager
 from `dir`, given num_fewshot and the few-shot seed as evaluator.simple_evaluate gives them, and
-its requests built with build_all_requests(limit=...). OUT: {name: {"docs": [{"doc_id", "args"}],
+its requests built with build_all_requests(limit=...). OUT: {name: {"docs": [{"doc_id", "args", "target"}],
 "config": dump_config()}} or {name: {"error": "..."}}.
 """
 import json
@@ -29,7 +29,8 @@ def requests_of(task, num_fewshot, limit):
     out = []
     for doc_id in sorted(docs):
         insts = sorted(docs[doc_id], key=lambda i: i.idx)
-        out.append({"doc_id": doc_id, "args": [list(i.arguments) for i in insts]})
+        out.append({"doc_id": doc_id, "args": [list(i.arguments) for i in insts],
+                    "target": task.doc_to_target(insts[0].doc)})
     return out
 
 

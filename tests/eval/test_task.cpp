@@ -100,6 +100,7 @@ class TaskReference : public ::testing::Test {
         const nlohmann::json& args = r["docs"][i]["args"];
         SCOPED_TRACE("doc " + std::to_string(i));
         EXPECT_EQ(d.doc_id, r["docs"][i]["doc_id"].get<int64_t>());
+        EXPECT_EQ(nlohmann::json::parse(d.logged_target.dump()), r["docs"][i]["target"]);
         switch (t.type) {
           case OutputType::multiple_choice:
             ASSERT_EQ(d.continuations.size(), args.size());
@@ -191,6 +192,21 @@ TEST_F(TaskReference, AllOutputTypesAndFewShotSetupsMatchTheHarness) {
        mc + "num_fewshot: 3\nfewshot_config:\n  sampler: first_n\n  doc_to_text: \"Q: "
             "{{question}}\\nA:\"\n  target_delimiter: \"  \"\n",
        "same");
+  task("mc_list",
+       "output_type: multiple_choice\ndoc_to_text: \"{{question}}\"\ndoc_to_choice: [\"no\", "
+       "'yes', maybe, \"n/a\"]\n"
+       "doc_to_target: \"{{label}}\"\ndescription: \"{{note | default('none')}}: \"\nnum_fewshot: "
+       "2\n"
+       "target_delimiter: \"\\n\"\n",
+       "sep");
+  task("mc_samples",
+       mc + "num_fewshot: 2\nfewshot_config:\n  samples:\n"
+            "    - {question: \"Sky?\", choices: [blue, red, green, black], label: 0}\n"
+            "    - {question: \"Grass?\", choices: [blue, red, green, black], label: 2}\n"
+            "    - {question: \"Night?\", choices: [blue, red, green, black], label: 3}\n",
+       "none");
+  task("ll_limit", ll + "num_fewshot: 1\n", "same");
+  cases_.back().limit = 3;
   task("mc_zero", mc + "num_fewshot: 0\n", "sep");
   cases_.back().num_fewshot = 2;
   // data_files relative to the current directory (where `datasets` resolves them), as a list and
