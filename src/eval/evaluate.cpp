@@ -6,22 +6,11 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "eval/py_value.h"
 
 namespace lmt::eval {
 
 namespace {
-
-// Python's repr of a float (what the harness's records hold as text): the shortest text that
-// reads back the same, with ".0" on an integral value and Python's exponent form.
-std::string py_float(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  // fmt's shortest form switches to an exponent where Python's repr does (below 1e-4, from
-  // 1e16 on) and writes it as Python does ("1e-05"); only an integral value lacks Python's ".0".
-  std::string s = fmt::format("{}", v);
-  if (s.find_first_of(".e") == std::string::npos) s += ".0";
-  return s;
-}
 
 std::string sha256_hex(const std::string& s) {
   unsigned char md[EVP_MAX_MD_SIZE];
@@ -32,12 +21,8 @@ std::string sha256_hex(const std::string& s) {
   return hex;
 }
 
-// Python's str() of what doc_to_target gave: the gold index of a multiple-choice task, else the
-// target text.
-std::string target_text(const EvalTask& task, const EvalDoc& d) {
-  if (task.type == OutputType::multiple_choice) return std::to_string(d.gold);
-  return d.target;
-}
+// str() of what doc_to_target gave (the target a record logs and hashes).
+std::string target_text(const EvalDoc& d) { return py_str(from_json(d.logged_target)); }
 
 }  // namespace
 
@@ -88,52 +73,52 @@ TaskResult evaluate_task(HarnessLM& lm, const EvalTask& task, const Progress& pr
   return r;
 }
 
-nlohmann::json results_json(const std::vector<TaskResult>& results, const nlohmann::json& config) {
-  nlohmann::json j;
-  j["results"] = nlohmann::json::object();
-  j["group_subtasks"] = nlohmann::json::object();
-  j["configs"] = nlohmann::json::object();
-  j["versions"] = nlohmann::json::object();
-  j["n-shot"] = nlohmann::json::object();
-  j["higher_is_better"] = nlohmann::json::object();
-  j["n-samples"] = nlohmann::json::object();
+Json results_json(const std::vector<TaskResult>& results, const Json& config) {
+  Json j;
+  j["results"] = Json::object();
+  j["group_subtasks"] = Json::object();
+  j["configs"] = Json::object();
+  j["versions"] = Json::object();
+  j["n-shot"] = Json::object();
+  j["higher_is_better"] = Json::object();
+  j["n-samples"] = Json::object();
   for (const TaskResult& r : results) {
     const EvalTask& t = *r.task;
-    nlohmann::json res = {{"name", t.name}, {"alias", t.name},
+    Json res = {{"name", t.name}, {"alias", t.name},
                           {"sample_len", static_cast<int64_t>(t.docs.size())}};
-    nlohmann::json better = nlohmann::json::object();
+    Json better = Json::object();
     const std::vector<MetricSpec> specs = t.metrics.empty() ? default_metrics(t.type) : t.metrics;
     for (const MetricSpec& m : specs) {
       const auto it = r.metrics.find(m.name);
       if (it == r.metrics.end()) continue;
-      res[m.name + ",none"] = it->second.value;
-      res[m.name + "_stderr,none"] =
-          it->second.stderr_ ? nlohmann::json(*it->second.stderr_) : nlohmann::json("N/A");
+      res[m.name + "," + t.filter] = it->second.value;
+      res[m.name + "_stderr," + t.filter] =
+          it->second.stderr_ ? Json(*it->second.stderr_) : Json("N/A");
       better[m.name] = m.higher_is_better;
     }
     j["results"][t.name] = res;
-    j["group_subtasks"][t.name] = nlohmann::json::array();
+    j["group_subtasks"][t.name] = Json::array();
     j["configs"][t.name] = t.config;
     j["versions"][t.name] = t.config.contains("metadata") && t.config["metadata"].contains("version")
                                 ? t.config["metadata"]["version"]
-                                : nlohmann::json("Yaml");
+                                : Json("Yaml");
     j["n-shot"][t.name] = t.num_fewshot;
     j["higher_is_better"][t.name] = better;
-    j["n-samples"][t.name] = {{"original", t.config.value("n_docs", static_cast<int64_t>(t.docs.size()))},
+    j["n-samples"][t.name] = {{"original", t.split_size},
                               {"effective", static_cast<int64_t>(t.docs.size())}};
   }
   j["config"] = config;
   return j;
 }
 
-std::vector<nlohmann::json> sample_records(const TaskResult& result) {
+std::vector<Json> sample_records(const TaskResult& result) {
   const EvalTask& t = *result.task;
-  std::vector<nlohmann::json> out;
+  std::vector<Json> out;
   for (size_t i = 0; i < t.docs.size(); ++i) {
     const EvalDoc& d = t.docs[i];
     const DocAnswer& a = result.answers[i];
-    nlohmann::json args = nlohmann::json::object(), resps = nlohmann::json::array(),
-                   filtered = nlohmann::json::array();
+    Json args = Json::object(), resps = Json::array(),
+                   filtered = Json::array();
     std::string prompt;
     switch (t.type) {
       case OutputType::multiple_choice:
@@ -142,43 +127,42 @@ std::vector<nlohmann::json> sample_records(const TaskResult& result) {
           args["gen_args_" + std::to_string(c)] = {{"arg_0", d.context},
                                                    {"arg_1", d.continuations[c]}};
           const LoglikelihoodResult& l = a.loglikelihoods[c];
-          const nlohmann::json one = {py_float(l.logprob), l.greedy ? "True" : "False"};
-          resps.push_back(nlohmann::json::array({one}));
+          const Json one = {py_float_repr(l.logprob), l.greedy ? "True" : "False"};
+          resps.push_back(Json::array({one}));
           filtered.push_back(one);
         }
         prompt = d.context;
         break;
       case OutputType::loglikelihood_rolling:
         args["gen_args_0"] = {{"arg_0", d.target}};
-        resps.push_back(nlohmann::json::array({py_float(a.rolling)}));
-        filtered.push_back(py_float(a.rolling));
+        resps.push_back(Json::array({py_float_repr(a.rolling)}));
+        filtered.push_back(py_float_repr(a.rolling));
         prompt = d.target;
         break;
       case OutputType::generate_until:
-        args["gen_args_0"] = {{"arg_0", d.context},
-                              {"arg_1", {{"until", t.until}, {"max_gen_toks", t.max_gen_toks}}}};
-        resps.push_back(nlohmann::json::array({a.generated}));
+        args["gen_args_0"] = {{"arg_0", d.context}, {"arg_1", t.generation_kwargs}};
+        resps.push_back(Json::array({a.generated}));
         filtered.push_back(a.generated);
         prompt = d.context;
         break;
     }
-    nlohmann::json rec = {{"doc_id", d.doc_id},
+    Json rec = {{"doc_id", d.doc_id},
                           {"doc", d.doc},
-                          {"target", target_text(t, d)},
+                          {"target", d.logged_target},
                           {"arguments", args},
                           {"resps", resps},
                           {"filtered_resps", filtered},
-                          {"filter", "none"}};
-    nlohmann::json names = nlohmann::json::array();
+                          {"filter", t.filter}};
+    Json names = Json::array();
     for (const auto& [name, item] : result.doc_metrics[i]) names.push_back(name);
     rec["metrics"] = names;
     rec["doc_hash"] =
-        sha256_hex(d.doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace));
+        sha256_hex(d.doc.dump(2, ' ', false, Json::error_handler_t::replace));
     rec["prompt_hash"] = sha256_hex(prompt);
-    rec["target_hash"] = sha256_hex(target_text(t, d));
+    rec["target_hash"] = sha256_hex(target_text(d));
     for (const auto& [name, item] : result.doc_metrics[i])
-      rec[name] = item.weight == 0 ? nlohmann::json(item.value)
-                                   : nlohmann::json::array({item.value, item.weight});
+      rec[name] = item.weight == 0 ? Json(item.value)
+                                   : Json::array({item.value, item.weight});
     out.push_back(std::move(rec));
   }
   return out;
@@ -194,14 +178,14 @@ std::string results_table(const std::vector<TaskResult>& results) {
     for (const MetricSpec& m : specs) {
       const auto it = r.metrics.find(m.name);
       if (it == r.metrics.end()) continue;
-      const nlohmann::json version =
+      const Json version =
           t.config.contains("metadata") && t.config["metadata"].contains("version")
               ? t.config["metadata"]["version"]
-              : nlohmann::json("Yaml");
+              : Json("Yaml");
       rows.push_back({first ? t.name : "", first ? (version.is_string() ? version.get<std::string>()
                                                                         : version.dump())
                                                  : "",
-                      first ? "none" : "", first ? std::to_string(t.num_fewshot) : "", m.name,
+                      first ? t.filter : "", first ? std::to_string(t.num_fewshot) : "", m.name,
                       m.higher_is_better ? "↑" : "↓", fmt::format("{:.4f}", it->second.value),
                       "±",
                       it->second.stderr_ ? fmt::format("{:.4f}", *it->second.stderr_) : "N/A"});

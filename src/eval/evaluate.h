@@ -28,10 +28,10 @@ TaskResult evaluate_task(HarnessLM& lm, const EvalTask& task, const Progress& pr
 
 // The harness's results JSON for these tasks; `config` goes under "config" (what ran: model,
 // batch size, limit, seeds).
-nlohmann::json results_json(const std::vector<TaskResult>& results, const nlohmann::json& config);
+Json results_json(const std::vector<TaskResult>& results, const Json& config);
 
 // The harness's per-document records of one task (--log_samples), one JSON object a document.
-std::vector<nlohmann::json> sample_records(const TaskResult& result);
+std::vector<Json> sample_records(const TaskResult& result);
 
 // The console table: | Tasks | Version | Filter | n-shot | Metric | | Value | | Stderr |.
 std::string results_table(const std::vector<TaskResult>& results);

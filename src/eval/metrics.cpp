@@ -62,7 +62,7 @@ int64_t count_words(const std::string& s) {
 }
 
 // hf evaluate's exact_match on one prediction, with the task's options.
-double exact_match(std::string prediction, std::string reference, const nlohmann::json& opt) {
+double exact_match(std::string prediction, std::string reference, const Json& opt) {
   if (opt.contains("regexes_to_ignore") && !opt["regexes_to_ignore"].is_null())
     for (const auto& r : opt["regexes_to_ignore"]) {
       const std::regex re(r.get<std::string>());
@@ -109,7 +109,17 @@ int64_t code_points(const std::string& utf8) {
 
 std::vector<MetricSpec> default_metrics(OutputType type) {
   std::vector<MetricSpec> m;
-  auto add = [&](const char* name) { m.push_back({name, higher_is_better(name), {}}); };
+  auto add = [&](const char* name) {
+    MetricSpec spec;
+    spec.name = name;
+    spec.aggregation = std::string(name) == "perplexity"      ? "perplexity"
+                       : std::string(name) == "bits_per_byte" ? "bits_per_byte"
+                       : std::string(name).find("perplexity") != std::string::npos
+                           ? "weighted_perplexity"
+                           : "mean";
+    spec.higher_is_better = higher_is_better(name);
+    m.push_back(spec);
+  };
   switch (type) {
     case OutputType::loglikelihood:
       add("perplexity"), add("acc");
@@ -172,25 +182,43 @@ std::map<std::string, MetricItem> doc_metrics(const EvalTask& task, const EvalDo
           by_chars.push_back(l / static_cast<double>(code_points(doc.choices.at(i))));
           by_bytes.push_back(l / static_cast<double>(doc.choices.at(i).size()));
         }
-        // A gold index past the choices counts as wrong (the harness warns and uses -100).
-        const bool valid = doc.gold >= 0 && doc.gold < static_cast<int64_t>(ll.size());
-        const auto gold = static_cast<size_t>(valid ? doc.gold : 0);
+        // The right choices (several where the target is a list); a gold index past the choices
+        // (-100, the harness's marker) counts as wrong.
+        std::vector<int64_t> golds = doc.golds.empty() ? std::vector<int64_t>{doc.gold} : doc.golds;
+        auto right = [&](size_t pick) {
+          for (int64_t g : golds)
+            if (g >= 0 && static_cast<size_t>(g) == pick) return 1.0;
+          return 0.0;
+        };
         if (name == "acc")
-          out[name] = {valid && argmax(ll) == gold ? 1.0 : 0.0, 0};
+          out[name] = {right(argmax(ll)), 0};
         else if (name == "acc_norm")
-          out[name] = {valid && argmax(by_chars) == gold ? 1.0 : 0.0, 0};
+          out[name] = {right(argmax(by_chars)), 0};
         else if (name == "acc_bytes")
-          out[name] = {valid && argmax(by_bytes) == gold ? 1.0 : 0.0, 0};
-        else if (name == "exact_match")
-          out[name] = {valid && answer.loglikelihoods[gold].greedy ? 1.0 : 0.0, 0};
-        else
+          out[name] = {right(argmax(by_bytes)), 0};
+        else if (name == "exact_match") {
+          double any = 0;
+          for (int64_t g : golds)
+            if (g >= 0 && g < static_cast<int64_t>(ll.size()) &&
+                answer.loglikelihoods[static_cast<size_t>(g)].greedy)
+              any = 1;
+          out[name] = {any, 0};
+        } else {
           unknown(name);
+        }
         break;
       }
       case OutputType::generate_until:
-        if (name == "exact_match")
-          out[name] = {exact_match(answer.generated, doc.target, m.options), 0};
-        else
+        if (name == "exact_match") {
+          // Several accepted answers (a list target): right when any matches.
+          double v = 0;
+          if (doc.targets.empty())
+            v = exact_match(answer.generated, doc.target, m.options);
+          else
+            for (const std::string& t : doc.targets)
+              v = std::max(v, exact_match(answer.generated, t, m.options));
+          out[name] = {v, 0};
+        } else
           unknown(name);
         break;
     }
