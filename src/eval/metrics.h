@@ -9,7 +9,8 @@
 //   rolling          word_perplexity, byte_perplexity (exp(-sum ll / sum words or bytes)),
 //                    bits_per_byte (-sum ll / sum bytes / ln 2); words as re.split(r"\s+")
 // Means carry a standard error (sample standard deviation / sqrt(n)); perplexity's is the
-// harness's bootstrap; the weighted ones have none ("N/A"), nor has any metric of one document.
+// harness's bootstrap (100,000 resamples drawn as its random.Random draws them); the weighted
+// ones have none ("N/A"), nor has any metric of one document.
 #pragma once
 
 #include <map>
