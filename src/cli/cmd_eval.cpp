@@ -115,8 +115,6 @@ Run add_eval(CLI::App& app) {
     if (o->log_samples && o->out.empty())
       throw UserError("--log-samples writes beside --out: give --out RESULTS.json");
     const EvalSettings settings = read_sets(o->sets);
-    if (!o->out.empty() && !fs::path(o->out).parent_path().empty())
-      fs::create_directories(fs::path(o->out).parent_path());
     // Every task file read before the model is loaded: a bad file costs nothing.
     std::vector<eval::EvalTask> tasks;
     for (const std::string& file : split_list(o->tasks))
@@ -220,6 +218,8 @@ Run add_eval(CLI::App& app) {
     j["date"] = utc_now();
     if (!results.empty()) fmt::print("{}", eval::results_table(results));
     if (!o->out.empty()) {
+      if (!fs::path(o->out).parent_path().empty())
+        fs::create_directories(fs::path(o->out).parent_path());
       write_text_file(o->out, j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
       if (o->log_samples)
         for (const eval::TaskResult& r : results) {
