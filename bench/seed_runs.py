@@ -15,7 +15,8 @@ is why the line: every figure at the full depth is extrapolated unless the run c
                                                # RUN:L one layer count, e.g. the full depth)
   python3 bench/seed_runs.py fit [--markdown]  # fit and extrapolate what has been compiled
 
-Stdlib only. LMTRAIN (default build/lmtrain) is the binary.
+Stdlib only. LMTRAIN (default build/lmtrain) is the binary; SEED_RUNS_RESULTS (default
+bench/results/seeds-2026-11-29, the compiles of docs/parallel.md) the results directory.
 """
 import json
 import os
@@ -26,7 +27,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LMTRAIN = os.environ.get("LMTRAIN", os.path.join(ROOT, "build", "lmtrain"))
-RESULTS = os.path.join(ROOT, "bench", "results", "seeds-2026-11-28")
+RESULTS = os.environ.get("SEED_RUNS_RESULTS",
+                         os.path.join(ROOT, "bench", "results", "seeds-2026-11-29"))
 SCRATCH = os.environ.get("SEED_RUNS_SCRATCH", "/tmp/seed_runs")
 
 # name: model config.json dir, full layer count, info's plan flags, target, the layer counts
