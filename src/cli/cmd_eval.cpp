@@ -94,9 +94,9 @@ Run add_eval(CLI::App& app) {
                  "task files, comma-separated: lm-evaluation-harness task YAML naming local data, "
                  "or lmtrain's short form");
   app.add_option("--data", o->data,
-                 "a config whose data: sources give held-out text (the documents prepare holds "
-                 "out by data.val_fraction; every document where it is 0): loss, perplexity and "
-                 "bits per byte per source");
+                 "held-out text: a token store's validation split, or a config whose data: "
+                 "sources give it (the documents prepare holds out by data.val_fraction; every "
+                 "document where it is 0): loss, perplexity and bits per byte per source");
   app.add_option("--num-fewshot", o->num_fewshot,
                  "few-shot examples a document (default: each task's num_fewshot, else 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
@@ -123,8 +123,11 @@ Run add_eval(CLI::App& app) {
           o->limit > 0 ? std::optional<int64_t>(o->limit) : std::nullopt));
     if (tasks.empty() && o->data.empty())
       throw UserError("eval: give --tasks FILE.yaml[,...] and/or --data CONFIG.yaml");
+    // --data: a token store (a directory with manifest.json) or a config naming sources.
+    const bool data_store = !o->data.empty() && fs::is_directory(o->data) &&
+                            fs::exists(fs::path(o->data) / "manifest.json");
     std::optional<RunConfig> data_cfg;
-    if (!o->data.empty()) data_cfg = load_run_config(o->data, {});
+    if (!o->data.empty() && !data_store) data_cfg = load_run_config(o->data, {});
 
     CheckpointHold hold;
     const fs::path dir = resolve_model_dir(o->model, "--model", hold);
@@ -182,20 +185,25 @@ Run add_eval(CLI::App& app) {
         {"fewshot_seed", 1234},
         {"max_length", lm.max_length()}};
     nlohmann::json j = eval::results_json(results, config);
-    if (data_cfg) {
+    if (data_cfg || data_store) {
       std::vector<TextSourceSpec> specs;
-      for (const auto& src : data_cfg->data.sources) specs.push_back(to_text_source_spec(src));
+      if (data_cfg)
+        for (const auto& src : data_cfg->data.sources) specs.push_back(to_text_source_spec(src));
       auto last = std::chrono::steady_clock::now();
-      const std::vector<eval::HeldoutScore> held = eval::score_heldout(
-          lm, *tok, specs, data_cfg->data.val_fraction,
-          o->limit > 0 ? std::optional<int64_t>(o->limit) : std::nullopt,
-          [&](int64_t done, int64_t source) {
-            const auto now = std::chrono::steady_clock::now();
-            if (now - last < std::chrono::seconds(5)) return;
-            last = now;
-            fmt::print(stderr, "eval: held-out text: {}: {} documents scored\n",
-                       specs[static_cast<size_t>(source)].path, done);
-          });
+      const auto progress = [&](int64_t done, int64_t source) {
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last < std::chrono::seconds(5)) return;
+        last = now;
+        fmt::print(stderr, "eval: held-out text: source {}: {} documents scored\n", source,
+                   done);
+      };
+      const std::optional<int64_t> limit =
+          o->limit > 0 ? std::optional<int64_t>(o->limit) : std::nullopt;
+      const std::vector<eval::HeldoutScore> held =
+          data_store ? eval::score_store_heldout(lm, *tok, tokenizer_spec(dir), o->data, limit,
+                                                 progress)
+                     : eval::score_heldout(lm, *tok, specs, data_cfg->data.val_fraction, limit,
+                                           progress);
       nlohmann::json h = nlohmann::json::object();
       std::string table = "|Held-out source|Documents|Tokens|Loss|Perplexity|Bits per byte|\n"
                           "|---|---:|---:|---:|---:|---:|\n";
@@ -207,9 +215,9 @@ Run add_eval(CLI::App& app) {
                              s.tokens, s.loss(), s.perplexity(), s.bits_per_byte());
         if (s.documents == 0)
           fmt::print(stderr,
-                     "eval: {}: no held-out documents (data.val_fraction {} holds none of its "
-                     "documents out)\n",
-                     s.source, data_cfg->data.val_fraction);
+                     "eval: {}: no held-out documents (the store's validation split, or "
+                     "data.val_fraction, holds none of its documents out)\n",
+                     s.source);
       }
       j["heldout"] = h;
       fmt::print("{}", table);

@@ -1,8 +1,12 @@
 #include "eval/heldout.h"
 
 #include <cmath>
+#include <filesystem>
 
+#include "core/error.h"
+#include "data/manifest.h"
 #include "data/prepare.h"
+#include "data/token_store.h"
 #include "data/schema.h"
 
 namespace lmt::eval {
@@ -54,6 +58,59 @@ std::vector<HeldoutScore> score_heldout(HarnessLM& lm, const Tokenizer& tok,
       masks.push_back(std::move(m));
       if (ids.size() >= 256) flush();
     });
+    flush();
+    out.push_back(score);
+  }
+  return out;
+}
+
+std::vector<HeldoutScore> score_store_heldout(HarnessLM& lm, const Tokenizer& tok,
+                                              const std::string& tokenizer_spec,
+                                              const std::string& store_dir,
+                                              std::optional<int64_t> limit,
+                                              const Progress& progress) {
+  const Manifest m = read_manifest(store_dir);
+  const std::string model_tok = tokenizer_fingerprint(tokenizer_spec);
+  if (m.tokenizer_hash != model_tok)
+    throw UserError("--data " + store_dir + ": the store was tokenized with " + m.tokenizer +
+                    " (" + m.tokenizer_hash + "), not the model's tokenizer (" + model_tok +
+                    "): its ids would mean other text");
+  std::vector<HeldoutScore> out;
+  for (size_t i = 0; i < m.sources.size(); ++i) {
+    const SourceManifest& src = m.sources[i];
+    HeldoutScore score;
+    score.source = src.path;
+    const TokenStore store((std::filesystem::path(store_dir) / src.validation.prefix).string());
+    std::vector<std::vector<int32_t>> ids;
+    std::vector<std::vector<uint8_t>> masks;
+    auto flush = [&] {
+      if (ids.empty()) return;
+      for (double ll : lm.loglikelihood_rolling_masked(ids, masks)) score.nll -= ll;
+      ids.clear(), masks.clear();
+      if (progress) progress(score.documents, static_cast<int64_t>(i));
+    };
+    for (int64_t d = 0; d < store.num_documents(); ++d) {
+      if (limit && score.documents >= *limit) break;
+      const int64_t n = store.document_length(d);
+      std::vector<int32_t> doc(static_cast<size_t>(n));
+      std::vector<uint8_t> mask(static_cast<size_t>(n));
+      store.read(d, 0, n, doc.data(), mask.data());
+      std::vector<int32_t> text;  // the loss tokens but the tokenizer's special ones
+      int64_t targets = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        targets += mask[static_cast<size_t>(k)];
+        const int32_t id = doc[static_cast<size_t>(k)];
+        if (mask[static_cast<size_t>(k)] && id != tok.bos_id() && id != tok.eos_id())
+          text.push_back(id);
+      }
+      if (targets == 0) continue;
+      ++score.documents;
+      score.tokens += targets;
+      score.bytes += static_cast<int64_t>(tok.decode(text).size());
+      ids.push_back(std::move(doc));
+      masks.push_back(std::move(mask));
+      if (ids.size() >= 256) flush();
+    }
     flush();
     out.push_back(score);
   }

@@ -34,4 +34,14 @@ std::vector<HeldoutScore> score_heldout(HarnessLM& lm, const Tokenizer& tok,
                                         double val_fraction, std::optional<int64_t> limit,
                                         const Progress& progress = {});
 
+// The validation documents of a token store (`lmtrain prepare`'s: manifest.json and its shards),
+// per source, scored as above from the tokens and masks the store holds; the bytes are those of
+// the loss tokens decoded (the tokenizer's special tokens left out). The store must have been
+// made with the model's tokenizer (its fingerprint is checked).
+std::vector<HeldoutScore> score_store_heldout(HarnessLM& lm, const Tokenizer& tok,
+                                              const std::string& tokenizer_spec,
+                                              const std::string& store_dir,
+                                              std::optional<int64_t> limit,
+                                              const Progress& progress = {});
+
 }  // namespace lmt::eval

@@ -131,6 +131,39 @@ TEST(EvalCli, HeldOutTextIsTheModelsLossOnTheSameTokens) {
               nll / std::log(2.0) / static_cast<double>(bytes), 1e-5);
 }
 
+// The same held-out documents read from a token store (its validation split) and from the config
+// that made it score the same.
+TEST(EvalCli, HeldOutTextFromAStoreEqualsItsConfigs) {
+  std::string text;
+  for (int i = 0; i < 40; ++i)
+    text += (i ? "%\n" : "") + std::string("document ") + std::to_string(i) + " holds the words " +
+            std::to_string(i * 7919 % 1000) + " and more\n";
+  const fs::path data = write("eval_cli_store.txt", text);
+  const fs::path store = test::temp_dir() / "eval_cli_store";
+  fs::remove_all(store);
+  const fs::path cfg = write(
+      "eval_cli_store.yaml",
+      "data:\n  sources:\n    - path: " + data.string() +
+          "\n      format: text\n      split: delimiter\n      delimiter: \"%\"\n"
+          "  val_fraction: 0.3\n  seq_len: 16\n  tokenizer: " + model_dir() +
+          "\n  store: " + store.string() + "\n");
+  const Result p = run("prepare --quiet --config " + cfg.string());
+  ASSERT_EQ(p.code, 0) << p.out;
+  nlohmann::json h[2];
+  for (int k = 0; k < 2; ++k) {
+    const fs::path out = test::temp_dir() / ("eval_cli_store_" + std::to_string(k) + ".json");
+    const Result r = run("eval --model " + model_dir() + " --data " +
+                         (k ? store.string() : cfg.string()) + " --out " + out.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    std::ifstream f(out);
+    h[k] = nlohmann::json::parse(f).at("heldout").at(data.string());
+  }
+  EXPECT_GT(h[0].at("documents").get<int64_t>(), 3);
+  EXPECT_LT(h[0].at("documents").get<int64_t>(), 40);
+  for (const char* key : {"documents", "tokens", "bytes"}) EXPECT_EQ(h[0].at(key), h[1].at(key));
+  EXPECT_NEAR(h[0].at("loss").get<double>(), h[1].at("loss").get<double>(), 1e-9);
+}
+
 TEST(EvalCli, BadInputIsOneMessageAndNothingWritten) {
   const fs::path out = test::temp_dir() / "eval_cli_bad" / "results.json";
   fs::remove_all(out.parent_path());
