@@ -1,4 +1,6 @@
 // The PJRT backend's attention, MLP activations and cross-entropy (see backend_impl.h).
+#include <algorithm>
+
 #include "backend/attention_forms.h"
 #include "backend/pjrt/backend_impl.h"
 #include "core/error.h"
@@ -216,10 +218,22 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
     scale = down(wide_value_at(a.grad_scale_at), compute_type(dt));
   else if (grads)
     scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
-  const hlo::HeadLossOut o = hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
-                                            view(labels, DType::i32, {a.N}), a,
-                                            grads ? &scale : nullptr, dw != nullptr, wide_,
-                                            trace_.residual_sharding(a.N, a.C));
+  // On a mesh: the rows split as the residual stream, the head gathered over the axes that split
+  // them (its vocabulary stays split over tensor, as the plan holds it).
+  const TensorSharding rows = trace_.residual_sharding(a.N, a.C);
+  TensorSharding head;
+  if (!rows.empty() && !rows[0].empty()) {
+    head = trace_.head_sharding(a.V, a.C);
+    head.resize(2);
+    for (std::vector<std::string>& axes : head)
+      std::erase_if(axes, [&](const std::string& x) {
+        return std::find(rows[0].begin(), rows[0].end(), x) != rows[0].end();
+      });
+  }
+  const hlo::HeadLossOut o =
+      hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
+                     view(labels, DType::i32, {a.N}), a, grads ? &scale : nullptr, dw != nullptr,
+                     wide_, rows, head);
   add_wide(loss_sum, o.loss_sum);
   if (ce_sum) add_wide(ce_sum, o.ce_sum);
   if (!grads) return;

@@ -119,6 +119,10 @@ class PjrtTrace {
   TensorSharding residual_sharding(int64_t rows, int64_t cols) const {
     return sharding_of("activation.residual", {rows, cols});
   }
+  // The output head [V, C] as the plan splits it (a tied embedding is split the same).
+  TensorSharding head_sharding(int64_t V, int64_t C) const {
+    return sharding_of("lm_head.weight", {V, C});
+  }
   // The allocation p is freed: a pending program that reads it keeps its arrays until it runs.
   void release(void* p);
   // Whether bytes [p, p + bytes) hold zeros that this program wrote (zero()), so that a reader can

@@ -138,10 +138,14 @@ Tile vocab_tile(StablehloBuilder& b, const Value& i, const Value& hc, const Valu
   return t;
 }
 
-HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
+HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w_in, const Value& labels,
                       const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
-                      const TensorSharding& rows) {
-  LMT_CHECK(h.rank() == 2 && w.rank() == 2 && w.dims[1] == h.dims[1] && w.dtype == h.dtype &&
+                      const TensorSharding& rows, const TensorSharding& head) {
+  // The head as the chunks use it: a loop-invariant operand whose gather XLA does not hoist out
+  // of the loop (8 H100s, Llama-3.1-8B: the head's bf16 weights gathered and its f32 gradient
+  // reduce-scattered once a chunk), so gathered here, once.
+  const Value w = head.empty() ? w_in : b.sharding_constraint(w_in, head);
+  LMT_CHECK(h.rank() == 2 && w_in.rank() == 2 && w_in.dims[1] == h.dims[1] && w_in.dtype == h.dtype &&
                 labels.rank() == 1 && labels.dims[0] == h.dims[0] && labels.dtype == DType::i32,
             "head_loss: h [N,C], w [V,C] of h's dtype, labels [N] i32");
   const int64_t N = h.dims[0], C = h.dims[1], V = w.dims[0];
@@ -162,9 +166,11 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const
     return {c.loss, c.ce, c.dh, c.dw};
   }
   // Split rows: G groups of n rows, a device's own rows a group's; chunks of c rows of every group
-  // at once (G c rows, as many as an unsplit chunk), so a chunk's slice stays on its devices.
+  // at once (G c rows: a.chunk is what one device holds at a time, as on one device), so a
+  // chunk's slice stays on its devices and the head's gradient is reduced once a chunk a device
+  // (with a.chunk / G rows a device it was G times as often).
   const int64_t G = rows.empty() || rows[0].empty() ? 1 : b.shards(rows, 0);
-  const int64_t n = N / G, c = std::max<int64_t>(1, chunk / G);
+  const int64_t n = N / G, c = std::max<int64_t>(1, std::min(a.chunk, n));
   const int64_t chunks = (n + c - 1) / c, np = chunks * c;
   auto grouped = [&](StablehloBuilder& lb, const Value& x, const StablehloBuilder::Dims& dims) {
     const Value r = lb.reshape(x, dims);

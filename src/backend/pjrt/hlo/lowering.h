@@ -214,10 +214,12 @@ struct HeadLossOut {
 };
 // rows: how h's rows are split over the mesh (the residual stream's sharding, empty for none).
 // Split rows are chunked within each device's own rows ([groups, N / groups, C], a chunk taking
-// the same rows of every group), so that no device gathers another's rows to slice a chunk.
+// a.chunk rows of every group: a.chunk is a device's), so that no device gathers another's rows
+// to slice a chunk. head: how w is held while the chunks run (empty: as it comes): gathered over
+// the axes that split the rows once, before the loop, rather than once a chunk inside it.
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
                       const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
-                      const TensorSharding& rows = {});
+                      const TensorSharding& rows = {}, const TensorSharding& head = {});
 
 // ---- per-token scores (token_logprobs.cpp) ----
 
