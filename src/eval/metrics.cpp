@@ -12,20 +12,6 @@ namespace lmt::eval {
 
 namespace {
 
-const char* type_name(OutputType t) {
-  switch (t) {
-    case OutputType::multiple_choice:
-      return "multiple_choice";
-    case OutputType::loglikelihood:
-      return "loglikelihood";
-    case OutputType::generate_until:
-      return "generate_until";
-    case OutputType::loglikelihood_rolling:
-      return "loglikelihood_rolling";
-  }
-  return "";
-}
-
 // The first index of the largest value (numpy's argmax).
 size_t argmax(const std::vector<double>& v) {
   return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -176,7 +162,7 @@ std::map<std::string, MetricItem> doc_metrics(const EvalTask& task, const EvalDo
   std::map<std::string, MetricItem> out;
   auto unknown = [&](const std::string& name) {
     throw UserError(task.file + ": metric '" + name + "' is not one lmtrain computes for " +
-                    type_name(task.type) + " tasks");
+                    output_type_name(task.type) + " tasks");
   };
   for (const MetricSpec& m : specs) {
     const std::string& name = m.name;
