@@ -132,36 +132,51 @@ TEST(EvalCli, HeldOutTextIsTheModelsLossOnTheSameTokens) {
 }
 
 // The same held-out documents read from a token store (its validation split) and from the config
-// that made it score the same.
+// that made it score the same: pretraining text, and chats whose loss is the assistant's turns
+// only (the tokens scored are the store's loss tokens).
 TEST(EvalCli, HeldOutTextFromAStoreEqualsItsConfigs) {
-  std::string text;
-  for (int i = 0; i < 40; ++i)
-    text += (i ? "%\n" : "") + std::string("document ") + std::to_string(i) + " holds the words " +
-            std::to_string(i * 7919 % 1000) + " and more\n";
-  const fs::path data = write("eval_cli_store.txt", text);
-  const fs::path store = test::temp_dir() / "eval_cli_store";
-  fs::remove_all(store);
-  const fs::path cfg = write(
-      "eval_cli_store.yaml",
-      "data:\n  sources:\n    - path: " + data.string() +
-          "\n      format: text\n      split: delimiter\n      delimiter: \"%\"\n"
-          "  val_fraction: 0.3\n  seq_len: 16\n  tokenizer: " + model_dir() +
-          "\n  store: " + store.string() + "\n");
-  const Result p = run("prepare --quiet --config " + cfg.string());
-  ASSERT_EQ(p.code, 0) << p.out;
-  nlohmann::json h[2];
-  for (int k = 0; k < 2; ++k) {
-    const fs::path out = test::temp_dir() / ("eval_cli_store_" + std::to_string(k) + ".json");
-    const Result r = run("eval --model " + model_dir() + " --data " +
-                         (k ? store.string() : cfg.string()) + " --out " + out.string());
-    ASSERT_EQ(r.code, 0) << r.out;
-    std::ifstream f(out);
-    h[k] = nlohmann::json::parse(f).at("heldout").at(data.string());
+  for (const bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "text");
+    const std::string name = chat ? "chat" : "text";
+    std::string text;
+    for (int i = 0; i < 40; ++i) {
+      const std::string words = "document " + std::to_string(i) + " holds the words " +
+                                std::to_string(i * 7919 % 1000) + " and more";
+      text += chat ? "{\"messages\": [{\"role\": \"user\", \"content\": \"say " +
+                         std::to_string(i) + "\"}, {\"role\": \"assistant\", \"content\": \"" +
+                         words + "\"}]}\n"
+                   : (i ? "%\n" : "") + words + "\n";
+    }
+    const fs::path data = write("eval_cli_store_" + name + (chat ? ".jsonl" : ".txt"), text);
+    const fs::path store = test::temp_dir() / ("eval_cli_store_" + name);
+    fs::remove_all(store);
+    const std::string source =
+        chat ? "      format: jsonl\n      schema: chat\n      chat_template: chatml\n"
+             : "      format: text\n      split: delimiter\n      delimiter: \"%\"\n";
+    const fs::path cfg = write("eval_cli_store_" + name + ".yaml",
+                               "data:\n  sources:\n    - path: " + data.string() + "\n" + source +
+                                   "  val_fraction: 0.3\n  seq_len: 16\n  tokenizer: " +
+                                   model_dir() + "\n  store: " + store.string() + "\n");
+    const Result p = run("prepare --quiet --config " + cfg.string());
+    ASSERT_EQ(p.code, 0) << p.out;
+    nlohmann::json h[2];
+    for (int k = 0; k < 2; ++k) {
+      const fs::path out = test::temp_dir() / ("eval_cli_store_" + name + std::to_string(k));
+      const Result r = run("eval --model " + model_dir() + " --data " +
+                           (k ? store.string() : cfg.string()) + " --out " + out.string());
+      ASSERT_EQ(r.code, 0) << r.out;
+      std::ifstream f(out);
+      h[k] = nlohmann::json::parse(f).at("heldout").at(data.string());
+    }
+    std::ifstream mf(store / "manifest.json");
+    const nlohmann::json val = nlohmann::json::parse(mf).at("sources").at(0).at("validation");
+    EXPECT_GT(h[0].at("documents").get<int64_t>(), 3);
+    EXPECT_LT(h[0].at("documents").get<int64_t>(), 40);
+    EXPECT_EQ(h[0].at("documents"), val.at("documents"));
+    EXPECT_EQ(h[0].at("tokens"), val.at("loss_tokens"));
+    for (const char* key : {"documents", "tokens", "bytes"}) EXPECT_EQ(h[0].at(key), h[1].at(key));
+    EXPECT_NEAR(h[0].at("loss").get<double>(), h[1].at("loss").get<double>(), 1e-9);
   }
-  EXPECT_GT(h[0].at("documents").get<int64_t>(), 3);
-  EXPECT_LT(h[0].at("documents").get<int64_t>(), 40);
-  for (const char* key : {"documents", "tokens", "bytes"}) EXPECT_EQ(h[0].at(key), h[1].at(key));
-  EXPECT_NEAR(h[0].at("loss").get<double>(), h[1].at("loss").get<double>(), 1e-9);
 }
 
 TEST(EvalCli, BadInputIsOneMessageAndNothingWritten) {

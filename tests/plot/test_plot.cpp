@@ -44,6 +44,32 @@ TEST(PlotRead, StepAndEvalLinesBecomeSeries) {
   EXPECT_EQ(r.tokens.size(), 3u);
 }
 
+// eval.tasks' lines: one series a task and metric ("<task> <metric>"), the standard errors left
+// out, and a "Task scores" panel to draw them in.
+TEST(PlotRead, TaskScoresBecomeSeriesAndAPanel) {
+  const fs::path dir = run_dir(
+      "tasks",
+      "{\"step\":1,\"loss\":6.0,\"lr\":0.001,\"grad_norm\":2.0,\"tokens\":100}\n"
+      "{\"step\":2,\"eval_tasks\":{\"arc\":{\"acc\":0.5,\"acc_stderr\":0.05}}}\n"
+      "{\"step\":1,\"eval_tasks\":{\"arc\":{\"acc\":0.25,\"acc_stderr\":0.04},"
+      "\"wiki\":{\"bits_per_byte\":1.5}}}\n");
+  const RunMetrics r = read_run_metrics(dir.string());
+  ASSERT_EQ(r.tasks.size(), 2u);
+  EXPECT_EQ(r.tasks[0].name, "arc acc");
+  ASSERT_EQ(r.tasks[0].val_loss.size(), 2u);
+  EXPECT_EQ(r.tasks[0].val_loss[0].x, 1);  // sorted by step
+  EXPECT_EQ(r.tasks[0].val_loss[1].y, 0.5);
+  EXPECT_EQ(r.tasks[1].name, "wiki bits_per_byte");
+  const std::vector<PlotPanel> panels = plot_panels({r}, {"run"}, PlotX::step);
+  bool found = false;
+  for (const PlotPanel& p : panels)
+    if (p.title == "Task scores (eval.tasks)") found = p.series.size() == 2;
+  EXPECT_TRUE(found);
+  const fs::path bad = run_dir("bad_tasks", "{\"step\":1,\"eval_tasks\":{\"arc\":[1]}}\n");
+  test::expect_user_error([&] { read_run_metrics(bad.string()); },
+                          {"metrics.jsonl:1:", "eval_tasks 'arc' must be an object"});
+}
+
 TEST(PlotRead, ErrorsNameTheFileAndLine) {
   test::expect_user_error([] { read_run_metrics((test::temp_dir() / "plot_none").string()); },
                           {"has no metrics.jsonl"});

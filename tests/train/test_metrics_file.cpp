@@ -97,6 +97,34 @@ TEST(MetricsFile, EvalLinesCarryPerSourceLossesInJsonlAndTensorBoard) {
     EXPECT_NE(events.find(tag), std::string::npos) << tag;
 }
 
+// Task scores (eval.tasks): an eval_tasks line in metrics.jsonl with each metric and its standard
+// error where it has one, eval/<task>/<metric> scalars in TensorBoard; nothing for no scores.
+TEST(MetricsFile, TaskScoresGoToTheFileAndTensorBoard) {
+  const fs::path dir = test::temp_dir() / "metrics_tasks";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::string tb;
+  {
+    Metrics m(dir.string(), LoggingConfig{.console = false, .tensorboard = true}, -1);
+    tb = m.tensorboard_path();
+    m.log_tasks(100, {{"arc", "acc", 0.5, 0.05}, {"arc", "acc_norm", 0.55, 0.049},
+                      {"wiki", "word_perplexity", 31.5, std::nullopt}});
+    m.log_tasks(200, {});
+  }
+  std::istringstream lines(read_all(dir / "metrics.jsonl"));
+  std::vector<nlohmann::json> j;
+  for (std::string l; std::getline(lines, l);) j.push_back(nlohmann::json::parse(l));
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["step"], 100);
+  EXPECT_EQ(j[0]["eval_tasks"]["arc"]["acc"], 0.5);
+  EXPECT_EQ(j[0]["eval_tasks"]["arc"]["acc_stderr"], 0.05);
+  EXPECT_EQ(j[0]["eval_tasks"]["wiki"]["word_perplexity"], 31.5);
+  EXPECT_FALSE(j[0]["eval_tasks"]["wiki"].contains("word_perplexity_stderr"));
+  const std::string events = read_all(tb);
+  for (const char* tag : {"eval/arc/acc", "eval/arc/acc_norm", "eval/wiki/word_perplexity"})
+    EXPECT_NE(events.find(tag), std::string::npos) << tag;
+}
+
 TEST(MetricsFile, AnUncreatableTensorBoardDirectoryNamesTheKeyAndThePath) {
   const fs::path dir = test::temp_dir() / "metrics_tb_blocked";
   fs::remove_all(dir);
