@@ -223,6 +223,9 @@ Run add_eval(CLI::App& app) {
       fmt::print("{}", table);
     }
     j["lmtrain_version"] = LMTRAIN_VERSION;
+    // Requests cut from the left to fit the model's positions, per task (the harness only warns).
+    for (const eval::TaskResult& r : results)
+      j["lmtrain"]["truncated_requests"][r.task->name] = r.truncated;
     j["date"] = utc_now();
     if (!results.empty()) fmt::print("{}", eval::results_table(results));
     if (!o->out.empty()) {

@@ -73,6 +73,7 @@ TEST(EvalCli, WritesTheHarnessLayoutAndRecords) {
   EXPECT_EQ(j.at("n-samples").at("cli_mc").at("effective"), 3);
   EXPECT_EQ(j.at("n-shot").at("cli_mc"), 0);
   EXPECT_EQ(j.at("higher_is_better").at("cli_mc").at("acc"), true);
+  EXPECT_EQ(j.at("lmtrain").at("truncated_requests").at("cli_mc"), 0);
   std::ifstream s(out.parent_path() / "samples_cli_mc.jsonl");
   int lines = 0;
   double acc = 0;
