@@ -168,14 +168,22 @@ std::string emitted(T& v) {
   return out.c_str();
 }
 
+// Whether `field` is such a section holding its defaults: left out of every written form of the
+// config (the YAML, the JSON W&B records).
+template <class T>
+bool omitted(T& field) {
+  if constexpr (OmitWhenDefault<T>) {
+    T defaults{};
+    return emitted(field) == emitted(defaults);
+  }
+  return false;
+}
+
 struct EmitVisitor {
   YAML::Emitter& out;
   template <class T>
   void operator()(const char* key, T& field, const char*, Choices = {}) {
-    if constexpr (OmitWhenDefault<T>) {
-      T defaults{};
-      if (emitted(field) == emitted(defaults)) return;
-    }
+    if (omitted(field)) return;
     out << YAML::Key << key << YAML::Value;
     emit_value(out, field);
   }

@@ -270,6 +270,7 @@ struct JsonVisitor {
   nlohmann::json& out;
   template <class T>
   void operator()(const char* key, T& field, const char*, Choices = {}) {
+    if (config_detail::omitted(field)) return;  // as config.yaml leaves it out
     out[key] = to_json(field);
   }
   template <class T>
