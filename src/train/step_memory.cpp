@@ -149,7 +149,8 @@ StepMemory step_memory(const ModelConfig& cfg, const StepShape& sh, const Mesh& 
   // XLA:CPU's packing of a checkpointed step leaves about one layer's scores and two rows of Q
   // unused between the recomputed forward and the backward (measured: docs/parallel.md).
   const int64_t packing = cpu && sh.checkpointing ? tt_work + 2 * es * N * Q : 0;
-  const int64_t chunk = std::min(sh.loss_chunk, sh.micro_batch * T) / (d * f);
+  // loss_chunk_tokens rows of each device's own N rows, as head_loss.cpp chunks on a mesh.
+  const int64_t chunk = std::min(sh.loss_chunk, N);
   const int64_t residual = es * N * C;
 
   StepMemory m;
