@@ -142,24 +142,10 @@ Run add_eval(CLI::App& app) {
     bo.pjrt_plugin = settings.pjrt_plugin;
     auto be = make_backend(settings.backend, bo);
     std::unique_ptr<Transformer> model = load_model_for_inference(dir.string(), o->adapter, be.get());
-    // Generation decodes a token at a time, which a compiling backend does not do: a copy of the
-    // model on the CPU backend generates (scoring stays on the chosen backend).
-    std::unique_ptr<Backend> cpu;
-    std::unique_ptr<Transformer> decoder;
     eval::HarnessLM lm(*model, *tok, o->batch);
-    std::unique_ptr<eval::HarnessLM> gen_lm;
 
     std::vector<eval::TaskResult> results;
     for (const eval::EvalTask& t : tasks) {
-      eval::HarnessLM* use = &lm;
-      if (t.type == eval::OutputType::generate_until && !be->incremental_decoding()) {
-        if (!gen_lm) {
-          cpu = make_backend("cpu");
-          decoder = model->clone(cpu.get());
-          gen_lm = std::make_unique<eval::HarnessLM>(*decoder, *tok, o->batch);
-        }
-        use = gen_lm.get();
-      }
       auto last = std::chrono::steady_clock::now();
       const auto progress = [&](int64_t done, int64_t total) {
         const auto now = std::chrono::steady_clock::now();
@@ -167,7 +153,7 @@ Run add_eval(CLI::App& app) {
         last = now;
         fmt::print(stderr, "eval: {}: {}/{} requests\n", t.name, done, total);
       };
-      results.push_back(eval::evaluate_task(*use, t, progress));
+      results.push_back(eval::evaluate_task(lm, t, progress));
       if (results.back().truncated > 0)
         fmt::print(stderr,
                    "eval: {}: {} requests longer than the model's {} positions were cut from the "

@@ -24,6 +24,13 @@ std::string sha256_hex(const std::string& s) {
 // str() of what doc_to_target gave (the target a record logs and hashes).
 std::string target_text(const EvalDoc& d) { return py_str(from_json(d.logged_target)); }
 
+// The task's version as the harness reports it: its metadata's, else "Yaml".
+Json task_version(const EvalTask& t) {
+  return t.config.contains("metadata") && t.config["metadata"].contains("version")
+             ? t.config["metadata"]["version"]
+             : Json("Yaml");
+}
+
 }  // namespace
 
 TaskResult evaluate_task(HarnessLM& lm, const EvalTask& task, const Progress& progress) {
@@ -99,9 +106,7 @@ Json results_json(const std::vector<TaskResult>& results, const Json& config) {
     j["results"][t.name] = res;
     j["group_subtasks"][t.name] = Json::array();
     j["configs"][t.name] = t.config;
-    j["versions"][t.name] = t.config.contains("metadata") && t.config["metadata"].contains("version")
-                                ? t.config["metadata"]["version"]
-                                : Json("Yaml");
+    j["versions"][t.name] = task_version(t);
     j["n-shot"][t.name] = t.num_fewshot;
     j["higher_is_better"][t.name] = better;
     j["n-samples"][t.name] = {{"original", t.split_size},
@@ -178,10 +183,7 @@ std::string results_table(const std::vector<TaskResult>& results) {
     for (const MetricSpec& m : specs) {
       const auto it = r.metrics.find(m.name);
       if (it == r.metrics.end()) continue;
-      const Json version =
-          t.config.contains("metadata") && t.config["metadata"].contains("version")
-              ? t.config["metadata"]["version"]
-              : Json("Yaml");
+      const Json version = task_version(t);
       rows.push_back({first ? t.name : "", first ? (version.is_string() ? version.get<std::string>()
                                                                         : version.dump())
                                                  : "",

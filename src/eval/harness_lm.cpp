@@ -4,7 +4,9 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/backend.h"
 #include "core/error.h"
+#include "eval/py_value.h"
 
 namespace lmt::eval {
 
@@ -73,15 +75,9 @@ std::vector<int32_t> HarnessLM::encode(const std::string& text) const {
 
 std::pair<std::vector<int32_t>, std::vector<int32_t>> HarnessLM::encode_pair(
     const std::string& context, const std::string& continuation) const {
-  std::string ctx = context, cont = continuation;
-  // Python's str.rstrip(): whitespace as str.isspace() counts it; the ASCII set covers the
-  // harness's delimiters (a Unicode space at the end of a context stays with it here).
-  const size_t keep = ctx.find_last_not_of(" \t\n\r\v\f\x1c\x1d\x1e\x1f");
-  const size_t n_spaces = keep == std::string::npos ? ctx.size() : ctx.size() - keep - 1;
-  if (n_spaces > 0) {
-    cont = ctx.substr(ctx.size() - n_spaces) + cont;
-    ctx.resize(ctx.size() - n_spaces);
-  }
+  // The context's trailing whitespace (Python's str.rstrip()) moves to the continuation.
+  const std::string ctx = py_strip(context, std::nullopt, false, true);
+  const std::string cont = context.substr(ctx.size()) + continuation;
   const std::vector<int32_t> whole = encode(ctx + cont);
   std::vector<int32_t> context_enc = encode(ctx);
   std::vector<int32_t> continuation_enc;
@@ -271,8 +267,18 @@ std::vector<double> HarnessLM::loglikelihood_rolling_masked(
   return out;
 }
 
+Transformer& HarnessLM::decoder() {
+  if (model_.backend()->incremental_decoding()) return model_;
+  if (!cpu_copy_) {
+    cpu_ = make_backend("cpu");
+    cpu_copy_ = model_.clone(cpu_.get());
+  }
+  return *cpu_copy_;
+}
+
 std::vector<std::string> HarnessLM::generate_until(const std::vector<GenerationRequest>& reqs,
                                                    const Progress& progress) {
+  Transformer& model = decoder();
   std::vector<std::string> out;
   out.reserve(reqs.size());
   const int32_t eos = tok_.eos_id();
@@ -298,8 +304,8 @@ std::vector<std::string> HarnessLM::generate_until(const std::vector<GenerationR
     if (ctx.empty()) ctx = {prefix_};
     // Greedy, with the KV cache, until EOS, max_gen_toks, or a stop sequence in the text.
     std::unique_ptr<KvCache> cache =
-        model_.make_kv_cache(static_cast<int64_t>(ctx.size()) + q.max_gen_toks);
-    std::vector<float> logits = model_.feed(*cache, ctx.data(), static_cast<int64_t>(ctx.size()));
+        model.make_kv_cache(static_cast<int64_t>(ctx.size()) + q.max_gen_toks);
+    std::vector<float> logits = model.feed(*cache, ctx.data(), static_cast<int64_t>(ctx.size()));
     std::vector<int32_t> gen;
     std::string text;
     for (int64_t k = 0; k < q.max_gen_toks; ++k) {
@@ -311,7 +317,7 @@ std::vector<std::string> HarnessLM::generate_until(const std::vector<GenerationR
       bool stop = false;
       for (const std::string& u : until) stop = stop || (!u.empty() && text.find(u) != std::string::npos);
       if (stop || k + 1 == q.max_gen_toks) break;
-      logits = model_.feed(*cache, &next, 1);
+      logits = model.feed(*cache, &next, 1);
     }
     for (const std::string& u : until)
       if (!u.empty()) text = text.substr(0, text.find(u));

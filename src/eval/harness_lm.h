@@ -14,11 +14,14 @@
 //   the first conditioned on the prefix token;
 // - greedy generation of at most max_gen_toks tokens after the context left-truncated to
 //   max_length - max_gen_toks, stopped at EOS or once a stop sequence appears, the text cut at the
-//   first occurrence of each stop sequence (EOS's text among them), as postprocess_generated_text.
+//   first occurrence of each stop sequence (EOS's text among them), as postprocess_generated_text;
+//   where the model's backend does not decode a token at a time (pjrt: a program a shape), on a
+//   copy of the model on the CPU backend, made once.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -93,8 +96,12 @@ class HarnessLM {
   std::vector<LoglikelihoodResult> score_rows(const std::vector<Row>& rows,
                                               const Progress& progress);
   std::vector<int32_t> encode(const std::string& text) const;
+  // The model generation runs on: the model, or its copy on the CPU backend.
+  Transformer& decoder();
 
   Transformer& model_;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Transformer> cpu_copy_;
   const Tokenizer& tok_;
   int64_t batch_ = 1, max_length_ = 0;
   int32_t prefix_ = -1;

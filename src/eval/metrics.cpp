@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "eval/py_random.h"
+#include "eval/py_value.h"
 
 namespace lmt::eval {
 
@@ -17,33 +18,15 @@ size_t argmax(const std::vector<double>& v) {
   return static_cast<size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-// Python's whitespace for re's \s on str: ASCII whitespace and the separators below; len of
-// re.split(r"\s+", text): one more than the runs of whitespace (empty pieces at the ends count).
-bool unicode_space(const std::string& s, size_t i, size_t* len) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  *len = 1;
-  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return true;
-  auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0; };
-  if (c == 0xc2 && (at(1) == 0x85 || at(1) == 0xa0)) return *len = 2, true;
-  if (c == 0xe1 && at(1) == 0x9a && at(2) == 0x80) return *len = 3, true;  // U+1680
-  if (c == 0xe2 && at(1) == 0x80 && (at(2) <= 0x8a || at(2) == 0xa8 || at(2) == 0xa9 ||
-                                     at(2) == 0xaf))
-    return *len = 3, true;  // U+2000..U+200A, U+2028, U+2029, U+202F
-  if (c == 0xe2 && at(1) == 0x81 && at(2) == 0x9f) return *len = 3, true;  // U+205F
-  if (c == 0xe3 && at(1) == 0x80 && at(2) == 0x80) return *len = 3, true;  // U+3000
-  return false;
-}
-
+// len(re.split(r"\s+", text)): one more than the runs of whitespace (str.isspace()'s, which is
+// what re's \s matches in a str), empty pieces at the ends counted.
 int64_t count_words(const std::string& s) {
   int64_t pieces = 1;
-  for (size_t i = 0; i < s.size();) {
-    size_t len = 0;
-    if (!unicode_space(s, i, &len)) {
-      ++i;
-      continue;
-    }
-    ++pieces;
-    while (i < s.size() && unicode_space(s, i, &len)) i += len;
+  bool in_space = false;
+  for (char32_t c : utf8_to_u32(s)) {
+    const bool space = py_isspace(c);
+    pieces += space && !in_space;
+    in_space = space;
   }
   return pieces;
 }
@@ -60,9 +43,8 @@ double exact_match(std::string prediction, std::string reference, const Json& op
     s.erase(std::remove_if(s.begin(), s.end(), drop), s.end());
     return s;
   };
-  if (opt.value("ignore_case", false))
-    for (std::string* s : {&prediction, &reference})
-      for (char& c : *s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (opt.value("ignore_case", false))  // numpy's char.lower: str.lower
+    prediction = py_lower(prediction), reference = py_lower(reference);
   if (opt.value("ignore_punctuation", false)) {
     auto punct = [](char c) { return std::ispunct(static_cast<unsigned char>(c)) != 0; };
     prediction = strip(prediction, punct), reference = strip(reference, punct);
@@ -115,9 +97,7 @@ double bootstrap_perplexity_stderr(const std::vector<MetricItem>& items) {
 }  // namespace
 
 int64_t code_points(const std::string& utf8) {
-  int64_t n = 0;
-  for (char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
+  return static_cast<int64_t>(utf8_to_u32(utf8).size());
 }
 
 std::vector<MetricSpec> default_metrics(OutputType type) {

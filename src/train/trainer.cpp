@@ -210,26 +210,12 @@ class Evaluation {
   }
 
   // Every task of eval.tasks scored on the model as it is (lmtrain eval's numbers), logged.
-  // Generation runs on a CPU copy of the model where the backend does not decode a token at a
-  // time (pjrt).
   void run_tasks(Metrics& metrics, int64_t step) {
     if (tasks_.empty() || g_stop_signal.load() != 0) return;
     std::vector<TaskScore> scores;
     eval::HarnessLM lm(model_, *tokenizer_, task_batch_);
-    std::unique_ptr<Backend> cpu;
-    std::unique_ptr<Transformer> copy;
-    std::unique_ptr<eval::HarnessLM> decoder;
     for (const eval::EvalTask& t : tasks_) {
-      eval::HarnessLM* use = &lm;
-      if (t.type == eval::OutputType::generate_until && !model_.backend()->incremental_decoding()) {
-        if (!decoder) {
-          cpu = make_backend("cpu");
-          copy = model_.clone(cpu.get());
-          decoder = std::make_unique<eval::HarnessLM>(*copy, *tokenizer_, task_batch_);
-        }
-        use = decoder.get();
-      }
-      const eval::TaskResult r = eval::evaluate_task(*use, t);
+      const eval::TaskResult r = eval::evaluate_task(lm, t);
       if (g_stop_signal.load() != 0) return;  // cut short: nothing logged
       for (const auto& [name, a] : r.metrics) scores.push_back({t.name, name, a.value, a.stderr_});
     }
