@@ -10,7 +10,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-dev libopenblas-openmp-dev libomp-dev libdnnl-dev
-  libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libyaml-cpp-dev libyaml-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libpcre2-dev libsentencepiece-dev libsimdjson-dev libsnappy-dev libzstd-dev libxxhash-dev
   libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev

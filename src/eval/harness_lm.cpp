@@ -306,19 +306,28 @@ std::vector<std::string> HarnessLM::generate_until(const std::vector<GenerationR
     std::unique_ptr<KvCache> cache =
         model.make_kv_cache(static_cast<int64_t>(ctx.size()) + q.max_gen_toks);
     std::vector<float> logits = model.feed(*cache, ctx.data(), static_cast<int64_t>(ctx.size()));
+    // The harness's stopping criterion: a stop sequence within the text, special tokens included,
+    // of the last (its token count + 2) generated tokens.
+    std::vector<size_t> lookback(until.size());
+    for (size_t i = 0; i < until.size(); ++i) lookback[i] = tok_.encode(until[i]).size() + 2;
     std::vector<int32_t> gen;
-    std::string text;
     for (int64_t k = 0; k < q.max_gen_toks; ++k) {
       const auto next =
           static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       if (next == eos) break;
       gen.push_back(next);
-      text = utf8_lossy(tok_.decode(gen));
       bool stop = false;
-      for (const std::string& u : until) stop = stop || (!u.empty() && text.find(u) != std::string::npos);
+      for (size_t i = 0; i < until.size() && !stop; ++i) {
+        if (until[i].empty()) continue;
+        const size_t n = std::min(lookback[i], gen.size());
+        const std::string tail = utf8_lossy(tok_.decode({gen.end() - static_cast<ptrdiff_t>(n), gen.end()}));
+        stop = tail.find(until[i]) != std::string::npos;
+      }
       if (stop || k + 1 == q.max_gen_toks) break;
       logits = model.feed(*cache, &next, 1);
     }
+    // The text the harness scores: decoded without special tokens, cut at each stop sequence.
+    std::string text = utf8_lossy(tok_.decode_skipping_special(gen));
     for (const std::string& u : until)
       if (!u.empty()) text = text.substr(0, text.find(u));
     out.push_back(std::move(text));

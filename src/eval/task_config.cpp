@@ -10,7 +10,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "eval/task_spec.h"
+#include "io/yaml_load.h"
 
 namespace lmt::eval {
 
@@ -108,7 +110,7 @@ Merged load_merged(const std::filesystem::path& path, std::set<std::string>& see
     throw UserError(path.string() + ": no such task file");
   YAML::Node root;
   try {
-    root = YAML::LoadFile(abs.string());
+    root = load_yaml(read_regular_file(abs.string(), "task file", kMaxYamlConfigBytes));
   } catch (const YAML::Exception& e) {
     throw UserError(path.string() + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }

@@ -10,6 +10,7 @@
 #include <yaml-cpp/depthguard.h>
 
 #include "core/error.h"
+#include "io/yaml_load.h"
 
 namespace lmt {
 namespace config_detail {
@@ -301,10 +302,10 @@ YAML::Node parse_override_value(const std::string& arg, const std::string& text)
   auto bad = [&](const std::string& why) {
     return UserError("--set '" + excerpt(arg) + "': " + why);
   };
-  if (text.empty()) return YAML::Load("''");  // an empty string, not null
+  if (text.empty()) return load_yaml("''");  // an empty string, not null
   if (text.front() == '[' || text.front() == '{') {
     try {
-      return YAML::Load(text);
+      return load_yaml(text);
     } catch (const YAML::Exception& e) {
       throw bad("the value is not valid YAML: " + yaml_error_text(e));
     }
@@ -312,7 +313,7 @@ YAML::Node parse_override_value(const std::string& arg, const std::string& text)
   const bool quoted = text.front() == '"' || text.front() == '\'';
   const bool null_word = text == "~" || text == "null" || text == "Null" || text == "NULL";
   try {
-    YAML::Node n = YAML::Load(text);
+    YAML::Node n = load_yaml(text);
     if (n.IsScalar() && (quoted || n.Scalar() == text)) return n;
     if (n.IsNull() && null_word) return n;
   } catch (const YAML::Exception&) {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "data/tokenizer/bpe_tokenizer.h"
+#include "data/tokenizer/tokenizer.h"
 #include "data/tokenizer/regex_split.h"
 
 namespace lmt {
@@ -172,6 +173,21 @@ TEST(BpeTokenizer, AddedTokensRawBeforeNormalized) {
   EXPECT_EQ(tok.encode("<a><b>"), expected);
   EXPECT_EQ(tok.encode("x<a>"), (std::vector<int32_t>{*tok.token_to_id("x"), 900}));
   EXPECT_EQ(tok.decode(tok.encode("<a><b><a>")), "<a><b><a>");
+
+  // HF's decode(skip_special_tokens=True) leaves out the added tokens marked special only.
+  const auto any = load_tokenizer(write_temp("twopass_any.json", j.dump()));
+  EXPECT_TRUE(any->is_special(0));
+  EXPECT_TRUE(any->is_special(1));
+  EXPECT_TRUE(any->is_special(901));
+  EXPECT_FALSE(any->is_special(900));
+  std::vector<int32_t> ids = {0};
+  for (int32_t id : tok.encode("Hi there")) {
+    EXPECT_FALSE(any->is_special(id));
+    ids.push_back(id);
+  }
+  ids.insert(ids.end(), {900, 901, 1});
+  EXPECT_EQ(any->decode(ids), "<|begin_of_text|>Hi there<a>a><b><|end_of_text|>");
+  EXPECT_EQ(any->decode_skipping_special(ids), "Hi there<a>");
 }
 
 TEST(BpeTokenizer, VocabSizeAndLookups) {

@@ -721,6 +721,11 @@ const std::string& BpeTokenizer::id_to_token(int32_t id) const {
   return impl_->id_to_token[id];
 }
 
+bool BpeTokenizer::is_special(int32_t id) const {
+  return std::any_of(impl_->added.begin(), impl_->added.end(),
+                     [id](const AddedToken& a) { return a.special && a.id == id; });
+}
+
 bool BpeTokenizer::has_id(int64_t id) const {
   return id >= 0 && id < vocab_size() && impl_->id_used[static_cast<size_t>(id)];
 }

@@ -51,6 +51,8 @@ class BpeTokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token's string as stored in tokenizer.json (byte-level characters); UserError if unknown.
   const std::string& id_to_token(int32_t id) const;
+  // Whether `id` is an added token marked special (what HF's skip_special_tokens leaves out).
+  bool is_special(int32_t id) const;
   // Whether `id` is a token's (false in a gap between ids, and outside [0, vocab_size)).
   bool has_id(int64_t id) const;
   const std::string& path() const;

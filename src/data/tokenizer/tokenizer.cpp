@@ -59,6 +59,14 @@ std::vector<int32_t> Tokenizer::encode_with_special(std::string_view text) const
   return ids;
 }
 
+std::string Tokenizer::decode_skipping_special(const std::vector<int32_t>& ids) const {
+  std::vector<int32_t> kept;
+  kept.reserve(ids.size());
+  for (int32_t id : ids)
+    if (!is_special(id)) kept.push_back(id);
+  return decode(kept);
+}
+
 namespace {
 
 class BytesTokenizer final : public Tokenizer {
@@ -70,6 +78,7 @@ class BytesTokenizer final : public Tokenizer {
   std::vector<int32_t> special_suffix() const override { return {bt_.eot_id()}; }
   int32_t bos_id() const override { return bt_.bos_id(); }
   int32_t eos_id() const override { return bt_.eos_id(); }
+  bool is_special(int32_t id) const override { return id == bt_.eot_id(); }
 
  private:
   ByteTokenizer bt_;
@@ -101,6 +110,7 @@ class HfBpeTokenizer final : public Tokenizer {
   std::vector<int32_t> special_suffix() const override { return suffix_; }
   int32_t bos_id() const override { return bos_; }
   int32_t eos_id() const override { return eos_; }
+  bool is_special(int32_t id) const override { return bpe_.is_special(id); }
 
  private:
   // The id of the first of `names` that is an added token marked special; -1 when none is. The
@@ -162,6 +172,9 @@ class SentencePieceTokenizer final : public Tokenizer {
   }
   int32_t bos_id() const override { return sp_.bos_id(); }
   int32_t eos_id() const override { return sp_.eos_id(); }
+  bool is_special(int32_t id) const override {
+    return id == sp_.bos_id() || id == sp_.eos_id() || id == sp_.pad_id();
+  }
 
  private:
   SpTokenizer sp_;

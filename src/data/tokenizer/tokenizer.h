@@ -37,7 +37,14 @@ class Tokenizer {
   virtual int32_t bos_id() const { return -1; }
   virtual int32_t eos_id() const { return -1; }
 
+  // Whether decoding with Hugging Face's skip_special_tokens leaves `id` out: tokenizer.json's
+  // added tokens marked special, a SentencePiece model's control pieces (which its decode already
+  // renders as nothing), the byte tokenizer's end-of-text.
+  virtual bool is_special(int32_t /*id*/) const { return false; }
+
   std::vector<int32_t> encode_with_special(std::string_view text) const;
+  // decode() of `ids` without the special ones: HF's decode(ids, skip_special_tokens=True).
+  std::string decode_skipping_special(const std::vector<int32_t>& ids) const;
 };
 
 // The file a tokenizer spec names: the spec itself for a file, tokenizer.json (else

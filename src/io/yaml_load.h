@@ -1,0 +1,19 @@
+// Every YAML text lmtrain reads (configs, their bases, --set values, eval task files) goes through
+// load_yaml. yaml-cpp builds the nodes (their marks name lines in messages, and the config layer
+// speaks its API); libyaml, the reference parser PyYAML is built on, then gives each scalar its
+// value. Debian 12's yaml-cpp 0.7 reads a quoted scalar of nothing but line breaks and spaces as
+// "": '<break><break>  ' (what PyYAML writes for "\n") should read "\n".
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+
+namespace lmt {
+
+// The first document of `text`, as YAML::Load reads it (and throwing its YAML::Exception on a
+// syntax error), with every scalar's value, keys included, as libyaml reads it. Where libyaml
+// rejects the text or builds another shape of tree, the yaml-cpp value stands.
+YAML::Node load_yaml(const std::string& text);
+
+}  // namespace lmt
