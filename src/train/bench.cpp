@@ -61,6 +61,7 @@ StepShape plan_shape(const RunConfig& cfg) {
   s.bf16 = cfg.train.precision == "bf16";
   s.optimizer = cfg.optimizer.name;
   s.loss_chunk = cfg.train.loss_chunk_tokens;
+  s.vocab_tile = cfg.loss.head_vocab_tile();
   return s;
 }
 

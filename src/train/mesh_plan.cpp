@@ -25,6 +25,9 @@ struct Sizes {
   // holds them: their gradients are made in f32 (a scatter-add of the looked-up rows' gradients,
   // the head's product's f32 result) and reduced so.
   int64_t tables_tensor_local = 0, tables_device_local = 0;
+  // Of those, split by tensor only: the head (the token table where tied) and an untied token
+  // table, whose gradient is made in the table's own split (its rows' gradients move back).
+  int64_t head_tensor_local = 0, head_device_local = 0, tokens_tensor_local = 0;
   int64_t matmul = 0;        // parameters in matrix products (flops.h)
 };
 
@@ -53,6 +56,10 @@ Sizes sizes_of(const ModelConfig& cfg, const Mesh& mesh) {
                        p.name == "lm_head.weight";
     if (p.kind == ParamKind::embedding || p.name == "lm_head.weight")
       s.tables_tensor_local += whole, s.tables_device_local += local;
+    if (p.name == "lm_head.weight" || (tokens && cfg.tie_word_embeddings))
+      s.head_tensor_local += whole, s.head_device_local += local;
+    else if (tokens)
+      s.tokens_tensor_local += whole;
     if (by_fsdp && layer0) s.layer_fsdp += whole;
     if (by_fsdp && table) s.tables += whole;
     s.matmul += p.numel();
@@ -83,9 +90,32 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
     if (count > 0 && bytes > 0)
       c.push_back({key, what, axis, count, static_cast<uint64_t>(bytes), exposed});
   };
+  // The loss head on split rows (head_loss.cpp): vocabulary-parallel unless the cut loss walks
+  // the vocabulary in tiles. Then the head is split by vocabulary over the rows' axes (an
+  // all-to-all over fsdp, and back for its gradient), each loss chunk's rows are gathered and their
+  // gradients reduce-scattered, and the head's gradient needs no reduction of its own.
+  const int64_t G = d * f, V = cfg.vocab_size, C = cfg.hidden_size;
+  const bool cut = shape.vocab_tile > 0 && shape.vocab_tile < V;
+  const bool by_vocab = G > 1 && !cut && V % (G * t) == 0;
+  const int64_t head_fsdp = by_vocab ? s.head_tensor_local : 0;  // not gathered, not reduced
+  if (by_vocab) {
+    const int64_t n = shape.micro_batch / G * shape.seq_len;
+    const int64_t c = std::max<int64_t>(1, std::min(shape.loss_chunk, n)), chunks = (n + c - 1) / c;
+    const double rows = static_cast<double>(chunks * (G - 1) * c * C);
+    const char* axes = d > 1 && f > 1 ? "data+fsdp" : f > 1 ? "fsdp" : "data";
+    add("loss_rows_gather", "all-gather of each loss chunk's rows (vocabulary-parallel head)",
+        axes, chunks, rows * es, false);
+    add("loss_rows_reduce_scatter", "reduce-scatter of each loss chunk's row gradients (f32)",
+        axes, chunks, rows * 4, false);
+    add("fsdp_head_to_vocab",
+        "all-to-all of the head to a vocabulary split, and of its gradient back", "fsdp", 2,
+        2 * ring(f) * static_cast<double>(s.head_tensor_local / f) * es, false);
+    add("data_head_gradient_gather", "all-gather of the head's gradient (vocabulary-split)",
+        "data", 1, ring(d) * static_cast<double>(s.head_device_local) * es, false);
+  }
   if (f > 1) {
     const double layer = ring(f) * static_cast<double>(s.layer_fsdp) * es;
-    const double tables = ring(f) * static_cast<double>(s.tables) * es;
+    const double tables = ring(f) * static_cast<double>(s.tables - head_fsdp) * es;
     add("fsdp_gather_forward", "all-gather of each layer's weights, forward", "fsdp", L,
         L * layer, false);
     add("fsdp_gather_backward", "all-gather of each layer's weights, backward", "fsdp", L,
@@ -93,7 +123,9 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
     if (shape.checkpointing)
       add("fsdp_gather_recompute", "all-gather of each layer's weights, recomputation", "fsdp", L,
           L * layer, false);
-    add("fsdp_gather_tables", "all-gather of the head (tied: the embedding), forward and backward",
+    add("fsdp_gather_tables",
+        by_vocab ? "all-gather of the position table, forward and backward"
+                 : "all-gather of the head (tied: the embedding), forward and backward",
         "fsdp", 2, 2 * tables, false);
     // The embedding table is split by hidden over fsdp: a device looks up its hidden slice of
     // every token's row, and XLA moves the rows (and, backward, their gradients) to the devices
@@ -102,13 +134,20 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
         "fsdp", 2, 2 * ring(f) * N * static_cast<double>(cfg.hidden_size) * es, false);
     // Gradients are reduced in the compute dtype, as the weight-gradient products make their
     // partial sums, before each is widened into the f32 update (step_memory.h counts them so);
-    // the tables' in f32 (Sizes).
-    add("fsdp_reduce_scatter", "reduce-scatter of every gradient", "fsdp", L + 1,
-        ring(f) * gradient_bytes(s.tensor_local, s.tables_tensor_local, es), false);
+    // the tables' in f32 (Sizes). Not an untied token table's (its rows' gradients come back by
+    // the lookup's all-to-all), nor an untied vocabulary-parallel head's (each device sums its own
+    // ids' over every row); a tied table's lookup gradient still is.
+    const bool head_own = by_vocab && !cfg.tie_word_embeddings;
+    const int64_t own = s.tokens_tensor_local + (head_own ? s.head_tensor_local : 0);
+    add("fsdp_reduce_scatter", "reduce-scatter of every gradient", "fsdp", head_own ? L : L + 1,
+        ring(f) * gradient_bytes(s.tensor_local - own, s.tables_tensor_local - own, es), false);
   }
-  if (d > 1)
+  if (d > 1) {
+    const int64_t head = by_vocab ? s.head_device_local : 0;
     add("data_all_reduce", "all-reduce of every gradient shard", "data", 1,
-        2 * ring(d) * gradient_bytes(s.device_local, s.tables_device_local, es), false);
+        2 * ring(d) * gradient_bytes(s.device_local - head, s.tables_device_local - head, es),
+        false);
+  }
   if (t > 1) {
     // Row-parallel o_proj and down_proj sum their partial outputs in the forward; the
     // column-parallel q|k|v and gate|up sum their input gradients in the backward; the
@@ -120,6 +159,12 @@ std::vector<Collective> step_collectives(const ModelConfig& cfg, const StepShape
         "tensor", 2 * L + 1, (2 * L + 1) * rows * es, true);
     add("tensor_all_reduce_backward", "all-reduce of attention and MLP input gradients (f32)",
         "tensor", 2 * L + 1, (2 * L + 1) * rows * 4, true);
+    // An untied token table's lookup, its vocabulary split by tensor: each tensor device adds
+    // every looked-up row's gradient into the whole vocabulary of its fsdp slice, and the f32
+    // sums are reduce-scattered back to the vocabulary split.
+    if (s.tokens_tensor_local > 0)
+      add("tensor_token_table_reduce_scatter", "reduce-scatter of the token table's gradient (f32)",
+          "tensor", 1, ring(t) * static_cast<double>(s.tokens_tensor_local * t / f) * 4, false);
     if (shape.checkpointing)
       add("tensor_all_reduce_recompute", "all-reduce of attention and MLP outputs, recomputation",
           "tensor", 2 * L, 2 * L * rows * es, true);

@@ -29,6 +29,7 @@ struct StepShape {
   bool bf16 = false;           // train.precision: bf16
   std::string optimizer = "adamw";
   int64_t loss_chunk = 1024;   // train.loss_chunk_tokens
+  int64_t vocab_tile = 0;      // loss.vocab_tile of the cut loss (loss.impl: cut), else 0
 };
 
 enum class StepTarget { xla_cpu, accelerator };

@@ -292,8 +292,9 @@ double sent_ratio(const nlohmann::json& a, const std::string& kind) {
 // - It fits; at most one loop's trips unknown (libtpu's loss-chunk loop), none on a GPU.
 // - The arguments (the f32 weights, AdamW's moments, the batch: a quarter each, the norms whole)
 //   within 10% of the plan's (TPU tiles pad them); the whole step no more than 10% over it.
-// - The embedding lookup moves its rows by all-to-all forward and backward, as the plan says
-//   (2; libtpu 1), with the ids permuted once. No reduce-scatter beyond the plan's.
+// - All-to-alls as the plan says: the embedding lookup's rows forward and backward and the head
+//   to its vocabulary split and back (4; libtpu 3), the ids permuted once. No reduce-scatter
+//   beyond the plan's.
 // - All-gathers send at most `gathers` times the plan's bytes (libtpu gathers some weights again
 //   at a later product: 1.42 times on the v5e; the GPU's 0.80: the head gathered once a step
 //   where the plan counts its forward and backward; 5.6 before a mesh took XLA's attention and
@@ -309,7 +310,7 @@ void expect_demo_step_within_bounds(const nlohmann::json& j, int64_t unknown_loo
   const nlohmann::json& m = a.at("memory");
   EXPECT_LT(std::abs(m.at("arguments").at("error_percent").get<double>()), 10) << m.dump();
   EXPECT_LT(m.at("total").at("error_percent").get<double>(), 10) << m.dump();
-  EXPECT_EQ(plan_count(a, "all-to-all"), 2);
+  EXPECT_EQ(plan_count(a, "all-to-all"), 4);
   EXPECT_GE(xla_count(a, "all-to-all"), 1);
   EXPECT_LE(xla_count(a, "all-to-all"), plan_count(a, "all-to-all"));
   EXPECT_LE(xla_count(a, "collective-permute"), 1);
@@ -409,29 +410,50 @@ TEST(DevicelessMesh, TheStepOfATwoHostRunCompilesForTwoHostsOfEightH100s) {
   EXPECT_EQ(p.at("collectives").at("loops_without_trip_count").get<int64_t>(), 0);
 }
 
-// The loss head over four chunks a device against one: the head's weights gathered once before
-// the loop whatever the chunk count (a gather in the loop's body ran once a chunk: Llama-3.1-8B
-// on 8 H100s, 74 all-gathers sending 30.2 GB a device a step at 2 layers, 15 sending 1.68 GB
-// with the head gathered once), and a chunk of loss_chunk_tokens rows on each device (a quarter
-// of that a device made 4 times the chunks). What is left: the head's f32 gradient, reduced to
-// its shards once a chunk (3 reduce-scatters more than with one chunk).
-TEST(DevicelessMesh, TheLossHeadGathersTheHeadOnceWhateverItsChunks) {
+// The loss head over four chunks a device against one (loss_chunk_tokens rows of each device's
+// own: a quarter of that a device made 4 times the chunks). Whole-row logits are
+// vocabulary-parallel: the head is split by vocabulary over the rows' axes once (an all-to-all,
+// and one back for its gradient), each chunk gathers its rows and reduce-scatters their gradient,
+// and the head's gradient is never reduced: four chunks move the same bytes as one, in three
+// more gathers and reduce-scatters. (With the head gathered and the chunks' weight gradients
+// reduced, the GPU reduce-scattered the head's f32 gradient once a chunk: Llama-3.1-8B on 8 H100s
+// at 2 layers, 9.86 GB a device a step moved where 2.52 GB move now.) The cut loss, which walks
+// the vocabulary in tiles, gathers the head once before its loop whatever the chunk count (a
+// gather in the loop ran once a chunk: 30.2 GB a device a step there, 1.68 GB once), and reduces
+// its weight gradient once a chunk on the GPU.
+TEST(DevicelessMesh, TheLossHeadMovesRowsNotTheHeadWhateverItsChunks) {
   const CompileTarget t = compile_target("h200x4", "--target");
-  nlohmann::json by[2];
-  for (int k = 0; k < 2; ++k) {
-    RunConfig cfg = small_mesh_llama();
-    cfg.train.loss_chunk_tokens = k == 0 ? 128 : 32;  // 4 x 64 rows, 128 a device: 1 or 4 chunks
-    cfg.validate();
-    by[k] = run_bench(cfg, 0, true, t).at("pjrt").at("collectives").at("by_kind");
+  auto sent = [](const nlohmann::json& by, const char* kind) {
+    return by.contains(kind) ? by.at(kind).at("sent_bytes").get<int64_t>() : 0;
+  };
+  auto count = [](const nlohmann::json& by, const char* kind) {
+    return by.contains(kind) ? by.at(kind).at("count").get<int64_t>() : 0;
+  };
+  for (const char* impl : {"chunked", "cut"}) {
+    SCOPED_TRACE(impl);
+    nlohmann::json by[2];
+    for (int k = 0; k < 2; ++k) {
+      RunConfig cfg = small_mesh_llama();
+      cfg.train.loss_chunk_tokens = k == 0 ? 128 : 32;  // 4 x 64 rows, 128 a device: 1 or 4
+      cfg.loss.impl = impl;
+      cfg.loss.vocab_tile = 128;  // of 512 ids
+      // The cut loss on fsdp 4: on a tensor-split vocabulary its tiles are gathered one by one.
+      if (std::string(impl) == "cut") cfg.parallel.fsdp = 4, cfg.parallel.tensor = 1;
+      cfg.validate();
+      by[k] = run_bench(cfg, 0, true, t).at("pjrt").at("collectives").at("by_kind");
+    }
+    const std::string both = by[0].dump() + "\n" + by[1].dump();
+    // The loop adds the loss sums' f32 pairs, 8 bytes a chunk, to the gathers.
+    EXPECT_LE(sent(by[1], "all-gather"), sent(by[0], "all-gather") + 64) << both;
+    if (std::string(impl) == "chunked") {
+      EXPECT_EQ(count(by[1], "all-gather"), count(by[0], "all-gather") + 3) << both;
+      EXPECT_EQ(count(by[1], "reduce-scatter"), count(by[0], "reduce-scatter") + 3) << both;
+      EXPECT_EQ(sent(by[1], "reduce-scatter"), sent(by[0], "reduce-scatter")) << both;
+      EXPECT_EQ(sent(by[1], "all-to-all"), sent(by[0], "all-to-all")) << both;
+    } else {
+      EXPECT_GE(count(by[1], "reduce-scatter"), count(by[0], "reduce-scatter") + 3) << both;
+    }
   }
-  // No more bytes gathered over four chunks than over one (the chunk loop gathers only the loss
-  // sums' f32 pairs, 8 bytes a chunk; the head, 32 kB a device here, once before it).
-  EXPECT_LE(by[1].at("all-gather").at("sent_bytes").get<int64_t>(),
-            by[0].at("all-gather").at("sent_bytes").get<int64_t>())
-      << by[0].dump() << "\n" << by[1].dump();
-  EXPECT_EQ(by[1].at("reduce-scatter").at("count").get<int64_t>(),
-            by[0].at("reduce-scatter").at("count").get<int64_t>() + 3)
-      << by[0].dump() << "\n" << by[1].dump();
 }
 
 // Every file under dir (recursively) whose name ends with `suffix`, and how many of them hold

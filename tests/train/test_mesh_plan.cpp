@@ -4,6 +4,8 @@
 // nothing is compiled, so a 600B config answers at once.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -110,7 +112,7 @@ TEST(MeshPlan, ActivationsDivideOverTheBatchAxes) {
 }
 
 TEST(MeshPlan, CollectivesOfTheAxes) {
-  const ModelConfig cfg = small_llama();
+  ModelConfig cfg = small_llama();
   StepShape s;
   s.micro_batch = 4;
   s.seq_len = 32;
@@ -120,11 +122,24 @@ TEST(MeshPlan, CollectivesOfTheAxes) {
   for (const Collective& c : f) EXPECT_EQ(c.axis, "fsdp");
   s.checkpointing = true;  // the layers are gathered a third time, for the recomputation
   EXPECT_EQ(step_collectives(cfg, s, mesh_of(1, 4, 1)).size(), f.size() + 1);
-  const std::vector<Collective> dt = step_collectives(cfg, s, mesh_of(2, 1, 2));
-  int data = 0, tensor = 0;
-  for (const Collective& c : dt) (c.axis == "data" ? data : tensor) += 1;
-  EXPECT_EQ(data, 1);
-  EXPECT_EQ(tensor, 3);
+  auto by_axis = [](const std::vector<Collective>& cs) {
+    std::map<std::string, int> n;
+    for (const Collective& c : cs) ++n[c.axis];
+    return n;
+  };
+  // data: every gradient's all-reduce, and the vocabulary-parallel loss head's: each chunk's rows
+  // gathered and their gradients reduce-scattered, the head's gradient gathered. tensor: the
+  // layers' all-reduces (forward, backward, recomputation) and the untied token table's gradient.
+  std::map<std::string, int> dt = by_axis(step_collectives(cfg, s, mesh_of(2, 1, 2)));
+  EXPECT_EQ(dt["data"], 1);  // 250 ids do not split 4 ways: the head is gathered
+  cfg.vocab_size = 256;
+  dt = by_axis(step_collectives(cfg, s, mesh_of(2, 1, 2)));
+  EXPECT_EQ(dt["data"], 4);
+  EXPECT_EQ(dt["tensor"], cfg.tie_word_embeddings ? 3 : 4);
+  // The cut loss keeps the head whole on the rows' axes: only the gradients' all-reduce.
+  s.vocab_tile = cfg.vocab_size / 4;
+  dt = by_axis(step_collectives(cfg, s, mesh_of(2, 1, 2)));
+  EXPECT_EQ(dt["data"], 1);
 }
 
 // docs/parallel.md: Llama-style 600B needs far more than a TPU v4-32 (16 chips, 512 GiB), and

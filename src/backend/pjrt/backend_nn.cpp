@@ -218,27 +218,36 @@ void PjrtBackend::head_loss(DType dt, const HeadLossArgs& a, const void* h, cons
     scale = down(wide_value_at(a.grad_scale_at), compute_type(dt));
   else if (grads)
     scale = runtime_scalar(a.grad_scale, compute_type(dt), "loss.grad_scale");
-  // On a mesh: the rows split as the residual stream, the head gathered over the axes that split
-  // them (its vocabulary stays split over tensor, as the plan holds it).
+  // On a mesh: the rows split as the residual stream. The head either split by vocabulary over
+  // the rows' axes after its own (vocabulary-parallel), or gathered over the rows' axes (its
+  // vocabulary staying split over tensor, as the plan holds it).
   const TensorSharding rows = trace_.residual_sharding(a.N, a.C);
-  TensorSharding head;
+  TensorSharding head, vocab;
   if (!rows.empty() && !rows[0].empty()) {
     head = trace_.head_sharding(a.V, a.C);
     head.resize(2);
-    for (std::vector<std::string>& axes : head)
-      std::erase_if(axes, [&](const std::string& x) {
-        return std::find(rows[0].begin(), rows[0].end(), x) != rows[0].end();
-      });
+    auto in_rows = [&](const std::string& x) {
+      return std::find(rows[0].begin(), rows[0].end(), x) != rows[0].end();
+    };
+    for (std::vector<std::string>& axes : head) std::erase_if(axes, in_rows);
+    vocab = {head[0], {}};
+    for (const std::string& x : rows[0])
+      if (std::find(head[1].begin(), head[1].end(), x) == head[1].end()) vocab[0].push_back(x);
+    for (const std::string& x : head[1]) vocab[0].push_back(x);  // C's own split moves to V
   }
   const hlo::HeadLossOut o =
       hlo::head_loss(b(), view(h, dt, {a.N, a.C}), view(w, dt, {a.V, a.C}),
                      view(labels, DType::i32, {a.N}), a, grads ? &scale : nullptr, dw != nullptr,
-                     wide_, rows, head);
+                     wide_, rows, head, vocab);
   add_wide(loss_sum, o.loss_sum);
   if (ce_sum) add_wide(ce_sum, o.ce_sum);
   if (!grads) return;
   set(dh, o.dh);
-  if (dw) accumulate_into(dw, dt, down(o.dw, dt));
+  if (!dw) return;
+  // Back to the plan's split in the gradient's dtype, once: left to XLA, a vocabulary-parallel
+  // gradient carried its split into the optimizer and both f32 moments moved instead.
+  const Value g = down(o.dw, dt);
+  accumulate_into(dw, dt, vocab.empty() ? g : b().sharding_constraint(g, trace_.head_sharding(a.V, a.C)));
 }
 
 // ---- per-token scores ----

@@ -140,23 +140,41 @@ Tile vocab_tile(StablehloBuilder& b, const Value& i, const Value& hc, const Valu
 
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w_in, const Value& labels,
                       const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
-                      const TensorSharding& rows, const TensorSharding& head) {
-  // The head as the chunks use it: a loop-invariant operand whose gather XLA does not hoist out
-  // of the loop (8 H100s, Llama-3.1-8B: the head's bf16 weights gathered and its f32 gradient
-  // reduce-scattered once a chunk), so gathered here, once.
-  const Value w = head.empty() ? w_in : b.sharding_constraint(w_in, head);
-  LMT_CHECK(h.rank() == 2 && w_in.rank() == 2 && w_in.dims[1] == h.dims[1] && w_in.dtype == h.dtype &&
-                labels.rank() == 1 && labels.dims[0] == h.dims[0] && labels.dtype == DType::i32,
+                      const TensorSharding& rows, const TensorSharding& head,
+                      const TensorSharding& vocab) {
+  LMT_CHECK(h.rank() == 2 && w_in.rank() == 2 && w_in.dims[1] == h.dims[1] &&
+                w_in.dtype == h.dtype && labels.rank() == 1 && labels.dims[0] == h.dims[0] &&
+                labels.dtype == DType::i32,
             "head_loss: h [N,C], w [V,C] of h's dtype, labels [N] i32");
-  const int64_t N = h.dims[0], C = h.dims[1], V = w.dims[0];
+  const int64_t N = h.dims[0], C = h.dims[1], V = w_in.dims[0];
   const int64_t chunk = std::max<int64_t>(1, std::min(a.chunk, N));
   const bool cut = a.vocab_tile > 0 && a.vocab_tile < V;
   const bool grads = grad_scale != nullptr, dw = grads && want_dw;
   const DType f = h.dtype == DType::f64 ? DType::f64 : DType::f32;
+  // Split rows: G groups of n rows, a device's own rows a group's.
+  const int64_t G = rows.empty() || rows[0].empty() ? 1 : b.shards(rows, 0);
+  // Vocabulary-parallel (split rows, whole rows of logits): a chunk's rows gathered to every
+  // device, the head split by vocabulary over the rows' axes too, so that each device makes the
+  // logits, the softmax's share and the weight gradient of its own ids and nothing of the head
+  // moves in the loop: a chunk gathers its rows' [G c, C] and reduce-scatters their gradient, and
+  // the row statistics are all-reduced. Otherwise (the cut loss walks the vocabulary in tiles)
+  // the head is gathered over the rows' axes once, before the loop: XLA does not hoist that
+  // loop-invariant gather (8 H100s, Llama-3.1-8B: the head's bf16 weights gathered once a chunk),
+  // and the chunks' weight gradients are reduced, once a chunk on the GPU.
+  const bool by_vocab = G > 1 && !cut && vocab.size() == 2 && V % b.shards(vocab, 0) == 0;
+  const Value w = by_vocab       ? b.sharding_constraint(w_in, vocab)
+                  : head.empty() ? w_in
+                                 : b.sharding_constraint(w_in, head);
+  const TensorSharding whole(2), by_rows = {G > 1 ? rows[0] : std::vector<std::string>{}, {}};
   // One chunk's loss; dw_acc: the weight gradient so far, for the cut loss to add into.
-  auto one = [&](StablehloBuilder& lb, const Value& hc, const Value& lc, const Value* dw_acc) {
-    if (cut) return cut_chunk_loss(lb, hc, w, lc, a, grad_scale, dw ? dw_acc : nullptr, sums);
+  auto one = [&](StablehloBuilder& lb, const Value& hc_in, const Value& lc_in,
+                 const Value* dw_acc) {
+    if (cut) return cut_chunk_loss(lb, hc_in, w, lc_in, a, grad_scale, dw ? dw_acc : nullptr, sums);
+    const Value hc = by_vocab ? lb.sharding_constraint(hc_in, whole) : hc_in;
+    const Value lc = by_vocab ? lb.sharding_constraint(lc_in, {{}}) : lc_in;
     ChunkOut c = chunk_loss(lb, hc, w, lc, a, grad_scale, dw, sums);
+    if (by_vocab && grads) c.dh = lb.sharding_constraint(c.dh, by_rows);
+    if (by_vocab && dw) c.dw = lb.sharding_constraint(c.dw, vocab);
     if (dw && dw_acc) c.dw = lb.add(*dw_acc, c.dw);
     return c;
   };
@@ -165,11 +183,8 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w_in, co
     const ChunkOut c = one(b, h, labels, dw && cut ? &zero_dw : nullptr);
     return {c.loss, c.ce, c.dh, c.dw};
   }
-  // Split rows: G groups of n rows, a device's own rows a group's; chunks of c rows of every group
-  // at once (G c rows: a.chunk is what one device holds at a time, as on one device), so a
-  // chunk's slice stays on its devices and the head's gradient is reduced once a chunk a device
-  // (with a.chunk / G rows a device it was G times as often).
-  const int64_t G = rows.empty() || rows[0].empty() ? 1 : b.shards(rows, 0);
+  // Chunks of c rows of every group at once (G c rows: a.chunk is what one device holds at a
+  // time, as on one device), so that a chunk's slice stays on its devices.
   const int64_t n = N / G, c = std::max<int64_t>(1, std::min(a.chunk, n));
   const int64_t chunks = (n + c - 1) / c, np = chunks * c;
   auto grouped = [&](StablehloBuilder& lb, const Value& x, const StablehloBuilder::Dims& dims) {
@@ -186,7 +201,10 @@ HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w_in, co
   }
   std::vector<Value> init = {i32(b, 0), wide_zero(b, sums), wide_zero(b, sums)};
   if (grads) init.push_back(grouped(b, b.constant(0.0, h.dtype, {G * np, C}), {G, np, C}));
-  if (dw) init.push_back(b.constant(0.0, f, {V, C}));
+  if (dw) {
+    const Value zero_dw = b.constant(0.0, f, {V, C});
+    init.push_back(by_vocab ? b.sharding_constraint(zero_dw, vocab) : zero_dw);
+  }
   const std::vector<Value> out = b.while_loop(
       init,
       [&](StablehloBuilder& lb, const std::vector<Value>& v) {

@@ -215,11 +215,14 @@ struct HeadLossOut {
 // rows: how h's rows are split over the mesh (the residual stream's sharding, empty for none).
 // Split rows are chunked within each device's own rows ([groups, N / groups, C], a chunk taking
 // a.chunk rows of every group: a.chunk is a device's), so that no device gathers another's rows
-// to slice a chunk. head: how w is held while the chunks run (empty: as it comes): gathered over
-// the axes that split the rows once, before the loop, rather than once a chunk inside it.
+// to slice a chunk. vocab: w split by vocabulary over the rows' axes as well as its own ([V, C]
+// shardings), for whole-row logits on split rows (each device the logits and weight gradient of
+// its own ids: vocabulary-parallel); head: how w is held otherwise (the cut loss; empty: as it
+// comes), gathered over the axes that split the rows once, before the loop.
 HeadLossOut head_loss(StablehloBuilder& b, const Value& h, const Value& w, const Value& labels,
                       const HeadLossArgs& a, const Value* grad_scale, bool want_dw, WideForm sums,
-                      const TensorSharding& rows = {}, const TensorSharding& head = {});
+                      const TensorSharding& rows = {}, const TensorSharding& head = {},
+                      const TensorSharding& vocab = {});
 
 // ---- per-token scores (token_logprobs.cpp) ----
 
