@@ -16,8 +16,9 @@ is why the line: every figure at the full depth is extrapolated unless the run c
   python3 bench/seed_runs.py fit [--markdown]  # fit and extrapolate what has been compiled
 
 Stdlib only. LMTRAIN (default build/lmtrain) is the binary; SEED_RUNS_RESULTS (default
-bench/results/seeds-2026-11-29b, the compiles of docs/parallel.md after 7015f96's loss head;
-seeds-2026-11-29 and seeds-2026-11-28 hold the earlier ones) the results directory.
+bench/results/seeds-2026-11-29c, the compiles of docs/parallel.md after the vocabulary-parallel
+loss head; seeds-2026-11-29b (after 7015f96), seeds-2026-11-29 and seeds-2026-11-28 hold the
+earlier ones) the results directory.
 """
 import json
 import os
@@ -29,7 +30,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LMTRAIN = os.environ.get("LMTRAIN", os.path.join(ROOT, "build", "lmtrain"))
 RESULTS = os.environ.get("SEED_RUNS_RESULTS",
-                         os.path.join(ROOT, "bench", "results", "seeds-2026-11-29b"))
+                         os.path.join(ROOT, "bench", "results", "seeds-2026-11-29c"))
 SCRATCH = os.environ.get("SEED_RUNS_SCRATCH", "/tmp/seed_runs")
 
 # name: model config.json dir, full layer count, info's plan flags, target, the layer counts
