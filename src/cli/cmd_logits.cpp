@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "train/checkpoint.h"
@@ -31,6 +32,7 @@ std::vector<int32_t> read_ids(const std::string& path, int64_t vocab) {
 
 std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab,
                                      const std::string& what) {
+  check_json_depth(json_text, what);
   auto j = nlohmann::json::parse(json_text, nullptr, false);
   if (j.is_discarded()) throw UserError(what + ": not valid JSON");
   if (!j.is_array() || j.empty())
@@ -40,7 +42,7 @@ std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab
     if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= vocab)
       throw UserError(
           fmt::format("{}: element {} ({}) is not a token id below the vocabulary size {}", what, i,
-                      j[i].dump(), vocab));
+                      excerpt(j[i].dump()), vocab));
     ids.push_back(static_cast<int32_t>(j[i].get<int64_t>()));
   }
   return ids;

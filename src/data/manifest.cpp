@@ -6,6 +6,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/mapped_file.h"
 #include "core/path_json.h"
 #include "core/regular_file.h"
@@ -207,14 +208,16 @@ Manifest megatron_manifest(const std::string& prefix, int64_t seq_len) {
   return m;
 }
 
-bool has_manifest(const std::string& dir) { return fs::exists(fs::path(dir) / "manifest.json"); }
+bool has_manifest(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "manifest.json");
+}
 
 Manifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(path))
     throw UserError(path + ": no such file (is '" + dir +
                     "' a token store? make one with `lmtrain prepare`)");
-  json j = json::parse(read_regular_file(path, "token store", kMaxConfigBytes), nullptr, false);
+  json j = parse_json_bounded(read_regular_file(path, "token store", kMaxConfigBytes), path);
   if (j.is_discarded() || !j.is_object()) throw UserError(path + ": not a JSON object");
   try {
     if (j.at("format").get<std::string>() != "lmtrain-token-store")

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "eval/task_spec.h"
 
 namespace lmt::eval {
@@ -94,6 +95,7 @@ void read_file(const std::string& file, const std::string& where, SplitData& out
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
     Json arr;
+    check_json_depth(text, file);
     try {
       arr = Json::parse(text);
     } catch (const Json::exception& e) {
@@ -112,6 +114,7 @@ void read_file(const std::string& file, const std::string& where, SplitData& out
   for (int64_t n = 1; std::getline(lines, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Json j;
+    check_json_depth(line, file + ":" + std::to_string(n));
     try {
       j = Json::parse(line);
     } catch (const Json::exception& e) {

@@ -29,7 +29,7 @@ YAML::Node load_yaml_file(const std::string& path, const std::string& label,
     throw UserError(at + e.what());
   }
   try {
-    return load_yaml(text);
+    return load_yaml(text, label);
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw UserError(label + ": YAML syntax error: " + yaml_error_text(e));
     throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", label, e.mark.line + 1,

@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "core/checksum.h"
+#include "core/json_depth.h"
 #include "core/regular_file.h"
 #include "io/checkpoint_names.h"
 #include "io/text_file.h"
@@ -37,8 +38,8 @@ struct Listed {
 std::vector<Listed> read_listing(const fs::path& dir, std::string* problem) {
   const fs::path path = dir / kChecksumsFile;
   std::vector<Listed> out;
-  auto j = nlohmann::json::parse(read_regular_file(path.string(), "checksums", kMaxConfigBytes),
-                                 nullptr, false);
+  auto j = parse_json_bounded(read_regular_file(path.string(), "checksums", kMaxConfigBytes),
+                              path.string());
   if (j.is_discarded() || !j.is_object() || j.value("format", "") != kFormat ||
       !j.contains("files") || !j["files"].is_object()) {
     *problem = std::string(kChecksumsFile) + " is not a listing lmtrain wrote (damaged?)";
