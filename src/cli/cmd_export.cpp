@@ -197,7 +197,7 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
 template <class Opts>
 int export_gguf(const Opts& o) {
   if (!o.out.empty() && o.out.back() == '/')
-    throw UserError("--out '" + excerpt(o.out) +
+    throw UserError("--out '" + o.out +
                     "' ends with '/', a directory's name: --format gguf writes one file (give "
                     "its name, as model.gguf)");
   GgufExportOptions opt;

@@ -199,4 +199,79 @@ TEST_F(Reliability, ADivergenceInTheFirstStepsIsFlaggedAndSaysNothingIsKept) {
       << w[0].dump();
 }
 
+
+// A model directory with a tokenizer, for generate and the GGUF export.
+std::string tiny_model(const fs::path& dir) {
+  const std::string model = (dir / "model").string();
+  const Result r = run("init --family llama --tokenizer " LMT_SOURCE_DIR
+                       "/tests/data/tokenizers/llama3_style_bpe.json --set model.hidden_size=64 "
+                       "--set model.intermediate_size=128 --set model.num_hidden_layers=2 "
+                       "--set model.num_attention_heads=4 --set model.max_position_embeddings=128 "
+                       "--out " +
+                       model);
+  EXPECT_EQ(r.code, 0) << r.out;
+  return model;
+}
+
+// Names under `dir` (recursively) holding ".tmp": a writer's leftovers.
+std::vector<std::string> leftovers(const fs::path& dir) {
+  std::vector<std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp") != std::string::npos)
+      out.push_back(e.path().string());
+  return out;
+}
+
+// A weak spot: a file-size limit (ulimit -f) ended train, prepare and both exports with SIGXFSZ
+// and no message. Now each is the error a full disk gives: one line naming the file, exit 2,
+// nothing half-written left.
+TEST_F(Reliability, AFileSizeLimitIsOneMessageNamingTheFile) {
+  const std::string model = tiny_model(dir_);
+  const std::string cfg = config();
+  struct Case {
+    std::string args;
+    int kib;
+    fs::path out;
+  } cases[] = {
+      {"prepare --config " + cfg + " --out " + (dir_ / "store").string(), 4, dir_},
+      {"train --config " + cfg + " --set train.max_steps=2 --set train.save_every=2", 200,
+       dir_ / "run"},
+      {"export --checkpoint " + model + " --out " + (dir_ / "hf").string(), 100, dir_},
+      {"export --checkpoint " + model + " --format gguf --out " + (dir_ / "m.gguf").string(), 100,
+       dir_},
+  };
+  for (const Case& c : cases) {
+    const Result r = capture("bash -c 'ulimit -f " + std::to_string(c.kib) + "; exec " +
+                             LMT_BINARY + " " + c.args + "'");
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.out;
+    const size_t at = r.out.find("lmtrain: error: ");
+    ASSERT_NE(at, std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find("File too large", at), std::string::npos) << r.out;
+    EXPECT_EQ(leftovers(c.out), std::vector<std::string>()) << c.args;
+  }
+}
+
+// A weak spot: `prepare --out DIR/` failed even on a fresh path ("exists and is not a token
+// store", its temporary made inside DIR) and left DIR empty; `export --format gguf --out F/` met
+// a raw filesystem error and left an empty directory.
+TEST_F(Reliability, AnOutputPathWithATrailingSlash) {
+  const Result p = run("prepare --config " + config() + " --out " + (dir_ / "store").string() + "/");
+  EXPECT_EQ(p.code, 0) << p.out;
+  EXPECT_TRUE(fs::exists(dir_ / "store" / "manifest.json"));
+  EXPECT_EQ(leftovers(dir_), std::vector<std::string>());
+  const std::string model = tiny_model(dir_);
+  expect_refused("export --checkpoint " + model + " --format gguf --out " +
+                     (dir_ / "m.gguf").string() + "/",
+                 "m.gguf/' ends with '/', a directory's name: --format gguf writes one file");
+  EXPECT_FALSE(fs::exists(dir_ / "m.gguf"));
+}
+
+// A weak spot: optimizer.eps of 1e-46 (0 in f32) passed and the run stopped at step 1 with a NaN
+// loss (exit 3), no key named.
+TEST_F(Reliability, AnEpsThatIsZeroInF32IsRefused) {
+  expect_refused("train --config " + config() + " --set optimizer.eps=1e-46",
+                 "optimizer.eps must be >= 1.18e-38");
+}
+
 }  // namespace
