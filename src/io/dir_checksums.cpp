@@ -129,6 +129,26 @@ std::string quick_problem(const fs::path& dir, std::vector<Listed>* later) {
   return "";
 }
 
+}  // namespace
+
+std::vector<std::string> unlisted_files(const std::string& dir) {
+  std::string problem;
+  const std::vector<Listed> listed = read_listing(dir, &problem);
+  std::vector<std::string> out;
+  if (!problem.empty()) return out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != kChecksumsFile &&
+        std::none_of(listed.begin(), listed.end(), [&](const Listed& f) { return f.name == name; }))
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
 std::string full_problem(const fs::path& dir) {
   std::vector<Listed> later;
   std::string p = quick_problem(dir, &later);

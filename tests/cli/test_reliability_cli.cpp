@@ -112,9 +112,9 @@ TEST_F(Reliability, DeviceIdsAndTheCoordinationTimeoutAreChecked) {
                  "has no device with id 3000");
   expect_refused("train --config " + cfg + " --set 'parallel.devices=[0, 4611686018427387904]'",
                  "parallel.devices[1]: 4611686018427387904 is not a device id (0 to 1048575)");
-  expect_refused("train --config " + config() +
-                     " --set parallel.coordination_timeout=9223372036854775807",
-                 "parallel.coordination_timeout");
+  expect_refused(
+      "train --config " + config() + " --set parallel.coordination_timeout=9223372036854775807",
+      "parallel.coordination_timeout");
 }
 
 // Defect 3: a base_config of nested aliases (each level 9 times the one before) kept train busy
@@ -161,9 +161,9 @@ TEST_F(Reliability, DeepJsonIsOneShortMessage) {
   EXPECT_NE(r.out.find("--prompt-ids: JSON nested deeper than 512 levels"), std::string::npos)
       << r.out.substr(0, 500);
   // A wide bad element is cut in the message.
-  expect_refused("generate --checkpoint " + model + " --prompt-ids '[1, \"" +
-                     std::string(5000, 'x') + "\"]'",
-                 "--prompt-ids: element 1");
+  expect_refused(
+      "generate --checkpoint " + model + " --prompt-ids '[1, \"" + std::string(5000, 'x') + "\"]'",
+      "--prompt-ids: element 1");
 }
 
 // Defect 5: after a resume the guard started a fresh range from the first steps after it, so a
@@ -200,7 +200,6 @@ TEST_F(Reliability, ADivergenceInTheFirstStepsIsFlaggedAndSaysNothingIsKept) {
             std::string::npos)
       << w[0].dump();
 }
-
 
 // A model directory with a tokenizer, for generate and the GGUF export.
 std::string tiny_model(const fs::path& dir) {
@@ -258,14 +257,15 @@ TEST_F(Reliability, AFileSizeLimitIsOneMessageNamingTheFile) {
 // store", its temporary made inside DIR) and left DIR empty; `export --format gguf --out F/` met
 // a raw filesystem error and left an empty directory.
 TEST_F(Reliability, AnOutputPathWithATrailingSlash) {
-  const Result p = run("prepare --config " + config() + " --out " + (dir_ / "store").string() + "/");
+  const Result p =
+      run("prepare --config " + config() + " --out " + (dir_ / "store").string() + "/");
   EXPECT_EQ(p.code, 0) << p.out;
   EXPECT_TRUE(fs::exists(dir_ / "store" / "manifest.json"));
   EXPECT_EQ(leftovers(dir_), std::vector<std::string>());
   const std::string model = tiny_model(dir_);
-  expect_refused("export --checkpoint " + model + " --format gguf --out " +
-                     (dir_ / "m.gguf").string() + "/",
-                 "m.gguf/' ends with '/', a directory's name: --format gguf writes one file");
+  expect_refused(
+      "export --checkpoint " + model + " --format gguf --out " + (dir_ / "m.gguf").string() + "/",
+      "m.gguf/' ends with '/', a directory's name: --format gguf writes one file");
   EXPECT_FALSE(fs::exists(dir_ / "m.gguf"));
 }
 
@@ -283,9 +283,9 @@ TEST_F(Reliability, AnUnknownKeyInTheSecondBaseNamesTheSecondBase) {
   std::ofstream(dir_ / "b2.yaml") << "# the second base\n\ntrain:\n  micro_batch_size: 1\n"
                                      "  bogus_key: 3\n";
   std::ofstream(dir_ / "top.yaml") << "base_config: [b1.yaml, b2.yaml]\n";
-  expect_refused("train --config " + (dir_ / "top.yaml").string(),
-                 "top.yaml -> " + (dir_ / "b2.yaml").string() +
-                     ":5: unknown key 'train.bogus_key'");
+  expect_refused(
+      "train --config " + (dir_ / "top.yaml").string(),
+      "top.yaml -> " + (dir_ / "b2.yaml").string() + ":5: unknown key 'train.bogus_key'");
 }
 
 // A weak spot: a resumed run took its W&B run id from an offline-run directory's name without
@@ -296,6 +296,46 @@ TEST_F(Reliability, AResumedRunChecksTheWandbRunIdItContinues) {
   fs::create_directories(dir_ / "run" / "wandb" / "offline-run-29991231_235959-a:b");
   expect_refused("train --config " + cfg + " --resume --set train.max_steps=12",
                  "names the run id 'a:b', which W&B refuses");
+}
+
+// A weak spot: a token store's manifest.json was covered by no checksum (its document count or
+// seq_len changed passed `check`, and train ran on it), and an extra file in an export passed
+// `check` unnamed. The manifest now carries its own checksum; check names what it did not cover.
+TEST_F(Reliability, CheckCoversAStoresManifestAndNamesWhatItDoesNotCover) {
+  const std::string store = (dir_ / "store").string();
+  ASSERT_EQ(run("prepare --config " + config() + " --out " + store).code, 0);
+  EXPECT_EQ(run("check " + store).code, 0);
+  std::ofstream(fs::path(store) / "notes.txt") << "mine";
+  const Result extra = run("check " + store);
+  EXPECT_EQ(extra.code, 0) << extra.out;
+  EXPECT_NE(extra.out.find("(not covered by its checksums: notes.txt)"), std::string::npos)
+      << extra.out;
+  for (const char* key : {"seq_len", "documents"}) {
+    const fs::path m = fs::path(store) / "manifest.json";
+    std::ifstream in(m);
+    nlohmann::json j = nlohmann::json::parse(in);
+    in.close();
+    const nlohmann::json saved = j;
+    if (std::string(key) == "seq_len")
+      j["seq_len"] = 64;
+    else
+      j["sources"][0]["train"]["documents"] = j["sources"][0]["train"]["documents"].get<int>() + 1;
+    std::ofstream(m) << j.dump(2);
+    const Result r = run("check " + store);
+    EXPECT_EQ(r.code, 2) << key << "\n" << r.out;
+    EXPECT_NE(r.out.find("manifest.json: changed since prepare wrote it"), std::string::npos)
+        << key << "\n"
+        << r.out;
+    expect_refused("train --config " + config() + " --set data.store=" + store,
+                   "manifest.json: changed since prepare wrote it");
+    std::ofstream(m) << saved.dump(2);
+  }
+  const std::string model = tiny_model(dir_), out = (dir_ / "hf").string();
+  ASSERT_EQ(run("export --checkpoint " + model + " --out " + out).code, 0);
+  std::ofstream(fs::path(out) / "README.md") << "a model card";
+  const Result r = run("check " + out);
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(not covered by its checksums: README.md)"), std::string::npos) << r.out;
 }
 
 }  // namespace
