@@ -133,6 +133,11 @@ TEST_F(Reliability, NestedAliasesInAnyYamlSourceAreOneMessage) {
   expect_refused("train --config " + (dir_ / "top.yaml").string(),
                  "bomb.yaml: more than 100000 YAML nodes once its aliases are expanded");
   expect_refused("train --config " + (dir_ / "bomb.yaml").string(), "more than 100000 YAML nodes");
+  // An alias inside the node it names (found by the base_config_chain fuzzer: a stack overflow).
+  std::ofstream(dir_ / "cycle.yaml") << "train: &t {max_steps: 1, again: *t}\n";
+  std::ofstream(dir_ / "top2.yaml") << "base_config: cycle.yaml\n";
+  expect_refused("train --config " + (dir_ / "top2.yaml").string(),
+                 "cycle.yaml: YAML nested deeper than 256 levels");
 }
 
 // Defect 4 and a weak spot: a JSON ids file nested 100,000 deep crashed (stack overflow) while

@@ -63,6 +63,15 @@ TEST(YamlLoad, AliasesThatExpandPastTheBoundAreOneMessage) {
               std::string::npos)
         << e.what();
   }
+  // An alias inside the node it names is a cycle yaml-cpp builds: refused by depth.
+  try {
+    load_yaml("a: &a [1, *a]\n", "cycle.yaml");
+    FAIL() << "accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cycle.yaml: YAML nested deeper than 256 levels"),
+              std::string::npos)
+        << e.what();
+  }
   // Four levels (9^4 = 6561 nodes and their lists) are fine.
   EXPECT_NO_THROW(load_yaml(text.substr(0, text.find("a4:")), "small.yaml"));
 }
