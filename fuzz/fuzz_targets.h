@@ -7,18 +7,21 @@
 
 namespace lmt::fuzz {
 
-int adapter_config(const uint8_t* data, size_t size);    // PEFT adapter_config.json
-int chat_template(const uint8_t* data, size_t size);     // a template, then messages rendered
-int checkpoint_state(const uint8_t* data, size_t size);  // a checkpoint's state.json
-int csv(const uint8_t* data, size_t size);               // a CSV or TSV source
-int hf_config(const uint8_t* data, size_t size);         // Hugging Face config.json
-int jsonl(const uint8_t* data, size_t size);             // a JSONL source
-int parquet(const uint8_t* data, size_t size);           // a Parquet source
-int safetensors(const uint8_t* data, size_t size);       // a .safetensors file
-int sp_model(const uint8_t* data, size_t size);          // a SentencePiece .model
-int store_manifest(const uint8_t* data, size_t size);    // a token store's manifest.json
-int tokenizer_json(const uint8_t* data, size_t size);    // a Hugging Face tokenizer.json
-int yaml_config(const uint8_t* data, size_t size);       // a run config (YAML)
+int adapter_config(const uint8_t* data, size_t size);     // PEFT adapter_config.json
+int base_config_chain(const uint8_t* data, size_t size);  // a config and its base_config files
+int chat_template(const uint8_t* data, size_t size);      // a template, then messages rendered
+int checkpoint_state(const uint8_t* data, size_t size);   // a checkpoint's state.json
+int config_overrides(const uint8_t* data, size_t size);   // --set lines on a config with a mesh
+int csv(const uint8_t* data, size_t size);                // a CSV or TSV source
+int hf_config(const uint8_t* data, size_t size);          // Hugging Face config.json
+int ids_file(const uint8_t* data, size_t size);           // token ids as JSON (--ids-file)
+int jsonl(const uint8_t* data, size_t size);              // a JSONL source
+int parquet(const uint8_t* data, size_t size);            // a Parquet source
+int safetensors(const uint8_t* data, size_t size);        // a .safetensors file
+int sp_model(const uint8_t* data, size_t size);           // a SentencePiece .model
+int store_manifest(const uint8_t* data, size_t size);     // a token store's manifest.json
+int tokenizer_json(const uint8_t* data, size_t size);     // a Hugging Face tokenizer.json
+int yaml_config(const uint8_t* data, size_t size);        // a run config (YAML)
 
 struct Target {
   const char* name;
@@ -27,10 +30,13 @@ struct Target {
 
 inline constexpr Target kTargets[] = {
     {"adapter_config", adapter_config},
+    {"base_config_chain", base_config_chain},
     {"chat_template", chat_template},
     {"checkpoint_state", checkpoint_state},
+    {"config_overrides", config_overrides},
     {"csv", csv},
     {"hf_config", hf_config},
+    {"ids_file", ids_file},
     {"jsonl", jsonl},
     {"parquet", parquet},
     {"safetensors", safetensors},

@@ -19,12 +19,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Checks one item, printing its line; false when it is damaged.
+// ", not covered: a, b" for files a check did not read against a checksum ("" for none).
+std::string not_covered(const std::vector<std::string>& names) {
+  if (names.empty()) return "";
+  std::string s = " (not covered by its checksums: ";
+  for (size_t i = 0; i < names.size() && i < 10; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > 10) s += fmt::format(" and {} more", names.size() - 10);
+  return s + ")";
+}
+
+// Checks one item, printing its line; false when it is damaged. verify returns the files it did
+// not cover.
 template <class Fn>
 bool check_item(const std::string& what, const fs::path& path, Fn&& verify) {
   try {
-    verify();
-    fmt::print("ok       {} {}\n", what, path.string());
+    const std::vector<std::string> uncovered = verify();
+    fmt::print("ok       {} {}{}\n", what, path.string(), not_covered(uncovered));
     return true;
   } catch (const UserError& e) {
     fmt::print("DAMAGED  {} {}: {}\n", what, path.string(), e.what());
@@ -43,6 +53,19 @@ bool check_store(const fs::path& dir) {
           "its manifest.json records no checksums (prepared by an lmtrain from "
           "before them; prepare it again to have them)");
     verify_store_checksums(dir.string(), m);
+    // The manifest checks itself (read_manifest); every other file is a shard's.
+    std::vector<std::string> uncovered;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      bool shard = name == "manifest.json";
+      for (const SourceManifest& s : m.sources)
+        for (const ShardInfo* sh : {&s.train, &s.validation})
+          for (const std::string& ext : shard_extensions(*sh))
+            shard = shard || (!sh->prefix.empty() && name == sh->prefix + ext);
+      if (!shard) uncovered.push_back(name);
+    }
+    std::sort(uncovered.begin(), uncovered.end());
+    return uncovered;
   });
 }
 
@@ -52,6 +75,7 @@ bool check_dir(const fs::path& dir) {
     if (!checkpoint && !fs::exists(dir / kChecksumsFile))
       throw UserError("no checksums.json: not a directory lmtrain wrote, nothing to check against");
     verify_checksums(dir.string());
+    return unlisted_files(dir.string());  // a checkpoint's are damage (verify_checksums)
   });
 }
 

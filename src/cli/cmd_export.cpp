@@ -196,6 +196,10 @@ int export_lora(const Opts& o, const fs::path& dir, HfExportOptions opt, bool lo
 // --format gguf: the model (a LoRA one with its adapters merged) as one GGUF file.
 template <class Opts>
 int export_gguf(const Opts& o) {
+  if (!o.out.empty() && o.out.back() == '/')
+    throw UserError("--out '" + o.out +
+                    "' ends with '/', a directory's name: --format gguf writes one file (give "
+                    "its name, as model.gguf)");
   GgufExportOptions opt;
   opt.type = o.dtype.empty() ? GgufType::bf16 : parse_gguf_type(o.dtype, "--dtype");
   CheckpointHold hold;

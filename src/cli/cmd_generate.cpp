@@ -13,6 +13,7 @@
 #include "core/host_memory.h"
 #include "data/tokenizer/tokenizer.h"
 #include "io/hf_model.h"
+#include "io/token_ids.h"
 #include "train/checkpoint.h"
 #include "train/generation.h"
 #include "train/trainer.h"

@@ -6,11 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "data/schema.h"
-#include "train/run_config.h"
 #include "core/error.h"
+#include "core/json_depth.h"
+#include "data/schema.h"
 #include "data/tokenizer/bpe_trainer.h"
 #include "data/tokenizer/tokenizer.h"
+#include "train/run_config.h"
 
 namespace lmt::cli {
 
@@ -46,7 +47,7 @@ Run add_tokenize(CLI::App& app) {
     std::vector<std::string> texts;
     std::string line;
     for (int64_t n = 1; std::getline(in, line); ++n) {
-      auto j = nlohmann::json::parse(line, nullptr, false);
+      auto j = parse_json_bounded(line, o->input + ":" + std::to_string(n));
       if (j.is_discarded() || !j.is_object())
         throw UserError(o->input + ":" + std::to_string(n) + ": not a JSON object");
       if (!j.contains(o->field) || !j[o->field].is_string())
@@ -107,8 +108,7 @@ Run add_tokenizer(CLI::App& app) {
           [&](const TextSink& sink) {
             for (size_t i = 0; i < cfg.data.sources.size(); ++i) {
               const TextSourceStats st = for_each_source_document(
-                  to_text_source_spec(cfg.data.sources[i]), static_cast<int>(i),
-                  [&](Document&& d) {
+                  to_text_source_spec(cfg.data.sources[i]), static_cast<int>(i), [&](Document&& d) {
                     ++docs;
                     for (const Segment& s : d.segments) sink(s.text);
                   });

@@ -42,11 +42,6 @@ std::filesystem::path resolve_model_dir(const std::string& arg, const char* flag
 // tokenizer.json / .model. Shared by generate and eval.
 std::string tokenizer_spec(const std::filesystem::path& dir);
 
-// Token ids given as JSON text, one array of integers in [0, vocab): `what` (a flag or a file)
-// names it in messages. Shared by `logits --ids-file` and `generate --prompt-ids`.
-std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab,
-                                     const std::string& what);
-
 // 6738415616 -> "6,738,415,616"; 1234567 bytes -> "1.23 MB" (powers of 1000, as shard sizes).
 std::string format_count(int64_t n);
 std::string format_bytes(uint64_t bytes);

@@ -1,6 +1,7 @@
 // lmtrain: one binary for training and fine-tuning decoder-only language models.
 // Exit codes: 0 success, 2 a user error (bad config, missing file, ..., or out of memory), 3 a
 // non-finite training step, 1 an internal error.
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -14,6 +15,9 @@
 #include "train/trainer.h"
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) ends a process that writes past it with SIGXFSZ, no message;
+  // ignored, the write fails with EFBIG and every writer names its file, as for a full disk.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"lmtrain: train and fine-tune decoder-only language models", "lmtrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("lmtrain ") + LMTRAIN_VERSION + " (" +

@@ -6,6 +6,7 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/mapped_file.h"
 #include "core/path_json.h"
 #include "core/regular_file.h"
@@ -134,6 +135,20 @@ std::string tokenizer_fingerprint(const std::string& spec) {
   return buf;
 }
 
+namespace {
+
+// The manifest's own checksum: of its JSON without the "checksum" key, as nlohmann writes it
+// (keys sorted, numbers in their shortest exact form: the same after a read).
+std::string manifest_checksum(json j) {
+  j.erase("checksum");
+  const std::string text = j.dump();
+  StreamHash h;
+  h.update(text.data(), text.size());
+  return h.digest();
+}
+
+}  // namespace
+
 void write_manifest(const std::string& dir, const Manifest& m) {
   json sources = json::array();
   for (const auto& s : m.sources) {
@@ -167,6 +182,7 @@ void write_manifest(const std::string& dir, const Manifest& m) {
               {"validation_documents", m.documents(true)},
               {"validation_tokens", m.tokens(true)}}},
             {"prepare_seconds", m.prepare_seconds}};
+  j["checksum"] = manifest_checksum(j);
   const fs::path path = fs::path(dir) / "manifest.json", tmp = fs::path(dir) / "manifest.json.tmp";
   {
     std::ofstream f(tmp);
@@ -207,15 +223,24 @@ Manifest megatron_manifest(const std::string& prefix, int64_t seq_len) {
   return m;
 }
 
-bool has_manifest(const std::string& dir) { return fs::exists(fs::path(dir) / "manifest.json"); }
+bool has_manifest(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "manifest.json");
+}
 
 Manifest read_manifest(const std::string& dir) {
   const std::string path = (fs::path(dir) / "manifest.json").string();
   if (!fs::exists(path))
     throw UserError(path + ": no such file (is '" + dir +
                     "' a token store? make one with `lmtrain prepare`)");
-  json j = json::parse(read_regular_file(path, "token store", kMaxConfigBytes), nullptr, false);
+  json j = parse_json_bounded(read_regular_file(path, "token store", kMaxConfigBytes), path);
   if (j.is_discarded() || !j.is_object()) throw UserError(path + ": not a JSON object");
+  // Its counts and shapes are what the shards are read by: an edit would have train read past
+  // a shard or by another seq_len. (A manifest from before the checksum has none to check.)
+  if (j.contains("checksum") &&
+      (!j["checksum"].is_string() || j["checksum"].get<std::string>() != manifest_checksum(j)))
+    throw UserError(path +
+                    ": changed since prepare wrote it (its checksum does not match its contents); "
+                    "prepare the store again");
   try {
     if (j.at("format").get<std::string>() != "lmtrain-token-store")
       throw UserError(path + ": not an lmtrain token store manifest");

@@ -256,7 +256,10 @@ Manifest prepare_store(const PrepareOptions& opt) {
   const StoreDtype dtype = store_dtype_for_vocab(m.vocab_size);
   m.dtype = dtype == StoreDtype::kUInt16 ? "uint16" : "int32";
 
-  const fs::path final_dir = opt.out_dir;
+  // "DIR/" is DIR: its temporary sibling must not land inside it.
+  fs::path final_dir = opt.out_dir;
+  while (!final_dir.has_filename() && final_dir.has_relative_path())
+    final_dir = final_dir.parent_path();
   const fs::path tmp_dir = final_dir.string() + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
   const OutputLock lock = lock_output_path(opt.out_dir, "data.store");

@@ -110,7 +110,8 @@ Merged load_merged(const std::filesystem::path& path, std::set<std::string>& see
     throw UserError(path.string() + ": no such task file");
   YAML::Node root;
   try {
-    root = load_yaml(read_regular_file(abs.string(), "task file", kMaxYamlConfigBytes));
+    root =
+        load_yaml(read_regular_file(abs.string(), "task file", kMaxYamlConfigBytes), path.string());
   } catch (const YAML::Exception& e) {
     throw UserError(path.string() + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "eval/task_spec.h"
 
 namespace lmt::eval {
@@ -15,7 +16,10 @@ namespace {
 struct Shape {
   enum Kind { kNull, kBool, kInt, kFloat, kStr, kList, kDict } kind = kNull;
   std::vector<Shape> elem;                            // kList: one
-  std::vector<std::pair<std::string, Shape>> fields;  // kDict
+  // kDict: its fields' names and shapes (two vectors: a pair of an incomplete Shape is refused
+  // by clang with libstdc++).
+  std::vector<std::string> names;
+  std::vector<Shape> fields;
 };
 
 const char* kind_name(Shape::Kind k) {
@@ -54,9 +58,12 @@ void widen(Shape& s, const PyValue& v, const std::string& path) {
   } else if (k == Shape::kDict) {
     for (const auto& [key, e] : v.dict()) {
       Shape* f = nullptr;
-      for (auto& [fk, fs] : s.fields)
-        if (fk == key) f = &fs;
-      if (!f) f = &s.fields.emplace_back(key, Shape{}).second;
+      for (size_t i = 0; i < s.names.size(); ++i)
+        if (s.names[i] == key) f = &s.fields[i];
+      if (!f) {
+        s.names.push_back(key);
+        f = &s.fields.emplace_back();
+      }
       widen(*f, e, path + "." + key);
     }
   }
@@ -74,9 +81,9 @@ PyValue conform(const PyValue& v, const Shape& s) {
     }
     case Shape::kDict: {
       PyDict out;
-      for (const auto& [key, fs] : s.fields) {
-        const PyValue* e = dict_get(v.dict(), key);
-        out.emplace_back(key, e ? conform(*e, fs) : PyValue());
+      for (size_t i = 0; i < s.names.size(); ++i) {
+        const PyValue* e = dict_get(v.dict(), s.names[i]);
+        out.emplace_back(s.names[i], e ? conform(*e, s.fields[i]) : PyValue());
       }
       return PyValue(std::move(out));
     }
@@ -94,6 +101,7 @@ void read_file(const std::string& file, const std::string& where, SplitData& out
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && text[first] == '[') {
     Json arr;
+    check_json_depth(text, file);
     try {
       arr = Json::parse(text);
     } catch (const Json::exception& e) {
@@ -112,6 +120,7 @@ void read_file(const std::string& file, const std::string& where, SplitData& out
   for (int64_t n = 1; std::getline(lines, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     Json j;
+    check_json_depth(line, file + ":" + std::to_string(n));
     try {
       j = Json::parse(line);
     } catch (const Json::exception& e) {
@@ -143,7 +152,7 @@ SplitData load_split(const std::vector<std::string>& files, const std::string& w
     }
   }
   for (auto& r : out.rows) r = conform(r, row);
-  for (const auto& [k, s] : row.fields) out.columns.push_back(k);
+  out.columns.insert(out.columns.end(), row.names.begin(), row.names.end());
   return out;
 }
 

@@ -29,7 +29,7 @@ YAML::Node load_yaml_file(const std::string& path, const std::string& label,
     throw UserError(at + e.what());
   }
   try {
-    return load_yaml(text);
+    return load_yaml(text, label);
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw UserError(label + ": YAML syntax error: " + yaml_error_text(e));
     throw UserError(fmt::format("{}:{}:{}: YAML syntax error: {}", label, e.mark.line + 1,
@@ -124,7 +124,10 @@ class BaseReader {
       std::vector<fs::path> next_seen = seen;
       next_seen.push_back(id);
       const YAML::Node b = resolve(base, next_chain, next_seen);
-      merged = merged ? merge(merged, b) : b;
+      // reset, not =: assigning to a Node that holds a tree makes that tree's node share the new
+      // value (yaml-cpp's set_ref), so the first base's root would become the merge and every
+      // key after it would be reported in the first base's file.
+      merged.reset(merged ? merge(merged, b) : b);
     }
     if (!top) bases.push_back(ConfigFile{label, root});
     if (names.empty() && !root.IsMap()) return root;

@@ -2,12 +2,13 @@
 // argument, plus a "did you mean" by edit distance), scalar emitting and --set application.
 #include "io/config_yaml.h"
 
+#include <yaml-cpp/depthguard.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <map>
-#include <yaml-cpp/depthguard.h>
 
 #include "core/error.h"
 #include "io/yaml_load.h"
@@ -155,9 +156,9 @@ void check_keys(const YAML::Node& map, const std::vector<std::string>& known,
     }
     auto [pos, fresh] = first_line.emplace(name, key.Mark().line + 1);
     if (!fresh)  // in the file itself: --set replaces a key, it never adds a second one
-      fail_in_file(src, key,
-                   "key '" + full + "' appears twice (first on line " +
-                       std::to_string(pos->second) + ")");
+      fail_in_file(
+          src, key,
+          "key '" + full + "' appears twice (first on line " + std::to_string(pos->second) + ")");
   }
 }
 
@@ -302,10 +303,10 @@ YAML::Node parse_override_value(const std::string& arg, const std::string& text)
   auto bad = [&](const std::string& why) {
     return UserError("--set '" + excerpt(arg) + "': " + why);
   };
-  if (text.empty()) return load_yaml("''");  // an empty string, not null
+  if (text.empty()) return load_yaml("''", "--set");  // an empty string, not null
   if (text.front() == '[' || text.front() == '{') {
     try {
-      return load_yaml(text);
+      return load_yaml(text, "--set '" + excerpt(arg) + "'");
     } catch (const YAML::Exception& e) {
       throw bad("the value is not valid YAML: " + yaml_error_text(e));
     }
@@ -313,7 +314,7 @@ YAML::Node parse_override_value(const std::string& arg, const std::string& text)
   const bool quoted = text.front() == '"' || text.front() == '\'';
   const bool null_word = text == "~" || text == "null" || text == "Null" || text == "NULL";
   try {
-    YAML::Node n = load_yaml(text);
+    YAML::Node n = load_yaml(text, "--set '" + excerpt(arg) + "'");
     if (n.IsScalar() && (quoted || n.Scalar() == text)) return n;
     if (n.IsNull() && null_word) return n;
   } catch (const YAML::Exception&) {

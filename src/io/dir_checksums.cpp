@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "core/checksum.h"
+#include "core/json_depth.h"
 #include "core/regular_file.h"
 #include "io/checkpoint_names.h"
 #include "io/text_file.h"
@@ -37,8 +38,8 @@ struct Listed {
 std::vector<Listed> read_listing(const fs::path& dir, std::string* problem) {
   const fs::path path = dir / kChecksumsFile;
   std::vector<Listed> out;
-  auto j = nlohmann::json::parse(read_regular_file(path.string(), "checksums", kMaxConfigBytes),
-                                 nullptr, false);
+  auto j = parse_json_bounded(read_regular_file(path.string(), "checksums", kMaxConfigBytes),
+                              path.string());
   if (j.is_discarded() || !j.is_object() || j.value("format", "") != kFormat ||
       !j.contains("files") || !j["files"].is_object()) {
     *problem = std::string(kChecksumsFile) + " is not a listing lmtrain wrote (damaged?)";
@@ -127,6 +128,26 @@ std::string quick_problem(const fs::path& dir, std::vector<Listed>* later) {
   }
   return "";
 }
+
+}  // namespace
+
+std::vector<std::string> unlisted_files(const std::string& dir) {
+  std::string problem;
+  const std::vector<Listed> listed = read_listing(dir, &problem);
+  std::vector<std::string> out;
+  if (!problem.empty()) return out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != kChecksumsFile &&
+        std::none_of(listed.begin(), listed.end(), [&](const Listed& f) { return f.name == name; }))
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
 
 std::string full_problem(const fs::path& dir) {
   std::vector<Listed> later;

@@ -79,6 +79,10 @@ class ChecksumCheck {
 // checkpoint use). Throws DamagedFileError.
 void verify_checksums(const std::string& dir);
 
+// The files in `dir` that its checksums.json does not list (checksums.json itself aside), sorted:
+// what a check of it does not cover. Empty where there is no readable listing.
+std::vector<std::string> unlisted_files(const std::string& dir);
+
 // The checks ChecksumCheck's constructor makes (the listing, the sizes, the small files), alone.
 void verify_checksums_quick(const std::string& dir);
 

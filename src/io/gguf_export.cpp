@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -587,7 +588,8 @@ GgufExportResult save_gguf(const std::string& path, const ModelConfig& cfg,
       f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     }
     f.flush();
-    if (!f) throw UserError("export: writing '" + tmp + "' failed (disk full?)");
+    // errno is the failed write's (a full disk's ENOSPC, a file-size limit's EFBIG).
+    if (!f) throw UserError("export: cannot write '" + tmp + "': " + std::strerror(errno));
     f.close();
     fs::rename(tmp, path);
   } catch (...) {

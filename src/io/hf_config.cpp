@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/regular_file.h"
 #include "io/hf_rope.h"
 
@@ -393,8 +394,7 @@ ModelConfig model_config_from_hf(const nlohmann::json& j, const std::string& whe
 ModelConfig read_hf_config(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) throw UserError("'" + path + "' not found");
-  auto j = nlohmann::json::parse(read_regular_file(path, "config.json", kMaxConfigBytes), nullptr,
-                                 false);
+  auto j = parse_json_bounded(read_regular_file(path, "config.json", kMaxConfigBytes), path);
   if (j.is_discarded()) throw UserError(path + ": not valid JSON");
   return model_config_from_hf(j, path);
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "core/json_depth.h"
 #include "core/regular_file.h"
 #include "io/dir_checksums.h"
 #include "io/hf_config.h"
@@ -74,8 +75,8 @@ WeightFiles open_weights(const fs::path& dir) {
   }
   if (!fs::exists(index))
     throw UserError(dir.string() + ": neither model.safetensors nor model.safetensors.index.json");
-  auto j = nlohmann::json::parse(read_regular_file(index.string(), "model", kMaxConfigBytes),
-                                 nullptr, false);
+  auto j = parse_json_bounded(read_regular_file(index.string(), "model", kMaxConfigBytes),
+                              index.string());
   if (j.is_discarded()) throw UserError(index.string() + ": not valid JSON");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     throw UserError(index.string() + ": no 'weight_map' object");
@@ -125,11 +126,11 @@ HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg) {
   {
     const fs::path config = fs::path(dir) / "config.json";
     std::error_code ec;
-    const auto j = fs::exists(config, ec)
-                       ? nlohmann::json::parse(
-                             read_regular_file(config.string(), "config.json", kMaxConfigBytes),
-                             nullptr, false)
-                       : nlohmann::json(nlohmann::json::value_t::discarded);
+    const auto j =
+        fs::exists(config, ec)
+            ? parse_json_bounded(read_regular_file(config.string(), "config.json", kMaxConfigBytes),
+                                 config.string())
+            : nlohmann::json(nlohmann::json::value_t::discarded);
     multimodal = !j.is_discarded() && is_multimodal_gemma3(j);
   }
   HfWeights out;
@@ -160,8 +161,7 @@ HfWeights open_hf_weights(const std::string& dir, const ModelConfig& cfg) {
     if (cfg.tie_word_embeddings &&
         (name == "lm_head.weight" || name == "language_model.lm_head.weight"))
       continue;
-    throw UserError(path + ": unexpected tensor '" + name + "' for this " + cfg.family +
-                    " model");
+    throw UserError(path + ": unexpected tensor '" + name + "' for this " + cfg.family + " model");
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_depth.h"
 #include "core/regular_file.h"
 #include "io/dir_checksums.h"
 #include "io/safetensors.h"
@@ -47,8 +48,8 @@ nlohmann::json peft_adapter_config(const Transformer& model, const std::string& 
           {"use_rslora", s.use_rslora},
           {"fan_in_fan_out", model.config().traits().conv1d},
           {"bias", "none"},
-          {"modules_to_save", s.modules_to_save.empty() ? nlohmann::json(nullptr)
-                                                          : nlohmann::json(s.modules_to_save)},
+          {"modules_to_save",
+           s.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.modules_to_save)},
           {"init_lora_weights", true},
           {"inference_mode", true}};
 }
@@ -58,8 +59,7 @@ LoraSpec read_peft_adapter_config(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw UserError("adapter: '" + path + "' not found (not a PEFT adapter directory)");
-  const auto j =
-      nlohmann::json::parse(read_regular_file(path, "adapter", kMaxConfigBytes), nullptr, false);
+  const auto j = parse_json_bounded(read_regular_file(path, "adapter", kMaxConfigBytes), path);
   if (!j.is_object()) throw UserError(path + ": not a JSON object");
   auto field = [&](const char* name) -> const nlohmann::json& {
     static const nlohmann::json null;
@@ -172,8 +172,7 @@ void load_peft_adapter_weights(const std::string& dir, Transformer& model) {
 
 void save_peft_adapter(const std::string& dir, const Transformer& model, const std::string& base,
                        DType dtype) {
-  const std::vector<double> w =
-      to_host_f64(model, model.lora_data(), model.lora_flat_size());
+  const std::vector<double> w = to_host_f64(model, model.lora_data(), model.lora_flat_size());
   SafetensorsWriter out;
   out.set_metadata("format", "pt");
   for (const ParamInfo& p : model.lora_params()) {

@@ -196,6 +196,12 @@ std::string new_wandb_run_id() {
   return id;
 }
 
+std::string wandb_id_problem(const std::string& id) {
+  if (id.empty()) return "empty";
+  if (id.find_first_of("/\\#?%:") != std::string::npos) return "holds one of / \\ # ? % :";
+  return "";
+}
+
 std::string newest_wandb_run_id(const std::string& parent) {
   std::string newest, id;
   std::error_code ec;
@@ -204,6 +210,10 @@ std::string newest_wandb_run_id(const std::string& parent) {
     const std::string this_id = offline_run_id(name);
     if (!this_id.empty() && e.is_directory() && name > newest) newest = name, id = this_id;
   }
+  if (const std::string why = wandb_id_problem(id); !newest.empty() && !why.empty())
+    throw UserError("logging.wandb: a resumed run continues the newest W&B run in " + parent +
+                    ", but '" + excerpt(newest) + "' names the run id '" + excerpt(id) +
+                    "', which W&B refuses (" + why + "); set logging.wandb.id");
   return id;
 }
 

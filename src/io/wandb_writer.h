@@ -73,8 +73,11 @@ std::string wandb_exit_record(int64_t num, int exit_code, int32_t runtime_s);
 
 // A fresh run id: 8 random characters of [a-z0-9], as W&B makes them.
 std::string new_wandb_run_id();
-// The id of the newest offline-run-<time>-<id> directory in `parent`; "" when there is none.
+// The id of the newest offline-run-<time>-<id> directory in `parent`; "" when there is none. A
+// name whose id W&B refuses (wandb_id_problem) is a UserError naming the directory.
 std::string newest_wandb_run_id(const std::string& parent);
+// Why W&B refuses `id` as a run id (empty, or holding one of / \ # ? % :), "" when it does not.
+std::string wandb_id_problem(const std::string& id);
 
 class WandbOfflineRun {
  public:

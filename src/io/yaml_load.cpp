@@ -2,8 +2,11 @@
 
 #include <yaml.h>
 
+#include <cstdint>
 #include <memory>
 #include <unordered_set>
+
+#include "core/error.h"
 
 namespace lmt {
 
@@ -47,10 +50,41 @@ void take_scalars(YAML::Node n, yaml_document_t* doc, yaml_node_t* y,
   }
 }
 
+// Counts the nodes of `n`, aliases expanded, into `count`; stops past kMaxYamlNodes nodes or
+// kMaxYamlDepth levels (an alias inside the node it names, `a: &a [*a]`, is a cycle: endless).
+void count_nodes(const YAML::Node& n, int64_t& count, int depth, bool& too_deep) {
+  if (++count > kMaxYamlNodes || too_deep) return;
+  if (depth > kMaxYamlDepth) {
+    too_deep = true;
+    return;
+  }
+  if (n.IsSequence()) {
+    for (const YAML::Node& e : n) {
+      count_nodes(e, count, depth + 1, too_deep);
+      if (count > kMaxYamlNodes || too_deep) return;
+    }
+  } else if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end() && count <= kMaxYamlNodes && !too_deep; ++it) {
+      count_nodes(it->first, count, depth + 1, too_deep);
+      count_nodes(it->second, count, depth + 1, too_deep);
+    }
+  }
+}
+
 }  // namespace
 
-YAML::Node load_yaml(const std::string& text) {
+YAML::Node load_yaml(const std::string& text, const std::string& label) {
   YAML::Node root = YAML::Load(text);
+  int64_t count = 0;
+  bool too_deep = false;
+  count_nodes(root, count, 0, too_deep);
+  if (too_deep)
+    throw UserError(label + ": YAML nested deeper than " + std::to_string(kMaxYamlDepth) +
+                    " levels once its aliases are expanded (or an alias inside the node it names)");
+  if (count > kMaxYamlNodes)
+    throw UserError(label + ": more than " + std::to_string(kMaxYamlNodes) +
+                    " YAML nodes once its aliases are expanded (nested aliases repeat a node "
+                    "each time they name it)");
   yaml_parser_t parser;
   if (yaml_parser_initialize(&parser) == 0) return root;
   std::unique_ptr<yaml_parser_t, void (*)(yaml_parser_t*)> p(&parser, yaml_parser_delete);

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "core/json_depth.h"
 #include "core/path_json.h"
 #include "core/regular_file.h"
 #include "core/remove_on_error.h"
@@ -93,8 +94,8 @@ std::string non_finite_param(const std::vector<ParamInfo>& params, const void* h
 nlohmann::json read_json(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) throw UserError("checkpoint: cannot read '" + path.string() + "'");
-  auto j = nlohmann::json::parse(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
-                                 nullptr, false);
+  auto j = parse_json_bounded(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
+                              path.string());
   if (j.is_discarded()) throw UserError("checkpoint: '" + path.string() + "' is not valid JSON");
   return j;
 }
@@ -210,6 +211,7 @@ std::string save_checkpoint(const std::string& run_dir, const Transformer& model
   if (model.has_lora())
     sj["lora"] = {{"base_init_from", path_to_json(state.base_init_from)},
                   {"base_hash", state.base_hash}};
+  if (!state.loss_watch.is_null()) sj["loss_watch"] = state.loss_watch;
   write_text_file((tmp / "state.json").string(), sj.dump(2) + "\n");
   checksums.add("state.json");
   // The flushes to disk come first: the hashes still running finish behind them.
@@ -239,8 +241,8 @@ fs::path protected_file(const std::string& run_dir) {
 nlohmann::json read_protected(const std::string& run_dir) {
   const fs::path p = protected_file(run_dir);
   if (!fs::exists(p)) return nlohmann::json::object();
-  auto j = nlohmann::json::parse(read_regular_file(p.string(), "checkpoints", kMaxConfigBytes),
-                                 nullptr, false);
+  auto j =
+      parse_json_bounded(read_regular_file(p.string(), "checkpoints", kMaxConfigBytes), p.string());
   if (j.is_discarded() || !j.is_object())
     throw UserError(p.string() + ": not a JSON object (it lists the checkpoints pruning keeps)");
   return j;
@@ -348,8 +350,8 @@ void check_checkpoint_dir(const fs::path& dir, int64_t step) {
     if (!fs::is_regular_file(dir / f)) damaged(f + " is missing");
   verify_checksums_quick(dir.string());  // the listing, the sizes and the small files
   const fs::path path = dir / "state.json";
-  auto j = nlohmann::json::parse(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
-                                 nullptr, false);
+  auto j = parse_json_bounded(read_regular_file(path.string(), "checkpoint", kMaxConfigBytes),
+                              path.string());
   if (j.is_discarded()) damaged("state.json is not valid JSON");
   // A whole state.json that disagrees with its directory was edited or damaged.
   if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || j["step"] != step)
@@ -475,6 +477,7 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& dir,
           path_from_json(j.at("lora").at("base_init_from"), path + ": lora.base_init_from");
       s.base_hash = j.at("lora").at("base_hash").get<std::string>();
     }
+    if (j.contains("loss_watch")) s.loss_watch = j.at("loss_watch");
   } catch (const nlohmann::json::exception& e) {
     throw UserError(dir + "/state.json: " + e.what());
   }

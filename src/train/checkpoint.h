@@ -33,6 +33,8 @@ struct CheckpointState {
   // (adapter_model.safetensors, adapter_config.json: a PEFT adapter directory), not the base.
   bool lora = false;
   std::string base_init_from, base_hash;
+  // The divergence watch's range (LossWatch::state); null in a checkpoint from before it.
+  nlohmann::json loss_watch;
 };
 
 // "fnv1a64:<hex>" of the base weights' bytes, as the model holds them.

@@ -108,8 +108,20 @@ void ParallelConfig::validate() const {
   require(data >= 1, "parallel.data", ">= 1", data);
   require(fsdp >= 1, "parallel.fsdp", ">= 1", fsdp);
   require(tensor >= 1, "parallel.tensor", ">= 1", tensor);
-  require(coordination_timeout >= 1, "parallel.coordination_timeout", ">= 1 (seconds)",
+  // The product in 128 bits: three axes of 2^32 must not wrap to a size of 0.
+  const __int128 devices_wanted = static_cast<__int128>(data) * fsdp * tensor;
+  if (devices_wanted > kMaxMeshDevices)
+    throw UserError(fmt::format(
+        "parallel: the mesh data {} x fsdp {} x tensor {} is more than {} devices (the largest "
+        "mesh lmtrain makes)",
+        data, fsdp, tensor, kMaxMeshDevices));
+  require(coordination_timeout >= 1 && coordination_timeout <= kMaxCoordinationTimeout,
+          "parallel.coordination_timeout", "in [1, 604800] (seconds: at most a week)",
           coordination_timeout);
+  for (size_t i = 0; i < devices.size(); ++i)
+    if (devices[i] < 0 || devices[i] >= kMaxMeshDevices)
+      throw UserError(fmt::format("parallel.devices[{}]: {} is not a device id (0 to {})", i,
+                                  devices[i], kMaxMeshDevices - 1));
   if (!devices.empty() && static_cast<int64_t>(devices.size()) != size())
     throw UserError(fmt::format(
         "parallel.devices names {} devices, but the mesh data {} x fsdp {} x tensor {} has {}",

@@ -279,6 +279,8 @@ struct LoggingConfig {
 // by XLA's SPMD partitioner. The batch is split over data x fsdp; parameters, gradients and
 // optimizer state over fsdp (ZeRO-3) and, Megatron's way, over tensor.
 struct ParallelConfig {
+  static constexpr int64_t kMaxMeshDevices = int64_t{1} << 20;
+  static constexpr int64_t kMaxCoordinationTimeout = 7 * 24 * 3600;
   int64_t data = 1;
   int64_t fsdp = 1;
   int64_t tensor = 1;

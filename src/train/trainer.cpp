@@ -349,8 +349,9 @@ class StepLog {
 
 // A checkpoint of the run after `step` steps and `tokens` tokens; returns its directory.
 std::string save(const RunDir& dir, const RunConfig& cfg, const BuiltModel& built,
-                 const Loader& loader, int64_t step, int64_t tokens) {
+                 const Loader& loader, const LossWatch& watch, int64_t step, int64_t tokens) {
   CheckpointState st;
+  st.loss_watch = watch.state();
   st.step = step;
   st.optimizer_step = built.optimizer->step_count();
   st.tokens = tokens;
@@ -537,10 +538,18 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   TrainStep train_step(model, *built.optimizer, cfg, &processes);
   StepLog step_log(step, tc.max_steps, flops_per_token, peak.flops);
   LossWatch loss_watch;
+  if (built.resumed && !built.resumed->loss_watch.is_null()) {
+    try {
+      loss_watch.restore(built.resumed->loss_watch);
+    } catch (const nlohmann::json::exception& e) {
+      throw UserError("--resume: the checkpoint's state.json: loss_watch: " +
+                      std::string(e.what()));
+    }
+  }
   // Rank 0 writes the checkpoint; the others wait for it, and stop with its error if it failed.
   auto save_now = [&]() {
     result.last_checkpoint = processes.by_writer(fmt::format("checkpoint at step {}", step), [&] {
-      return save(dir, cfg, built, loader, step, tokens);
+      return save(dir, cfg, built, loader, loss_watch, step, tokens);
     });
   };
   StopSignals signals;
@@ -550,8 +559,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
   // Step s may be queued before the previous step's report is read (on pjrt the host builds it
   // while the device runs that one) unless the host needs the model of the s steps before it.
   auto may_queue = [&](int64_t s) {
-    return s < tc.max_steps && !schedule.at(s).any() && !stop_requested(s) &&
-           !signals.received();
+    return s < tc.max_steps && !schedule.at(s).any() && !stop_requested(s) && !signals.received();
   };
   auto next = [&]() -> const Batch& { return loader.next(); };
   Timer t;
@@ -569,7 +577,7 @@ TrainResult run_training(RunConfig cfg, bool resume, int64_t stop_after,
     if (const auto w = loss_watch.add(step, r.loss)) {
       // The newest checkpoint whose next step's loss was still in range stays.
       const auto kept = newest_checkpoint_at_most(dir.path, w->step - 2);
-      metrics.log_warning(step, "divergence", w->text(),
+      metrics.log_warning(step, "divergence", w->text(kept ? *kept : std::string()),
                           {{"recent_median", w->median},
                            {"kept_checkpoint", path_to_json(kept ? *kept : std::string())}});
       if (kept && writer)

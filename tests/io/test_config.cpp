@@ -349,7 +349,10 @@ TEST(RunConfig, ValidationNamesKeys) {
   expect_user_error([&] { load_run_config(f, {"optimizer.beta2=1"}); },
                     {"optimizer.beta2 must be in [0, 1) (got 1)"});
   expect_user_error([&] { load_run_config(f, {"optimizer.eps=0"}); },
-                    {"optimizer.eps must be > 0"});
+                    {"optimizer.eps must be >= 1.18e-38"});
+  // 0 once the update holds it in f32: the run's first step was 0 / 0, a NaN loss, no key named.
+  expect_user_error([&] { load_run_config(f, {"optimizer.eps=1e-46"}); },
+                    {"optimizer.eps must be >= 1.18e-38 (the smallest normal f32", "got 1e-46"});
   expect_user_error([&] { load_run_config(f, {"model.vocab_size=256"}); },
                     {"model.vocab_size (256) must be >= 257 for data.tokenizer 'bytes'"});
   expect_user_error([&] { load_run_config(f, {"data.packing=tight"}); },

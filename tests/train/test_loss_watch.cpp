@@ -30,9 +30,34 @@ TEST(LossWatch, WarnsOncePerRiseAndNeverOnANoisyDescent) {
     EXPECT_FALSE(w.add(620, loss));
     EXPECT_TRUE(w.add(621, 4 * loss));
   }
-  LossWatch early;  // fewer than kMinSteps losses are no range
-  EXPECT_FALSE(early.add(1, 1));
-  EXPECT_FALSE(early.add(2, 100));
+  // The first loss is a range: a second step's loss many times it has diverged at once.
+  LossWatch early;
+  EXPECT_FALSE(early.add(1, 7.7));
+  const auto at_two = early.add(2, 630);
+  ASSERT_TRUE(at_two);
+  EXPECT_EQ(at_two->step, 2);
+  EXPECT_EQ(at_two->from_step, 1);
+}
+
+// The range travels in a checkpoint: a watch restored from another's state warns at the first
+// risen loss after a resume, where a fresh one would take that loss as its range.
+TEST(LossWatch, ARestoredWatchGoesOnAsTheOneItWasSavedFrom) {
+  LossWatch w;
+  for (int64_t s = 1; s <= 20; ++s) EXPECT_FALSE(w.add(s, 5.0 - 0.01 * static_cast<double>(s)));
+  LossWatch resumed, fresh;
+  resumed.restore(nlohmann::json::parse(w.state().dump()));
+  EXPECT_EQ(resumed.state(), w.state());
+  const auto warned = resumed.add(21, 40);
+  ASSERT_TRUE(warned);
+  EXPECT_EQ(warned->from_step, 1);
+  EXPECT_EQ(warned->to_step, 20);
+  EXPECT_FALSE(fresh.add(21, 40));
+  // Mid-episode: a saved episode does not warn again at its next risen loss.
+  LossWatch mid;
+  mid.restore(resumed.state());
+  EXPECT_FALSE(mid.add(22, 45));
+  EXPECT_THROW(mid.restore(nlohmann::json::parse(R"({"recent": [[1]], "out": false})")),
+               nlohmann::json::exception);
 }
 
 }  // namespace

@@ -25,14 +25,12 @@ CompileSettings settings_for(const PjrtClient& client, const PjrtOptions& option
   return s;
 }
 
-// The mesh's devices (XLA's CPU plugin makes as many as the mesh names) and, when a launcher
-// started several processes, the store where they met.
+// The mesh's devices (XLA's CPU plugin makes as many as the mesh names, ids 0 to its size - 1:
+// parallel.devices names some of those, never more of them) and, when a launcher started
+// several processes, the store where they met.
 PjrtClientOptions client_options(const PjrtOptions& options) {
   PjrtClientOptions c;
-  if (!options.mesh.single()) {  // XLA's CPU plugin: as many devices as the mesh names
-    c.cpu_device_count = options.mesh.size();
-    for (int64_t id : options.devices) c.cpu_device_count = std::max(c.cpu_device_count, id + 1);
-  }
+  if (!options.mesh.single()) c.cpu_device_count = options.mesh.size();
   c.mesh = options.mesh;
   c.devices = options.devices;
   c.store = options.store;
