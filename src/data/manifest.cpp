@@ -138,9 +138,11 @@ std::string tokenizer_fingerprint(const std::string& spec) {
 namespace {
 
 // The manifest's own checksum: of its JSON without the "checksum" key, as nlohmann writes it
-// (keys sorted, numbers in their shortest exact form: the same after a read).
+// (keys sorted, numbers in their shortest exact form: the same after a read), nor the time the
+// prepare took (so that two prepares of the same data write the same manifest but for it).
 std::string manifest_checksum(json j) {
   j.erase("checksum");
+  j.erase("prepare_seconds");
   const std::string text = j.dump();
   StreamHash h;
   h.update(text.data(), text.size());
