@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -54,16 +55,15 @@ bool check_store(const fs::path& dir) {
           "before them; prepare it again to have them)");
     verify_store_checksums(dir.string(), m);
     // The manifest checks itself (read_manifest); every other file is a shard's.
+    std::set<std::string> covered = {"manifest.json"};
+    for (const SourceManifest& s : m.sources)
+      for (const ShardInfo* sh : {&s.train, &s.validation})
+        if (!sh->prefix.empty())
+          for (const std::string& ext : shard_extensions(*sh)) covered.insert(sh->prefix + ext);
     std::vector<std::string> uncovered;
-    for (const auto& e : fs::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
-      bool shard = name == "manifest.json";
-      for (const SourceManifest& s : m.sources)
-        for (const ShardInfo* sh : {&s.train, &s.validation})
-          for (const std::string& ext : shard_extensions(*sh))
-            shard = shard || (!sh->prefix.empty() && name == sh->prefix + ext);
-      if (!shard) uncovered.push_back(name);
-    }
+    for (const auto& e : fs::directory_iterator(dir))
+      if (!covered.count(e.path().filename().string()))
+        uncovered.push_back(e.path().filename().string());
     std::sort(uncovered.begin(), uncovered.end());
     return uncovered;
   });

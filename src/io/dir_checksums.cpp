@@ -85,6 +85,20 @@ std::string hash_problem(const fs::path& dir, const Listed& f) {
   return now == f.checksum ? "" : mismatch(f, now);
 }
 
+// The files in `dir` that `listed` does not name (checksums.json itself aside), sorted.
+std::vector<std::string> not_listed(const fs::path& dir, const std::vector<Listed>& listed) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name != kChecksumsFile &&
+        std::none_of(listed.begin(), listed.end(), [&](const Listed& f) { return f.name == name; }))
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // The checks ChecksumCheck makes at once; the large files left to hash go to *later.
 std::string quick_problem(const fs::path& dir, std::vector<Listed>* later) {
   const bool checkpoint = fs::exists(dir / "state.json");
@@ -97,17 +111,10 @@ std::string quick_problem(const fs::path& dir, std::vector<Listed>* later) {
   std::string problem;
   const std::vector<Listed> listed = read_listing(dir, &problem);
   if (!problem.empty()) return problem;
-  if (checkpoint) {
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name == kChecksumsFile) continue;
-      if (std::none_of(listed.begin(), listed.end(),
-                       [&](const Listed& f) { return f.name == name; }))
-        return "'" + name + "' is not listed in " + kChecksumsFile +
-               " (lmtrain did not write it there)";
-    }
-  }
+  if (checkpoint)
+    if (const std::vector<std::string> extra = not_listed(dir, listed); !extra.empty())
+      return "'" + extra.front() + "' is not listed in " + kChecksumsFile +
+             " (lmtrain did not write it there)";
   for (const Listed& f : listed) {
     std::error_code ec;
     const fs::path p = dir / f.name;
@@ -134,17 +141,7 @@ std::string quick_problem(const fs::path& dir, std::vector<Listed>* later) {
 std::vector<std::string> unlisted_files(const std::string& dir) {
   std::string problem;
   const std::vector<Listed> listed = read_listing(dir, &problem);
-  std::vector<std::string> out;
-  if (!problem.empty()) return out;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name != kChecksumsFile &&
-        std::none_of(listed.begin(), listed.end(), [&](const Listed& f) { return f.name == name; }))
-      out.push_back(name);
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+  return problem.empty() ? not_listed(dir, listed) : std::vector<std::string>();
 }
 
 namespace {

@@ -11,8 +11,7 @@ namespace lmt {
 
 std::vector<int32_t> parse_token_ids(const std::string& json_text, int64_t vocab,
                                      const std::string& what) {
-  check_json_depth(json_text, what);
-  auto j = nlohmann::json::parse(json_text, nullptr, false);
+  const nlohmann::json j = parse_json_bounded(json_text, what);
   if (j.is_discarded()) throw UserError(what + ": not valid JSON");
   if (!j.is_array() || j.empty())
     throw UserError(what + ": expected one non-empty JSON array of token ids");
