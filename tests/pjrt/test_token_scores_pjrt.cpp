@@ -54,8 +54,11 @@ TEST(TokenScoresPjrt, EqualLogSoftmaxOfTheLogitsAndTheCpuBackend) {
     const std::string what = std::string("pjrt ") + c.name + " tile " + std::to_string(c.tile);
     SCOPED_TRACE("seed " + std::to_string(seed) + ", " + what);
     auto m = make_model(*pjrt, c.cfg, seed, c.bf16, c.tile);
-    // bf16: the logits forward_logits reads are rounded to bf16, the head's are not.
-    test::check_token_scores(*m, seed, c.bf16 ? 3e-2 : 1e-5, c.bf16 ? 0.1 : 1e-4, what);
+    // bf16: the logits forward_logits reads are rounded to bf16, the head's are not. Greedy flags
+    // are compared where the top two logits are 0.03 apart: over 1001 seeds they agreed at every
+    // gap down to 0.002, and with 0.1 too few positions were compared (more than 13 of the 26 is
+    // required) in 37 of those seeds: this test failed about once in 27 runs.
+    test::check_token_scores(*m, seed, c.bf16 ? 3e-2 : 1e-5, c.bf16 ? 0.03 : 1e-4, what);
     if (c.bf16) continue;  // the CPU backend's bf16 needs bf16 matrix instructions
     auto ref = make_model(*cpu, c.cfg, seed, false, c.tile);
     const int64_t T = 17;
